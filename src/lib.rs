@@ -1,0 +1,1 @@
+//! Cluster API add-on provider for Fleet.
