@@ -1,1 +1,15 @@
 //! Cluster API add-on provider for Fleet.
+//!
+//! Layout (see `DESIGN.md`): [`api`] holds our CRD types, [`model`] the pure decisions,
+//! [`names`] every name other software reads; the controllers, hooks and helm adapters are thin
+//! layers over the model.
+
+pub mod api;
+pub mod cli;
+pub mod error;
+pub mod manager;
+pub mod model;
+pub mod names;
+pub mod telemetry;
+
+pub use error::{Error, Result};

@@ -1,0 +1,39 @@
+# The single test command is `make test` (what CI runs through .ci/run).
+SHELL := /usr/bin/env bash
+CARGO ?= cargo
+HELM_BIN ?= $(CURDIR)/bin/helm
+export HELM_BIN
+
+.PHONY: test tools lint unit generate crd build clean
+
+## test: install tools, check formatting and lints, run every test in the workspace
+test: tools lint unit
+
+## tools: install the pinned helm binary into ./bin
+tools:
+	hack/install-helm.sh
+
+## lint: rustfmt and clippy, warnings are errors
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+## unit: all tests (unit, sandbox, integration); nextest when available
+unit:
+	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
+		$(CARGO) nextest run --workspace --locked --no-fail-fast; \
+	else \
+		$(CARGO) test --workspace --locked --no-fail-fast; \
+	fi
+	$(CARGO) test --workspace --locked --doc
+
+## generate: regenerate checked-in manifests from the code
+generate:
+	$(CARGO) run --quiet --locked -- crd > config/crd/bases/addons.cluster.x-k8s.io_fleetaddonconfigs.yaml
+
+## build: debug build of every binary
+build:
+	$(CARGO) build --workspace --locked
+
+clean:
+	rm -rf target bin _out

@@ -1,0 +1,323 @@
+//! The `FleetAddonConfig` API (`addons.cluster.x-k8s.io/v1alpha1`).
+//!
+//! Every field of the existing CAAPF API keeps its JSON name and meaning; fields added by this
+//! provider are optional and documented as such. All fields are `Option`s so that any object a
+//! user can store deserialises: problems a structural schema cannot express are reported by
+//! [`crate::model::validation::validate`] instead of breaking the watch.
+
+use std::collections::BTreeMap;
+
+use fleet_api_rs::fleet_cluster::{ClusterAgentEnvVars, ClusterAgentTolerations};
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::names;
+
+/// Desired configuration of the provider: which parts are enabled and how they behave.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    doc = "Configuration of the Cluster API add-on provider for Fleet. A cluster-scoped singleton named `fleet-addon-config`. When it does not exist, the provider imports every CAPI Cluster and keeps a ClusterGroup for every ClusterClass; when it exists, a missing section disables that part of the provider.",
+    group = "addons.cluster.x-k8s.io",
+    version = "v1alpha1",
+    kind = "FleetAddonConfig",
+    plural = "fleetaddonconfigs",
+    singular = "fleetaddonconfig",
+    status = "FleetAddonConfigStatus",
+    validation = Rule::new("self.metadata.name == 'fleet-addon-config'")
+        .message("FleetAddonConfig is a singleton: its name must be 'fleet-addon-config'"),
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Fleet","type":"string","description":"Installed Fleet version","jsonPath":".status.installedVersion"}"#,
+    printcolumn = r#"{"name":"Imported","type":"integer","description":"CAPI Clusters imported into Fleet","jsonPath":".status.clusters.imported","priority":1}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetAddonConfigSpec {
+    /// Enables the ClusterClass integration: a Fleet ClusterGroup is kept for every ClusterClass,
+    /// with the same name and namespace. Absent (in an existing FleetAddonConfig): disabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_class: Option<ClusterClassConfig>,
+
+    /// Enables the Cluster import: a Fleet Cluster is kept for every selected CAPI Cluster, in the
+    /// same namespace. If the Cluster uses a ClusterClass, the class name and namespace are added to
+    /// the Fleet Cluster labels. Absent (in an existing FleetAddonConfig): disabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterConfig>,
+
+    /// Fleet server settings: API server URL and CA handed to agents, feature gates, local-cluster
+    /// bootstrap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<FleetConfig>,
+
+    /// Installs and upgrades Fleet with helm. Absent: Fleet is not installed by this provider (and
+    /// removing this section leaves an installed Fleet in place).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub install: Option<FleetInstall>,
+}
+
+/// ClusterClass → ClusterGroup settings.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterClassConfig {
+    /// Set an owner reference from the ClusterClass on its ClusterGroup, so that the group is
+    /// garbage-collected with the class. Only `true` enables it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_owner_references: Option<bool>,
+
+    /// Keep the ClusterGroup in its desired state with server-side apply. Otherwise it is only
+    /// created when missing (and re-created when removed), never updated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch_resource: Option<bool>,
+}
+
+/// CAPI Cluster → Fleet Cluster settings.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterConfig {
+    /// For a Cluster using a ClusterClass from another namespace, create a ClusterGroup
+    /// `<class>.<class namespace>` in the Cluster's namespace and a BundleNamespaceMapping in the
+    /// class namespace, so bundles next to the class can target the Cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apply_class_group: Option<bool>,
+
+    /// Keep the Fleet Cluster in its desired state with server-side apply. Otherwise it is only
+    /// created when missing (and re-created when removed), never updated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch_resource: Option<bool>,
+
+    /// Set an owner reference from the CAPI Cluster on its Fleet Cluster, so that the Fleet Cluster
+    /// is garbage-collected with it. Only `true` enables it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_owner_references: Option<bool>,
+
+    /// Naming of the Fleet Cluster: prefix + CAPI Cluster name + suffix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub naming: Option<NamingStrategy>,
+
+    /// Namespace the Fleet agent is installed into on the workload cluster.
+    /// Default: `fleet-addon-agent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub agent_namespace: Option<String>,
+
+    /// Tolerations of the Fleet agent. Default: tolerate `node.kubernetes.io/not-ready`,
+    /// `node.cluster.x-k8s.io/uninitialized` and `node.cloudprovider.kubernetes.io/uninitialized`,
+    /// so the agent runs on a fresh control plane.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_tolerations: Option<Vec<ClusterAgentTolerations>>,
+
+    /// Run the Fleet agent with `hostNetwork: true`, so it works before a CNI is installed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_network: Option<bool>,
+
+    /// Extra environment variables for the Fleet agent deployment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_env_vars: Option<Vec<ClusterAgentEnvVars>>,
+
+    /// Select Clusters by their labels. Empty or absent: this rule is not set.
+    /// Selection: each rule that is set (`selector`, `namespaceSelector`, `namespaceRegexes`)
+    /// selects the Clusters it matches (OR); when no rule is set, every Cluster is selected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+
+    /// Select Clusters by the labels of their namespace. Empty or absent: this rule is not set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+
+    /// Select Clusters whose namespace name fully matches any of these regular expressions
+    /// (Rust `regex` syntax, implicitly anchored at both ends). Empty or absent: this rule is not
+    /// set. Added by this provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(merge_strategy = ListMerge::Atomic)]
+    pub namespace_regexes: Option<Vec<String>>,
+
+    /// Register every selected Cluster with Fleet agent-initiated: the Fleet Cluster gets a client
+    /// ID instead of a kubeconfig Secret, and a ClusterRegistrationToken is created for its agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_initiated: Option<bool>,
+
+    /// Register the selected Clusters that also match this label selector agent-initiated.
+    /// Empty or absent: none (unless `agentInitiated` is true). Added by this provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_initiated_selector: Option<LabelSelector>,
+}
+
+/// Fleet Cluster naming.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct NamingStrategy {
+    /// Prefix prepended to the CAPI Cluster name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9.]*)?$"))]
+    pub prefix: Option<String>,
+
+    /// Suffix appended to the CAPI Cluster name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63), regex(pattern = r"^([-a-z0-9.]*[a-z0-9])?$"))]
+    pub suffix: Option<String>,
+}
+
+/// Fleet server settings.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetConfig {
+    /// The API server URL and CA that Fleet hands to agents (`apiServerURL`, `apiServerCA`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<Server>,
+
+    /// Fleet experimental features, passed to Fleet as `EXPERIMENTAL_*` environment variables.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feature_gates: Option<FeatureGates>,
+
+    /// Install a Fleet agent in the management cluster itself (Fleet chart value
+    /// `bootstrap.enabled`). Default: false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_local_cluster: Option<bool>,
+}
+
+/// Where Fleet's API server URL and CA come from: exactly one of `inferLocal` or `custom`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.inferLocal) != has(self.custom)")
+    .message("exactly one of inferLocal or custom must be set"))]
+pub struct Server {
+    /// Infer from the management cluster: CA from ConfigMap `default/kube-root-ca.crt`, URL from
+    /// the `default/kubernetes` endpoints. Only reachable by workload clusters that can reach the
+    /// management cluster's internal address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub infer_local: Option<bool>,
+
+    /// Explicit URL and CA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom: Option<CustomServer>,
+}
+
+/// Explicit Fleet API server settings.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CustomServer {
+    /// Reference to a ConfigMap or Secret (`kind`, default ConfigMap) whose key `ca.crt` holds the
+    /// PEM CA of the API server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_server_ca_config_ref: Option<ObjectReference>,
+
+    /// The API server URL, used verbatim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^https?://"))]
+    pub api_server_url: Option<String>,
+}
+
+/// Fleet experimental features.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FeatureGates {
+    /// Fleet `EXPERIMENTAL_OCI_STORAGE`. Default: true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experimental_oci_storage: Option<bool>,
+
+    /// Fleet `EXPERIMENTAL_HELM_OPS`. Default: true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experimental_helm_ops: Option<bool>,
+
+    /// Write the feature gates into a ConfigMap (its `fleet` values key) instead of the Fleet
+    /// helm release, for a Fleet installed by someone else (e.g. Rancher's `rancher-config`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<FeaturesConfigMap>,
+}
+
+/// Reference to the ConfigMap the feature gates are written to.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct FeaturesConfigMap {
+    /// The ConfigMap (`name` and `namespace`).
+    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+    pub reference: Option<ObjectReference>,
+}
+
+/// Fleet installation: exactly one of `followLatest` or `version`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.followLatest) != has(self.version)")
+    .message("exactly one of followLatest or version must be set"))]
+pub struct FleetInstall {
+    /// Install the latest chart; `true` also upgrades when a newer chart appears, `false` installs
+    /// the latest once and never upgrades.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow_latest: Option<bool>,
+
+    /// Install exactly this chart version (a leading `v` is accepted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(
+        pattern = r"^v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$"
+    ))]
+    pub version: Option<String>,
+
+    /// Chart repository URL: `https://…` or `oci://…` (plain `http://` only for loopback
+    /// addresses, for local testing). Default: `https://rancher.github.io/fleet-helm-charts/`.
+    /// Added by this provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(
+        pattern = r"^(https://[^\s]+|oci://[^\s]+|http://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]+)?(/[^\s]*)?)$"
+    ))]
+    pub repository: Option<String>,
+
+    /// Namespace of the Fleet releases. Default: `cattle-fleet-system`. Added by this provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub namespace: Option<String>,
+
+    /// Values for the `fleet` chart, merged under the values this provider sets (feature gates
+    /// are appended to your `extraEnv`, not replacing it). Added by this provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form_object")]
+    pub values: Option<BTreeMap<String, serde_json::Value>>,
+}
+
+/// Observed state.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetAddonConfigStatus {
+    /// Fleet version installed by this provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub installed_version: Option<String>,
+
+    /// Conditions: `Ready`, `Installed`, `RepoAdd`, `RepoUpdate`, `FlagsUpdate`, `ConfigValid`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+
+    /// Cluster import counts, updated at a bounded rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clusters: Option<ClusterCounts>,
+}
+
+/// Counts of CAPI Clusters by import state.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterCounts {
+    /// CAPI Clusters selected by the configuration.
+    pub selected: i64,
+    /// Selected Clusters with a Fleet Cluster.
+    pub imported: i64,
+    /// Selected Clusters waiting for their control plane to be initialized.
+    pub waiting: i64,
+}
+
+fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "nullable": true,
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
+impl FleetAddonConfig {
+    /// The only name the API accepts for this singleton.
+    pub const NAME: &'static str = names::CONFIG_NAME;
+}

@@ -1,0 +1,798 @@
+//! The configuration every controller acts on, resolved from the `FleetAddonConfig` object.
+//!
+//! Two regimes, as in CAAPF (research §1.4):
+//! - **object absent**: import every Cluster (manager-initiated, owner references on, patching
+//!   on, cross-namespace class groups on, host network on) and keep a ClusterGroup per
+//!   ClusterClass; feature gates on; Fleet is not installed.
+//! - **object present**: a missing section disables that part; inside a present section a
+//!   missing boolean is `false` (and a missing `hostNetwork` leaves the Fleet field unset), except
+//!   the agent namespace, the agent tolerations and the feature gates, which keep their defaults.
+
+use fleet_api_rs::fleet_cluster::{ClusterAgentEnvVars, ClusterAgentTolerations};
+use k8s_openapi::api::core::v1::ObjectReference;
+
+use crate::api::{ClusterConfig, FleetAddonConfig, FleetAddonConfigSpec, FleetInstall, Server};
+use crate::model::selection::{AgentInitiated, ClusterSelection};
+use crate::model::validation::{FieldError, validate};
+use crate::model::version::ChartVersion;
+use crate::names;
+
+/// Resolved configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EffectiveConfig {
+    /// Cluster import; `None` when disabled.
+    pub cluster: Option<ClusterImport>,
+    /// ClusterClass → ClusterGroup; `None` when disabled.
+    pub cluster_class: Option<ClassGroups>,
+    /// Fleet server settings.
+    pub fleet: FleetSettings,
+    /// Fleet installation; `None` when this provider does not install Fleet.
+    pub install: Option<InstallSettings>,
+    /// Problems in the spec, with field paths (empty when valid).
+    pub problems: Vec<FieldError>,
+    /// `metadata.generation` of the object it came from (`None` when absent).
+    pub generation: Option<i64>,
+}
+
+/// How CAPI Clusters become Fleet Clusters.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterImport {
+    pub selection: ClusterSelection,
+    pub agent_initiated: AgentInitiated,
+    pub apply_class_group: bool,
+    pub patch_resource: bool,
+    pub set_owner_references: bool,
+    pub name_prefix: String,
+    pub name_suffix: String,
+    pub agent_namespace: String,
+    pub agent_tolerations: Vec<ClusterAgentTolerations>,
+    /// `None` leaves the Fleet field unset.
+    pub host_network: Option<bool>,
+    pub agent_env_vars: Option<Vec<ClusterAgentEnvVars>>,
+}
+
+impl ClusterImport {
+    /// Name of the Fleet Cluster for a CAPI Cluster.
+    pub fn fleet_cluster_name(&self, capi_name: &str) -> String {
+        format!("{}{capi_name}{}", self.name_prefix, self.name_suffix)
+    }
+}
+
+/// How ClusterClasses become ClusterGroups.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClassGroups {
+    pub patch_resource: bool,
+    pub set_owner_references: bool,
+}
+
+/// Fleet server settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FleetSettings {
+    pub experimental_oci_storage: bool,
+    pub experimental_helm_ops: bool,
+    /// ConfigMap to write the feature gates into instead of the helm release.
+    pub feature_gates_config_map: Option<ObjectReference>,
+    pub bootstrap_local_cluster: bool,
+    /// `None`: leave Fleet's API server URL and CA alone.
+    pub server: Option<ServerSource>,
+}
+
+/// Where Fleet's `apiServerURL`/`apiServerCA` come from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ServerSource {
+    /// From the management cluster (`default/kubernetes` endpoints, `default/kube-root-ca.crt`).
+    InferLocal,
+    /// Explicit URL and/or CA reference (each optional: unset parts are left alone).
+    Custom {
+        url: Option<String>,
+        ca_ref: Option<ObjectReference>,
+    },
+}
+
+/// What to install, from where.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InstallSettings {
+    pub target: InstallTarget,
+    pub repository: String,
+    pub namespace: String,
+    /// User values for the `fleet` chart.
+    pub values: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Which chart version to run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum InstallTarget {
+    /// Latest chart; `upgrade` says whether newer charts are followed after the first install.
+    Latest { upgrade: bool },
+    /// Exactly this version, as written by the user (for `helm --version`) and parsed.
+    Pinned {
+        written: String,
+        version: ChartVersion,
+    },
+}
+
+impl Default for EffectiveConfig {
+    /// The "object absent" regime.
+    fn default() -> Self {
+        Self {
+            cluster: Some(ClusterImport {
+                selection: ClusterSelection::everything(),
+                agent_initiated: AgentInitiated::None,
+                apply_class_group: true,
+                patch_resource: true,
+                set_owner_references: true,
+                name_prefix: String::new(),
+                name_suffix: String::new(),
+                agent_namespace: names::DEFAULT_AGENT_NAMESPACE.to_string(),
+                agent_tolerations: default_agent_tolerations(),
+                host_network: Some(true),
+                agent_env_vars: None,
+            }),
+            cluster_class: Some(ClassGroups {
+                patch_resource: true,
+                set_owner_references: true,
+            }),
+            fleet: FleetSettings {
+                experimental_oci_storage: true,
+                experimental_helm_ops: true,
+                feature_gates_config_map: None,
+                bootstrap_local_cluster: false,
+                server: None,
+            },
+            install: None,
+            problems: Vec::new(),
+            generation: None,
+        }
+    }
+}
+
+impl EffectiveConfig {
+    /// Resolves the configuration from the object, or the defaults when it is absent.
+    pub fn resolve(object: Option<&FleetAddonConfig>) -> Self {
+        match object {
+            None => Self::default(),
+            Some(object) => {
+                let mut config = Self::from_spec(&object.spec);
+                config.generation = object.metadata.generation;
+                config
+            }
+        }
+    }
+
+    /// The "object present" regime.
+    pub fn from_spec(spec: &FleetAddonConfigSpec) -> Self {
+        let gates = spec
+            .config
+            .as_ref()
+            .and_then(|config| config.feature_gates.as_ref());
+        Self {
+            cluster: spec.cluster.as_ref().map(cluster_import),
+            cluster_class: spec.cluster_class.as_ref().map(|class| ClassGroups {
+                patch_resource: class.patch_resource == Some(true),
+                set_owner_references: class.set_owner_references == Some(true),
+            }),
+            fleet: FleetSettings {
+                experimental_oci_storage: gates
+                    .and_then(|g| g.experimental_oci_storage)
+                    .unwrap_or(true),
+                experimental_helm_ops: gates.and_then(|g| g.experimental_helm_ops).unwrap_or(true),
+                feature_gates_config_map: gates
+                    .and_then(|g| g.config_map.as_ref())
+                    .and_then(|cm| cm.reference.clone()),
+                bootstrap_local_cluster: spec
+                    .config
+                    .as_ref()
+                    .and_then(|c| c.bootstrap_local_cluster)
+                    .unwrap_or(false),
+                server: spec
+                    .config
+                    .as_ref()
+                    .and_then(|c| c.server.as_ref())
+                    .and_then(server_source),
+            },
+            install: spec.install.as_ref().and_then(install_settings),
+            problems: validate(spec),
+            generation: None,
+        }
+    }
+
+    /// Problems under a field path prefix (e.g. `spec.cluster`): a controller does not act on a
+    /// section with problems, it keeps its last good state and reports them.
+    pub fn problems_under<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = &'a FieldError> {
+        self.problems.iter().filter(move |p| {
+            p.path == prefix
+                || p.path
+                    .strip_prefix(prefix)
+                    .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('['))
+        })
+    }
+}
+
+fn cluster_import(config: &ClusterConfig) -> ClusterImport {
+    let naming = config.naming.clone().unwrap_or_default();
+    ClusterImport {
+        selection: ClusterSelection::compile(config),
+        agent_initiated: AgentInitiated::compile(config),
+        apply_class_group: config.apply_class_group == Some(true),
+        patch_resource: config.patch_resource == Some(true),
+        set_owner_references: config.set_owner_references == Some(true),
+        name_prefix: naming.prefix.unwrap_or_default(),
+        name_suffix: naming.suffix.unwrap_or_default(),
+        agent_namespace: config
+            .agent_namespace
+            .clone()
+            .filter(|ns| !ns.is_empty())
+            .unwrap_or_else(|| names::DEFAULT_AGENT_NAMESPACE.to_string()),
+        agent_tolerations: config
+            .agent_tolerations
+            .clone()
+            .unwrap_or_else(default_agent_tolerations),
+        host_network: config.host_network,
+        agent_env_vars: config.agent_env_vars.clone(),
+    }
+}
+
+fn server_source(server: &Server) -> Option<ServerSource> {
+    match (&server.infer_local, &server.custom) {
+        (Some(true), None) => Some(ServerSource::InferLocal),
+        (None, Some(custom)) => Some(ServerSource::Custom {
+            url: custom.api_server_url.clone(),
+            ca_ref: custom.api_server_ca_config_ref.clone(),
+        }),
+        // `inferLocal: false` means "leave alone"; both set is reported by validation.
+        _ => None,
+    }
+}
+
+fn install_settings(install: &FleetInstall) -> Option<InstallSettings> {
+    let target = match (&install.follow_latest, &install.version) {
+        (Some(upgrade), None) => InstallTarget::Latest { upgrade: *upgrade },
+        (None, Some(written)) => InstallTarget::Pinned {
+            written: written.clone(),
+            version: ChartVersion::parse(written)?,
+        },
+        // Neither or both: reported by validation; nothing to install.
+        _ => return None,
+    };
+    Some(InstallSettings {
+        target,
+        repository: install
+            .repository
+            .clone()
+            .unwrap_or_else(|| names::DEFAULT_FLEET_REPOSITORY.to_string()),
+        namespace: install
+            .namespace
+            .clone()
+            .unwrap_or_else(|| names::DEFAULT_FLEET_NAMESPACE.to_string()),
+        values: install
+            .values
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect(),
+    })
+}
+
+/// The three tolerations that let the agent run on a fresh control plane.
+pub fn default_agent_tolerations() -> Vec<ClusterAgentTolerations> {
+    let toleration = |key: &str, operator: &str, value: Option<&str>| ClusterAgentTolerations {
+        key: Some(key.to_string()),
+        operator: Some(operator.to_string()),
+        value: value.map(str::to_string),
+        effect: Some("NoSchedule".to_string()),
+        ..Default::default()
+    };
+    vec![
+        toleration("node.kubernetes.io/not-ready", "Exists", None),
+        toleration("node.cluster.x-k8s.io/uninitialized", "Exists", None),
+        toleration(
+            "node.cloudprovider.kubernetes.io/uninitialized",
+            "Equal",
+            Some("true"),
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::model::selection::ClusterFacts;
+
+    fn spec(yaml: &str) -> FleetAddonConfigSpec {
+        serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("test spec {yaml:?}: {e}"))
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn object_absent_imports_everything_with_caapf_defaults() {
+        let config = EffectiveConfig::resolve(None);
+        let cluster = config.cluster.as_ref().expect("import enabled");
+        assert!(cluster.selection.selects_everything());
+        assert_eq!(cluster.agent_initiated, AgentInitiated::None);
+        assert!(cluster.apply_class_group);
+        assert!(cluster.patch_resource);
+        assert!(cluster.set_owner_references);
+        assert_eq!(cluster.host_network, Some(true));
+        assert_eq!(cluster.agent_namespace, "fleet-addon-agent");
+        assert_eq!(cluster.agent_tolerations, default_agent_tolerations());
+        assert_eq!(cluster.fleet_cluster_name("c1"), "c1");
+        assert_eq!(
+            config.cluster_class,
+            Some(ClassGroups {
+                patch_resource: true,
+                set_owner_references: true
+            })
+        );
+        assert!(config.fleet.experimental_oci_storage && config.fleet.experimental_helm_ops);
+        assert!(!config.fleet.bootstrap_local_cluster);
+        assert_eq!(config.fleet.server, None);
+        assert_eq!(config.install, None);
+        assert!(config.problems.is_empty());
+    }
+
+    #[test]
+    fn three_default_tolerations() {
+        let tolerations = default_agent_tolerations();
+        let keys: Vec<(Option<&str>, Option<&str>, Option<&str>)> = tolerations
+            .iter()
+            .map(|t| (t.key.as_deref(), t.operator.as_deref(), t.value.as_deref()))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                (Some("node.kubernetes.io/not-ready"), Some("Exists"), None),
+                (
+                    Some("node.cluster.x-k8s.io/uninitialized"),
+                    Some("Exists"),
+                    None
+                ),
+                (
+                    Some("node.cloudprovider.kubernetes.io/uninitialized"),
+                    Some("Equal"),
+                    Some("true")
+                ),
+            ]
+        );
+        assert!(
+            default_agent_tolerations()
+                .iter()
+                .all(|t| t.effect.as_deref() == Some("NoSchedule"))
+        );
+    }
+
+    /// "Object present" semantics, one row per rule of research §1.4.
+    #[test]
+    fn object_present_semantics() {
+        struct Row {
+            name: &'static str,
+            spec: &'static str,
+            check: fn(&EffectiveConfig),
+        }
+        let rows = [
+            Row {
+                name: "empty spec disables import and class groups, keeps gates on",
+                spec: "{}",
+                check: |c| {
+                    assert!(c.cluster.is_none());
+                    assert!(c.cluster_class.is_none());
+                    assert!(c.install.is_none());
+                    assert!(c.fleet.experimental_oci_storage && c.fleet.experimental_helm_ops);
+                    assert!(!c.fleet.bootstrap_local_cluster);
+                },
+            },
+            Row {
+                name: "present cluster section with no booleans: all false, hostNetwork unset",
+                spec: "cluster: {}",
+                check: |c| {
+                    let cl = c.cluster.as_ref().expect("enabled");
+                    assert!(
+                        !cl.apply_class_group && !cl.patch_resource && !cl.set_owner_references
+                    );
+                    assert_eq!(cl.host_network, None);
+                    assert!(cl.selection.selects_everything());
+                },
+            },
+            Row {
+                name: "agent namespace and tolerations keep defaults inside a present section",
+                spec: "cluster: {hostNetwork: false}",
+                check: |c| {
+                    let cl = c.cluster.as_ref().expect("enabled");
+                    assert_eq!(cl.agent_namespace, "fleet-addon-agent");
+                    assert_eq!(cl.agent_tolerations, default_agent_tolerations());
+                    assert_eq!(cl.host_network, Some(false));
+                },
+            },
+            Row {
+                name: "explicit values are used",
+                spec: r#"
+cluster:
+  applyClassGroup: true
+  patchResource: true
+  setOwnerReferences: true
+  naming: {prefix: "fleet-", suffix: "-x"}
+  agentNamespace: agents
+  agentTolerations: [{key: k, operator: Exists}]
+  agentEnvVars: [{name: KUBERNETES_SERVICE_HOST, value: 127.0.0.1}]
+clusterClass: {patchResource: true}
+"#,
+                check: |c| {
+                    let cl = c.cluster.as_ref().expect("enabled");
+                    assert!(cl.apply_class_group && cl.patch_resource && cl.set_owner_references);
+                    assert_eq!(cl.fleet_cluster_name("c1"), "fleet-c1-x");
+                    assert_eq!(cl.agent_namespace, "agents");
+                    assert_eq!(cl.agent_tolerations.len(), 1);
+                    assert_eq!(cl.agent_env_vars.as_ref().map(Vec::len), Some(1));
+                    let cc = c.cluster_class.as_ref().expect("enabled");
+                    assert!(cc.patch_resource && !cc.set_owner_references);
+                },
+            },
+            Row {
+                name: "prefix only and suffix only",
+                spec: "cluster: {naming: {suffix: \"-fleet\"}}",
+                check: |c| {
+                    let cl = c.cluster.as_ref().expect("enabled");
+                    assert_eq!(cl.fleet_cluster_name("test"), "test-fleet");
+                },
+            },
+            Row {
+                name: "feature gates: each defaults to true, configMap ref kept",
+                spec: "config: {featureGates: {experimentalHelmOps: false, configMap: {ref: {name: rancher-config, namespace: cattle-system}}}, bootstrapLocalCluster: true}",
+                check: |c| {
+                    assert!(c.fleet.experimental_oci_storage);
+                    assert!(!c.fleet.experimental_helm_ops);
+                    assert_eq!(
+                        c.fleet
+                            .feature_gates_config_map
+                            .as_ref()
+                            .and_then(|r| r.name.as_deref()),
+                        Some("rancher-config")
+                    );
+                    assert!(c.fleet.bootstrap_local_cluster);
+                },
+            },
+            Row {
+                name: "server inferLocal / custom / inferLocal false",
+                spec: "config: {server: {inferLocal: true}}",
+                check: |c| assert_eq!(c.fleet.server, Some(ServerSource::InferLocal)),
+            },
+            Row {
+                name: "custom server",
+                spec: "config: {server: {custom: {apiServerUrl: \"https://fleet.example.com:6443\", apiServerCaConfigRef: {kind: Secret, name: ca, namespace: default}}}}",
+                check: |c| match &c.fleet.server {
+                    Some(ServerSource::Custom { url, ca_ref }) => {
+                        assert_eq!(url.as_deref(), Some("https://fleet.example.com:6443"));
+                        assert_eq!(
+                            ca_ref.as_ref().and_then(|r| r.kind.as_deref()),
+                            Some("Secret")
+                        );
+                    }
+                    other => panic!("{other:?}"),
+                },
+            },
+            Row {
+                name: "inferLocal false leaves the server alone",
+                spec: "config: {server: {inferLocal: false}}",
+                check: |c| assert_eq!(c.fleet.server, None),
+            },
+            Row {
+                name: "install followLatest with defaults",
+                spec: "install: {followLatest: true}",
+                check: |c| {
+                    let i = c.install.as_ref().expect("install");
+                    assert_eq!(i.target, InstallTarget::Latest { upgrade: true });
+                    assert_eq!(i.repository, "https://rancher.github.io/fleet-helm-charts/");
+                    assert_eq!(i.namespace, "cattle-fleet-system");
+                    assert!(i.values.is_empty());
+                },
+            },
+            Row {
+                name: "install pinned version with repository, namespace and values",
+                spec: "install: {version: v0.13.1, repository: \"oci://registry.example.com/charts\", namespace: fleet, values: {replicas: 2}}",
+                check: |c| {
+                    let i = c.install.as_ref().expect("install");
+                    match &i.target {
+                        InstallTarget::Pinned { written, version } => {
+                            assert_eq!(written, "v0.13.1");
+                            assert_eq!(version.to_string(), "0.13.1");
+                        }
+                        other => panic!("{other:?}"),
+                    }
+                    assert_eq!(i.repository, "oci://registry.example.com/charts");
+                    assert_eq!(i.namespace, "fleet");
+                    assert_eq!(i.values["replicas"], serde_json::json!(2));
+                },
+            },
+            Row {
+                name: "install with both followLatest and version installs nothing and is reported",
+                spec: "install: {followLatest: true, version: 0.13.1}",
+                check: |c| {
+                    assert!(c.install.is_none());
+                    assert_eq!(c.problems_under("spec.install").count(), 1);
+                },
+            },
+            Row {
+                name: "agentInitiated true covers all selected clusters",
+                spec: "cluster: {agentInitiated: true}",
+                check: |c| {
+                    let cl = c.cluster.as_ref().expect("enabled");
+                    assert!(cl.agent_initiated.applies_to(&BTreeMap::new()));
+                },
+            },
+            Row {
+                name: "agentInitiatedSelector covers matching clusters only",
+                spec: "cluster: {agentInitiatedSelector: {matchLabels: {network: nat}}}",
+                check: |c| {
+                    let cl = c.cluster.as_ref().expect("enabled");
+                    assert!(
+                        cl.agent_initiated
+                            .applies_to(&labels(&[("network", "nat")]))
+                    );
+                    assert!(
+                        !cl.agent_initiated
+                            .applies_to(&labels(&[("network", "open")]))
+                    );
+                    assert!(!cl.agent_initiated.applies_to(&BTreeMap::new()));
+                },
+            },
+            Row {
+                name: "empty agentInitiatedSelector selects none",
+                spec: "cluster: {agentInitiatedSelector: {}}",
+                check: |c| {
+                    let cl = c.cluster.as_ref().expect("enabled");
+                    assert!(!cl.agent_initiated.applies_to(&BTreeMap::new()));
+                },
+            },
+        ];
+        for row in rows {
+            let config = EffectiveConfig::from_spec(&spec(row.spec));
+            if row.name.contains("reported") {
+                (row.check)(&config);
+                continue;
+            }
+            assert!(
+                config.problems.is_empty(),
+                "{}: {:?}",
+                row.name,
+                config.problems
+            );
+            (row.check)(&config);
+        }
+    }
+
+    #[test]
+    fn generation_is_carried() {
+        let mut object = FleetAddonConfig::new("fleet-addon-config", spec("cluster: {}"));
+        object.metadata.generation = Some(7);
+        assert_eq!(EffectiveConfig::resolve(Some(&object)).generation, Some(7));
+    }
+
+    /// The selection rule: labels OR namespace labels OR namespace regexes; nothing set selects
+    /// everything; regexes are fully anchored; an invalid rule selects nothing.
+    #[test]
+    fn selection_rule() {
+        struct Row {
+            spec: &'static str,
+            cluster: &'static [(&'static str, &'static str)],
+            namespace: &'static str,
+            namespace_labels: &'static [(&'static str, &'static str)],
+            selected: bool,
+        }
+        let row = |spec, cluster, namespace, namespace_labels, selected| Row {
+            spec,
+            cluster,
+            namespace,
+            namespace_labels,
+            selected,
+        };
+        let rows = [
+            // No rule set: everything.
+            row("cluster: {}", &[], "any", &[], true),
+            row(
+                "cluster: {selector: {}, namespaceSelector: {}, namespaceRegexes: []}",
+                &[],
+                "any",
+                &[],
+                true,
+            ),
+            // Cluster labels.
+            row(
+                "cluster: {selector: {matchLabels: {import: \"\"}}}",
+                &[("import", "")],
+                "ns",
+                &[],
+                true,
+            ),
+            row(
+                "cluster: {selector: {matchLabels: {import: \"\"}}}",
+                &[],
+                "ns",
+                &[],
+                false,
+            ),
+            row(
+                "cluster: {selector: {matchExpressions: [{key: env, operator: In, values: [dev, qa]}]}}",
+                &[("env", "qa")],
+                "ns",
+                &[],
+                true,
+            ),
+            row(
+                "cluster: {selector: {matchExpressions: [{key: env, operator: NotIn, values: [prod]}]}}",
+                &[("env", "prod")],
+                "ns",
+                &[],
+                false,
+            ),
+            row(
+                "cluster: {selector: {matchExpressions: [{key: gke, operator: DoesNotExist}]}}",
+                &[],
+                "ns",
+                &[],
+                true,
+            ),
+            // Namespace labels.
+            row(
+                "cluster: {namespaceSelector: {matchLabels: {import: \"\"}}}",
+                &[],
+                "ns",
+                &[("import", "")],
+                true,
+            ),
+            row(
+                "cluster: {namespaceSelector: {matchLabels: {import: \"\"}}}",
+                &[("import", "")],
+                "ns",
+                &[],
+                false,
+            ),
+            // OR of both label rules (CAAPF's testdata config).
+            row(
+                "cluster: {selector: {matchLabels: {import: \"\"}}, namespaceSelector: {matchLabels: {import: \"\"}}}",
+                &[],
+                "ns",
+                &[("import", "")],
+                true,
+            ),
+            row(
+                "cluster: {selector: {matchLabels: {import: \"\"}}, namespaceSelector: {matchLabels: {import: \"\"}}}",
+                &[("import", "")],
+                "ns",
+                &[],
+                true,
+            ),
+            row(
+                "cluster: {selector: {matchLabels: {import: \"\"}}, namespaceSelector: {matchLabels: {import: \"\"}}}",
+                &[],
+                "ns",
+                &[],
+                false,
+            ),
+            // An empty selector is "not set": only the other rule decides (differs from CAAPF).
+            row(
+                "cluster: {selector: {}, namespaceSelector: {matchLabels: {import: \"\"}}}",
+                &[],
+                "ns",
+                &[],
+                false,
+            ),
+            // Regexes are fully anchored.
+            row(
+                "cluster: {namespaceRegexes: [\"team-.*\"]}",
+                &[],
+                "team-a",
+                &[],
+                true,
+            ),
+            row(
+                "cluster: {namespaceRegexes: [\"team-.*\"]}",
+                &[],
+                "my-team-a",
+                &[],
+                false,
+            ),
+            row(
+                "cluster: {namespaceRegexes: [\"team\"]}",
+                &[],
+                "team-a",
+                &[],
+                false,
+            ),
+            row(
+                "cluster: {namespaceRegexes: [\"a|b\"]}",
+                &[],
+                "ab",
+                &[],
+                false,
+            ),
+            row(
+                "cluster: {namespaceRegexes: [\"a|b\"]}",
+                &[],
+                "b",
+                &[],
+                true,
+            ),
+            row(
+                "cluster: {namespaceRegexes: [\"x\", \"prod-[0-9]+\"]}",
+                &[],
+                "prod-12",
+                &[],
+                true,
+            ),
+            // Regex OR labels.
+            row(
+                "cluster: {namespaceRegexes: [\"team-.*\"], selector: {matchLabels: {import: \"\"}}}",
+                &[("import", "")],
+                "other",
+                &[],
+                true,
+            ),
+            // An invalid rule selects nothing and does not widen the selection.
+            row(
+                "cluster: {namespaceRegexes: [\"team-(\"]}",
+                &[],
+                "team-(",
+                &[],
+                false,
+            ),
+            row(
+                "cluster: {selector: {matchExpressions: [{key: env, operator: Maybe}]}}",
+                &[("env", "x")],
+                "ns",
+                &[],
+                false,
+            ),
+            row(
+                "cluster: {selector: {matchExpressions: [{key: env, operator: In}]}}",
+                &[("env", "x")],
+                "ns",
+                &[],
+                false,
+            ),
+        ];
+        for row in rows {
+            let config = EffectiveConfig::from_spec(&spec(row.spec));
+            let cluster = config.cluster.as_ref().expect("import enabled");
+            let cluster_labels = labels(row.cluster);
+            let namespace_labels = labels(row.namespace_labels);
+            let facts = ClusterFacts {
+                labels: &cluster_labels,
+                namespace: row.namespace,
+                namespace_labels: &namespace_labels,
+            };
+            assert_eq!(
+                cluster.selection.selects(facts),
+                row.selected,
+                "{} with cluster labels {:?} in {} {:?}",
+                row.spec,
+                row.cluster,
+                row.namespace,
+                row.namespace_labels
+            );
+        }
+    }
+
+    #[test]
+    fn invalid_regex_is_reported_with_its_path() {
+        let config =
+            EffectiveConfig::from_spec(&spec("cluster: {namespaceRegexes: [\"ok-.*\", \"foo(\"]}"));
+        let problems: Vec<String> = config
+            .problems_under("spec.cluster")
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].starts_with("spec.cluster.namespaceRegexes[1]: invalid regex \"foo(\""),
+            "{}",
+            problems[0]
+        );
+        assert_eq!(config.problems_under("spec.install").count(), 0);
+    }
+}

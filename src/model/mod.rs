@@ -1,0 +1,6 @@
+//! Pure decisions: no client, no I/O, no async. Everything here is table-tested.
+
+pub mod config;
+pub mod selection;
+pub mod validation;
+pub mod version;

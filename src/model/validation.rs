@@ -1,0 +1,471 @@
+//! Checks of a `FleetAddonConfig` spec that the CRD schema cannot express (regular expression
+//! syntax, label selector syntax, resulting object names). One pure function returns every
+//! problem with its field path; controllers report the list in status.
+
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use crate::api::{FleetAddonConfigSpec, FleetInstall, Server};
+
+/// One problem in the spec, with the field path it concerns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    /// Path in the object, e.g. `spec.cluster.namespaceRegexes[1]`.
+    pub path: String,
+    /// What is wrong, and what would be right.
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// Returns every problem in `spec`, in field order. Empty means valid.
+pub fn validate(spec: &FleetAddonConfigSpec) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    if let Some(cluster) = &spec.cluster {
+        if let Some(selector) = &cluster.selector {
+            validate_label_selector(selector, "spec.cluster.selector", &mut errors);
+        }
+        if let Some(selector) = &cluster.namespace_selector {
+            validate_label_selector(selector, "spec.cluster.namespaceSelector", &mut errors);
+        }
+        for (i, pattern) in cluster.namespace_regexes.iter().flatten().enumerate() {
+            if let Err(err) = compile_anchored(pattern) {
+                errors.push(FieldError::new(
+                    format!("spec.cluster.namespaceRegexes[{i}]"),
+                    format!("invalid regex {pattern:?}: {}", regex_error_summary(&err)),
+                ));
+            }
+        }
+        if let Some(selector) = &cluster.agent_initiated_selector {
+            validate_label_selector(selector, "spec.cluster.agentInitiatedSelector", &mut errors);
+        }
+        if let Some(naming) = &cluster.naming {
+            // A CAPI name is at most 63 characters; the Fleet name must stay a valid object name.
+            let example = format!(
+                "{}{}{}",
+                naming.prefix.as_deref().unwrap_or_default(),
+                "x",
+                naming.suffix.as_deref().unwrap_or_default()
+            );
+            if !is_dns1123_subdomain(&example) {
+                errors.push(FieldError::new(
+                    "spec.cluster.naming",
+                    format!(
+                        "prefix and suffix must produce a DNS-1123 subdomain around the Cluster name (got {example:?} for Cluster \"x\")"
+                    ),
+                ));
+            }
+        }
+        if let Some(ns) = &cluster.agent_namespace
+            && !is_dns1123_label(ns)
+        {
+            errors.push(FieldError::new(
+                "spec.cluster.agentNamespace",
+                format!("{ns:?} is not a valid namespace name (DNS-1123 label)"),
+            ));
+        }
+    }
+    if let Some(config) = &spec.config {
+        if let Some(server) = &config.server {
+            validate_server(server, &mut errors);
+        }
+        if let Some(reference) = config
+            .feature_gates
+            .as_ref()
+            .and_then(|gates| gates.config_map.as_ref())
+            .and_then(|cm| cm.reference.as_ref())
+        {
+            let path = "spec.config.featureGates.configMap.ref";
+            if reference.name.as_deref().unwrap_or_default().is_empty() {
+                errors.push(FieldError::new(format!("{path}.name"), "name is required"));
+            }
+            if reference
+                .namespace
+                .as_deref()
+                .unwrap_or_default()
+                .is_empty()
+            {
+                errors.push(FieldError::new(
+                    format!("{path}.namespace"),
+                    "namespace is required",
+                ));
+            }
+        }
+    }
+    if let Some(install) = &spec.install {
+        validate_install(install, &mut errors);
+    }
+    errors
+}
+
+fn validate_server(server: &Server, errors: &mut Vec<FieldError>) {
+    let path = "spec.config.server";
+    match (&server.infer_local, &server.custom) {
+        (Some(_), Some(_)) | (None, None) => errors.push(FieldError::new(
+            path,
+            "exactly one of inferLocal or custom must be set",
+        )),
+        _ => {}
+    }
+    if let Some(custom) = &server.custom {
+        if let Some(url) = &custom.api_server_url
+            && !(url.starts_with("https://") || url.starts_with("http://"))
+        {
+            errors.push(FieldError::new(
+                format!("{path}.custom.apiServerUrl"),
+                format!("{url:?} must be an http(s) URL"),
+            ));
+        }
+        if let Some(reference) = &custom.api_server_ca_config_ref {
+            let kind = reference.kind.as_deref().unwrap_or("ConfigMap");
+            if kind != "ConfigMap" && kind != "Secret" {
+                errors.push(FieldError::new(
+                    format!("{path}.custom.apiServerCaConfigRef.kind"),
+                    format!("{kind:?} is not supported: use ConfigMap or Secret"),
+                ));
+            }
+            if reference.name.as_deref().unwrap_or_default().is_empty() {
+                errors.push(FieldError::new(
+                    format!("{path}.custom.apiServerCaConfigRef.name"),
+                    "name is required",
+                ));
+            }
+        }
+    }
+}
+
+fn validate_install(install: &FleetInstall, errors: &mut Vec<FieldError>) {
+    let path = "spec.install";
+    if install.follow_latest.is_some() == install.version.is_some() {
+        errors.push(FieldError::new(
+            path,
+            "exactly one of followLatest or version must be set",
+        ));
+    }
+    if let Some(version) = &install.version
+        && crate::model::version::ChartVersion::parse(version).is_none()
+    {
+        errors.push(FieldError::new(
+            format!("{path}.version"),
+            format!("{version:?} is not a semantic version such as 0.13.1"),
+        ));
+    }
+    if let Some(repository) = &install.repository
+        && !is_allowed_repository(repository)
+    {
+        errors.push(FieldError::new(
+            format!("{path}.repository"),
+            format!(
+                "{repository:?} must start with https:// or oci:// (http:// only for 127.0.0.1, localhost or [::1])"
+            ),
+        ));
+    }
+    if let Some(ns) = &install.namespace
+        && !is_dns1123_label(ns)
+    {
+        errors.push(FieldError::new(
+            format!("{path}.namespace"),
+            format!("{ns:?} is not a valid namespace name (DNS-1123 label)"),
+        ));
+    }
+}
+
+/// Whether helm may be pointed at `url`: https and OCI anywhere, plain HTTP only on loopback.
+pub fn is_allowed_repository(url: &str) -> bool {
+    if let Some(rest) = url.strip_prefix("https://").or(url.strip_prefix("oci://")) {
+        return !rest.is_empty() && !rest.chars().any(char::is_whitespace);
+    }
+    if let Some(rest) = url.strip_prefix("http://") {
+        let host_port = rest.split('/').next().unwrap_or_default();
+        let host = if let Some(v6) = host_port.strip_prefix('[') {
+            v6.split(']')
+                .next()
+                .map(|h| format!("[{h}]"))
+                .unwrap_or_default()
+        } else {
+            host_port.split(':').next().unwrap_or_default().to_string()
+        };
+        return matches!(host.as_str(), "127.0.0.1" | "localhost" | "[::1]");
+    }
+    false
+}
+
+/// Compiles a namespace pattern so it must match the whole name.
+pub fn compile_anchored(pattern: &str) -> Result<regex::Regex, regex::Error> {
+    regex::Regex::new(&format!("^(?:{pattern})$"))
+}
+
+/// The `regex` crate's errors span several lines with a caret diagram; keep the last line,
+/// which names the problem.
+fn regex_error_summary(err: &regex::Error) -> String {
+    let text = err.to_string();
+    text.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or(&text)
+        .trim()
+        .trim_start_matches("error: ")
+        .to_string()
+}
+
+/// Validates a label selector as the API server does for `metav1.LabelSelector`.
+pub fn validate_label_selector(selector: &LabelSelector, path: &str, errors: &mut Vec<FieldError>) {
+    for (key, value) in selector.match_labels.iter().flatten() {
+        let p = format!("{path}.matchLabels[{key:?}]");
+        if let Some(msg) = label_key_problem(key) {
+            errors.push(FieldError::new(&p, msg));
+        }
+        if let Some(msg) = label_value_problem(value) {
+            errors.push(FieldError::new(&p, msg));
+        }
+    }
+    for (i, req) in selector.match_expressions.iter().flatten().enumerate() {
+        let p = format!("{path}.matchExpressions[{i}]");
+        if let Some(msg) = label_key_problem(&req.key) {
+            errors.push(FieldError::new(format!("{p}.key"), msg));
+        }
+        let values = req.values.as_deref().unwrap_or_default();
+        match req.operator.as_str() {
+            "In" | "NotIn" => {
+                if values.is_empty() {
+                    errors.push(FieldError::new(
+                        format!("{p}.values"),
+                        format!("must be non-empty when operator is {}", req.operator),
+                    ));
+                }
+            }
+            "Exists" | "DoesNotExist" => {
+                if !values.is_empty() {
+                    errors.push(FieldError::new(
+                        format!("{p}.values"),
+                        format!("must be empty when operator is {}", req.operator),
+                    ));
+                }
+            }
+            other => errors.push(FieldError::new(
+                format!("{p}.operator"),
+                format!("{other:?} is not a valid operator: use In, NotIn, Exists or DoesNotExist"),
+            )),
+        }
+        for (j, value) in values.iter().enumerate() {
+            if let Some(msg) = label_value_problem(value) {
+                errors.push(FieldError::new(format!("{p}.values[{j}]"), msg));
+            }
+        }
+    }
+}
+
+fn label_key_problem(key: &str) -> Option<String> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix
+        && !is_dns1123_subdomain(prefix)
+    {
+        return Some(format!(
+            "label key {key:?}: prefix must be a DNS-1123 subdomain"
+        ));
+    }
+    if name.is_empty() || name.len() > 63 || !is_qualified_name_part(name) {
+        return Some(format!(
+            "label key {key:?}: name must be 1-63 characters, alphanumeric, '-', '_' or '.', starting and ending with an alphanumeric character"
+        ));
+    }
+    None
+}
+
+fn label_value_problem(value: &str) -> Option<String> {
+    if value.is_empty() || (value.len() <= 63 && is_qualified_name_part(value)) {
+        None
+    } else {
+        Some(format!(
+            "label value {value:?}: must be at most 63 characters, alphanumeric, '-', '_' or '.', starting and ending with an alphanumeric character"
+        ))
+    }
+}
+
+fn is_qualified_name_part(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    !bytes.is_empty()
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// DNS-1123 label: lower-case alphanumerics and '-', at most 63, alphanumeric at both ends.
+pub fn is_dns1123_label(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase() || *b == b'-')
+}
+
+/// DNS-1123 subdomain: dot-separated labels, at most 253 characters.
+pub fn is_dns1123_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns1123_label)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problems(yaml: &str) -> Vec<String> {
+        let spec: FleetAddonConfigSpec =
+            serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("test spec {yaml:?}: {e}"));
+        validate(&spec).iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn valid_specs_have_no_problems() {
+        for yaml in [
+            "{}",
+            // CAAPF's e2e configuration.
+            r#"
+config: {server: {inferLocal: true}}
+clusterClass: {patchResource: true, setOwnerReferences: true}
+cluster:
+  hostNetwork: true
+  patchResource: true
+  setOwnerReferences: true
+  applyClassGroup: true
+  selector: {matchLabels: {import: ""}}
+  namespaceSelector: {matchLabels: {import: ""}}
+install: {followLatest: true}
+"#,
+            "cluster: {namespaceRegexes: [\"^team-[a-z]+$\", \"prod|staging\"], naming: {prefix: \"fleet-\", suffix: \"-c\"}}",
+            "cluster: {selector: {matchExpressions: [{key: example.com/tier, operator: Exists}]}}",
+            "install: {version: v0.13.1, repository: \"http://127.0.0.1:8879/charts\"}",
+            "install: {version: 0.14.0-rc.1, repository: \"oci://ghcr.io/rancher/fleet-charts\"}",
+            "config: {server: {custom: {apiServerUrl: \"https://1.2.3.4:6443\", apiServerCaConfigRef: {kind: Secret, name: ca, namespace: default}}}}",
+            "config: {featureGates: {configMap: {ref: {name: rancher-config, namespace: cattle-system}}}}",
+        ] {
+            assert_eq!(problems(yaml), Vec::<String>::new(), "{yaml}");
+        }
+    }
+
+    #[test]
+    fn every_problem_has_its_field_path() {
+        let rows: &[(&str, &[&str])] = &[
+            (
+                "cluster: {namespaceRegexes: [\"ok\", \"foo(\"]}",
+                &["spec.cluster.namespaceRegexes[1]: invalid regex \"foo(\": unclosed group"],
+            ),
+            (
+                "cluster: {selector: {matchExpressions: [{key: env, operator: Maybe}]}}",
+                &[
+                    "spec.cluster.selector.matchExpressions[0].operator: \"Maybe\" is not a valid operator: use In, NotIn, Exists or DoesNotExist",
+                ],
+            ),
+            (
+                "cluster: {namespaceSelector: {matchExpressions: [{key: env, operator: In}]}}",
+                &[
+                    "spec.cluster.namespaceSelector.matchExpressions[0].values: must be non-empty when operator is In",
+                ],
+            ),
+            (
+                "cluster: {selector: {matchExpressions: [{key: env, operator: Exists, values: [a]}]}}",
+                &[
+                    "spec.cluster.selector.matchExpressions[0].values: must be empty when operator is Exists",
+                ],
+            ),
+            (
+                "cluster: {selector: {matchLabels: {\"bad key!\": x}}}",
+                &[
+                    "spec.cluster.selector.matchLabels[\"bad key!\"]: label key \"bad key!\": name must be 1-63 characters, alphanumeric, '-', '_' or '.', starting and ending with an alphanumeric character",
+                ],
+            ),
+            (
+                "cluster: {agentInitiatedSelector: {matchLabels: {a: \"-bad\"}}}",
+                &[
+                    "spec.cluster.agentInitiatedSelector.matchLabels[\"a\"]: label value \"-bad\": must be at most 63 characters, alphanumeric, '-', '_' or '.', starting and ending with an alphanumeric character",
+                ],
+            ),
+            (
+                "cluster: {naming: {prefix: \"Fleet_\"}}",
+                &[
+                    "spec.cluster.naming: prefix and suffix must produce a DNS-1123 subdomain around the Cluster name (got \"Fleet_x\" for Cluster \"x\")",
+                ],
+            ),
+            (
+                "cluster: {agentNamespace: Agents}",
+                &[
+                    "spec.cluster.agentNamespace: \"Agents\" is not a valid namespace name (DNS-1123 label)",
+                ],
+            ),
+            (
+                "install: {followLatest: true, version: 0.13.1}",
+                &["spec.install: exactly one of followLatest or version must be set"],
+            ),
+            (
+                "install: {}",
+                &["spec.install: exactly one of followLatest or version must be set"],
+            ),
+            (
+                "install: {version: \"~0.13\"}",
+                &["spec.install.version: \"~0.13\" is not a semantic version such as 0.13.1"],
+            ),
+            (
+                "install: {followLatest: true, repository: \"http://charts.example.com\"}",
+                &[
+                    "spec.install.repository: \"http://charts.example.com\" must start with https:// or oci:// (http:// only for 127.0.0.1, localhost or [::1])",
+                ],
+            ),
+            (
+                "config: {server: {inferLocal: true, custom: {}}}",
+                &["spec.config.server: exactly one of inferLocal or custom must be set"],
+            ),
+            (
+                "config: {server: {custom: {apiServerUrl: \"fleet.example.com\", apiServerCaConfigRef: {kind: Pod, name: x}}}}",
+                &[
+                    "spec.config.server.custom.apiServerUrl: \"fleet.example.com\" must be an http(s) URL",
+                    "spec.config.server.custom.apiServerCaConfigRef.kind: \"Pod\" is not supported: use ConfigMap or Secret",
+                ],
+            ),
+            (
+                "config: {featureGates: {configMap: {ref: {name: x}}}}",
+                &["spec.config.featureGates.configMap.ref.namespace: namespace is required"],
+            ),
+        ];
+        for (yaml, want) in rows {
+            assert_eq!(problems(yaml), *want, "{yaml}");
+        }
+    }
+
+    #[test]
+    fn repository_schemes() {
+        for (url, ok) in [
+            ("https://rancher.github.io/fleet-helm-charts/", true),
+            ("oci://ghcr.io/rancher", true),
+            ("http://127.0.0.1:8879", true),
+            ("http://localhost/charts", true),
+            ("http://[::1]:80/x", true),
+            ("http://127.0.0.1.example.com/", false),
+            ("http://10.0.0.1/", false),
+            ("ftp://x", false),
+            ("https://", false),
+        ] {
+            assert_eq!(is_allowed_repository(url), ok, "{url}");
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! Names that other software reads: object names, label and annotation keys, finalizers and
+//! field managers. Most are a compatibility contract with the existing CAAPF (research §14):
+//! changing one breaks in-place upgrades from it.
+
+/// Name of the singleton `FleetAddonConfig`.
+pub const CONFIG_NAME: &str = "fleet-addon-config";
+
+/// Finalizer on CAPI Clusters and ClusterClasses we manage (CAAPF's name, so we can remove it
+/// from objects CAAPF left behind).
+pub const FINALIZER: &str = "fleet.addons.cluster.x-k8s.io";
+
+/// Label on Fleet Clusters and ClusterGroups: name of the ClusterClass. Read by ClusterGroup
+/// selectors and by users' Fleet targets.
+pub const CLUSTERCLASS_NAME_LABEL: &str = "clusterclass-name.fleet.addons.cluster.x-k8s.io";
+
+/// Label on Fleet Clusters and ClusterGroups: namespace of the ClusterClass.
+pub const CLUSTERCLASS_NAMESPACE_LABEL: &str =
+    "clusterclass-namespace.fleet.addons.cluster.x-k8s.io";
+
+/// Namespace annotation read by the Rancher webhook: allows a FleetWorkspace for an existing
+/// namespace.
+pub const FLEET_WORKSPACE_ANNOTATION: &str =
+    "field.cattle.io/allow-fleetworkspace-creation-for-existing-namespace";
+
+/// Annotation kubectl writes for client-side apply; never copied to Fleet Clusters.
+pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// CAPI pause annotation: a Cluster carrying it is not touched.
+pub const CAPI_PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
+
+/// CAPI `--watch-filter` label key.
+pub const CAPI_WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
+
+/// Field manager for Fleet Clusters and ClusterGroups (CAAPF's name).
+pub const FIELD_MANAGER: &str = "addon-provider-fleet";
+
+/// Field manager for namespace annotations (CAAPF's name).
+pub const NAMESPACE_FIELD_MANAGER: &str = "namespace-addon-provider-fleet";
+
+/// Field manager for `FleetAddonConfig` status (CAAPF's name).
+pub const STATUS_FIELD_MANAGER: &str = "fleet-addon-controller";
+
+/// Field manager for the per-cluster cross-namespace ClusterGroup and BundleNamespaceMapping
+/// (CAAPF's name: `cluster-<fleet cluster name>-addon-provider-fleet`).
+pub fn cluster_field_manager(fleet_cluster_name: &str) -> String {
+    format!("cluster-{fleet_cluster_name}-addon-provider-fleet")
+}
+
+/// Default namespace of the Fleet agent on workload clusters.
+pub const DEFAULT_AGENT_NAMESPACE: &str = "fleet-addon-agent";
+
+/// Default Fleet chart repository.
+pub const DEFAULT_FLEET_REPOSITORY: &str = "https://rancher.github.io/fleet-helm-charts/";
+
+/// Default namespace of the Fleet releases.
+pub const DEFAULT_FLEET_NAMESPACE: &str = "cattle-fleet-system";
+
+/// Helm release (and chart) names of Fleet.
+pub const FLEET_CRD_RELEASE: &str = "fleet-crd";
+/// Helm release (and chart) name of the Fleet controller.
+pub const FLEET_RELEASE: &str = "fleet";
+
+/// Fleet chart environment variable behind `featureGates.experimentalOciStorage`.
+pub const EXPERIMENTAL_OCI_STORAGE: &str = "EXPERIMENTAL_OCI_STORAGE";
+/// Fleet chart environment variable behind `featureGates.experimentalHelmOps`.
+pub const EXPERIMENTAL_HELM_OPS: &str = "EXPERIMENTAL_HELM_OPS";
+
+/// Suffix of the kubeconfig Secret CAPI creates for a Cluster (`<cluster>-kubeconfig`).
+pub fn kubeconfig_secret_name(capi_cluster_name: &str) -> String {
+    format!("{capi_cluster_name}-kubeconfig")
+}

@@ -1,0 +1,128 @@
+//! The `caapf` binary as users and the CAPI Operator run it.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn caapf(args: &[&str], kubeconfig: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_caapf"))
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env_remove("RUST_LOG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .expect("caapf runs")
+}
+
+/// A kubeconfig whose server refuses connections (port 1 on loopback).
+fn unreachable_kubeconfig(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        r#"apiVersion: v1
+kind: Config
+clusters:
+- name: nowhere
+  cluster: {server: "http://127.0.0.1:1"}
+contexts:
+- name: nowhere
+  context: {cluster: nowhere, user: nobody}
+current-context: nowhere
+users:
+- name: nobody
+  user: {}
+"#,
+    )
+    .expect("write kubeconfig");
+    path
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+#[test]
+fn accepts_every_operator_flag_and_fails_clearly_without_a_cluster() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = unreachable_kubeconfig(dir.path());
+    // The flags the CAPI Operator renders onto the manager container, in both forms, plus one
+    // it might add in a later release.
+    let args = [
+        "--leader-elect=false",
+        "--leader-elect-lease-duration",
+        "15s",
+        "--leader-elect-renew-deadline=10s",
+        "--leader-elect-retry-period",
+        "2s",
+        "--metrics-bind-addr=:8080",
+        "--diagnostics-address",
+        ":8443",
+        "--insecure-diagnostics",
+        "--health-addr=:9440",
+        "--webhook-port",
+        "9443",
+        "--webhook-cert-dir=/tmp/k8s-webhook-server/serving-certs",
+        "--sync-period",
+        "10m",
+        "--namespace=",
+        "--profiler-address",
+        "localhost:6060",
+        "--v=2",
+        "--feature-gates",
+        "MachinePool=true",
+        "--kube-api-qps=20",
+        "--kube-api-burst",
+        "30",
+        "--some-future-operator-flag=x",
+    ];
+    let output = caapf(&args, &kubeconfig);
+    let all = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{all}");
+    assert!(!all.contains("unexpected argument"), "{all}");
+    assert!(all.contains("127.0.0.1:1"), "names the server: {all}");
+    assert!(all.contains("not reachable"), "{all}");
+    assert!(
+        all.contains("ignoring unknown flag") && all.contains("--some-future-operator-flag=x"),
+        "{all}"
+    );
+    assert!(!all.contains("panicked"), "{all}");
+}
+
+#[test]
+fn run_subcommand_and_json_logs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = unreachable_kubeconfig(dir.path());
+    let output = caapf(&["run", "--log-format=json"], &kubeconfig);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("manager stopped"))
+        .unwrap_or_else(|| panic!("no JSON error line in {stdout}"));
+    let json: serde_json::Value = serde_json::from_str(line).expect("log lines are JSON");
+    assert_eq!(json["level"], "ERROR");
+}
+
+#[test]
+fn invalid_flag_value_is_a_usage_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = unreachable_kubeconfig(dir.path());
+    let output = caapf(&["--sync-period=often"], &kubeconfig);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(text(&output).contains("not a duration"));
+}
+
+#[test]
+fn crd_subcommand_prints_the_checked_in_manifest() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let output = caapf(&["crd"], &unreachable_kubeconfig(dir.path()));
+    assert!(output.status.success());
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join(caapf::api::CRD_MANIFEST_PATH);
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        std::fs::read_to_string(manifest).expect("manifest")
+    );
+}

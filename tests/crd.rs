@@ -1,0 +1,285 @@
+//! The CRD manifest: checked-in copy equals the generated one, and the schema is structural
+//! (what a real API server demands), with the identity and rules our users depend on.
+
+use std::path::Path;
+
+use caapf::api::{CRD_MANIFEST_PATH, FleetAddonConfig, crds_yaml};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+use serde_json::Value;
+
+#[test]
+fn checked_in_crd_matches_generated() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(CRD_MANIFEST_PATH);
+    let checked_in = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let generated = crds_yaml().expect("CRD renders");
+    assert!(
+        checked_in == generated,
+        "{CRD_MANIFEST_PATH} is out of date: run `make generate` and commit the result"
+    );
+}
+
+#[test]
+fn crd_identity_and_rules() {
+    let crd: CustomResourceDefinition = FleetAddonConfig::crd();
+    assert_eq!(
+        crd.metadata.name.as_deref(),
+        Some("fleetaddonconfigs.addons.cluster.x-k8s.io")
+    );
+    assert_eq!(crd.spec.group, "addons.cluster.x-k8s.io");
+    assert_eq!(crd.spec.names.kind, "FleetAddonConfig");
+    assert_eq!(crd.spec.names.plural, "fleetaddonconfigs");
+    assert_eq!(crd.spec.scope, "Cluster");
+    let version = &crd.spec.versions[0];
+    assert_eq!(version.name, "v1alpha1");
+    assert!(version.served && version.storage);
+    assert!(
+        version
+            .subresources
+            .as_ref()
+            .and_then(|s| s.status.as_ref())
+            .is_some()
+    );
+
+    let columns: Vec<&str> = version
+        .additional_printer_columns
+        .iter()
+        .flatten()
+        .map(|c| c.name.as_str())
+        .collect();
+    for wanted in ["Ready", "Fleet", "Age"] {
+        assert!(
+            columns.contains(&wanted),
+            "printer column {wanted} missing: {columns:?}"
+        );
+    }
+
+    let schema = serde_json::to_value(
+        version
+            .schema
+            .as_ref()
+            .and_then(|s| s.open_api_v3_schema.as_ref()),
+    )
+    .expect("schema serialises");
+    assert_eq!(
+        rules(&schema),
+        ["self.metadata.name == 'fleet-addon-config'"],
+        "singleton rule on the root"
+    );
+    let spec = &schema["properties"]["spec"]["properties"];
+    for new_field in [
+        "namespaceRegexes",
+        "agentInitiated",
+        "agentInitiatedSelector",
+    ] {
+        assert!(
+            spec["cluster"]["properties"].get(new_field).is_some(),
+            "spec.cluster.{new_field}"
+        );
+    }
+    for new_field in [
+        "repository",
+        "namespace",
+        "values",
+        "followLatest",
+        "version",
+    ] {
+        assert!(
+            spec["install"]["properties"].get(new_field).is_some(),
+            "spec.install.{new_field}"
+        );
+    }
+    assert_eq!(
+        rules(&spec["install"]),
+        ["has(self.followLatest) != has(self.version)"]
+    );
+    assert_eq!(
+        rules(&spec["config"]["properties"]["server"]),
+        ["has(self.inferLocal) != has(self.custom)"]
+    );
+    // Every CAAPF field keeps its JSON name.
+    for caapf_field in [
+        "applyClassGroup",
+        "patchResource",
+        "setOwnerReferences",
+        "naming",
+        "agentNamespace",
+        "agentTolerations",
+        "hostNetwork",
+        "agentEnvVars",
+        "selector",
+        "namespaceSelector",
+    ] {
+        assert!(
+            spec["cluster"]["properties"].get(caapf_field).is_some(),
+            "spec.cluster.{caapf_field}"
+        );
+    }
+    for path in [
+        &spec["clusterClass"]["properties"]["patchResource"],
+        &spec["clusterClass"]["properties"]["setOwnerReferences"],
+        &spec["config"]["properties"]["bootstrapLocalCluster"],
+        &spec["config"]["properties"]["featureGates"]["properties"]["experimentalOciStorage"],
+        &spec["config"]["properties"]["featureGates"]["properties"]["experimentalHelmOps"],
+        &spec["config"]["properties"]["featureGates"]["properties"]["configMap"]["properties"]["ref"],
+        &spec["config"]["properties"]["server"]["properties"]["custom"]["properties"]["apiServerUrl"],
+        &spec["config"]["properties"]["server"]["properties"]["custom"]["properties"]["apiServerCaConfigRef"],
+        &schema["properties"]["status"]["properties"]["installedVersion"],
+        &schema["properties"]["status"]["properties"]["conditions"],
+    ] {
+        assert!(path.is_object(), "a CAAPF field is missing from the schema");
+    }
+}
+
+#[test]
+fn schema_is_structural() {
+    let crd = FleetAddonConfig::crd();
+    let schema = serde_json::to_value(
+        crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .and_then(|s| s.open_api_v3_schema.as_ref()),
+    )
+    .expect("schema serialises");
+    let mut problems = Vec::new();
+    check_structural(&schema, "openAPIV3Schema", &mut problems);
+    assert!(
+        problems.is_empty(),
+        "non-structural schema:\n{}",
+        problems.join("\n")
+    );
+}
+
+fn rules(node: &Value) -> Vec<&str> {
+    node["x-kubernetes-validations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["rule"].as_str())
+        .collect()
+}
+
+/// The structural-schema rules of apiextensions-apiserver that generated schemas can break:
+/// every node specifies a type (unless int-or-string or preserve-unknown-fields), logical
+/// junctors carry no type/description/default/nullable, `$ref` and `additionalProperties` together
+/// with `properties` are absent, and map keys of list-type map lists are required properties.
+fn check_structural(node: &Value, path: &str, problems: &mut Vec<String>) {
+    let Some(obj) = node.as_object() else {
+        problems.push(format!("{path}: not an object"));
+        return;
+    };
+    let free = obj.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true))
+        || obj.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+    if !free && !obj.contains_key("type") {
+        problems.push(format!("{path}: no type"));
+    }
+    if obj.contains_key("$ref") {
+        problems.push(format!("{path}: $ref is not allowed"));
+    }
+    if obj.contains_key("properties") && obj.contains_key("additionalProperties") {
+        problems.push(format!(
+            "{path}: properties and additionalProperties together"
+        ));
+    }
+    for junctor in ["allOf", "anyOf", "oneOf", "not"] {
+        let branches: Vec<&Value> = match obj.get(junctor) {
+            Some(Value::Array(items)) => items.iter().collect(),
+            Some(other) => vec![other],
+            None => continue,
+        };
+        for (i, branch) in branches.into_iter().enumerate() {
+            for forbidden in [
+                "type",
+                "description",
+                "default",
+                "nullable",
+                "additionalProperties",
+            ] {
+                if branch.get(forbidden).is_some() {
+                    problems.push(format!("{path}.{junctor}[{i}]: {forbidden} is not allowed"));
+                }
+            }
+        }
+    }
+    if let Some(props) = obj.get("properties").and_then(Value::as_object) {
+        for (name, child) in props {
+            check_structural(child, &format!("{path}.{name}"), problems);
+        }
+    }
+    if let Some(items) = obj.get("items") {
+        check_structural(items, &format!("{path}[]"), problems);
+        if obj.get("x-kubernetes-list-type").and_then(Value::as_str) == Some("map") {
+            let required: Vec<&str> = items["required"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            for key in obj["x-kubernetes-list-map-keys"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                let key = key.as_str().unwrap_or_default();
+                if !required.contains(&key) {
+                    problems.push(format!("{path}: list map key {key} must be required"));
+                }
+            }
+        }
+    }
+    if let Some(extra) = obj.get("additionalProperties").filter(|v| v.is_object()) {
+        check_structural(extra, &format!("{path}.*"), problems);
+    }
+}
+
+/// Every field of our own types in the CRD is documented in docs/configuration.md (as
+/// `` `spec.a.b` ``). Kubernetes types (selectors, references, env vars, tolerations) are
+/// documented upstream and not descended into.
+#[test]
+fn every_field_is_documented() {
+    let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/configuration.md");
+    let doc = std::fs::read_to_string(&doc_path).expect("docs/configuration.md");
+    let crd = FleetAddonConfig::crd();
+    let schema = serde_json::to_value(
+        crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .and_then(|s| s.open_api_v3_schema.as_ref()),
+    )
+    .expect("schema serialises");
+    let mut paths = Vec::new();
+    for root in ["spec", "status"] {
+        collect_paths(&schema["properties"][root], root, &mut paths);
+    }
+    let missing: Vec<&String> = paths
+        .iter()
+        .filter(|p| !doc.contains(&format!("`{p}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "undocumented fields in docs/configuration.md: {missing:?}"
+    );
+    assert!(paths.len() > 40, "walked too few fields: {}", paths.len());
+}
+
+fn collect_paths(node: &Value, path: &str, out: &mut Vec<String>) {
+    const KUBERNETES_TYPES: &[&str] = &[
+        "selector",
+        "namespaceSelector",
+        "agentInitiatedSelector",
+        "ref",
+        "apiServerCaConfigRef",
+        "agentEnvVars",
+        "agentTolerations",
+        "conditions",
+        "values",
+    ];
+    for (name, child) in node["properties"].as_object().into_iter().flatten() {
+        let child_path = format!("{path}.{name}");
+        out.push(child_path.clone());
+        if !KUBERNETES_TYPES.contains(&name.as_str()) {
+            collect_paths(child, &child_path, out);
+        }
+    }
+}
