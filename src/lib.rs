@@ -6,10 +6,14 @@
 
 pub mod api;
 pub mod cli;
+pub mod context;
+pub mod controllers;
 pub mod error;
 pub mod manager;
+pub mod metrics;
 pub mod model;
 pub mod names;
+pub mod server;
 pub mod telemetry;
 
 pub use error::{Error, Result};

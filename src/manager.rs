@@ -1,30 +1,92 @@
-//! The manager: connects to the API server and runs the controllers.
+//! The manager: connects to the API server, serves health and metrics, and runs the
+//! controllers until SIGTERM/SIGINT.
 
-use kube::{Api, Client};
+use std::sync::Arc;
 
-use crate::api::FleetAddonConfig;
+use kube::Client;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
 use crate::cli::ManagerFlags;
-use crate::model::config::EffectiveConfig;
+use crate::context::Context;
+use crate::controllers::config_watch;
+use crate::server;
 use crate::{Error, Result};
 
-/// Runs the manager until it is asked to stop.
+/// Runs the manager until it is asked to stop (or a component fails).
 pub async fn run(flags: ManagerFlags) -> Result<()> {
     for ignored in flags.ignored() {
         tracing::info!(flag = %ignored, "flag accepted but ignored");
     }
     let client = connect().await?;
-    let configs: Api<FleetAddonConfig> = Api::all(client.clone());
-    let object = configs.get_opt(FleetAddonConfig::NAME).await?;
-    let config = EffectiveConfig::resolve(object.as_ref());
-    tracing::info!(
-        source = if object.is_some() { "FleetAddonConfig/fleet-addon-config" } else { "defaults (no FleetAddonConfig)" },
-        config = ?config,
-        "effective configuration"
-    );
-    for problem in &config.problems {
-        tracing::warn!(%problem, "FleetAddonConfig problem");
+    let shutdown = CancellationToken::new();
+    spawn_signal_handler(shutdown.clone());
+    run_with_client(client, flags, shutdown).await
+}
+
+/// Runs the manager with an existing client until `shutdown` is cancelled. Tests use this
+/// entry point against the sandbox API server.
+pub async fn run_with_client(
+    client: Client,
+    flags: ManagerFlags,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let (config_tx, config_rx) = config_watch::channel();
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        flags,
+        config_rx,
+        shutdown.clone(),
+    ));
+
+    server::serve(
+        server::parse_bind_address(&ctx.flags.health_probe_bind_address)?,
+        server::parse_bind_address(&ctx.flags.metrics_bind_address)?,
+        ctx.readiness.clone(),
+        ctx.metrics.clone(),
+        shutdown.clone(),
+    )
+    .await?;
+
+    let mut tasks = JoinSet::new();
+    tasks.spawn(config_watch::run(client, config_tx, ctx.readiness.clone()));
+
+    tokio::select! {
+        () = shutdown.cancelled() => {
+            tracing::info!("shutting down");
+        }
+        Some(ended) = tasks.join_next() => {
+            shutdown.cancel();
+            if let Err(err) = ended {
+                return Err(Error::Io(std::io::Error::other(format!("a manager task failed: {err}"))));
+            }
+        }
     }
+    tasks.shutdown().await;
     Ok(())
+}
+
+/// Cancels `shutdown` on SIGTERM or SIGINT.
+fn spawn_signal_handler(shutdown: CancellationToken) {
+    tokio::spawn(async move {
+        let terminate = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut signal) => {
+                    signal.recv().await;
+                }
+                Err(err) => {
+                    tracing::warn!(%err, "cannot listen for SIGTERM");
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            () = terminate => {}
+        }
+        tracing::info!("termination signal received");
+        shutdown.cancel();
+    });
 }
 
 /// Builds a client from the kubeconfig or the in-cluster configuration and checks that the API

@@ -1,0 +1,83 @@
+//! What every controller and hook handler shares: the client, the effective configuration,
+//! metrics, readiness, the event recorder and the stop signal.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Client;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::ManagerFlags;
+use crate::controllers::config_watch::ConfigReceiver;
+use crate::metrics::Metrics;
+use crate::model::config::EffectiveConfig;
+use crate::server::Readiness;
+
+/// The controller name in Events (`reportingController`), as CAAPF.
+pub const EVENT_REPORTER: &str = "caapf-controller";
+
+/// Shared state of the manager.
+pub struct Context {
+    pub client: Client,
+    pub flags: ManagerFlags,
+    pub metrics: Arc<Metrics>,
+    pub readiness: Readiness,
+    /// The effective configuration; `None` until first read, then changes whenever
+    /// `FleetAddonConfig` changes (see [`crate::controllers::config_watch`]).
+    pub config: ConfigReceiver,
+    /// One recorder for the process, so repeated events are aggregated into series.
+    pub recorder: Recorder,
+    /// Cancelled when the manager stops.
+    pub shutdown: CancellationToken,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        flags: ManagerFlags,
+        config: ConfigReceiver,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: EVENT_REPORTER.to_string(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            flags,
+            metrics: Arc::new(Metrics::new()),
+            readiness: Readiness::default(),
+            config,
+            shutdown,
+        }
+    }
+
+    /// The current effective configuration, `None` before it has been read once.
+    pub fn config(&self) -> Option<Arc<EffectiveConfig>> {
+        self.config.borrow().clone()
+    }
+
+    /// Publishes an Event about `regarding`. Failures are logged, not returned: an Event is never
+    /// worth failing a reconcile (e.g. the namespace is terminating).
+    pub async fn event(
+        &self,
+        regarding: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.to_string(),
+            note: Some(note),
+            action: action.to_string(),
+            secondary: None,
+        };
+        if let Err(err) = self.recorder.publish(&event, regarding).await {
+            tracing::debug!(%err, reason, object = ?regarding.name, "event not published");
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! Watches `FleetAddonConfig/fleet-addon-config` and publishes the effective configuration.
+
+use std::sync::Arc;
+
+use futures::{StreamExt, TryStreamExt};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use tokio::sync::watch;
+
+use crate::api::FleetAddonConfig;
+use crate::model::config::EffectiveConfig;
+use crate::server::Readiness;
+
+/// Readiness check name: the configuration has been read once.
+pub const READY_CHECK: &str = "config";
+
+/// The effective configuration as controllers see it: `None` until it has been read once, so
+/// nobody acts on the "object absent" defaults before knowing whether the object exists.
+pub type ConfigReceiver = watch::Receiver<Option<Arc<EffectiveConfig>>>;
+/// The publishing side of [`ConfigReceiver`].
+pub type ConfigSender = watch::Sender<Option<Arc<EffectiveConfig>>>;
+
+/// A channel that holds nothing until the first read completes.
+pub fn channel() -> (ConfigSender, ConfigReceiver) {
+    watch::channel(None)
+}
+
+/// Waits until the configuration has been read once, then returns it.
+pub async fn wait_ready(receiver: &mut ConfigReceiver) -> Option<Arc<EffectiveConfig>> {
+    let config = receiver.wait_for(Option::is_some).await.ok()?;
+    config.clone()
+}
+
+/// Keeps `sender` up to date until the stream ends (it only ends when the task is cancelled).
+/// Publishes only when the effective configuration changes (status writes do not wake anyone).
+pub async fn run(client: Client, sender: ConfigSender, readiness: Readiness) {
+    readiness.register(READY_CHECK);
+    let api: Api<FleetAddonConfig> = Api::all(client);
+    let config =
+        watcher::Config::default().fields(&format!("metadata.name={}", FleetAddonConfig::NAME));
+    let mut current: Option<FleetAddonConfig> = None;
+    let mut pending: Option<FleetAddonConfig> = None;
+    // During a (re)list the object is only known once the list is complete.
+    let mut listing = true;
+    let mut stream = watcher(api, config).default_backoff().boxed();
+    loop {
+        let event = match stream.try_next().await {
+            Ok(Some(event)) => event,
+            Ok(None) => return,
+            Err(err) => {
+                tracing::warn!(%err, "watching FleetAddonConfig");
+                continue;
+            }
+        };
+        match event {
+            watcher::Event::Init => {
+                pending = None;
+                listing = true;
+            }
+            watcher::Event::InitApply(object) => pending = Some(object),
+            watcher::Event::InitDone => {
+                current = pending.take();
+                listing = false;
+                readiness.set(READY_CHECK, true);
+            }
+            watcher::Event::Apply(object) => current = Some(object),
+            watcher::Event::Delete(_) => current = None,
+        }
+        if !listing {
+            publish(&sender, current.as_ref());
+        }
+    }
+}
+
+fn publish(sender: &ConfigSender, object: Option<&FleetAddonConfig>) {
+    let next = EffectiveConfig::resolve(object);
+    sender.send_if_modified(|config| {
+        if config.as_deref() == Some(&next) {
+            return false;
+        }
+        for problem in &next.problems {
+            tracing::warn!(%problem, "FleetAddonConfig problem");
+        }
+        tracing::info!(
+            present = object.is_some(),
+            generation = ?next.generation,
+            "effective configuration changed"
+        );
+        *config = Some(Arc::new(next));
+        true
+    });
+}

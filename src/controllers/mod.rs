@@ -1,0 +1,4 @@
+//! Controllers: thin adapters that gather inputs from caches, call the model and apply the
+//! result.
+
+pub mod config_watch;
