@@ -32,6 +32,7 @@ pub mod faults;
 pub mod fieldset;
 pub mod ops;
 pub mod patch;
+pub mod proto;
 pub mod registry;
 pub mod render;
 pub mod requests;

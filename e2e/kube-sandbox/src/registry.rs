@@ -227,6 +227,17 @@ pub fn builtins() -> Vec<ResourceDef> {
             true,
         ),
         builtin(
+            "apps",
+            "v1",
+            "ReplicaSet",
+            "replicasets",
+            true,
+            &["rs"],
+            &["all"],
+            true,
+        ),
+        builtin("", "v1", "Pod", "pods", true, &["po"], &["all"], true),
+        builtin(
             "rbac.authorization.k8s.io",
             "v1",
             "ClusterRole",

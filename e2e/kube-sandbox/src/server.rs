@@ -220,7 +220,7 @@ enum Route {
     Version,
     Health,
     OpenApiV2,
-    OpenApiV3,
+    OpenApiV3(String),
     Core,
     Groups,
     Group(String),
@@ -243,7 +243,8 @@ fn route(path: &str) -> Route {
         ["healthz", ..] | ["readyz", ..] | ["livez", ..] => Route::Health,
         ["metrics"] => Route::Metrics,
         ["openapi", "v2"] => Route::OpenApiV2,
-        ["openapi", "v3", ..] => Route::OpenApiV3,
+        ["openapi", "v3"] => Route::OpenApiV3(String::new()),
+        ["openapi", "v3", rest @ ..] => Route::OpenApiV3(rest.join("/")),
         ["swagger.json"] => Route::OpenApiV2,
         ["sandbox", rest @ ..] => Route::Sandbox(rest.join("/")),
         ["api"] => Route::Core,
@@ -315,8 +316,28 @@ async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
         Route::Version => json_response(200, &discovery::version()),
         Route::Health => text_response("ok".into(), "text/plain; charset=utf-8"),
         Route::Metrics => text_response(app.requests.metrics_text(), "text/plain; version=0.0.4"),
-        Route::OpenApiV2 => json_response(200, &discovery::openapi_v2()),
-        Route::OpenApiV3 => json_response(200, &discovery::openapi_v3()),
+        Route::OpenApiV2 => {
+            if accept.contains("protobuf") {
+                (
+                    [(header::CONTENT_TYPE, discovery::OPENAPI_V2_PB)],
+                    discovery::openapi_v2_protobuf(),
+                )
+                    .into_response()
+            } else {
+                json_response(200, &discovery::openapi_v2())
+            }
+        }
+        Route::OpenApiV3(path) => {
+            let reg = app.store.lock().registry.clone();
+            if path.is_empty() {
+                json_response(200, &discovery::openapi_v3(&reg))
+            } else {
+                match discovery::openapi_v3_group(&reg, &path) {
+                    Some(v) => json_response(200, &v),
+                    None => not_found_path().into_response(),
+                }
+            }
+        }
         Route::Core => {
             if discovery::wants_aggregated(&accept) {
                 let reg = app.store.lock().registry.clone();
@@ -771,8 +792,13 @@ fn delete_opts(q: &Query, body: &[u8]) -> ApiResult<(DeleteOpts, bool)> {
         opts.propagation = Some("Orphan".into());
     }
     if !body.is_empty() {
-        let v: Value = serde_json::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("DeleteOptions: {e}")))?;
+        let v: Value = if body.starts_with(b"k8s\x00") {
+            crate::proto::decode(body)
+                .ok_or_else(|| ApiError::bad_request("DeleteOptions: undecodable protobuf"))?
+        } else {
+            serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("DeleteOptions: {e}")))?
+        };
         if let Some(p) = v.get("propagationPolicy").and_then(Value::as_str) {
             opts.propagation = Some(p.to_string());
         }
@@ -840,6 +866,20 @@ fn write(
     };
     if def.namespaced && t.namespace.is_none() && verb != Verb::DeleteCollection {
         return Err(not_found_path());
+    }
+    let mut body = body;
+    if matches!(verb, Verb::Post | Verb::Put) {
+        let base = ct.split(';').next().unwrap_or("").trim();
+        if crate::proto::is_protobuf(ct) {
+            let v =
+                crate::proto::decode(&body).ok_or_else(|| ApiError::unsupported_media_type(ct))?;
+            body = Bytes::from(serde_json::to_vec(&v).unwrap_or_default());
+        } else if !matches!(
+            base,
+            "" | "application/json" | "application/yaml" | "*/*" | "text/plain"
+        ) {
+            return Err(ApiError::unsupported_media_type(ct));
+        }
     }
     let result = match verb {
         Verb::Post => {
