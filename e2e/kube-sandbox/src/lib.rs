@@ -181,8 +181,6 @@ impl Sandbox {
             for crd in crds {
                 preload_crd(&mut st, crd)?;
             }
-            st.history.clear();
-            st.compacted_rv = 0;
         }
         let listener = tokio::net::TcpListener::bind(opts.addr)
             .await

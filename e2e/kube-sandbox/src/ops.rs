@@ -310,7 +310,7 @@ pub fn delete(st: &mut State, ctx: &Ctx, opts: &DeleteOpts) -> ApiResult<Written
     let pending = !finalizers_of(&old).is_empty() || is_namespace;
     if pending {
         if meta_str(&old, "deletionTimestamp").is_some() {
-            return Ok(((*old).clone(), 202));
+            return Ok(((*old).clone(), 200));
         }
         let mut new = (*old).clone();
         let m = meta_mut(&mut new);
@@ -325,7 +325,7 @@ pub fn delete(st: &mut State, ctx: &Ctx, opts: &DeleteOpts) -> ApiResult<Written
             st.work.namespaces = true;
         }
         let stored = st.put(&gr, new);
-        return Ok(((*stored).clone(), 202));
+        return Ok(((*stored).clone(), 200));
     }
     let removed = remove_object(st, &gr, &ctx.namespace, &ctx.name);
     Ok((removed.map(|r| (*r).clone()).unwrap_or_default(), 200))

@@ -277,7 +277,9 @@ pub fn apply(req: &ApplyRequest<'_>) -> Result<Value, ApiError> {
         .fold(FieldSet::default(), |acc, e| acc.union(&e.set));
     let dropped = prev.minus(&applied_set);
     let mut removed = FieldSet::default();
-    for p in dropped.0.iter().rev() {
+    // Parents first: once an item is gone its children need no removal (and could no longer
+    // be found by key).
+    for p in dropped.0.iter() {
         if !others.has_at_or_below(p) {
             // The tracked view has the object's layout, so its paths address the object.
             remove_at(&mut new, p);

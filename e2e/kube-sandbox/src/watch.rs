@@ -141,7 +141,7 @@ pub fn start(
     mut close: tokio::sync::watch::Receiver<u64>,
 ) -> ApiResult<Response> {
     let gr: GroupResource = (spec.def.group.clone(), spec.def.plural.clone());
-    let (tx, rx) = mpsc::channel::<Bytes>(256);
+    let (tx, rx) = mpsc::channel::<Bytes>(16);
     let mut initial: Vec<Bytes> = Vec::new();
     let (mut sub, start_rv, initial_end) = {
         let st = store.lock();
