@@ -48,11 +48,14 @@ pub struct App {
     pub periodic_close: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
+/// A paginated list: its resourceVersion and all its items.
+type PagedList = (u64, Arc<Vec<Arc<Value>>>);
+
 /// Snapshots of lists being paginated, so continue tokens see one consistent state.
 #[derive(Default)]
 pub struct Pages {
     next: u64,
-    lists: HashMap<u64, (u64, Arc<Vec<Arc<Value>>>)>,
+    lists: HashMap<u64, PagedList>,
     order: VecDeque<u64>,
 }
 
@@ -658,12 +661,12 @@ fn list(
                         "Timeout",
                         format!("Too large resource version: {n}, current: {}", st.rv),
                     );
-                    e.causes = vec![Cause {
+                    e.details.causes = vec![Cause {
                         reason: "ResourceVersionTooLarge".into(),
                         message: "Too large resource version".into(),
                         field: String::new(),
                     }];
-                    e.retry_after = Some(1);
+                    e.details.retry_after = Some(1);
                     return Err(e);
                 }
                 if exact {

@@ -1,8 +1,6 @@
 //! CustomResourceDefinitions: registration, status, versions, pruning, structural checks,
 //! deletion, and the preloaded CRD sets.
 
-use std::time::Duration;
-
 use crate::common::*;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -404,5 +402,4 @@ async fn crd_sets_are_selectable() {
                 .any(|c| c["type"] == "Established" && c["status"] == "True")
         );
     }
-    let _ = Duration::ZERO;
 }

@@ -1,8 +1,6 @@
 //! Create, read, update, delete: object metadata, namespaces, finalizers, dry run, lists with
 //! selectors, pagination, resourceVersion semantics, tables and error statuses.
 
-use std::time::Duration;
-
 use crate::common::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -857,7 +855,6 @@ async fn tables_and_metadata_lists() {
         .await
         .unwrap();
     assert_eq!(pom.items.len(), 1);
-    let _ = Duration::ZERO;
 }
 
 #[tokio::test]
