@@ -705,12 +705,7 @@ fn list(
     } else {
         total
     };
-    let page: Vec<Value> = items
-        .get(offset.min(total)..end)
-        .unwrap_or(&[])
-        .iter()
-        .map(|o| (**o).clone())
-        .collect();
+    let page: &[Arc<Value>] = items.get(offset.min(total)..end).unwrap_or(&[]);
     let mut meta = Map::new();
     meta.insert("resourceVersion".into(), json!(list_rv.to_string()));
     if end < total {
@@ -725,6 +720,14 @@ fn list(
         meta.insert("continue".into(), json!(encode_continue(id, end, list_rv)));
         meta.insert("remainingItemCount".into(), json!(total - end));
     }
+    if fmt == Format::Full {
+        return Ok((
+            [(header::CONTENT_TYPE, "application/json")],
+            render::list_json(page, def, &t.version, &meta),
+        )
+            .into_response());
+    }
+    let page: Vec<Value> = page.iter().map(|o| (**o).clone()).collect();
     Ok(json_response(
         200,
         &render::list(&page, def, &t.version, fmt, meta),
