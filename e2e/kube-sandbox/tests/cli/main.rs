@@ -461,6 +461,35 @@ fn kubectl_against_the_binary() {
     // Printer columns as declared (no implicit AGE when a CRD declares its own columns).
     assert_eq!(header, vec!["NAME", "SIZE", "READY"]);
     assert!(cols.lines().nth(1).unwrap().starts_with("w1"), "{cols}");
+    // A Deployment: client-side apply (strategic merge for built-ins) and rollout status.
+    let dep = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: demo\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - {name: web, image: nginx:1}\n";
+    let d = write(&dir, "dep.yaml", dep);
+    s.kubectl(&["apply", "-f", d.to_str().unwrap()]);
+    write(&dir, "dep.yaml", &dep.replace("nginx:1", "nginx:2"));
+    s.kubectl(&["apply", "-f", d.to_str().unwrap()]);
+    assert_eq!(
+        s.kubectl(&[
+            "get",
+            "deploy",
+            "web",
+            "-n",
+            "demo",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].image}/{.metadata.generation}"
+        ]),
+        "nginx:2/2"
+    );
+    assert!(
+        s.kubectl(&[
+            "rollout",
+            "status",
+            "deploy/web",
+            "-n",
+            "demo",
+            "--timeout=20s"
+        ])
+        .contains("successfully rolled out")
+    );
     // CAPI kinds by short name.
     s.kubectl(&["get", "cl", "-A"]);
     // delete.
