@@ -5,6 +5,7 @@
 //! layers over the model.
 
 pub mod api;
+pub mod apply;
 pub mod cli;
 pub mod context;
 pub mod controllers;
