@@ -33,9 +33,11 @@ impl Harness {
     pub async fn new() -> Self {
         let sandbox = Sandbox::start().await;
         let client = sandbox.client();
-        let mut flags = ManagerFlags::default();
-        flags.health_probe_bind_address = "0".into();
-        flags.metrics_bind_address = "0".into();
+        let flags = ManagerFlags {
+            health_probe_bind_address: "0".into(),
+            metrics_bind_address: "0".into(),
+            ..Default::default()
+        };
         Self {
             sandbox,
             client,
