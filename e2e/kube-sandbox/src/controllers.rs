@@ -17,7 +17,7 @@ use crate::ops::{
     self, Ctx, DeleteOpts, controller_write, owner_refs, remove_object, set_owner_refs,
 };
 use crate::store::{State, Store};
-use crate::util::{meta_str, name_of, namespace_of, now_rfc3339};
+use crate::util::{meta_str, name_of, now_rfc3339};
 
 /// Runs the controllers until `shutdown` flips.
 pub async fn run(store: Arc<Store>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
@@ -43,8 +43,9 @@ pub fn reconcile(st: &mut State) {
         for (ns, name) in deployments {
             deployment(st, &ns, &name);
         }
-        if std::mem::take(&mut st.work.gc) {
-            garbage_collect(st);
+        let candidates = std::mem::take(&mut st.work.gc);
+        if !candidates.is_empty() {
+            garbage_collect(st, candidates);
         }
         if std::mem::take(&mut st.work.namespaces) {
             namespaces(st);
@@ -114,44 +115,33 @@ fn delete_object(st: &mut State, gr: &(String, String), ns: &str, name: &str) {
     let _ = ops::delete(st, &ctx, &DeleteOpts::default());
 }
 
-fn garbage_collect(st: &mut State) {
-    let mut deletes = Vec::new();
-    let mut updates = Vec::new();
-    for (gr, objs) in &st.objects {
-        for obj in objs.values() {
-            let refs = owner_refs(obj);
-            if refs.is_empty() {
-                continue;
-            }
-            let alive: Vec<Value> = refs
-                .iter()
-                .filter(|r| {
-                    r.get("uid")
-                        .and_then(Value::as_str)
-                        .is_some_and(|u| st.uids.contains_key(u))
-                })
-                .cloned()
-                .collect();
-            if alive.is_empty() {
-                if meta_str(obj, "deletionTimestamp").is_none() {
-                    deletes.push((
-                        gr.clone(),
-                        namespace_of(obj).to_string(),
-                        name_of(obj).to_string(),
-                    ));
-                }
-            } else if alive.len() < refs.len() {
-                let mut new = (**obj).clone();
-                set_owner_refs(&mut new, alive);
-                updates.push((gr.clone(), obj.clone(), new));
-            }
+fn garbage_collect(st: &mut State, candidates: std::collections::BTreeSet<crate::store::ObjKey>) {
+    for (gr, ns, name) in candidates {
+        let Some(obj) = st.get(&gr, &ns, &name) else {
+            continue;
+        };
+        let refs = owner_refs(&obj);
+        if refs.is_empty() {
+            continue;
         }
-    }
-    for (gr, old, new) in updates {
-        controller_write(st, &gr, &old, new);
-    }
-    for (gr, ns, name) in deletes {
-        delete_object(st, &gr, &ns, &name);
+        let alive: Vec<Value> = refs
+            .iter()
+            .filter(|r| {
+                r.get("uid")
+                    .and_then(Value::as_str)
+                    .is_some_and(|u| st.uids.contains_key(u))
+            })
+            .cloned()
+            .collect();
+        if alive.is_empty() {
+            if meta_str(&obj, "deletionTimestamp").is_none() {
+                delete_object(st, &gr, &ns, &name);
+            }
+        } else if alive.len() < refs.len() {
+            let mut new = (*obj).clone();
+            set_owner_refs(&mut new, alive);
+            controller_write(st, &gr, &obj, new);
+        }
     }
 }
 
