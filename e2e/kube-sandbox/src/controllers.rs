@@ -22,12 +22,28 @@ use crate::util::{meta_str, name_of, now_rfc3339};
 /// Runs the controllers until `shutdown` flips.
 pub async fn run(store: Arc<Store>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
     loop {
-        {
+        let next_due = {
             let mut st = store.lock();
             reconcile(&mut st);
-        }
+            // Only future deadlines: past ones are handled on the next change.
+            let now = tokio::time::Instant::now();
+            st.work
+                .namespace_due
+                .values()
+                .filter(|d| **d > now)
+                .min()
+                .copied()
+        };
         tokio::select! {
             _ = store.changed.notified() => {}
+            _ = async {
+                match next_due {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                store.lock().work.namespaces = true;
+            }
             _ = shutdown.changed() => return,
         }
     }
@@ -156,7 +172,11 @@ fn namespaces(st: &mut State) {
                 .collect()
         })
         .unwrap_or_default();
+    let now = tokio::time::Instant::now();
     for ns in terminating {
+        if st.work.namespace_due.get(&ns).is_some_and(|due| *due > now) {
+            continue;
+        }
         let mut remaining = 0;
         let mut to_delete = Vec::new();
         for (gr, objs) in &st.objects {
@@ -182,6 +202,7 @@ fn namespaces(st: &mut State) {
             && crate::util::finalizers_of(&n).is_empty()
         {
             remove_object(st, &ns_gr, "", &ns);
+            st.work.namespace_due.remove(&ns);
         }
     }
 }

@@ -322,6 +322,8 @@ pub fn delete(st: &mut State, ctx: &Ctx, opts: &DeleteOpts) -> ApiResult<Written
         }
         if is_namespace {
             new["status"] = json!({"phase": "Terminating"});
+            let due = tokio::time::Instant::now() + st.work.namespace_delay;
+            st.work.namespace_due.insert(ctx.name.clone(), due);
             st.work.namespaces = true;
         }
         let stored = st.put(&gr, new);

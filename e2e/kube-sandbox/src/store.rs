@@ -103,6 +103,12 @@ pub struct Work {
     pub namespaces: bool,
     /// Deployments written since their status was last set: (namespace, name).
     pub deployments: std::collections::BTreeSet<(String, String)>,
+    /// When the namespace controller starts emptying each terminating namespace (it is
+    /// asynchronous on a real cluster: `kubectl delete -f` of a namespace and its objects
+    /// still finds the objects).
+    pub namespace_due: HashMap<String, tokio::time::Instant>,
+    /// How long after its deletion a namespace starts being emptied.
+    pub namespace_delay: std::time::Duration,
 }
 
 impl Work {

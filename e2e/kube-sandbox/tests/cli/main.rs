@@ -500,6 +500,16 @@ fn kubectl_against_the_binary() {
     );
     s.kubectl(&["delete", "ns", "demo", "--wait=true", "--timeout=20s"]);
     assert!(s.kubectl_fails(&["get", "ns", "demo"]).contains("NotFound"));
+    // `delete -f` of a namespace and objects in it: the namespace is emptied asynchronously, so
+    // the objects are still there to be deleted, as on a real cluster.
+    let both = write(
+        &dir,
+        "both.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: pair\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: inside\n  namespace: pair\n",
+    );
+    s.kubectl(&["create", "-f", both.to_str().unwrap()]);
+    let out = s.kubectl(&["delete", "-f", both.to_str().unwrap()]);
+    assert!(out.contains("configmap \"inside\" deleted"), "{out}");
 }
 
 #[test]
