@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod apply;
+pub mod cleanup;
 pub mod cli;
 pub mod context;
 pub mod controllers;

@@ -815,3 +815,261 @@ async fn status_counts_selected_imported_waiting() {
     .await;
     h.stop().await;
 }
+
+/// Objects CAAPF created (same names, its field managers, its quirks) are adopted in place.
+#[tokio::test]
+async fn caapf_objects_are_adopted_in_place() {
+    let mut h = Harness::new().await;
+    for ns in ["apps", "classes"] {
+        h.namespace(ns, json!({})).await;
+    }
+    let class = h.class("classes", "quick-start", json!({})).await;
+    let classes: Api<CapiClusterClass> = Api::namespaced(h.client.clone(), "classes");
+    classes
+        .patch(
+            "quick-start",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": [names::FINALIZER]}})),
+        )
+        .await
+        .expect("legacy class finalizer");
+    let cluster = h
+        .cluster("apps", classy_cluster("c1", "quick-start", "classes"))
+        .await;
+    h.initialize("apps", "c1").await;
+    h.merge_cluster(
+        "apps",
+        "c1",
+        json!({"metadata": {"finalizers": [names::FINALIZER]}}),
+    )
+    .await;
+
+    // What CAAPF left: a Fleet Cluster applied (unforced) by its manager with a random client ID
+    // and the last-applied annotation, a class group with its legacy finalizer, a cross-namespace
+    // group owned by the Cluster, and an unlabelled mapping.
+    let owner = json!([{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c1", "uid": cluster.uid()}]);
+    let fleet_body = json!({
+        "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "c1", "namespace": "apps", "ownerReferences": owner,
+                     "annotations": {names::LAST_APPLIED_ANNOTATION: "{}"}},
+        "spec": {"kubeConfigSecret": "c1-kubeconfig", "agentNamespace": "fleet-addon-agent",
+                 "templateValues": {"Cluster": {"metadata": {"uid": "stale", "generation": 7}}}}
+    });
+    let fleet_api: Api<FleetCluster> = Api::namespaced(h.client.clone(), "apps");
+    let caapf_fleet = fleet_api
+        .patch(
+            "c1",
+            &PatchParams::apply(names::FIELD_MANAGER),
+            &Patch::Apply(&fleet_body),
+        )
+        .await
+        .expect("CAAPF Fleet Cluster");
+    let group_body = json!({
+        "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "ClusterGroup",
+        "metadata": {"name": "quick-start", "namespace": "classes", "finalizers": [names::FINALIZER],
+                     "labels": {names::CLUSTERCLASS_NAME_LABEL: "quick-start", names::CLUSTERCLASS_NAMESPACE_LABEL: "classes"},
+                     "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "ClusterClass", "name": "quick-start", "uid": class.uid()}]},
+        "spec": {"selector": {"matchLabels": {names::CLUSTERCLASS_NAME_LABEL: "quick-start", names::CLUSTERCLASS_NAMESPACE_LABEL: "classes"}}}
+    });
+    Api::<ClusterGroup>::namespaced(h.client.clone(), "classes")
+        .patch(
+            "quick-start",
+            &PatchParams::apply(names::FIELD_MANAGER),
+            &Patch::Apply(&group_body),
+        )
+        .await
+        .expect("CAAPF class group");
+    let cross_body = json!({
+        "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "ClusterGroup",
+        "metadata": {"name": "quick-start.classes", "namespace": "apps", "ownerReferences": owner,
+                     "labels": {names::CLUSTERCLASS_NAME_LABEL: "quick-start", names::CLUSTERCLASS_NAMESPACE_LABEL: "classes"}},
+        "spec": {"selector": {"matchLabels": {names::CLUSTERCLASS_NAME_LABEL: "quick-start", names::CLUSTERCLASS_NAMESPACE_LABEL: "classes"}}}
+    });
+    let caapf_cross = Api::<ClusterGroup>::namespaced(h.client.clone(), "apps")
+        .patch(
+            "quick-start.classes",
+            &PatchParams::apply("cluster-c1-addon-provider-fleet"),
+            &Patch::Apply(&cross_body),
+        )
+        .await
+        .expect("CAAPF cross-namespace group");
+    let mapping_body = json!({
+        "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "BundleNamespaceMapping",
+        "metadata": {"name": "apps", "namespace": "classes"},
+        "bundleSelector": {}, "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "apps"}}
+    });
+    let caapf_mapping = Api::<BundleNamespaceMapping>::namespaced(h.client.clone(), "classes")
+        .patch(
+            "apps",
+            &PatchParams::apply("cluster-c1-addon-provider-fleet"),
+            &Patch::Apply(&mapping_body),
+        )
+        .await
+        .expect("CAAPF mapping");
+
+    h.start().await;
+    let fleet = eventually(
+        "Fleet Cluster adopted and brought to the desired state",
+        || async {
+            h.fleet_cluster("apps", "c1").await.filter(|c| {
+                !c.annotations().contains_key(names::LAST_APPLIED_ANNOTATION)
+                    && c.spec
+                        .template_values
+                        .as_ref()
+                        .is_some_and(|v| v["Cluster"]["metadata"].get("uid").is_none())
+                    && c.labels().contains_key(names::CLUSTERCLASS_NAME_LABEL)
+            })
+        },
+    )
+    .await;
+    assert_eq!(fleet.uid(), caapf_fleet.uid(), "adopted, not re-created");
+    eventually("legacy finalizers removed from class and group", || async {
+        let class = h.get::<CapiClusterClass>("classes", "quick-start").await?;
+        let group = h.get::<ClusterGroup>("classes", "quick-start").await?;
+        (!has_finalizer(&class) && !has_finalizer(&group)).then_some(())
+    })
+    .await;
+    let cross = eventually(
+        "cross-namespace group adopted without owner references",
+        || async {
+            h.get::<ClusterGroup>("apps", "quick-start.classes")
+                .await
+                .filter(|g| g.owner_references().is_empty())
+        },
+    )
+    .await;
+    assert_eq!(cross.uid(), caapf_cross.uid());
+    let mapping = eventually("mapping adopted (labelled ours)", || async {
+        h.get::<BundleNamespaceMapping>("classes", "apps")
+            .await
+            .filter(|m| m.labels().contains_key(names::MANAGED_LABEL))
+    })
+    .await;
+    assert_eq!(mapping.metadata.uid, caapf_mapping.metadata.uid);
+    h.stop().await;
+}
+
+/// `caapf cleanup` removes every finalizer of ours, so uninstalling never leaves a hang.
+#[tokio::test]
+async fn cleanup_subcommand_removes_every_finalizer() {
+    let mut h = Harness::new().await;
+    h.namespace("a", json!({})).await;
+    h.namespace("b", json!({})).await;
+    h.class("a", "cc", json!({})).await;
+    Api::<CapiClusterClass>::namespaced(h.client.clone(), "a")
+        .patch(
+            "cc",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": [names::FINALIZER, "other/keep"]}})),
+        )
+        .await
+        .expect("class finalizer");
+    for (ns, name) in [("a", "c1"), ("b", "c2")] {
+        h.cluster(ns, plain_cluster(name, json!({}))).await;
+        h.initialize(ns, name).await;
+    }
+    h.start().await;
+    eventually("finalizers on both Clusters", || async {
+        let c1 = h.get::<CapiCluster>("a", "c1").await?;
+        let c2 = h.get::<CapiCluster>("b", "c2").await?;
+        (has_finalizer(&c1) && has_finalizer(&c2)).then_some(())
+    })
+    .await;
+    h.stop().await;
+    // Re-add the class finalizer the manager removed, as an old CAAPF would have left it.
+    Api::<CapiClusterClass>::namespaced(h.client.clone(), "a")
+        .patch(
+            "cc",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": [names::FINALIZER, "other/keep"]}})),
+        )
+        .await
+        .expect("class finalizer");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    h.sandbox.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_caapf"))
+        .arg("cleanup")
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .await
+        .expect("caapf cleanup runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains(
+            "removed the finalizer from 2 Cluster(s), 1 ClusterClass(es), 0 ClusterGroup(s)"
+        ),
+        "{stdout}"
+    );
+    for (ns, name) in [("a", "c1"), ("b", "c2")] {
+        assert!(!has_finalizer(
+            &h.get::<CapiCluster>(ns, name).await.expect("cluster")
+        ));
+    }
+    let class = h.get::<CapiClusterClass>("a", "cc").await.expect("class");
+    assert_eq!(class.finalizers(), ["other/keep"], "other finalizers stay");
+    // And deleting now completes without the manager.
+    h.delete_cluster("a", "c1").await;
+    eventually("deleted", || async {
+        h.get::<CapiCluster>("a", "c1")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+}
+
+/// A failing write is retried with backoff (a handful of attempts, not a hot loop) and the
+/// Cluster converges once the API server recovers.
+#[tokio::test]
+async fn failing_writes_back_off_and_recover() {
+    let mut h = Harness::new().await;
+    h.namespace("ns", json!({})).await;
+    h.cluster("ns", plain_cluster("c1", json!({}))).await;
+    h.initialize("ns", "c1").await;
+    let mut rule = kube_sandbox::FaultRule::fail(kube_sandbox::FaultTarget::Writes, 1.0, 500)
+        .for_resource("clusters");
+    rule.verbs = Some(vec!["APPLY".into()]);
+    h.sandbox.set_faults(kube_sandbox::FaultConfig {
+        rules: vec![rule],
+        ..Default::default()
+    });
+    h.start().await;
+    let errors = || {
+        h.manager.as_ref().map_or(0, |m| {
+            m.ctx
+                .metrics
+                .reconcile_errors
+                .get_or_create(&caapf::metrics::ErrorLabels {
+                    controller: "cluster",
+                    error: "server_error",
+                })
+                .get()
+        })
+    };
+    eventually("a failed Fleet Cluster apply", || async {
+        (errors() >= 1).then_some(())
+    })
+    .await;
+    h.sandbox.clear_faults();
+    eventually("converged after the API server recovered", || {
+        h.fleet_cluster("ns", "c1")
+    })
+    .await;
+    let applies = h.sandbox.requests().count(|r| {
+        r.verb == kube_sandbox::Verb::Apply
+            && r.resource == "clusters"
+            && r.group == "fleet.cattle.io"
+    });
+    assert!(
+        applies <= 4,
+        "{applies} apply attempts: retries must back off"
+    );
+    h.stop().await;
+}
