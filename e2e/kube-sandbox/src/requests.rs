@@ -76,6 +76,8 @@ pub struct RequestRecord {
     pub code: u16,
     /// `dryRun=All`.
     pub dry_run: bool,
+    /// The `User-Agent` header ("" when absent): tells a controller's requests from a test's.
+    pub user_agent: String,
 }
 
 /// The request log.

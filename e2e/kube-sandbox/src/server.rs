@@ -425,7 +425,8 @@ fn sandbox_hook(app: &Arc<App>, method: &Method, path: &str, body: &Bytes) -> Re
                 .map(|r| {
                     json!({"verb": r.verb.as_str(), "group": r.group, "version": r.version,
                            "resource": r.resource, "subresource": r.subresource,
-                           "namespace": r.namespace, "name": r.name, "code": r.code})
+                           "namespace": r.namespace, "name": r.name, "code": r.code,
+                           "userAgent": r.user_agent})
                 })
                 .collect();
             json_response(200, &Value::Array(recs))
@@ -501,6 +502,11 @@ async fn resource(
         name: t.name.clone().unwrap_or_default(),
         code: 0,
         dry_run: q.get("dryRun") == Some("All"),
+        user_agent: headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string(),
     };
     let resp = match verb {
         Err(e) => e.into_response(),

@@ -298,3 +298,39 @@ async fn watch_faults_over_http() {
             .any(|r| r["verb"] == "WATCH")
     );
 }
+
+#[tokio::test]
+async fn the_request_log_records_the_user_agent() {
+    let s = bare().await;
+    let c = s.client();
+    get(&c, "/api/v1/namespaces/default/configmaps").await;
+    raw(
+        &c,
+        "GET",
+        "/api/v1/namespaces/default/configmaps/kube-root-ca.crt",
+        &[("user-agent", "caapf/0.1.0")],
+        Vec::new(),
+    )
+    .await;
+    let agents: Vec<(String, String)> = s
+        .requests()
+        .all()
+        .into_iter()
+        .filter(|r| r.resource == "configmaps")
+        .map(|r| (r.name, r.user_agent))
+        .collect();
+    assert_eq!(
+        agents,
+        [
+            (String::new(), String::new()),
+            ("kube-root-ca.crt".to_string(), "caapf/0.1.0".to_string())
+        ]
+    );
+    let logged = get(&c, "/sandbox/requests").await.json();
+    assert!(
+        logged
+            .as_array()
+            .is_some_and(|l| l.iter().any(|r| r["userAgent"] == "caapf/0.1.0")),
+        "{logged}"
+    );
+}
