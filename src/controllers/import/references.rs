@@ -14,7 +14,7 @@ use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::{Mutex, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::CapiCluster;
@@ -35,8 +35,12 @@ pub enum Lookup {
     Unavailable(String),
 }
 
+/// A referenced kind's cache and its first-list flag (many reconciles wait on it at once; see
+/// [`crate::controllers::import::stores::ready_latch`]).
+type Cache = (Store<DynamicObject>, ApiResource, watch::Receiver<bool>);
+
 enum Entry {
-    Watching(Store<DynamicObject>, ApiResource),
+    Watching(Cache),
     Failed { at: Instant, reason: String },
 }
 
@@ -68,14 +72,14 @@ impl References {
 
     /// Looks up a referenced object in its cache, starting the cache on first use.
     pub async fn lookup(&self, reference: &CapiRef) -> Lookup {
-        let (store, resource) = match self.store_for(reference).await {
+        let (store, resource, mut ready) = match self.store_for(reference).await {
             Ok(found) => found,
             Err(reason) => return Lookup::Unavailable(reason),
         };
-        if tokio::time::timeout(FIRST_LIST_WAIT, store.wait_until_ready())
-            .await
-            .is_err()
-        {
+        if !matches!(
+            tokio::time::timeout(FIRST_LIST_WAIT, ready.wait_for(|r| *r)).await,
+            Ok(Ok(_))
+        ) {
             return Lookup::Unavailable(format!(
                 "{} objects are not readable yet (watch not synced)",
                 reference.kind
@@ -88,23 +92,20 @@ impl References {
         }
     }
 
-    async fn store_for(
-        &self,
-        reference: &CapiRef,
-    ) -> Result<(Store<DynamicObject>, ApiResource), String> {
+    async fn store_for(&self, reference: &CapiRef) -> Result<Cache, String> {
         let key = (reference.group.clone(), reference.kind.clone());
         let mut entries = self.entries.lock().await;
         match entries.get(&key) {
-            Some(Entry::Watching(store, resource)) => return Ok((store.clone(), resource.clone())),
+            Some(Entry::Watching(cache)) => return Ok(cache.clone()),
             Some(Entry::Failed { at, reason }) if at.elapsed() < DISCOVERY_RETRY => {
                 return Err(reason.clone());
             }
             _ => {}
         }
         match self.start(reference).await {
-            Ok((store, resource)) => {
-                entries.insert(key, Entry::Watching(store.clone(), resource.clone()));
-                Ok((store, resource))
+            Ok(cache) => {
+                entries.insert(key, Entry::Watching(cache.clone()));
+                Ok(cache)
             }
             Err(reason) => {
                 entries.insert(
@@ -119,10 +120,7 @@ impl References {
         }
     }
 
-    async fn start(
-        &self,
-        reference: &CapiRef,
-    ) -> Result<(Store<DynamicObject>, ApiResource), String> {
+    async fn start(&self, reference: &CapiRef) -> Result<Cache, String> {
         let group = discovery::group(&self.client, &reference.group)
             .await
             .map_err(|err| format!("API group {} is not served: {err}", reference.group))?;
@@ -133,10 +131,11 @@ impl References {
             )
         })?;
         tracing::info!(group = %resource.group, version = %resource.version, kind = %resource.kind, "watching referenced kind");
-        Ok((self.spawn_watch(resource.clone()), resource))
+        let (store, ready) = self.spawn_watch(resource.clone());
+        Ok((store, resource, ready))
     }
 
-    fn spawn_watch(&self, resource: ApiResource) -> Store<DynamicObject> {
+    fn spawn_watch(&self, resource: ApiResource) -> (Store<DynamicObject>, watch::Receiver<bool>) {
         let api: Api<DynamicObject> = match &self.namespace {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
             None => Api::all_with(self.client.clone(), &resource),
@@ -146,6 +145,9 @@ impl References {
         let triggers = self.triggers.clone();
         let shutdown = self.shutdown.clone();
         let kind = resource.kind.clone();
+        // Raised at the first full list (not Store::wait_until_ready, which wakes only one of
+        // several concurrent waiters).
+        let (ready_tx, ready) = watch::channel(false);
         let stream = watcher(api, watcher::Config::default().any_semantic())
             .default_backoff()
             .modify(|object: &mut DynamicObject| {
@@ -182,7 +184,11 @@ impl References {
                         seen.remove(&object.uid().unwrap_or_default());
                         object
                     }
-                    Some(Ok(watcher::Event::Init | watcher::Event::InitDone)) => continue,
+                    Some(Ok(watcher::Event::InitDone)) => {
+                        ready_tx.send_replace(true);
+                        continue;
+                    }
+                    Some(Ok(watcher::Event::Init)) => continue,
                 };
                 for owner in owning_clusters(&object) {
                     // The receiver only goes away when the controller stops.
@@ -190,7 +196,7 @@ impl References {
                 }
             }
         });
-        store
+        (store, ready)
     }
 }
 

@@ -19,7 +19,7 @@ use kube::runtime::reflector::{Store, store::Writer};
 use kube::runtime::{WatchStreamExt, metadata_watcher, reflector::ObjectRef, watcher};
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
@@ -31,12 +31,17 @@ use crate::names;
 /// A stream of changed (applied or deleted) objects of one kind.
 pub type Feed<K> = UnboundedReceiverStream<Arc<K>>;
 
+/// A started cache: the store, its subscriptions and its "first full list applied" flag.
+type Spawned<K> = (Store<K>, Vec<Feed<K>>, watch::Receiver<bool>);
+
 /// Field managers whose `managedFields` entries we keep in caches.
 const OUR_MANAGERS: &[&str] = &[names::FIELD_MANAGER, names::NAMESPACE_FIELD_MANAGER];
 
 /// Read access to every shared cache.
 #[derive(Clone)]
 pub struct Stores {
+    /// True once every cache holds its first full list (see [`ready_latch`]).
+    ready: watch::Receiver<bool>,
     pub clusters: Store<CapiCluster>,
     pub classes: Store<CapiClusterClass>,
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
@@ -88,51 +93,64 @@ impl Stores {
         let capi_ns = flags.watch_namespace().map(str::to_string);
         let fleet_ns = capi_ns.clone();
 
-        let (clusters, cluster_feeds) = spawn_full(
+        let (clusters, cluster_feeds, cluster_ready) = spawn_full(
             api::<CapiCluster>(client, capi_ns.as_deref()),
             capi_config.clone(),
             subscribers.clusters,
             tasks,
         );
-        let (classes, class_feeds) = spawn_full(
+        let (classes, class_feeds, class_ready) = spawn_full(
             api::<CapiClusterClass>(client, capi_ns.as_deref()),
             capi_config,
             subscribers.classes,
             tasks,
         );
-        let (fleet_clusters, fleet_feeds) = spawn_full(
+        let (fleet_clusters, fleet_feeds, fleet_ready) = spawn_full(
             api::<FleetCluster>(client, fleet_ns.as_deref()),
             plain.clone(),
             subscribers.fleet_clusters,
             tasks,
         );
-        let (groups, group_feeds) = spawn_full(
+        let (groups, group_feeds, group_ready) = spawn_full(
             api::<ClusterGroup>(client, fleet_ns.as_deref()),
             plain.clone(),
             subscribers.groups,
             tasks,
         );
         // Mappings live in ClusterClass namespaces, which may be outside --namespace.
-        let (mappings, mapping_feeds) = spawn_full(
+        let (mappings, mapping_feeds, mapping_ready) = spawn_full(
             api::<BundleNamespaceMapping>(client, None),
             plain.clone(),
             subscribers.mappings,
             tasks,
         );
-        let (namespaces, namespace_feeds) = spawn_metadata(
+        let (namespaces, namespace_feeds, namespace_ready) = spawn_metadata(
             Api::<Namespace>::all(client.clone()),
             plain.clone(),
             subscribers.namespaces,
             tasks,
         );
-        let (tokens, token_feeds) = spawn_metadata(
+        let (tokens, token_feeds, token_ready) = spawn_metadata(
             api::<ClusterRegistrationToken>(client, fleet_ns.as_deref()),
             plain,
             subscribers.tokens,
             tasks,
         );
+        let ready = ready_latch(
+            vec![
+                cluster_ready,
+                class_ready,
+                namespace_ready,
+                fleet_ready,
+                group_ready,
+                mapping_ready,
+                token_ready,
+            ],
+            tasks,
+        );
         (
             Stores {
+                ready,
                 clusters,
                 classes,
                 namespaces,
@@ -153,15 +171,9 @@ impl Stores {
         )
     }
 
-    /// Waits until every cache holds its first full list.
+    /// Waits until every cache holds its first full list (any number of tasks may wait).
     pub async fn wait_until_ready(&self) -> bool {
-        self.clusters.wait_until_ready().await.is_ok()
-            && self.classes.wait_until_ready().await.is_ok()
-            && self.namespaces.wait_until_ready().await.is_ok()
-            && self.fleet_clusters.wait_until_ready().await.is_ok()
-            && self.groups.wait_until_ready().await.is_ok()
-            && self.mappings.wait_until_ready().await.is_ok()
-            && self.tokens.wait_until_ready().await.is_ok()
+        self.ready.clone().wait_for(|ready| *ready).await.is_ok()
     }
 
     /// Labels of a namespace (empty when unknown).
@@ -207,6 +219,30 @@ impl Stores {
     }
 }
 
+/// One flag, set once every per-kind flag is set, that any number of tasks can wait on.
+///
+/// kube's `Store::wait_until_ready` keeps only the waker of the task that polled it last: with
+/// several concurrent waiters the others are never woken, and kube's own Controller waits on the
+/// same stores. So nothing here waits on a Store: each fan-out task raises its own flag when it
+/// has applied its first full list.
+pub fn ready_latch(
+    flags: Vec<watch::Receiver<bool>>,
+    tasks: &mut JoinSet<()>,
+) -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tasks.spawn(async move {
+        for mut flag in flags {
+            if flag.wait_for(|ready| *ready).await.is_err() {
+                return;
+            }
+        }
+        tx.send_replace(true);
+        // Keep the sender, so waiters see "ready" rather than an error until shutdown.
+        tx.closed().await;
+    });
+    rx
+}
+
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
 where
     K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
@@ -241,7 +277,7 @@ fn spawn_full<K>(
     config: watcher::Config,
     subscribers: usize,
     tasks: &mut JoinSet<()>,
-) -> (Store<K>, Vec<Feed<K>>)
+) -> Spawned<K>
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -263,7 +299,7 @@ fn spawn_metadata<K>(
     config: watcher::Config,
     subscribers: usize,
     tasks: &mut JoinSet<()>,
-) -> (Store<PartialObjectMeta<K>>, Vec<Feed<PartialObjectMeta<K>>>)
+) -> Spawned<PartialObjectMeta<K>>
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -282,8 +318,9 @@ where
     )
 }
 
-/// Drives `events` into a cache and sends every applied or deleted object to each subscriber.
-fn fan_out<K, S>(events: S, subscribers: usize, tasks: &mut JoinSet<()>) -> (Store<K>, Vec<Feed<K>>)
+/// Drives `events` into a cache and sends every applied or deleted object to each subscriber;
+/// the flag is raised once the first full list is in the cache.
+fn fan_out<K, S>(events: S, subscribers: usize, tasks: &mut JoinSet<()>) -> Spawned<K>
 where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     S: futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
@@ -298,6 +335,7 @@ where
         .unzip();
     let reader = store.clone();
     let kind = K::kind(&()).to_string();
+    let (ready_tx, ready) = watch::channel(false);
     tasks.spawn(async move {
         let send = |object: Arc<K>| {
             for sender in &senders {
@@ -325,6 +363,7 @@ where
                     send(Arc::new(object));
                 }
                 watcher::Event::InitDone => {
+                    ready_tx.send_replace(true);
                     let now = reader.state();
                     for object in &now {
                         send(object.clone());
@@ -339,5 +378,5 @@ where
             }
         }
     });
-    (store, feeds)
+    (store, feeds, ready)
 }
