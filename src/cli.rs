@@ -154,11 +154,12 @@ pub struct ManagerFlags {
     #[arg(long)]
     pub feature_gates: Option<String>,
 
-    /// Maximum sustained requests per second to the API server.
-    #[arg(long, default_value_t = 20.0)]
+    /// Maximum sustained requests per second to the API server (client-side token bucket, as
+    /// client-go's QPS; 0 or negative: no limit).
+    #[arg(long, default_value_t = 20.0, allow_negative_numbers = true)]
     pub kube_api_qps: f32,
 
-    /// Maximum burst of requests to the API server.
+    /// Maximum burst of requests to the API server (the token bucket's size).
     #[arg(long, default_value_t = 30)]
     pub kube_api_burst: u32,
 
@@ -186,6 +187,12 @@ impl ManagerFlags {
     /// The namespace to watch, `None` for all (`--namespace=` means all, as in CAPI).
     pub fn watch_namespace(&self) -> Option<&str> {
         self.namespace.as_deref().filter(|ns| !ns.is_empty())
+    }
+
+    /// The `--watch-filter` value, `None` when unset or empty (`--watch-filter=` means no
+    /// filter, as in CAPI).
+    pub fn watch_filter_label(&self) -> Option<&str> {
+        self.watch_filter.as_deref().filter(|f| !f.is_empty())
     }
 
     /// Flags that are accepted but have no effect, with the reason (logged at start).
@@ -429,6 +436,12 @@ mod tests {
         assert!(matches!(cli.command, Some(Command::Run(_))));
         assert_eq!(cli.manager_flags().webhook_port, 10443);
         assert_eq!(cli.manager_flags().watch_filter.as_deref(), Some("team-a"));
+        assert_eq!(cli.manager_flags().watch_filter_label(), Some("team-a"));
+        // clusterctl renders `--watch-filter=${CAAPF_WATCH_FILTER:=}` as an empty value.
+        let (cli, _) = parse(&["--watch-filter="]);
+        assert_eq!(cli.manager_flags().watch_filter_label(), None);
+        let (cli, _) = parse(&["--kube-api-qps=-1"]);
+        assert_eq!(cli.manager_flags().kube_api_qps, -1.0);
         let (cli, _) = parse(&["crd"]);
         assert!(matches!(cli.command, Some(Command::Crd)));
     }

@@ -54,6 +54,20 @@ impl Context {
         }
     }
 
+    /// The same context with another stop signal: the leader tasks get one that is also
+    /// cancelled when this replica stops leading.
+    pub fn with_shutdown(&self, shutdown: CancellationToken) -> Self {
+        Self {
+            client: self.client.clone(),
+            flags: self.flags.clone(),
+            metrics: self.metrics.clone(),
+            readiness: self.readiness.clone(),
+            config: self.config.clone(),
+            recorder: self.recorder.clone(),
+            shutdown,
+        }
+    }
+
     /// The current effective configuration, `None` before it has been read once.
     pub fn config(&self) -> Option<Arc<EffectiveConfig>> {
         self.config.borrow().clone()

@@ -42,6 +42,10 @@ pub enum Error {
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
 
+    /// This replica lost the leader Lease; it stops so that it restarts as a candidate.
+    #[error("leader election lost: {0}")]
+    LeadershipLost(String),
+
     /// The finalizer helper failed in apply or cleanup.
     #[error("finalizer: {0}")]
     Finalizer(String),
@@ -70,6 +74,7 @@ impl Error {
             Error::Timeout { .. } => "timeout",
             Error::Io(_) => "io",
             Error::Finalizer(_) => "finalizer",
+            Error::LeadershipLost(_) => "leadership_lost",
         }
     }
 }

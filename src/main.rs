@@ -33,7 +33,7 @@ fn main() -> ExitCode {
                 }
             };
             let result = runtime.block_on(async {
-                let client = caapf::manager::connect().await?;
+                let client = caapf::manager::connect(&cli.manager).await?;
                 caapf::cleanup::run(&client).await
             });
             match result {

@@ -1,24 +1,45 @@
 //! The manager: connects to the API server, serves health and metrics, and runs the
 //! controllers until SIGTERM/SIGINT.
+//!
+//! What runs where:
+//! - on **every replica**: the health and metrics endpoints, the `FleetAddonConfig` watch (a
+//!   read-only cache: the runtime extension, which every replica serves, decides with it);
+//! - on the **leader** only: everything that writes — the import controllers and their status
+//!   writer (and the Fleet install controller). These "leader tasks" start when the replica
+//!   acquires the Lease (at once without `--leader-elect`).
+//!
+//! Losing the Lease (not renewed within the renew deadline, or another holder seen) aborts the
+//! leader tasks at once and makes [`Manager::wait`] return [`Error::LeadershipLost`]: the
+//! process exits non-zero and Kubernetes restarts the container, which becomes a candidate
+//! again — what controller-runtime does. A graceful stop (SIGTERM) lets the leader tasks finish
+//! their current work (bounded), then releases the Lease so another replica takes over at its
+//! next retry instead of after the lease duration.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube::Client;
+use kube::runtime::events::EventType;
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::ManagerFlags;
 use crate::context::Context;
 use crate::controllers::{config_watch, import};
+use crate::leader::{ElectionConfig, Elector, Renewal};
 use crate::server;
 use crate::{Error, Result};
+
+/// How long leader tasks may take to finish after a stop without leader election.
+const DRAIN_WITHOUT_ELECTION: Duration = Duration::from_secs(10);
 
 /// Runs the manager until it is asked to stop (or a component fails).
 pub async fn run(flags: ManagerFlags) -> Result<()> {
     for ignored in flags.ignored() {
         tracing::info!(flag = %ignored, "flag accepted but ignored");
     }
-    let client = connect().await?;
+    let client = connect(&flags).await?;
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone());
     run_with_client(client, flags, shutdown).await
@@ -40,16 +61,25 @@ pub struct Manager {
     pub health_address: Option<std::net::SocketAddr>,
     /// Where `/metrics` is served, when enabled.
     pub metrics_address: Option<std::net::SocketAddr>,
-    tasks: JoinSet<()>,
+    /// This replica's `holderIdentity` (None without `--leader-elect`).
+    pub identity: Option<String>,
+    leading: watch::Receiver<bool>,
+    tasks: JoinSet<Result<()>>,
 }
 
 impl Manager {
-    /// Starts serving health and metrics and the controllers; returns once listening.
+    /// Starts serving health and metrics, the configuration watch and the leader election
+    /// (or, without `--leader-elect`, the leader tasks); returns once listening.
     pub async fn start(
         client: Client,
         flags: ManagerFlags,
         shutdown: CancellationToken,
     ) -> Result<Self> {
+        let election = if flags.leader_elect {
+            Some(ElectionConfig::from_flags(&flags)?)
+        } else {
+            None
+        };
         let (config_tx, config_rx) = config_watch::channel();
         let ctx = Arc::new(Context::new(
             client.clone(),
@@ -67,21 +97,44 @@ impl Manager {
         )
         .await?;
 
-        let mut tasks = JoinSet::new();
-        tasks.spawn(config_watch::run(client, config_tx, ctx.readiness.clone()));
-        tasks.spawn(import::run(ctx.clone()));
+        let identity = election.as_ref().map(|e| e.identity.clone());
+        let (leading_tx, leading) = watch::channel(false);
+        let mut tasks: JoinSet<Result<()>> = JoinSet::new();
+        let (readiness, stop) = (ctx.readiness.clone(), ctx.shutdown.clone());
+        tasks.spawn(async move {
+            tokio::select! {
+                () = config_watch::run(client, config_tx, readiness) => {}
+                () = stop.cancelled() => {}
+            }
+            Ok(())
+        });
+        let elector = election.map(|config| Elector::new(ctx.client.clone(), config));
+        tasks.spawn(lead(ctx.clone(), elector, leading_tx));
         Ok(Self {
             ctx,
             health_address,
             metrics_address,
+            identity,
+            leading,
             tasks,
         })
     }
 
-    /// Runs until shutdown is requested or a component ends.
+    /// Whether this replica runs the leader tasks now.
+    pub fn is_leader(&self) -> bool {
+        *self.leading.borrow()
+    }
+
+    /// Follows leadership changes of this replica.
+    pub fn leadership(&self) -> watch::Receiver<bool> {
+        self.leading.clone()
+    }
+
+    /// Runs until shutdown is requested or a component ends; an error when leadership was lost
+    /// or a component failed.
     pub async fn wait(mut self) -> Result<()> {
         let shutdown = self.ctx.shutdown.clone();
-        let ended = tokio::select! {
+        let first = tokio::select! {
             () = shutdown.cancelled() => {
                 tracing::info!("shutting down");
                 None
@@ -89,20 +142,157 @@ impl Manager {
             Some(ended) = self.tasks.join_next() => Some(ended),
         };
         shutdown.cancel();
-        self.tasks.shutdown().await;
-        match ended {
+        let rest = self.drain().await;
+        match first {
+            Some(Ok(Err(err))) => Err(err),
             Some(Err(err)) => Err(Error::Io(std::io::Error::other(format!(
                 "a manager task failed: {err}"
             )))),
-            _ => Ok(()),
+            _ => rest,
         }
     }
 
-    /// Stops every task and waits for them.
+    /// Stops gracefully: leader tasks finish their current work, the Lease is released.
     pub async fn stop(mut self) {
         self.ctx.shutdown.cancel();
-        self.tasks.shutdown().await;
+        if let Err(err) = self.drain().await {
+            tracing::warn!(%err, "stopping the manager");
+        }
     }
+
+    /// Stops every task at once without releasing the Lease: what a crash or SIGKILL does
+    /// (the other replicas take over once the lease expires).
+    pub async fn abort(mut self) {
+        self.tasks.shutdown().await;
+        self.ctx.shutdown.cancel();
+    }
+
+    /// Waits for every task after the stop signal; the first error wins.
+    async fn drain(&mut self) -> Result<()> {
+        let mut result = Ok(());
+        while let Some(ended) = self.tasks.join_next().await {
+            match ended {
+                Ok(Err(err)) if result.is_ok() => result = Err(err),
+                Err(err) if result.is_ok() && !err.is_cancelled() => {
+                    result = Err(Error::Io(std::io::Error::other(format!(
+                        "a manager task failed: {err}"
+                    ))));
+                }
+                _ => {}
+            }
+        }
+        result
+    }
+}
+
+/// The tasks only the leader runs: everything that writes.
+fn spawn_leader_tasks(ctx: Arc<Context>) -> JoinSet<()> {
+    let mut tasks = JoinSet::new();
+    tasks.spawn(import::run(ctx));
+    tasks
+}
+
+/// Runs the leader tasks while this replica leads (always without an elector).
+async fn lead(
+    ctx: Arc<Context>,
+    elector: Option<Elector>,
+    leading: watch::Sender<bool>,
+) -> Result<()> {
+    let shutdown = ctx.shutdown.clone();
+    let Some(mut elector) = elector else {
+        set_leading(&ctx, &leading, true);
+        let token = shutdown.child_token();
+        let mut tasks = spawn_leader_tasks(Arc::new(ctx.with_shutdown(token.clone())));
+        let ended = tokio::select! {
+            () = shutdown.cancelled() => None,
+            Some(ended) = tasks.join_next() => Some(ended),
+        };
+        token.cancel();
+        drain(&mut tasks, DRAIN_WITHOUT_ELECTION).await;
+        set_leading(&ctx, &leading, false);
+        return leader_task_result(ended);
+    };
+
+    if !elector.acquire(&shutdown).await {
+        return Ok(());
+    }
+    set_leading(&ctx, &leading, true);
+    if let Some(lease) = elector.lease_reference() {
+        ctx.event(
+            &lease,
+            EventType::Normal,
+            "LeaderElection",
+            "Leading",
+            format!("{} became leader", elector.config().identity),
+        )
+        .await;
+    }
+    let token = shutdown.child_token();
+    let mut tasks = spawn_leader_tasks(Arc::new(ctx.with_shutdown(token.clone())));
+    let outcome = tokio::select! {
+        renewal = elector.renew(&shutdown) => Ok(renewal),
+        Some(ended) = tasks.join_next() => Err(ended),
+    };
+    token.cancel();
+    match outcome {
+        Ok(Renewal::Lost(reason)) => {
+            // Another replica may lead from now on: stop writing at once.
+            tasks.shutdown().await;
+            set_leading(&ctx, &leading, false);
+            tracing::error!(%reason, "leadership lost; stopping");
+            Err(Error::LeadershipLost(reason))
+        }
+        Ok(Renewal::Stopped) => {
+            // The Lease stays ours while the tasks finish: bounded well within its validity.
+            let config = elector.config();
+            drain(
+                &mut tasks,
+                config.renew_deadline.saturating_sub(config.retry_period),
+            )
+            .await;
+            set_leading(&ctx, &leading, false);
+            elector.release().await
+        }
+        Err(ended) => {
+            drain(&mut tasks, Duration::ZERO).await;
+            set_leading(&ctx, &leading, false);
+            if let Err(err) = elector.release().await {
+                tracing::warn!(%err, "releasing the leader lease");
+            }
+            leader_task_result(Some(ended))
+        }
+    }
+}
+
+fn set_leading(ctx: &Context, leading: &watch::Sender<bool>, value: bool) {
+    ctx.metrics.leader.set(i64::from(value));
+    leading.send_replace(value);
+}
+
+/// A leader task that ends before the stop signal is a bug or a fatal error: say which.
+fn leader_task_result(
+    ended: Option<std::result::Result<(), tokio::task::JoinError>>,
+) -> Result<()> {
+    match ended {
+        None => Ok(()),
+        Some(Ok(())) => Err(Error::Io(std::io::Error::other(
+            "a leader task ended unexpectedly",
+        ))),
+        Some(Err(err)) => Err(Error::Io(std::io::Error::other(format!(
+            "a leader task failed: {err}"
+        )))),
+    }
+}
+
+/// Waits up to `grace` for `tasks` to finish, then aborts the rest.
+async fn drain(tasks: &mut JoinSet<()>, grace: Duration) {
+    if tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} })
+        .await
+        .is_err()
+    {
+        tracing::warn!(?grace, "leader tasks did not stop in time; aborting them");
+    }
+    tasks.shutdown().await;
 }
 
 /// Cancels `shutdown` on SIGTERM or SIGINT.
@@ -128,15 +318,15 @@ fn spawn_signal_handler(shutdown: CancellationToken) {
     });
 }
 
-/// Builds a client from the kubeconfig or the in-cluster configuration and checks that the API
-/// server answers, so an unreachable cluster fails fast with a clear message.
-pub async fn connect() -> Result<Client> {
+/// Builds the manager's client (user agent, `--kube-api-qps`/`--kube-api-burst` rate limit)
+/// from the kubeconfig or the in-cluster configuration, and checks that the API server answers,
+/// so an unreachable cluster fails fast with a clear message.
+pub async fn connect(flags: &ManagerFlags) -> Result<Client> {
     let config = kube::Config::infer()
         .await
         .map_err(|err| Error::KubeConfig(format!("{err} (set KUBECONFIG or run in a cluster)")))?;
     let url = config.cluster_url.to_string();
-    let client = Client::try_from(config)
-        .map_err(|err| Error::KubeConfig(format!("building a client for {url}: {err}")))?;
+    let client = crate::client::build(config, flags)?;
     match client.apiserver_version().await {
         Ok(version) => {
             tracing::info!(api_server = %url, version = %version.git_version, "connected");

@@ -36,6 +36,8 @@ impl Harness {
         let flags = ManagerFlags {
             health_probe_bind_address: "0".into(),
             metrics_bind_address: "0".into(),
+            // No client-side rate limit in tests (src/client.rs tests it on its own).
+            kube_api_qps: 0.0,
             ..Default::default()
         };
         Self {
@@ -46,17 +48,23 @@ impl Harness {
         }
     }
 
-    /// Starts the manager with `self.flags`.
+    /// Starts the manager with `self.flags`, with a client built as the binary builds it (its
+    /// requests carry [`caapf::client::user_agent`], which tells them from the test's own).
     pub async fn start(&mut self) {
         assert!(self.manager.is_none(), "manager already running");
         let manager = Manager::start(
-            self.client.clone(),
+            self.manager_client().await,
             self.flags.clone(),
             CancellationToken::new(),
         )
         .await
         .expect("manager starts");
         self.manager = Some(manager);
+    }
+
+    /// A client for a manager: the sandbox's address, the manager's user agent and rate limit.
+    pub async fn manager_client(&self) -> Client {
+        manager_client(&self.sandbox, &self.flags).await
     }
 
     /// Stops the manager.
@@ -235,6 +243,23 @@ impl Harness {
             .get(caapf::names::FLEET_WORKSPACE_ANNOTATION)
             .cloned()
     }
+}
+
+/// A client built as the binary builds it (user agent, `--kube-api-qps` limit) for `sandbox`.
+pub async fn manager_client(sandbox: &Sandbox, flags: &ManagerFlags) -> Client {
+    caapf::client::build(sandbox_config(sandbox).await, flags).expect("manager client")
+}
+
+/// The kube client configuration of the sandbox's kubeconfig.
+pub async fn sandbox_config(sandbox: &Sandbox) -> kube::Config {
+    kube::Config::from_custom_kubeconfig(sandbox.kubeconfig(), &Default::default())
+        .await
+        .expect("sandbox kubeconfig")
+}
+
+/// Whether a recorded request came from a manager (not from the test).
+pub fn from_manager(request: &kube_sandbox::RequestRecord) -> bool {
+    request.user_agent == caapf::client::user_agent()
 }
 
 /// Waits until `check` returns `Some`, polling; panics with `what` after [`TIMEOUT`].

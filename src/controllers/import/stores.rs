@@ -84,7 +84,7 @@ impl Stores {
         let plain = watcher::Config::default().any_semantic().page_size(500);
         // `--watch-filter` applies to CAPI objects; `--namespace` to everything namespaced
         // except BundleNamespaceMappings and Namespaces.
-        let capi_config = match &flags.watch_filter {
+        let capi_config = match flags.watch_filter_label() {
             Some(filter) => plain
                 .clone()
                 .labels(&format!("{}={filter}", names::CAPI_WATCH_FILTER_LABEL)),

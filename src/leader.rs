@@ -1,0 +1,566 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, with client-go's semantics
+//! (`k8s.io/client-go/tools/leaderelection`), so that two replicas never reconcile at once.
+//!
+//! - A candidate reads the Lease every retry period. It takes the Lease when there is none
+//!   (create), when nobody holds it (released), or when the holder has not renewed it for
+//!   `leaseDurationSeconds`. Expiry is measured, as in client-go, from the moment *this* candidate
+//!   last saw the record change, on its own monotonic clock: clock skew between nodes can never
+//!   make a candidate take a Lease early. In wall-clock terms a takeover happens no earlier than
+//!   `renewTime + leaseDurationSeconds`.
+//! - Every write is a replace guarded by the `resourceVersion` just read (optimistic
+//!   concurrency): of two candidates racing for a free Lease exactly one wins, the other gets a
+//!   409 and keeps waiting. Taking the Lease from another holder increments `leaseTransitions`.
+//! - The leader renews every retry period. When it has not renewed successfully for the renew
+//!   deadline (shorter than the lease duration), or it sees another holder, it has lost the
+//!   Lease: the caller stops the leader's work at once ([`Renewal::Lost`]).
+//! - On graceful shutdown the leader releases the Lease (client-go's `ReleaseOnCancel`): the
+//!   holder is cleared and the duration set to 1 s, so a candidate takes over at its next retry
+//!   instead of waiting for the lease to expire.
+
+use std::path::Path;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PostParams};
+use kube::{Client, Resource};
+use rand::Rng;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::ManagerFlags;
+use crate::{Error, Result};
+
+/// client-go's `JitterFactor`: the renew deadline must exceed the retry period by this factor.
+pub const JITTER_FACTOR: f64 = 1.2;
+
+/// Where the in-cluster service account's namespace is mounted.
+pub const SERVICE_ACCOUNT_NAMESPACE_FILE: &str =
+    "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+/// Settings of one election.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ElectionConfig {
+    /// Namespace of the Lease.
+    pub namespace: String,
+    /// Name of the Lease.
+    pub name: String,
+    /// This candidate's identity (`holderIdentity`), unique per process.
+    pub identity: String,
+    /// How long a Lease is valid without renewal.
+    pub lease_duration: Duration,
+    /// How long the leader keeps trying to renew before it gives up.
+    pub renew_deadline: Duration,
+    /// How often candidates try to acquire, and the leader renews.
+    pub retry_period: Duration,
+}
+
+impl ElectionConfig {
+    /// The election the manager flags describe: namespace from `--leader-election-namespace`
+    /// (env `POD_NAMESPACE`), else the in-cluster namespace file, else `default`; identity from
+    /// env `POD_NAME` (else the host name) plus a random suffix.
+    pub fn from_flags(flags: &ManagerFlags) -> Result<Self> {
+        let config = Self {
+            namespace: election_namespace(
+                flags.leader_election_namespace.as_deref(),
+                Path::new(SERVICE_ACCOUNT_NAMESPACE_FILE),
+            ),
+            name: flags.leader_election_id.clone(),
+            identity: candidate_identity(std::env::var("POD_NAME").ok().as_deref()),
+            lease_duration: flags.leader_elect_lease_duration,
+            renew_deadline: flags.leader_elect_renew_deadline,
+            retry_period: flags.leader_elect_retry_period,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The timing rules of client-go: lease duration > renew deadline > 1.2 × retry period,
+    /// so the leader steps down before any candidate may take over.
+    pub fn validate(&self) -> Result<()> {
+        if self.name.is_empty() {
+            return Err(Error::InvalidConfig(
+                "--leader-election-id must not be empty".into(),
+            ));
+        }
+        if self.lease_duration <= self.renew_deadline {
+            return Err(Error::InvalidConfig(format!(
+                "--leader-elect-lease-duration ({:?}) must be greater than --leader-elect-renew-deadline ({:?})",
+                self.lease_duration, self.renew_deadline
+            )));
+        }
+        if self.renew_deadline.as_secs_f64() <= JITTER_FACTOR * self.retry_period.as_secs_f64() {
+            return Err(Error::InvalidConfig(format!(
+                "--leader-elect-renew-deadline ({:?}) must be greater than {JITTER_FACTOR} × --leader-elect-retry-period ({:?})",
+                self.renew_deadline, self.retry_period
+            )));
+        }
+        if self.retry_period.is_zero() {
+            return Err(Error::InvalidConfig(
+                "--leader-elect-retry-period must be positive".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn lease_duration_seconds(&self) -> i32 {
+        // The API counts whole seconds; round up so a sub-second test duration stays valid.
+        i32::try_from(self.lease_duration.as_millis().div_ceil(1000)).unwrap_or(i32::MAX)
+    }
+}
+
+/// The namespace of the Lease: the flag (or `POD_NAMESPACE`), else the service account's
+/// namespace file, else `default`.
+pub fn election_namespace(flag: Option<&str>, namespace_file: &Path) -> String {
+    if let Some(namespace) = flag.map(str::trim).filter(|ns| !ns.is_empty()) {
+        return namespace.to_string();
+    }
+    std::fs::read_to_string(namespace_file)
+        .ok()
+        .map(|ns| ns.trim().to_string())
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or_else(|| "default".to_string())
+}
+
+/// A unique identity: the pod name (or host name) and a random suffix, as controller-runtime
+/// does (`<hostname>_<uuid>`), so a restarted process never mistakes its predecessor's Lease for
+/// its own.
+pub fn candidate_identity(pod_name: Option<&str>) -> String {
+    let base = pod_name
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+        .map(str::to_string)
+        .or_else(host_name)
+        .unwrap_or_else(|| "caapf".to_string());
+    let suffix: u64 = rand::rng().random();
+    format!("{base}_{suffix:016x}")
+}
+
+fn host_name() -> Option<String> {
+    ["/proc/sys/kernel/hostname", "/etc/hostname"]
+        .iter()
+        .find_map(|path| std::fs::read_to_string(path).ok())
+        .map(|name| name.trim().to_string())
+        .filter(|name| !name.is_empty())
+}
+
+/// What a candidate may do with the Lease it read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attempt {
+    /// There is no Lease: create it, holding it.
+    Create,
+    /// We hold it: renew it (same acquire time and transitions).
+    Renew,
+    /// Nobody holds it, or the holder let it expire: take it (transitions + 1).
+    TakeOver,
+    /// Another holder's Lease is still valid: wait.
+    Wait,
+}
+
+/// The decision of client-go's `tryAcquireOrRenew`, as a pure function. `expired` says whether
+/// the lease duration has passed since this candidate last saw the record change.
+pub fn attempt(spec: Option<&LeaseSpec>, identity: &str, expired: bool) -> Attempt {
+    let Some(spec) = spec else {
+        return Attempt::Create;
+    };
+    match spec.holder_identity.as_deref().filter(|h| !h.is_empty()) {
+        Some(holder) if holder == identity => Attempt::Renew,
+        Some(_) if !expired => Attempt::Wait,
+        _ => Attempt::TakeOver,
+    }
+}
+
+/// The record a candidate writes for `attempt` (None for [`Attempt::Wait`]).
+pub fn next_record(
+    attempt: Attempt,
+    old: Option<&LeaseSpec>,
+    config: &ElectionConfig,
+    now: Timestamp,
+) -> Option<LeaseSpec> {
+    let mut record = LeaseSpec {
+        holder_identity: Some(config.identity.clone()),
+        lease_duration_seconds: Some(config.lease_duration_seconds()),
+        acquire_time: Some(MicroTime(now)),
+        renew_time: Some(MicroTime(now)),
+        lease_transitions: Some(0),
+        ..LeaseSpec::default()
+    };
+    let old_transitions = old.and_then(|o| o.lease_transitions).unwrap_or(0);
+    match attempt {
+        Attempt::Wait => return None,
+        Attempt::Create => {}
+        Attempt::Renew => {
+            record.acquire_time = old
+                .and_then(|o| o.acquire_time.clone())
+                .or(record.acquire_time);
+            record.lease_transitions = Some(old_transitions);
+        }
+        Attempt::TakeOver => record.lease_transitions = Some(old_transitions.saturating_add(1)),
+    }
+    Some(record)
+}
+
+/// The record a leader writes when it lets go: no holder, a 1 s duration, same transitions.
+pub fn released_record(old: &LeaseSpec, now: Timestamp) -> LeaseSpec {
+    LeaseSpec {
+        holder_identity: None,
+        lease_duration_seconds: Some(1),
+        acquire_time: Some(MicroTime(now)),
+        renew_time: Some(MicroTime(now)),
+        lease_transitions: old.lease_transitions,
+        ..LeaseSpec::default()
+    }
+}
+
+/// What one try found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tried {
+    /// We hold the Lease now.
+    Leading,
+    /// Another holder's Lease is valid.
+    HeldByOther,
+    /// Our write lost a race (409): someone wrote the Lease between our read and our write.
+    Conflict,
+}
+
+/// How renewing ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Renewal {
+    /// The stop signal came while still leading: release the Lease.
+    Stopped,
+    /// Leadership is lost (renew deadline passed, or another holder): stop leading now.
+    Lost(String),
+}
+
+/// One candidate in one election.
+pub struct Elector {
+    api: Api<Lease>,
+    config: ElectionConfig,
+    /// The record as last seen, and when (this process's clock) it was first seen.
+    observed: Option<(LeaseSpec, Instant)>,
+    /// The Lease as last written by us (its resourceVersion guards the release).
+    held: Option<Lease>,
+}
+
+impl Elector {
+    pub fn new(client: Client, config: ElectionConfig) -> Self {
+        Self {
+            api: Api::namespaced(client, &config.namespace),
+            config,
+            observed: None,
+            held: None,
+        }
+    }
+
+    pub fn config(&self) -> &ElectionConfig {
+        &self.config
+    }
+
+    /// The Lease we hold, for Events about it.
+    pub fn lease_reference(&self) -> Option<ObjectReference> {
+        self.held.as_ref().map(|lease| lease.object_ref(&()))
+    }
+
+    /// Whether our last write made us the holder.
+    pub fn is_leader(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// One read and at most one write (client-go's `tryAcquireOrRenew`).
+    pub async fn try_acquire_or_renew(&mut self) -> Result<Tried> {
+        let live = self.api.get_opt(&self.config.name).await?;
+        let spec = live.as_ref().map(|l| l.spec.clone().unwrap_or_default());
+        if let Some(spec) = &spec
+            && self.observed.as_ref().is_none_or(|(seen, _)| seen != spec)
+        {
+            self.observed = Some((spec.clone(), Instant::now()));
+        }
+        let expired = match (&self.observed, &spec) {
+            (Some((_, seen_at)), Some(spec)) => {
+                let seconds = spec.lease_duration_seconds.unwrap_or(0).max(0);
+                seen_at.elapsed() >= Duration::from_secs(u64::try_from(seconds).unwrap_or(0))
+            }
+            _ => true,
+        };
+        let attempt = attempt(spec.as_ref(), &self.config.identity, expired);
+        let Some(record) = next_record(attempt, spec.as_ref(), &self.config, Timestamp::now())
+        else {
+            self.held = None;
+            return Ok(Tried::HeldByOther);
+        };
+        let written = match live {
+            None => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(self.config.name.clone()),
+                        namespace: Some(self.config.namespace.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some(record),
+                };
+                self.api.create(&PostParams::default(), &lease).await
+            }
+            Some(mut lease) => {
+                // Guarded by the resourceVersion we just read.
+                lease.spec = Some(record);
+                lease.metadata.managed_fields = None;
+                self.api
+                    .replace(&self.config.name, &PostParams::default(), &lease)
+                    .await
+            }
+        };
+        match written {
+            Ok(lease) => {
+                if attempt != Attempt::Renew {
+                    tracing::info!(
+                        lease = %self.config.name,
+                        namespace = %self.config.namespace,
+                        identity = %self.config.identity,
+                        "acquired the leader lease"
+                    );
+                }
+                self.observed = Some((lease.spec.clone().unwrap_or_default(), Instant::now()));
+                self.held = Some(lease);
+                Ok(Tried::Leading)
+            }
+            // Someone else wrote first (create or update race).
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(Tried::Conflict),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// Tries every retry period (with up to 20 % jitter) until we hold the Lease; `false` when
+    /// `stop` came first. Errors are logged and retried.
+    pub async fn acquire(&mut self, stop: &CancellationToken) -> bool {
+        tracing::info!(
+            lease = %self.config.name,
+            namespace = %self.config.namespace,
+            identity = %self.config.identity,
+            "waiting for the leader lease"
+        );
+        loop {
+            match self.try_acquire_or_renew().await {
+                Ok(Tried::Leading) => return true,
+                Ok(Tried::HeldByOther | Tried::Conflict) => {}
+                Err(err) => {
+                    tracing::warn!(%err, lease = %self.config.name, "reading or writing the leader lease")
+                }
+            }
+            let jitter: f64 = rand::rng().random_range(0.0..0.2);
+            let pause = self.config.retry_period.mul_f64(1.0 + jitter);
+            tokio::select! {
+                () = stop.cancelled() => return false,
+                () = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+
+    /// Renews every retry period while leading. Returns [`Renewal::Lost`] as soon as the renew
+    /// deadline has passed since the last successful renewal (a hung request counts against it)
+    /// or the Lease shows another holder; [`Renewal::Stopped`] when `stop` is cancelled.
+    pub async fn renew(&mut self, stop: &CancellationToken) -> Renewal {
+        // Conservative: a renewal "happened" when its request was sent.
+        let mut renewed_at = Instant::now();
+        loop {
+            let deadline = renewed_at + self.config.renew_deadline;
+            tokio::select! {
+                () = stop.cancelled() => return Renewal::Stopped,
+                () = tokio::time::sleep_until(deadline) => return self.lost_at_deadline(),
+                () = tokio::time::sleep(self.config.retry_period) => {}
+            }
+            let started = Instant::now();
+            let outcome = tokio::select! {
+                () = stop.cancelled() => return Renewal::Stopped,
+                outcome = tokio::time::timeout_at(deadline, self.try_acquire_or_renew()) => outcome,
+            };
+            match outcome {
+                Err(_elapsed) => return self.lost_at_deadline(),
+                Ok(Ok(Tried::Leading)) => renewed_at = started,
+                Ok(Ok(Tried::HeldByOther)) => {
+                    self.held = None;
+                    return Renewal::Lost("another candidate holds the lease".into());
+                }
+                Ok(Ok(Tried::Conflict)) => {
+                    tracing::warn!(lease = %self.config.name, "the leader lease changed while renewing it; retrying");
+                }
+                Ok(Err(err)) => {
+                    tracing::warn!(%err, lease = %self.config.name, "renewing the leader lease");
+                }
+            }
+        }
+    }
+
+    fn lost_at_deadline(&mut self) -> Renewal {
+        self.held = None;
+        Renewal::Lost(format!(
+            "the lease was not renewed within the renew deadline ({:?})",
+            self.config.renew_deadline
+        ))
+    }
+
+    /// Lets go of the Lease if we hold it (guarded by our last write's resourceVersion: if
+    /// someone else wrote since, there is nothing of ours to release).
+    pub async fn release(&mut self) -> Result<()> {
+        let Some(mut lease) = self.held.take() else {
+            return Ok(());
+        };
+        let old = lease.spec.clone().unwrap_or_default();
+        lease.spec = Some(released_record(&old, Timestamp::now()));
+        lease.metadata.managed_fields = None;
+        match self
+            .api
+            .replace(&self.config.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(lease = %self.config.name, identity = %self.config.identity, "released the leader lease");
+                Ok(())
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => Ok(()),
+            Err(err) => Err(err.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> ElectionConfig {
+        ElectionConfig {
+            namespace: "caapf-system".into(),
+            name: "caapf-leader-election".into(),
+            identity: "me_1".into(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+
+    fn held_by(holder: Option<&str>, transitions: i32) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: holder.map(str::to_string),
+            lease_duration_seconds: Some(15),
+            acquire_time: Some(MicroTime(Timestamp::UNIX_EPOCH)),
+            renew_time: Some(MicroTime(Timestamp::UNIX_EPOCH)),
+            lease_transitions: Some(transitions),
+            ..LeaseSpec::default()
+        }
+    }
+
+    #[test]
+    fn attempts_follow_client_go() {
+        let cases: &[(&str, Option<LeaseSpec>, bool, Attempt)] = &[
+            ("no lease", None, false, Attempt::Create),
+            (
+                "ours, valid",
+                Some(held_by(Some("me_1"), 3)),
+                false,
+                Attempt::Renew,
+            ),
+            (
+                "ours, expired",
+                Some(held_by(Some("me_1"), 3)),
+                true,
+                Attempt::Renew,
+            ),
+            (
+                "other, valid",
+                Some(held_by(Some("other_2"), 3)),
+                false,
+                Attempt::Wait,
+            ),
+            (
+                "other, expired",
+                Some(held_by(Some("other_2"), 3)),
+                true,
+                Attempt::TakeOver,
+            ),
+            ("released", Some(held_by(None, 3)), false, Attempt::TakeOver),
+            (
+                "empty holder",
+                Some(held_by(Some(""), 3)),
+                false,
+                Attempt::TakeOver,
+            ),
+        ];
+        for (name, spec, expired, want) in cases {
+            assert_eq!(attempt(spec.as_ref(), "me_1", *expired), *want, "{name}");
+        }
+    }
+
+    #[test]
+    fn records_keep_or_bump_transitions() {
+        let now = Timestamp::from_second(1_700_000_000).expect("timestamp");
+        let c = config();
+        let created = next_record(Attempt::Create, None, &c, now).expect("record");
+        assert_eq!(created.holder_identity.as_deref(), Some("me_1"));
+        assert_eq!(created.lease_duration_seconds, Some(15));
+        assert_eq!(created.lease_transitions, Some(0));
+        assert_eq!(created.renew_time, Some(MicroTime(now)));
+
+        let old = held_by(Some("me_1"), 4);
+        let renewed = next_record(Attempt::Renew, Some(&old), &c, now).expect("record");
+        assert_eq!(renewed.lease_transitions, Some(4));
+        assert_eq!(renewed.acquire_time, old.acquire_time, "acquire time kept");
+        assert_eq!(renewed.renew_time, Some(MicroTime(now)));
+
+        let taken =
+            next_record(Attempt::TakeOver, Some(&held_by(Some("x"), 4)), &c, now).expect("rec");
+        assert_eq!(taken.lease_transitions, Some(5));
+        assert_eq!(taken.acquire_time, Some(MicroTime(now)));
+        assert!(next_record(Attempt::Wait, Some(&old), &c, now).is_none());
+
+        let released = released_record(&old, now);
+        assert_eq!(released.holder_identity, None);
+        assert_eq!(released.lease_duration_seconds, Some(1));
+        assert_eq!(released.lease_transitions, Some(4));
+    }
+
+    #[test]
+    fn sub_second_durations_round_up() {
+        let mut c = config();
+        c.lease_duration = Duration::from_millis(1500);
+        assert_eq!(c.lease_duration_seconds(), 2);
+        c.lease_duration = Duration::from_millis(300);
+        assert_eq!(c.lease_duration_seconds(), 1);
+    }
+
+    #[test]
+    fn timing_rules_are_enforced() {
+        assert!(config().validate().is_ok());
+        let mut c = config();
+        c.renew_deadline = c.lease_duration;
+        let err = c.validate().expect_err("deadline = duration").to_string();
+        assert!(err.contains("--leader-elect-lease-duration"), "{err}");
+        let mut c = config();
+        c.retry_period = Duration::from_secs(9);
+        let err = c.validate().expect_err("retry too long").to_string();
+        assert!(err.contains("1.2"), "{err}");
+        let mut c = config();
+        c.name = String::new();
+        assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn namespace_falls_back_to_the_service_account_then_default() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("namespace");
+        assert_eq!(election_namespace(Some("flagged"), &file), "flagged");
+        assert_eq!(election_namespace(Some(" "), &file), "default");
+        std::fs::write(&file, "caapf-system\n").expect("write");
+        assert_eq!(election_namespace(None, &file), "caapf-system");
+        assert_eq!(election_namespace(Some(""), &file), "caapf-system");
+    }
+
+    #[test]
+    fn identities_are_unique_per_process_start() {
+        let a = candidate_identity(Some("caapf-controller-manager-7d9f-abcde"));
+        let b = candidate_identity(Some("caapf-controller-manager-7d9f-abcde"));
+        assert!(a.starts_with("caapf-controller-manager-7d9f-abcde_"), "{a}");
+        assert_ne!(a, b);
+        assert!(!candidate_identity(None).is_empty());
+    }
+}
