@@ -232,3 +232,47 @@ fn every_metric_is_documented() {
         );
     }
 }
+
+#[tokio::test]
+async fn the_manager_client_is_identified_and_rate_limited() {
+    use k8s_openapi::api::core::v1::Namespace;
+    let h = Harness::new().await;
+    let limited = ManagerFlags {
+        kube_api_qps: 4.0,
+        kube_api_burst: 1,
+        ..h.flags.clone()
+    };
+    let client = common::manager_client(&h.sandbox, &limited).await;
+    let api: kube::Api<Namespace> = kube::Api::all(client);
+    let started = std::time::Instant::now();
+    let requests = (0..5).map(|_| {
+        let api = api.clone();
+        async move { api.get("default").await.expect("get") }
+    });
+    futures::future::join_all(requests).await;
+    // One at once, then one every 250 ms.
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(950),
+        "5 requests at 4 qps took {took:?}"
+    );
+    let recorded = h
+        .sandbox
+        .requests()
+        .count(|r| r.resource == "namespaces" && common::from_manager(r));
+    assert_eq!(
+        recorded, 5,
+        "every request carries the manager's User-Agent"
+    );
+
+    // 0 disables the limit.
+    let unlimited = common::manager_client(&h.sandbox, &h.flags).await;
+    let api: kube::Api<Namespace> = kube::Api::all(unlimited);
+    let started = std::time::Instant::now();
+    futures::future::join_all((0..20).map(|_| {
+        let api = api.clone();
+        async move { api.get("default").await.expect("get") }
+    }))
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(2));
+}

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod render;
+
 use std::future::Future;
 use std::time::Duration;
 
