@@ -5,10 +5,12 @@
 //! layers over the model.
 
 pub mod api;
+pub mod bootstrap;
 pub mod cli;
 pub mod context;
 pub mod controllers;
 pub mod error;
+pub mod hooks;
 pub mod manager;
 pub mod metrics;
 pub mod model;

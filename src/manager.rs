@@ -1,6 +1,7 @@
 //! The manager: connects to the API server, serves health and metrics, and runs the
 //! controllers until SIGTERM/SIGINT.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use kube::Client;
@@ -10,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::ManagerFlags;
 use crate::context::Context;
 use crate::controllers::config_watch;
-use crate::server;
 use crate::{Error, Result};
+use crate::{hooks, server};
 
 /// Runs the manager until it is asked to stop (or a component fails).
 pub async fn run(flags: ManagerFlags) -> Result<()> {
@@ -45,6 +46,16 @@ pub async fn run_with_client(
         ctx.readiness.clone(),
         ctx.metrics.clone(),
         shutdown.clone(),
+    )
+    .await?;
+
+    // The Runtime SDK extension runs on every replica: CAPI calls any endpoint of the Service.
+    let webhook_addr = SocketAddr::from(([0, 0, 0, 0], ctx.flags.webhook_port));
+    hooks::server::serve(
+        ctx.clone(),
+        webhook_addr,
+        ctx.flags.webhook_cert_dir.clone(),
+        hooks::server::ServerOptions::default(),
     )
     .await?;
 

@@ -69,3 +69,15 @@ pub const EXPERIMENTAL_HELM_OPS: &str = "EXPERIMENTAL_HELM_OPS";
 pub fn kubeconfig_secret_name(capi_cluster_name: &str) -> String {
     format!("{capi_cluster_name}-kubeconfig")
 }
+
+/// Field manager of the Runtime SDK extension (BeforeClusterCreate creates the Fleet Cluster, its
+/// ClusterRegistrationToken and the bootstrap Secret with it). Distinct from [`FIELD_MANAGER`] so
+/// the import controller's server-side apply never conflicts with, or removes, what the hook set.
+pub const RUNTIME_EXTENSION_FIELD_MANAGER: &str = "caapf-runtime-extension";
+
+/// CAPI's label naming the Cluster an object belongs to (`clusterctl move` follows it).
+pub const CAPI_CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+
+/// Name of Fleet's controller ConfigMap (key `config`: agent image, TLS mode, …), in Fleet's
+/// namespace.
+pub const FLEET_CONTROLLER_CONFIGMAP: &str = "fleet-controller";
