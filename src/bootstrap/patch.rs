@@ -7,9 +7,12 @@
 //! - `RKE2ControlPlaneTemplate` (`v1beta1`, `v1beta2`): a `files` entry with the `HelmChart` in
 //!   RKE2's auto-deploy directory.
 //!
-//! Patches are computed by mutating a copy of the template and diffing it into an RFC 6902 patch:
-//! adding to a list that is absent adds the whole list, entries already present (by path, by
-//! command) are not added again, and the same template always gives the same patch.
+//! Patches are computed by mutating a copy of the template and diffing it into an RFC 6902 patch
+//! whose operations are `add`s of whole values (objects that are missing, lists that changed):
+//! `add` on an existing member replaces it, so the patch is idempotent — applied twice, or to a
+//! template that already has the entries, it changes nothing further — and a list that is absent
+//! is added whole. Entries already present (by path, by command) are not added again, and the
+//! same template always gives the same patch.
 
 use serde_json::{Map, Value, json};
 
@@ -92,7 +95,39 @@ pub fn patched(object: &Value, template: Template, secret_name: &str) -> Value {
 
 /// The RFC 6902 patch from `object` to [`patched`] (empty when nothing is missing).
 pub fn json_patch(object: &Value, template: Template, secret_name: &str) -> json_patch::Patch {
-    json_patch::diff(object, &patched(object, template, secret_name))
+    let mut operations = Vec::new();
+    additions(object, &patched(object, template, secret_name), "", &mut operations);
+    json_patch::Patch(operations)
+}
+
+/// `add` operations turning `from` into `to`, where `to` only adds to `from`: objects are
+/// descended into, any other changed or new value is added whole.
+fn additions(
+    from: &Value,
+    to: &Value,
+    pointer: &str,
+    out: &mut Vec<json_patch::PatchOperation>,
+) {
+    match (from, to) {
+        (Value::Object(from), Value::Object(to)) => {
+            for (key, value) in to {
+                let child = format!("{pointer}/{}", key.replace('~', "~0").replace('/', "~1"));
+                match from.get(key) {
+                    Some(existing) => additions(existing, value, &child, out),
+                    None => out.push(add(&child, value)),
+                }
+            }
+        }
+        (from, to) if from != to => out.push(add(pointer, to)),
+        _ => {}
+    }
+}
+
+fn add(pointer: &str, value: &Value) -> json_patch::PatchOperation {
+    json_patch::PatchOperation::Add(json_patch::AddOperation {
+        path: pointer.parse().unwrap_or_default(),
+        value: value.clone(),
+    })
 }
 
 /// The object at `path`, creating (or replacing non-objects by) empty objects on the way.
