@@ -37,7 +37,10 @@ fn control_plane_holder() -> HolderReference {
     holder("Cluster", "spec.controlPlaneRef")
 }
 
-fn request(items: Vec<(&str, HolderReference, Value)>, fleet_agent: Option<Value>) -> GeneratePatchesRequest {
+fn request(
+    items: Vec<(&str, HolderReference, Value)>,
+    fleet_agent: Option<Value>,
+) -> GeneratePatchesRequest {
     let mut variables = vec![Variable {
         name: "builtin".into(),
         value: json!({"cluster": {"name": "c1", "namespace": "default", "uid": "6f1c",
@@ -94,7 +97,10 @@ fn apply(object: &Value, patch: &json_patch::Patch) -> Value {
 }
 
 fn single_patch(object: &Value) -> json_patch::Patch {
-    let response = generate_patches(&request(vec![("u1", control_plane_holder(), object.clone())], None));
+    let response = generate_patches(&request(
+        vec![("u1", control_plane_holder(), object.clone())],
+        None,
+    ));
     let mut all = patches(&response);
     assert_eq!(all.len(), 1);
     all.remove(0).1
@@ -139,7 +145,10 @@ fn kubeadm_control_plane_templates_get_the_manifest_file_and_the_create_command(
         let patch = single_patch(&original);
         let patched = apply(&original, &patch);
 
-        let files = patched.pointer(FILES).and_then(Value::as_array).expect("files");
+        let files = patched
+            .pointer(FILES)
+            .and_then(Value::as_array)
+            .expect("files");
         assert_eq!(files.len(), files_before + 1, "{fixture}");
         assert_eq!(
             files.last(),
@@ -151,9 +160,16 @@ fn kubeadm_control_plane_templates_get_the_manifest_file_and_the_create_command(
             })),
             "{fixture}"
         );
-        let commands = patched.pointer(COMMANDS).and_then(Value::as_array).expect("commands");
+        let commands = patched
+            .pointer(COMMANDS)
+            .and_then(Value::as_array)
+            .expect("commands");
         assert_eq!(commands.len(), commands_before + 1, "{fixture}");
-        assert_eq!(commands.last(), Some(&json!(KUBEADM_APPLY_COMMAND)), "{fixture}");
+        assert_eq!(
+            commands.last(),
+            Some(&json!(KUBEADM_APPLY_COMMAND)),
+            "{fixture}"
+        );
         assert!(
             KUBEADM_APPLY_COMMAND.contains("/etc/kubernetes/admin.conf")
                 && KUBEADM_APPLY_COMMAND.contains(KUBEADM_MANIFEST_PATH)
@@ -185,7 +201,10 @@ fn rke2_control_plane_templates_get_the_helm_chart_in_the_manifests_directory() 
         let original = template(fixture);
         let patch = single_patch(&original);
         let patched = apply(&original, &patch);
-        let files = patched.pointer(FILES).and_then(Value::as_array).expect("files");
+        let files = patched
+            .pointer(FILES)
+            .and_then(Value::as_array)
+            .expect("files");
         assert_eq!(files.len(), files_before + 1, "{fixture}");
         assert_eq!(
             files.last(),
@@ -217,30 +236,53 @@ fn absent_lists_are_added_whole() {
         .as_array()
         .expect("array")
         .iter()
-        .map(|op| (op["op"].as_str().unwrap_or_default(), op["path"].as_str().unwrap_or_default()))
+        .map(|op| {
+            (
+                op["op"].as_str().unwrap_or_default(),
+                op["path"].as_str().unwrap_or_default(),
+            )
+        })
         .collect();
     assert_eq!(
         ops,
         [
             ("add", "/spec/template/spec/kubeadmConfigSpec/files"),
-            ("add", "/spec/template/spec/kubeadmConfigSpec/postKubeadmCommands"),
+            (
+                "add",
+                "/spec/template/spec/kubeadmConfigSpec/postKubeadmCommands"
+            ),
         ]
     );
     // A template without kubeadmConfigSpec at all still patches.
     let bare = json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlaneTemplate",
         "metadata": {"name": "bare"}, "spec": {"template": {"spec": {}}}});
     let patched = apply(&bare, &single_patch(&bare));
-    assert!(patched.pointer("/spec/template/spec/kubeadmConfigSpec/files/0/contentFrom").is_some());
+    assert!(
+        patched
+            .pointer("/spec/template/spec/kubeadmConfigSpec/files/0/contentFrom")
+            .is_some()
+    );
 }
 
 #[test]
 fn other_templates_get_an_empty_patch_and_every_uid_an_item() {
     let items = vec![
-        ("infra", holder("Cluster", "spec.infrastructureRef"), template("dockerclustertemplate-v1beta2.yaml")),
-        ("cp", control_plane_holder(), template("kubeadmcontrolplanetemplate-v1beta2.yaml")),
+        (
+            "infra",
+            holder("Cluster", "spec.infrastructureRef"),
+            template("dockerclustertemplate-v1beta2.yaml"),
+        ),
+        (
+            "cp",
+            control_plane_holder(),
+            template("kubeadmcontrolplanetemplate-v1beta2.yaml"),
+        ),
         (
             "workers",
-            holder("MachineDeployment", "spec.template.spec.bootstrap.configRef"),
+            holder(
+                "MachineDeployment",
+                "spec.template.spec.bootstrap.configRef",
+            ),
             template("kubeadmconfigtemplate-v1beta2.yaml"),
         ),
     ];
@@ -282,7 +324,11 @@ fn fleet_agent_disabled_means_no_patch() {
 #[test]
 fn item_variables_override_the_global_fleet_agent_variable() {
     let mut req = request(
-        vec![("u1", control_plane_holder(), template("kubeadmcontrolplanetemplate-v1beta2.yaml"))],
+        vec![(
+            "u1",
+            control_plane_holder(),
+            template("kubeadmcontrolplanetemplate-v1beta2.yaml"),
+        )],
         Some(json!({"enabled": true})),
     );
     req.items[0].variables.push(Variable {
@@ -295,9 +341,17 @@ fn item_variables_override_the_global_fleet_agent_variable() {
 #[test]
 fn patches_do_not_depend_on_uids_or_calls() {
     let object = template("kubeadmcontrolplanetemplate-v1beta2.yaml");
-    let a = generate_patches(&request(vec![("7091de79-aaaa", control_plane_holder(), object.clone())], None));
-    let b = generate_patches(&request(vec![("0c1e5b2a-bbbb", control_plane_holder(), object)], None));
-    let (ResponseBody::Patches { items: a }, ResponseBody::Patches { items: b }) = (&a.body, &b.body) else {
+    let a = generate_patches(&request(
+        vec![("7091de79-aaaa", control_plane_holder(), object.clone())],
+        None,
+    ));
+    let b = generate_patches(&request(
+        vec![("0c1e5b2a-bbbb", control_plane_holder(), object)],
+        None,
+    ));
+    let (ResponseBody::Patches { items: a }, ResponseBody::Patches { items: b }) =
+        (&a.body, &b.body)
+    else {
         panic!("not patch responses");
     };
     assert_eq!(a[0].patch, b[0].patch);
@@ -317,12 +371,19 @@ fn patches_do_not_depend_on_uids_or_calls() {
 fn bad_inputs_are_failures_with_a_message() {
     let mut unknown_version = template("kubeadmcontrolplanetemplate-v1beta2.yaml");
     unknown_version["apiVersion"] = json!("controlplane.cluster.x-k8s.io/v1beta3");
-    let response = generate_patches(&request(vec![("u1", control_plane_holder(), unknown_version)], None));
+    let response = generate_patches(&request(
+        vec![("u1", control_plane_holder(), unknown_version)],
+        None,
+    ));
     assert_eq!(response.status, ResponseStatus::Failure);
     assert!(response.message.contains("v1beta3"), "{}", response.message);
 
     let mut no_builtin = request(
-        vec![("u1", control_plane_holder(), template("kubeadmcontrolplanetemplate-v1beta2.yaml"))],
+        vec![(
+            "u1",
+            control_plane_holder(),
+            template("kubeadmcontrolplanetemplate-v1beta2.yaml"),
+        )],
         None,
     );
     no_builtin.variables.clear();

@@ -96,14 +96,15 @@ impl Env {
         let ns: Namespace =
             serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}}))
                 .expect("namespace");
-        api.create(&PostParams::default(), &ns).await.expect("create namespace");
+        api.create(&PostParams::default(), &ns)
+            .await
+            .expect("create namespace");
     }
 
     /// Creates a CAPI Cluster (so owner references resolve) and returns it as CAPI sends it in
     /// requests (`v1beta1` converts the topology fields).
     async fn capi_cluster(&self, name: &str, labels: Value, class: &str, v1beta1: bool) -> Value {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client(), NS, &capi_cluster());
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client(), NS, &capi_cluster());
         let object: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
             "metadata": {"name": name, "namespace": NS, "labels": labels},
@@ -111,7 +112,10 @@ impl Env {
                      "controlPlane": {"replicas": 1}}},
         }))
         .expect("cluster");
-        let created = api.create(&PostParams::default(), &object).await.expect("create cluster");
+        let created = api
+            .create(&PostParams::default(), &object)
+            .await
+            .expect("create cluster");
         let mut value = serde_json::to_value(&created).expect("json");
         if let Some(meta) = value["metadata"].as_object_mut() {
             meta.remove("managedFields");
@@ -156,13 +160,18 @@ impl Env {
             "stringData": {"values": values},
         }))
         .expect("secret");
-        secrets.create(&PostParams::default(), &secret).await.expect("token secret");
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("token secret");
         let tokens: Api<DynamicObject> = Api::namespaced_with(self.client(), NS, &token());
         tokens
             .patch_status(
                 name,
                 &PatchParams::default(),
-                &Patch::Merge(json!({"status": {"secretName": name, "expires": "2030-01-01T00:00:00Z"}})),
+                &Patch::Merge(
+                    json!({"status": {"secretName": name, "expires": "2030-01-01T00:00:00Z"}}),
+                ),
             )
             .await
             .expect("token status");
@@ -170,14 +179,17 @@ impl Env {
 
     /// Plays the Fleet chart: the fleet-controller ConfigMap.
     async fn install_fleet(&self) {
-        self.create_namespace("cattle-fleet-system", json!({})).await;
+        self.create_namespace("cattle-fleet-system", json!({}))
+            .await;
         let api: Api<ConfigMap> = Api::namespaced(self.client(), "cattle-fleet-system");
         let cm: ConfigMap = serde_json::from_value(json!({
             "metadata": {"name": "fleet-controller", "namespace": "cattle-fleet-system"},
             "data": {"config": r#"{"agentImage":"rancher/fleet-agent:v0.13.1","agentImagePullPolicy":"IfNotPresent","agentTLSMode":"system-store","apiServerURL":"https://fleet.example.com:6443"}"#},
         }))
         .expect("configmap");
-        api.create(&PostParams::default(), &cm).await.expect("fleet-controller");
+        api.create(&PostParams::default(), &cm)
+            .await
+            .expect("fleet-controller");
     }
 
     fn writes(&self) -> usize {
@@ -215,7 +227,10 @@ fn assert_success(response: &Response) {
 }
 
 fn client_id(fleet: &Value) -> String {
-    fleet["spec"]["clientID"].as_str().unwrap_or_default().to_string()
+    fleet["spec"]["clientID"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 fn secret_text(secret: &Value, key: &str) -> String {
@@ -228,13 +243,24 @@ fn secret_text(secret: &Value, key: &str) -> String {
 #[tokio::test]
 async fn before_cluster_create_prepares_agent_initiated_registration_then_succeeds() {
     for v1beta1 in [false, true] {
-        let env = Env::start(Some("cluster: {agentInitiated: true, setOwnerReferences: true}")).await;
-        let cluster = env.capi_cluster("c1", json!({"env": "dev"}), "quick-start", v1beta1).await;
+        let env = Env::start(Some(
+            "cluster: {agentInitiated: true, setOwnerReferences: true}",
+        ))
+        .await;
+        let cluster = env
+            .capi_cluster("c1", json!({"env": "dev"}), "quick-start", v1beta1)
+            .await;
 
         // Fleet has not issued the token yet: retry.
         let first = env.call(Hook::BeforeClusterCreate, &cluster).await;
-        assert_retry(&first, "waiting for Fleet to issue ClusterRegistrationToken team-a/c1");
-        let fleet = env.get(&fleet_cluster(), NS, "c1").await.expect("Fleet Cluster created");
+        assert_retry(
+            &first,
+            "waiting for Fleet to issue ClusterRegistrationToken team-a/c1",
+        );
+        let fleet = env
+            .get(&fleet_cluster(), NS, "c1")
+            .await
+            .expect("Fleet Cluster created");
         let id = client_id(&fleet);
         assert_eq!(id.len(), 64);
         assert_eq!(fleet["spec"]["agentNamespace"], "fleet-addon-agent");
@@ -243,7 +269,10 @@ async fn before_cluster_create_prepares_agent_initiated_registration_then_succee
             fleet["metadata"]["labels"]["clusterclass-name.fleet.addons.cluster.x-k8s.io"],
             "quick-start"
         );
-        assert_eq!(fleet["metadata"]["ownerReferences"][0]["uid"], cluster["metadata"]["uid"]);
+        assert_eq!(
+            fleet["metadata"]["ownerReferences"][0]["uid"],
+            cluster["metadata"]["uid"]
+        );
         assert_eq!(
             fleet["metadata"]["managedFields"][0]["manager"],
             "caapf-runtime-extension"
@@ -266,13 +295,25 @@ async fn before_cluster_create_prepares_agent_initiated_registration_then_succee
         env.install_fleet().await;
         let done = env.call(Hook::BeforeClusterCreate, &cluster).await;
         assert_success(&done);
-        assert!(done.message.contains("bootstrap Secret team-a/c1-fleet-agent-bootstrap"), "{}", done.message);
+        assert!(
+            done.message
+                .contains("bootstrap Secret team-a/c1-fleet-agent-bootstrap"),
+            "{}",
+            done.message
+        );
 
         let secret = env
-            .get(&resource("", "v1", "Secret", "secrets"), NS, "c1-fleet-agent-bootstrap")
+            .get(
+                &resource("", "v1", "Secret", "secrets"),
+                NS,
+                "c1-fleet-agent-bootstrap",
+            )
             .await
             .expect("bootstrap secret");
-        assert_eq!(secret["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"], "c1");
+        assert_eq!(
+            secret["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"],
+            "c1"
+        );
         assert_eq!(secret["metadata"]["ownerReferences"][0]["kind"], "Cluster");
         let manifest = secret_text(&secret, MANIFEST_KEY);
         assert!(manifest.contains(&id), "the manifest carries the client ID");
@@ -284,13 +325,24 @@ async fn before_cluster_create_prepares_agent_initiated_registration_then_succee
         env.sandbox.requests().reset();
         assert_success(&env.call(Hook::BeforeClusterCreate, &cluster).await);
         assert_eq!(env.writes(), 0, "{:?}", env.sandbox.requests().all());
-        let fleet = env.get(&fleet_cluster(), NS, "c1").await.expect("Fleet Cluster");
+        let fleet = env
+            .get(&fleet_cluster(), NS, "c1")
+            .await
+            .expect("Fleet Cluster");
         assert_eq!(client_id(&fleet), id);
 
         // BeforeClusterDelete removes the Secret, the token and the owned Fleet Cluster.
         let deleted = env.call(Hook::BeforeClusterDelete, &cluster).await;
         assert_success(&deleted);
-        assert!(env.get(&resource("", "v1", "Secret", "secrets"), NS, "c1-fleet-agent-bootstrap").await.is_none());
+        assert!(
+            env.get(
+                &resource("", "v1", "Secret", "secrets"),
+                NS,
+                "c1-fleet-agent-bootstrap"
+            )
+            .await
+            .is_none()
+        );
         assert!(env.get(&token(), NS, "c1").await.is_none());
         assert!(env.get(&fleet_cluster(), NS, "c1").await.is_none());
         // Again: nothing left, still Success.
@@ -302,7 +354,9 @@ async fn before_cluster_create_prepares_agent_initiated_registration_then_succee
 #[tokio::test]
 async fn an_existing_client_id_is_kept_and_fleet_clusters_not_owned_survive_delete() {
     let env = Env::start(Some("cluster: {agentInitiated: true}")).await;
-    let cluster = env.capi_cluster("c2", json!({}), "quick-start", false).await;
+    let cluster = env
+        .capi_cluster("c2", json!({}), "quick-start", false)
+        .await;
     // Someone (the import controller, an earlier run) created the Fleet Cluster already.
     let api: Api<DynamicObject> = Api::namespaced_with(env.client(), NS, &fleet_cluster());
     let existing: DynamicObject = serde_json::from_value(json!({
@@ -311,12 +365,21 @@ async fn an_existing_client_id_is_kept_and_fleet_clusters_not_owned_survive_dele
         "spec": {"clientID": "kept-forever", "agentNamespace": "fleet-addon-agent"},
     }))
     .expect("fleet cluster");
-    api.create(&PostParams::default(), &existing).await.expect("create");
+    api.create(&PostParams::default(), &existing)
+        .await
+        .expect("create");
     env.issue_token_later_and_finish(&cluster, "c2").await;
-    let fleet = env.get(&fleet_cluster(), NS, "c2").await.expect("Fleet Cluster");
+    let fleet = env
+        .get(&fleet_cluster(), NS, "c2")
+        .await
+        .expect("Fleet Cluster");
     assert_eq!(client_id(&fleet), "kept-forever");
     let secret = env
-        .get(&resource("", "v1", "Secret", "secrets"), NS, "c2-fleet-agent-bootstrap")
+        .get(
+            &resource("", "v1", "Secret", "secrets"),
+            NS,
+            "c2-fleet-agent-bootstrap",
+        )
         .await
         .expect("bootstrap secret");
     assert!(secret_text(&secret, MANIFEST_KEY).contains("kept-forever"));
@@ -331,7 +394,10 @@ async fn an_existing_client_id_is_kept_and_fleet_clusters_not_owned_survive_dele
 
 impl Env {
     async fn issue_token_later_and_finish(&self, cluster: &Value, name: &str) {
-        assert_retry(&self.call(Hook::BeforeClusterCreate, cluster).await, "ClusterRegistrationToken");
+        assert_retry(
+            &self.call(Hook::BeforeClusterCreate, cluster).await,
+            "ClusterRegistrationToken",
+        );
         self.issue_token(name).await;
         self.install_fleet().await;
         assert_success(&self.call(Hook::BeforeClusterCreate, cluster).await);
@@ -340,13 +406,22 @@ impl Env {
 
 #[tokio::test]
 async fn manager_initiated_clusters_get_nothing_unless_their_class_needs_the_bootstrap() {
-    let env = Env::start(Some("cluster: {agentInitiatedSelector: {matchLabels: {nat: \"true\"}}}")).await;
+    let env = Env::start(Some(
+        "cluster: {agentInitiatedSelector: {matchLabels: {nat: \"true\"}}}",
+    ))
+    .await;
     // A class without our patch: Success, no writes.
-    let plain = env.capi_cluster("plain", json!({}), "plain-class", false).await;
+    let plain = env
+        .capi_cluster("plain", json!({}), "plain-class", false)
+        .await;
     env.sandbox.requests().reset();
     let response = env.call(Hook::BeforeClusterCreate, &plain).await;
     assert_success(&response);
-    assert!(response.message.contains("manager-initiated"), "{}", response.message);
+    assert!(
+        response.message.contains("manager-initiated"),
+        "{}",
+        response.message
+    );
     assert_eq!(env.writes(), 0);
 
     // A class using the fleet-agent-bootstrap patch (v1beta1 field name): machines would wait
@@ -354,7 +429,12 @@ async fn manager_initiated_clusters_get_nothing_unless_their_class_needs_the_boo
     let classes: Api<DynamicObject> = Api::namespaced_with(
         env.client(),
         NS,
-        &resource("cluster.x-k8s.io", "v1beta2", "ClusterClass", "clusterclasses"),
+        &resource(
+            "cluster.x-k8s.io",
+            "v1beta2",
+            "ClusterClass",
+            "clusterclasses",
+        ),
     );
     let class: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "ClusterClass",
@@ -362,21 +442,40 @@ async fn manager_initiated_clusters_get_nothing_unless_their_class_needs_the_boo
         "spec": {"patches": [{"name": "fleet-agent", "external": {"generatePatchesExtension": "fleet-agent-bootstrap.caapf"}}]},
     }))
     .expect("class");
-    classes.create(&PostParams::default(), &class).await.expect("class");
-    let uses_patch = env.capi_cluster("nat-less", json!({}), "fleet-class", false).await;
+    classes
+        .create(&PostParams::default(), &class)
+        .await
+        .expect("class");
+    let uses_patch = env
+        .capi_cluster("nat-less", json!({}), "fleet-class", false)
+        .await;
     let refused = env.call(Hook::BeforeClusterCreate, &uses_patch).await;
     assert_eq!(refused.status, ResponseStatus::Failure, "{refused:?}");
-    assert!(refused.message.contains("ClusterClass team-a/fleet-class"), "{}", refused.message);
-    assert!(refused.message.contains("fleetAgent.enabled"), "{}", refused.message);
+    assert!(
+        refused.message.contains("ClusterClass team-a/fleet-class"),
+        "{}",
+        refused.message
+    );
+    assert!(
+        refused.message.contains("fleetAgent.enabled"),
+        "{}",
+        refused.message
+    );
 
     // The same Cluster with fleetAgent.enabled=false: Success.
     let mut disabled = uses_patch.clone();
-    disabled["spec"]["topology"]["variables"] = json!([{"name": "fleetAgent", "value": {"enabled": false}}]);
+    disabled["spec"]["topology"]["variables"] =
+        json!([{"name": "fleetAgent", "value": {"enabled": false}}]);
     assert_success(&env.call(Hook::BeforeClusterCreate, &disabled).await);
 
     // Labelled for agent-initiated registration: prepared.
-    let nat = env.capi_cluster("nat", json!({"nat": "true"}), "fleet-class", false).await;
-    assert_retry(&env.call(Hook::BeforeClusterCreate, &nat).await, "ClusterRegistrationToken");
+    let nat = env
+        .capi_cluster("nat", json!({"nat": "true"}), "fleet-class", false)
+        .await;
+    assert_retry(
+        &env.call(Hook::BeforeClusterCreate, &nat).await,
+        "ClusterRegistrationToken",
+    );
 }
 
 #[tokio::test]
@@ -404,11 +503,17 @@ async fn before_cluster_upgrade_waits_for_ready_bundles_only_when_configured() {
         )
         .await
         .expect("status");
-    env.create_namespace("cluster-team-a-c3-0123", json!({})).await;
+    env.create_namespace("cluster-team-a-c3-0123", json!({}))
+        .await;
     let bds: Api<DynamicObject> = Api::namespaced_with(
         env.client(),
         "cluster-team-a-c3-0123",
-        &resource("fleet.cattle.io", "v1alpha1", "BundleDeployment", "bundledeployments"),
+        &resource(
+            "fleet.cattle.io",
+            "v1alpha1",
+            "BundleDeployment",
+            "bundledeployments",
+        ),
     );
     let bd = |name: &str, ready: bool| -> DynamicObject {
         serde_json::from_value(json!({
@@ -422,7 +527,9 @@ async fn before_cluster_upgrade_waits_for_ready_bundles_only_when_configured() {
     // Status is a subresource: written by the agent after creation, as in a real cluster.
     for (name, ready) in [("calico", false), ("monitoring", true)] {
         let object = bd(name, ready);
-        bds.create(&PostParams::default(), &object).await.expect("bd");
+        bds.create(&PostParams::default(), &object)
+            .await
+            .expect("bd");
         bds.patch_status(
             name,
             &PatchParams::default(),
@@ -447,7 +554,9 @@ async fn before_cluster_upgrade_waits_for_ready_bundles_only_when_configured() {
 
     // The same Cluster without the setting: never held.
     let off = Env::start(Some("cluster: {}")).await;
-    let cluster = off.capi_cluster("c3", json!({}), "quick-start", false).await;
+    let cluster = off
+        .capi_cluster("c3", json!({}), "quick-start", false)
+        .await;
     assert_success(&off.call(Hook::BeforeClusterUpgrade, &cluster).await);
 }
 
@@ -456,10 +565,16 @@ async fn before_cluster_upgrade_waits_for_ready_bundles_only_when_configured() {
 #[tokio::test]
 async fn rendered_bootstrap_objects_are_accepted_by_the_api_server() {
     let env = Env::start(Some("cluster: {agentInitiated: true, hostNetwork: true}")).await;
-    let cluster = env.capi_cluster("c4", json!({}), "quick-start", false).await;
+    let cluster = env
+        .capi_cluster("c4", json!({}), "quick-start", false)
+        .await;
     env.issue_token_later_and_finish(&cluster, "c4").await;
     let secret = env
-        .get(&resource("", "v1", "Secret", "secrets"), NS, "c4-fleet-agent-bootstrap")
+        .get(
+            &resource("", "v1", "Secret", "secrets"),
+            NS,
+            "c4-fleet-agent-bootstrap",
+        )
         .await
         .expect("bootstrap secret");
     let discovery = Discovery::new(env.client()).run().await.expect("discovery");
@@ -477,14 +592,20 @@ async fn rendered_bootstrap_objects_are_accepted_by_the_api_server() {
             let api: Api<DynamicObject> = match capabilities.scope {
                 kube::discovery::Scope::Namespaced => Api::namespaced_with(
                     env.client(),
-                    object.metadata.namespace.as_deref().expect("namespaced object has a namespace"),
+                    object
+                        .metadata
+                        .namespace
+                        .as_deref()
+                        .expect("namespaced object has a namespace"),
                     &resource,
                 ),
                 kube::discovery::Scope::Cluster => Api::all_with(env.client(), &resource),
             };
             api.create(&PostParams::default(), &object)
                 .await
-                .unwrap_or_else(|e| panic!("{} {:?} rejected: {e}", types.kind, object.metadata.name));
+                .unwrap_or_else(|e| {
+                    panic!("{} {:?} rejected: {e}", types.kind, object.metadata.name)
+                });
             *created.entry(types.kind.clone()).or_insert(0) += 1;
         }
     }

@@ -96,18 +96,18 @@ pub fn patched(object: &Value, template: Template, secret_name: &str) -> Value {
 /// The RFC 6902 patch from `object` to [`patched`] (empty when nothing is missing).
 pub fn json_patch(object: &Value, template: Template, secret_name: &str) -> json_patch::Patch {
     let mut operations = Vec::new();
-    additions(object, &patched(object, template, secret_name), "", &mut operations);
+    additions(
+        object,
+        &patched(object, template, secret_name),
+        "",
+        &mut operations,
+    );
     json_patch::Patch(operations)
 }
 
 /// `add` operations turning `from` into `to`, where `to` only adds to `from`: objects are
 /// descended into, any other changed or new value is added whole.
-fn additions(
-    from: &Value,
-    to: &Value,
-    pointer: &str,
-    out: &mut Vec<json_patch::PatchOperation>,
-) {
+fn additions(from: &Value, to: &Value, pointer: &str, out: &mut Vec<json_patch::PatchOperation>) {
     match (from, to) {
         (Value::Object(from), Value::Object(to)) => {
             for (key, value) in to {

@@ -96,10 +96,10 @@ pub async fn serve(
     options: ServerOptions,
 ) -> Result<SocketAddr> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let certs = Arc::new(CertStore::new(cert_dir, provider));
-    ctx.readiness.register(READY_CHECK);
+    let certs = Arc::new(
+        CertStore::new(cert_dir, provider).with_readiness(ctx.readiness.clone(), READY_CHECK),
+    );
     certs.refresh();
-    ctx.readiness.set(READY_CHECK, certs.is_loaded());
 
     let acceptor = TlsAcceptor::from(Arc::new(tls_config(certs.clone())?));
     let listener = TcpListener::bind(addr).await?;
@@ -108,7 +108,6 @@ pub async fn serve(
 
     tokio::spawn(watch_certificates(
         certs,
-        ctx.clone(),
         options.cert_poll_interval,
         shutdown.clone(),
     ));
@@ -131,7 +130,6 @@ pub async fn serve(
 
 async fn watch_certificates(
     certs: Arc<CertStore>,
-    ctx: Arc<Context>,
     interval: Duration,
     shutdown: CancellationToken,
 ) {
@@ -143,7 +141,6 @@ async fn watch_certificates(
             _ = tick.tick() => {}
         }
         certs.refresh();
-        ctx.readiness.set(READY_CHECK, certs.is_loaded());
     }
 }
 
@@ -243,7 +240,7 @@ pub fn deadline(query: Option<&str>, options: &ServerOptions) -> Duration {
 
 async fn answer(State(app): State<App>, method: Method, uri: Uri, body: Body) -> impl IntoResponse {
     let started = Instant::now();
-    let (hook_label, response) = respond(&app, &method, &uri, body).await;
+    let (hook_label, response) = respond(&app.ctx, &app.options, &method, &uri, body).await;
     app.ctx
         .metrics
         .hook_called(hook_label, response.label(), started.elapsed());
@@ -257,7 +254,15 @@ async fn answer(State(app): State<App>, method: Method, uri: Uri, body: Body) ->
     )
 }
 
-async fn respond(app: &App, method: &Method, uri: &Uri, body: Body) -> (&'static str, Response) {
+/// Answers one request: routing, method, body limit, deadline, then the handler. Returns the
+/// metric label of the hook (`unknown` for paths naming no hook) and the response.
+pub async fn respond(
+    ctx: &Context,
+    options: &ServerOptions,
+    method: &Method,
+    uri: &Uri,
+    body: Body,
+) -> (&'static str, Response) {
     let (hook, handler) = match route(uri.path()) {
         Route::Hook { hook, handler } => (hook, handler),
         Route::Unknown(message) => return ("unknown", Response::failure(None, message)),
@@ -291,7 +296,7 @@ async fn respond(app: &App, method: &Method, uri: &Uri, body: Body) -> (&'static
             ),
         );
     }
-    let bytes = match axum::body::to_bytes(body, app.options.max_body_bytes).await {
+    let bytes = match axum::body::to_bytes(body, options.max_body_bytes).await {
         Ok(bytes) => bytes,
         Err(err) => {
             return (
@@ -300,14 +305,14 @@ async fn respond(app: &App, method: &Method, uri: &Uri, body: Body) -> (&'static
                     Some(hook),
                     format!(
                         "the request body could not be read (at most {} bytes are accepted): {err}",
-                        app.options.max_body_bytes
+                        options.max_body_bytes
                     ),
                 ),
             );
         }
     };
-    let limit = deadline(uri.query(), &app.options);
-    match tokio::time::timeout(limit, handlers::handle(&app.ctx, hook, &bytes)).await {
+    let limit = deadline(uri.query(), options);
+    match tokio::time::timeout(limit, handlers::handle(ctx, hook, &bytes)).await {
         Ok(response) => (label, response),
         Err(_) => (
             label,

@@ -19,6 +19,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
+use crate::server::Readiness;
+
 /// File name of the certificate chain (PEM).
 pub const CERT_FILE: &str = "tls.crt";
 /// File name of the private key (PEM).
@@ -60,6 +62,8 @@ pub struct CertStore {
     dir: PathBuf,
     provider: Arc<CryptoProvider>,
     state: RwLock<State>,
+    /// Readiness check following whether a pair is served.
+    readiness: Option<(Readiness, &'static str)>,
 }
 
 impl std::fmt::Debug for CertStore {
@@ -78,7 +82,16 @@ impl CertStore {
             dir: dir.into(),
             provider,
             state: RwLock::new(State::default()),
+            readiness: None,
         }
+    }
+
+    /// Keeps the readiness check `name` equal to [`CertStore::is_loaded`] (registered now, not
+    /// ready until a pair loads).
+    pub fn with_readiness(mut self, readiness: Readiness, name: &'static str) -> Self {
+        readiness.register(name);
+        self.readiness = Some((readiness, name));
+        self
     }
 
     /// The directory watched.
@@ -93,6 +106,14 @@ impl CertStore {
 
     /// Loads the files if they changed since the last look.
     pub fn refresh(&self) -> Refresh {
+        let result = self.refresh_files();
+        if let Some((readiness, name)) = &self.readiness {
+            readiness.set(name, self.is_loaded());
+        }
+        result
+    }
+
+    fn refresh_files(&self) -> Refresh {
         let fingerprint = match self.fingerprint() {
             Ok(fingerprint) => fingerprint,
             Err(reason) => {
