@@ -192,8 +192,8 @@ pub fn aggregated(reg: &Registry, core: bool) -> Value {
     })
 }
 
-/// `/openapi/v2`: an empty but well-formed Swagger document. kubectl and helm then fall back
-/// to their built-in knowledge for strategic merge and skip client-side schema validation.
+/// `/openapi/v2` as JSON: a well-formed Swagger document without definitions. kubectl and
+/// helm then fall back to their built-in knowledge for strategic merge patches.
 pub fn openapi_v2() -> Value {
     json!({
         "swagger": "2.0",
@@ -203,7 +203,116 @@ pub fn openapi_v2() -> Value {
     })
 }
 
-/// `/openapi/v3`: the index of group-version documents (empty).
-pub fn openapi_v3() -> Value {
-    json!({"paths": {}})
+/// The protobuf media type clients ask `/openapi/v2` for.
+pub const OPENAPI_V2_PB: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+
+/// `/openapi/v2` in the protobuf encoding (`openapi_v2.Document` with `swagger` and `info`
+/// only), for clients that only accept protobuf there (kubectl).
+pub fn openapi_v2_protobuf() -> Vec<u8> {
+    fn field(num: u8, bytes: &[u8]) -> Vec<u8> {
+        let mut out = vec![(num << 3) | 2, bytes.len() as u8];
+        out.extend_from_slice(bytes);
+        out
+    }
+    let mut info = field(1, b"Kubernetes");
+    info.extend(field(2, GIT_VERSION.as_bytes()));
+    let mut doc = field(1, b"2.0");
+    doc.extend(field(2, &info));
+    doc
+}
+
+fn gv_path(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
+}
+
+/// `/openapi/v3`: the index of group-version documents.
+pub fn openapi_v3(reg: &Registry) -> Value {
+    let mut paths = serde_json::Map::new();
+    for (g, vs) in reg.groups() {
+        for v in vs {
+            let p = gv_path(&g, &v);
+            paths.insert(
+                p.clone(),
+                json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={:016X}", hash(&p))}),
+            );
+        }
+    }
+    json!({"paths": paths})
+}
+
+/// `/openapi/v3/{api/v1 | apis/g/v}`: paths with their operations, the
+/// `x-kubernetes-group-version-kind` extension and the `fieldValidation` parameter, which is
+/// what kubectl checks to use server-side field validation. No component schemas.
+pub fn openapi_v3_group(reg: &Registry, path: &str) -> Option<Value> {
+    let (group, version) = match path
+        .trim_matches('/')
+        .split('/')
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["api", v] => (String::new(), v.to_string()),
+        ["apis", g, v] => (g.to_string(), v.to_string()),
+        _ => return None,
+    };
+    let defs = resources_in(reg, &group, &version);
+    if defs.is_empty() {
+        return None;
+    }
+    let prefix = if group.is_empty() {
+        format!("/api/{version}")
+    } else {
+        format!("/apis/{group}/{version}")
+    };
+    let mut paths = serde_json::Map::new();
+    for d in defs {
+        let gvk = json!({"group": d.group, "version": version, "kind": d.kind});
+        let query = |name: &str| json!({"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": true}});
+        let write_params = json!([
+            query("dryRun"),
+            query("fieldManager"),
+            query("fieldValidation")
+        ]);
+        let op = |action: &str, params: &Value| {
+            json!({
+                "x-kubernetes-action": action,
+                "x-kubernetes-group-version-kind": gvk,
+                "parameters": params,
+                "responses": {"200": {"description": "OK"}}
+            })
+        };
+        let mut patch = op("patch", &write_params);
+        let mut media = serde_json::Map::new();
+        for ct in [
+            "application/json-patch+json",
+            "application/merge-patch+json",
+            "application/apply-patch+yaml",
+        ] {
+            media.insert(ct.into(), json!({"schema": {"type": "object"}}));
+        }
+        patch["requestBody"] = json!({"content": media});
+        let base = if d.namespaced {
+            format!("{prefix}/namespaces/{{namespace}}/{}", d.plural)
+        } else {
+            format!("{prefix}/{}", d.plural)
+        };
+        paths.insert(
+            base.clone(),
+            json!({"get": op("list", &json!([])), "post": op("post", &write_params)}),
+        );
+        paths.insert(
+            format!("{base}/{{name}}"),
+            json!({"get": op("get", &json!([])), "put": op("put", &write_params),
+                   "patch": patch, "delete": op("delete", &json!([]))}),
+        );
+    }
+    Some(json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": GIT_VERSION},
+        "paths": paths,
+        "components": {"schemas": {}}
+    }))
 }

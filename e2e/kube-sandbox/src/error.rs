@@ -25,6 +25,13 @@ pub struct ApiError {
     pub reason: String,
     /// Human-readable message, worded like the real API server's.
     pub message: String,
+    /// `details` (boxed: errors travel through many `Result`s).
+    pub details: Box<Details>,
+}
+
+/// `details` of a Status.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Details {
     /// `details.name`.
     pub name: Option<String>,
     /// `details.group`.
@@ -47,19 +54,15 @@ impl ApiError {
             code,
             reason: reason.to_string(),
             message: message.into(),
-            name: None,
-            group: None,
-            kind: None,
-            causes: Vec::new(),
-            retry_after: None,
+            details: Box::default(),
         }
     }
 
     /// Adds `details{name, group, kind}`.
     pub fn with_details(mut self, group: &str, kind: &str, name: &str) -> Self {
-        self.group = Some(group.to_string());
-        self.kind = Some(kind.to_string());
-        self.name = Some(name.to_string());
+        self.details.group = Some(group.to_string());
+        self.details.kind = Some(kind.to_string());
+        self.details.name = Some(name.to_string());
         self
     }
 
@@ -120,7 +123,7 @@ impl ApiError {
             format!("{gk} \"{name}\" is invalid: {detail}"),
         )
         .with_details(group, kind, name);
-        e.causes = causes;
+        e.details.causes = causes;
         e
     }
 
@@ -176,20 +179,21 @@ impl ApiError {
     /// The `metav1.Status` body.
     pub fn status_json(&self) -> Value {
         let mut details = serde_json::Map::new();
-        if let Some(n) = &self.name {
+        if let Some(n) = &self.details.name {
             details.insert("name".into(), json!(n));
         }
-        if let Some(g) = &self.group {
+        if let Some(g) = &self.details.group {
             details.insert("group".into(), json!(g));
         }
-        if let Some(k) = &self.kind {
+        if let Some(k) = &self.details.kind {
             details.insert("kind".into(), json!(k));
         }
-        if !self.causes.is_empty() {
+        if !self.details.causes.is_empty() {
             details.insert(
                 "causes".into(),
                 Value::Array(
-                    self.causes
+                    self.details
+                        .causes
                         .iter()
                         .map(
                             |c| json!({"reason": c.reason, "message": c.message, "field": c.field}),
@@ -198,7 +202,7 @@ impl ApiError {
                 ),
             );
         }
-        if let Some(r) = self.retry_after {
+        if let Some(r) = self.details.retry_after {
             details.insert("retryAfterSeconds".into(), json!(r));
         }
         let mut s = json!({
@@ -237,7 +241,7 @@ impl IntoResponse for ApiError {
             body,
         )
             .into_response();
-        if let Some(r) = self.retry_after
+        if let Some(r) = self.details.retry_after
             && let Ok(v) = axum::http::HeaderValue::from_str(&r.to_string())
         {
             resp.headers_mut()

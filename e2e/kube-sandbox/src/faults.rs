@@ -163,7 +163,7 @@ fn injected(code: u16, retry_after: Option<u64>) -> ApiError {
         ),
     };
     if code == 429 {
-        e.retry_after = Some(retry_after.unwrap_or(1));
+        e.details.retry_after = Some(retry_after.unwrap_or(1));
     }
     e
 }
@@ -191,6 +191,6 @@ mod tests {
         ]);
         assert!(f.check(Verb::Get, "configmaps").0.is_none());
         let e = f.check(Verb::Get, "secrets").0.unwrap();
-        assert_eq!((e.code, e.retry_after), (429, Some(1)));
+        assert_eq!((e.code, e.details.retry_after), (429, Some(1)));
     }
 }

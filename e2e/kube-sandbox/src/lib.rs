@@ -32,6 +32,7 @@ pub mod faults;
 pub mod fieldset;
 pub mod ops;
 pub mod patch;
+pub mod proto;
 pub mod registry;
 pub mod render;
 pub mod requests;
@@ -180,8 +181,6 @@ impl Sandbox {
             for crd in crds {
                 preload_crd(&mut st, crd)?;
             }
-            st.history.clear();
-            st.compacted_rv = 0;
         }
         let listener = tokio::net::TcpListener::bind(opts.addr)
             .await

@@ -310,7 +310,7 @@ pub fn delete(st: &mut State, ctx: &Ctx, opts: &DeleteOpts) -> ApiResult<Written
     let pending = !finalizers_of(&old).is_empty() || is_namespace;
     if pending {
         if meta_str(&old, "deletionTimestamp").is_some() {
-            return Ok(((*old).clone(), 202));
+            return Ok(((*old).clone(), 200));
         }
         let mut new = (*old).clone();
         let m = meta_mut(&mut new);
@@ -325,7 +325,7 @@ pub fn delete(st: &mut State, ctx: &Ctx, opts: &DeleteOpts) -> ApiResult<Written
             st.work.namespaces = true;
         }
         let stored = st.put(&gr, new);
-        return Ok(((*stored).clone(), 202));
+        return Ok(((*stored).clone(), 200));
     }
     let removed = remove_object(st, &gr, &ctx.namespace, &ctx.name);
     Ok((removed.map(|r| (*r).clone()).unwrap_or_default(), 200))
@@ -541,21 +541,55 @@ fn generation_view(obj: &Value, has_status: bool) -> Map<String, Value> {
     m
 }
 
-/// An object without the parts that change on every write (resourceVersion, managedFields
-/// timestamps), to detect no-op writes.
-fn comparable(obj: &Value) -> Value {
-    let mut v = obj.clone();
-    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.remove("resourceVersion");
-        if let Some(Value::Array(mf)) = m.get_mut("managedFields") {
-            for e in mf {
-                if let Some(e) = e.as_object_mut() {
-                    e.remove("time");
-                }
-            }
-        }
+/// Whether two versions of an object are the same but for what changes on every write
+/// (resourceVersion, managedFields timestamps): such a write is a no-op, as on a real server.
+/// Compares in place, without copying the objects.
+fn same_but_volatile(a: &Value, b: &Value) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    if a.len() != b.len() {
+        return false;
     }
-    v
+    a.iter().all(|(k, va)| {
+        let Some(vb) = b.get(k) else { return false };
+        if k != "metadata" {
+            return va == vb;
+        }
+        let (Some(ma), Some(mb)) = (va.as_object(), vb.as_object()) else {
+            return va == vb;
+        };
+        let keys = |m: &Map<String, Value>| {
+            m.keys()
+                .filter(|k| *k != "resourceVersion")
+                .cloned()
+                .collect::<BTreeSet<_>>()
+        };
+        keys(ma) == keys(mb)
+            && ma.iter().all(|(mk, x)| match mk.as_str() {
+                "resourceVersion" => true,
+                "managedFields" => managed_fields_equal(x, &mb[mk]),
+                _ => Some(x) == mb.get(mk),
+            })
+    })
+}
+
+fn managed_fields_equal(a: &Value, b: &Value) -> bool {
+    match (a.as_array(), b.as_array()) {
+        (Some(x), Some(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .zip(y)
+                    .all(|(e, f)| match (e.as_object(), f.as_object()) {
+                        (Some(e), Some(f)) => {
+                            e.len() == f.len()
+                                && e.iter().all(|(k, v)| k == "time" || f.get(k) == Some(v))
+                        }
+                        _ => e == f,
+                    })
+        }
+        _ => a == b,
+    }
 }
 
 fn finish(
@@ -724,7 +758,7 @@ fn finish(
     }
 
     if let Some(o) = &old
-        && comparable(o) == comparable(&new)
+        && same_but_volatile(o, &new)
     {
         return Ok(((**o).clone(), 200));
     }

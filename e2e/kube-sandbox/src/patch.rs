@@ -39,14 +39,30 @@ pub fn apply_patch(target: &Value, kind: PatchType, body: &[u8]) -> Result<Value
         PatchType::Json => {
             let p: json_patch::Patch = serde_json::from_slice(body)
                 .map_err(|e| ApiError::bad_request(format!("json patch: {e}")))?;
-            let mut out = target.clone();
-            json_patch::patch(&mut out, &p).map_err(|e| {
+            let invalid = |e: String| {
                 ApiError::new(
                     422,
                     "Invalid",
                     format!("the server rejected our request due to an error in our request: {e}"),
                 )
-            })?;
+            };
+            let mut out = target.clone();
+            for op in p.0.iter() {
+                match op {
+                    // As the real server's JSON patch library does, testing for `null` passes
+                    // when the field is missing (kube's finalizer helper relies on it).
+                    json_patch::PatchOperation::Test(t) => {
+                        let ptr = t.path.as_str();
+                        match out.pointer(ptr) {
+                            Some(v) if *v == t.value => {}
+                            None if t.value.is_null() => {}
+                            _ => return Err(invalid(format!("testing value {ptr} failed"))),
+                        }
+                    }
+                    other => json_patch::patch(&mut out, std::slice::from_ref(other))
+                        .map_err(|e| invalid(e.to_string()))?,
+                }
+            }
             Ok(out)
         }
         PatchType::Merge => {

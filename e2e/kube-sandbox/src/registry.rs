@@ -227,6 +227,17 @@ pub fn builtins() -> Vec<ResourceDef> {
             true,
         ),
         builtin(
+            "apps",
+            "v1",
+            "ReplicaSet",
+            "replicasets",
+            true,
+            &["rs"],
+            &["all"],
+            true,
+        ),
+        builtin("", "v1", "Pod", "pods", true, &["po"], &["all"], true),
+        builtin(
             "rbac.authorization.k8s.io",
             "v1",
             "ClusterRole",
@@ -349,7 +360,7 @@ impl Registry {
             }
         }
         for vs in out.values_mut() {
-            vs.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+            vs.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
         }
         out
     }
@@ -384,7 +395,7 @@ mod tests {
     #[test]
     fn version_ordering() {
         let mut v = vec!["v1alpha1", "v1beta1", "v1", "v1beta2", "v2"];
-        v.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+        v.sort_by_key(|x| std::cmp::Reverse(version_priority(x)));
         assert_eq!(v, vec!["v2", "v1", "v1beta2", "v1beta1", "v1alpha1"]);
     }
 

@@ -48,11 +48,14 @@ pub struct App {
     pub periodic_close: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
+/// A paginated list: its resourceVersion and all its items.
+type PagedList = (u64, Arc<Vec<Arc<Value>>>);
+
 /// Snapshots of lists being paginated, so continue tokens see one consistent state.
 #[derive(Default)]
 pub struct Pages {
     next: u64,
-    lists: HashMap<u64, (u64, Arc<Vec<Arc<Value>>>)>,
+    lists: HashMap<u64, PagedList>,
     order: VecDeque<u64>,
 }
 
@@ -220,7 +223,7 @@ enum Route {
     Version,
     Health,
     OpenApiV2,
-    OpenApiV3,
+    OpenApiV3(String),
     Core,
     Groups,
     Group(String),
@@ -243,7 +246,8 @@ fn route(path: &str) -> Route {
         ["healthz", ..] | ["readyz", ..] | ["livez", ..] => Route::Health,
         ["metrics"] => Route::Metrics,
         ["openapi", "v2"] => Route::OpenApiV2,
-        ["openapi", "v3", ..] => Route::OpenApiV3,
+        ["openapi", "v3"] => Route::OpenApiV3(String::new()),
+        ["openapi", "v3", rest @ ..] => Route::OpenApiV3(rest.join("/")),
         ["swagger.json"] => Route::OpenApiV2,
         ["sandbox", rest @ ..] => Route::Sandbox(rest.join("/")),
         ["api"] => Route::Core,
@@ -315,8 +319,28 @@ async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
         Route::Version => json_response(200, &discovery::version()),
         Route::Health => text_response("ok".into(), "text/plain; charset=utf-8"),
         Route::Metrics => text_response(app.requests.metrics_text(), "text/plain; version=0.0.4"),
-        Route::OpenApiV2 => json_response(200, &discovery::openapi_v2()),
-        Route::OpenApiV3 => json_response(200, &discovery::openapi_v3()),
+        Route::OpenApiV2 => {
+            if accept.contains("protobuf") {
+                (
+                    [(header::CONTENT_TYPE, discovery::OPENAPI_V2_PB)],
+                    discovery::openapi_v2_protobuf(),
+                )
+                    .into_response()
+            } else {
+                json_response(200, &discovery::openapi_v2())
+            }
+        }
+        Route::OpenApiV3(path) => {
+            let reg = app.store.lock().registry.clone();
+            if path.is_empty() {
+                json_response(200, &discovery::openapi_v3(&reg))
+            } else {
+                match discovery::openapi_v3_group(&reg, &path) {
+                    Some(v) => json_response(200, &v),
+                    None => not_found_path().into_response(),
+                }
+            }
+        }
         Route::Core => {
             if discovery::wants_aggregated(&accept) {
                 let reg = app.store.lock().registry.clone();
@@ -637,12 +661,12 @@ fn list(
                         "Timeout",
                         format!("Too large resource version: {n}, current: {}", st.rv),
                     );
-                    e.causes = vec![Cause {
+                    e.details.causes = vec![Cause {
                         reason: "ResourceVersionTooLarge".into(),
                         message: "Too large resource version".into(),
                         field: String::new(),
                     }];
-                    e.retry_after = Some(1);
+                    e.details.retry_after = Some(1);
                     return Err(e);
                 }
                 if exact {
@@ -681,12 +705,7 @@ fn list(
     } else {
         total
     };
-    let page: Vec<Value> = items
-        .get(offset.min(total)..end)
-        .unwrap_or(&[])
-        .iter()
-        .map(|o| (**o).clone())
-        .collect();
+    let page: &[Arc<Value>] = items.get(offset.min(total)..end).unwrap_or(&[]);
     let mut meta = Map::new();
     meta.insert("resourceVersion".into(), json!(list_rv.to_string()));
     if end < total {
@@ -701,6 +720,14 @@ fn list(
         meta.insert("continue".into(), json!(encode_continue(id, end, list_rv)));
         meta.insert("remainingItemCount".into(), json!(total - end));
     }
+    if fmt == Format::Full {
+        return Ok((
+            [(header::CONTENT_TYPE, "application/json")],
+            render::list_json(page, def, &t.version, &meta),
+        )
+            .into_response());
+    }
+    let page: Vec<Value> = page.iter().map(|o| (**o).clone()).collect();
     Ok(json_response(
         200,
         &render::list(&page, def, &t.version, fmt, meta),
@@ -771,8 +798,13 @@ fn delete_opts(q: &Query, body: &[u8]) -> ApiResult<(DeleteOpts, bool)> {
         opts.propagation = Some("Orphan".into());
     }
     if !body.is_empty() {
-        let v: Value = serde_json::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("DeleteOptions: {e}")))?;
+        let v: Value = if body.starts_with(b"k8s\x00") {
+            crate::proto::decode(body)
+                .ok_or_else(|| ApiError::bad_request("DeleteOptions: undecodable protobuf"))?
+        } else {
+            serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("DeleteOptions: {e}")))?
+        };
         if let Some(p) = v.get("propagationPolicy").and_then(Value::as_str) {
             opts.propagation = Some(p.to_string());
         }
@@ -840,6 +872,20 @@ fn write(
     };
     if def.namespaced && t.namespace.is_none() && verb != Verb::DeleteCollection {
         return Err(not_found_path());
+    }
+    let mut body = body;
+    if matches!(verb, Verb::Post | Verb::Put) {
+        let base = ct.split(';').next().unwrap_or("").trim();
+        if crate::proto::is_protobuf(ct) {
+            let v =
+                crate::proto::decode(&body).ok_or_else(|| ApiError::unsupported_media_type(ct))?;
+            body = Bytes::from(serde_json::to_vec(&v).unwrap_or_default());
+        } else if !matches!(
+            base,
+            "" | "application/json" | "application/yaml" | "*/*" | "text/plain"
+        ) {
+            return Err(ApiError::unsupported_media_type(ct));
+        }
     }
     let result = match verb {
         Verb::Post => {

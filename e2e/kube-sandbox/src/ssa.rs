@@ -277,7 +277,9 @@ pub fn apply(req: &ApplyRequest<'_>) -> Result<Value, ApiError> {
         .fold(FieldSet::default(), |acc, e| acc.union(&e.set));
     let dropped = prev.minus(&applied_set);
     let mut removed = FieldSet::default();
-    for p in dropped.0.iter().rev() {
+    // Parents first: once an item is gone its children need no removal (and could no longer
+    // be found by key).
+    for p in dropped.0.iter() {
         if !others.has_at_or_below(p) {
             // The tracked view has the object's layout, so its paths address the object.
             remove_at(&mut new, p);
@@ -339,7 +341,7 @@ fn conflict_error(req: &ApplyRequest<'_>, conflicts: &[(String, String, Vec<Stri
         format!("Apply failed with {total} {plural}: {}", parts.join("\n")),
     )
     .with_details(req.group, req.plural, req.name);
-    e.causes = causes;
+    e.details.causes = causes;
     e
 }
 
@@ -384,7 +386,7 @@ mod tests {
             err.message,
             "Apply failed with 1 conflict: conflict with \"a\" using v1: .data.y"
         );
-        assert_eq!(err.causes[0].reason, "FieldManagerConflict");
+        assert_eq!(err.details.causes[0].reason, "FieldManagerConflict");
         let b2 = json!({"metadata": {"name": "c"}, "data": {"x": "1", "y": "2"}});
         let o3 = apply(&req(Some(&o2), &b2, "b", true)).unwrap();
         assert_eq!(o3["data"], json!({"x": "1", "y": "2"}));

@@ -74,8 +74,26 @@ impl WatchSpec {
     }
 
     fn line(&self, etype: &str, obj: &Value) -> Bytes {
-        let mut v = serde_json::to_vec(&json!({"type": etype, "object": self.render(obj)}))
-            .unwrap_or_default();
+        let mut v = if self.format == Format::Full {
+            #[derive(serde::Serialize)]
+            struct Line<'a> {
+                #[serde(rename = "type")]
+                etype: &'a str,
+                object: crate::render::AtVersion<'a>,
+            }
+            let av = self.def.api_version(&self.version);
+            serde_json::to_vec(&Line {
+                etype,
+                object: crate::render::AtVersion {
+                    obj,
+                    api_version: &av,
+                    kind: &self.def.kind,
+                },
+            })
+        } else {
+            serde_json::to_vec(&json!({"type": etype, "object": self.render(obj)}))
+        }
+        .unwrap_or_default();
         v.push(b'\n');
         Bytes::from(v)
     }
@@ -141,7 +159,7 @@ pub fn start(
     mut close: tokio::sync::watch::Receiver<u64>,
 ) -> ApiResult<Response> {
     let gr: GroupResource = (spec.def.group.clone(), spec.def.plural.clone());
-    let (tx, rx) = mpsc::channel::<Bytes>(256);
+    let (tx, rx) = mpsc::channel::<Bytes>(16);
     let mut initial: Vec<Bytes> = Vec::new();
     let (mut sub, start_rv, initial_end) = {
         let st = store.lock();
