@@ -104,11 +104,23 @@ impl Env {
     /// Creates a CAPI Cluster (so owner references resolve) and returns it as CAPI sends it in
     /// requests (`v1beta1` converts the topology fields).
     async fn capi_cluster(&self, name: &str, labels: Value, class: &str, v1beta1: bool) -> Value {
-        let api: Api<DynamicObject> = Api::namespaced_with(self.client(), NS, &capi_cluster());
+        self.capi_cluster_in(NS, name, labels, class, v1beta1).await
+    }
+
+    /// Same, in namespace `ns`, with a class from [`NS`].
+    async fn capi_cluster_in(
+        &self,
+        ns: &str,
+        name: &str,
+        labels: Value,
+        class: &str,
+        v1beta1: bool,
+    ) -> Value {
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client(), ns, &capi_cluster());
         let object: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-            "metadata": {"name": name, "namespace": NS, "labels": labels},
-            "spec": {"topology": {"classRef": {"name": class}, "version": "v1.33.1",
+            "metadata": {"name": name, "namespace": ns, "labels": labels},
+            "spec": {"topology": {"classRef": {"name": class, "namespace": NS}, "version": "v1.33.1",
                      "controlPlane": {"replicas": 1}}},
         }))
         .expect("cluster");
@@ -123,8 +135,8 @@ impl Env {
         }
         if v1beta1 {
             value["apiVersion"] = json!("cluster.x-k8s.io/v1beta1");
-            value["spec"]["topology"] =
-                json!({"class": class, "version": "v1.33.1", "controlPlane": {"replicas": 1}});
+            value["spec"]["topology"] = json!({"class": class, "classNamespace": NS,
+                "version": "v1.33.1", "controlPlane": {"replicas": 1}});
         }
         value
     }
@@ -405,12 +417,12 @@ impl Env {
 }
 
 #[tokio::test]
-async fn manager_initiated_clusters_get_nothing_unless_their_class_needs_the_bootstrap() {
+async fn a_class_installing_the_agent_makes_imported_clusters_agent_initiated() {
     let env = Env::start(Some(
-        "cluster: {agentInitiatedSelector: {matchLabels: {nat: \"true\"}}}",
+        "cluster: {namespaceSelector: {matchLabels: {fleet: \"yes\"}}, agentInitiatedSelector: {matchLabels: {nat: \"true\"}}}",
     ))
     .await;
-    // A class without our patch: Success, no writes.
+    // A class without our patch, manager-initiated by configuration: Success, no writes.
     let plain = env
         .capi_cluster("plain", json!({}), "plain-class", false)
         .await;
@@ -424,8 +436,8 @@ async fn manager_initiated_clusters_get_nothing_unless_their_class_needs_the_boo
     );
     assert_eq!(env.writes(), 0);
 
-    // A class using the fleet-agent-bootstrap patch (v1beta1 field name): machines would wait
-    // for a Secret nobody writes, so the hook refuses with what to change.
+    // A class using the fleet-agent-bootstrap patch: installing the agent at boot asks for
+    // agent-initiated registration, so the Cluster is prepared and marked for the controller.
     let classes: Api<DynamicObject> = Api::namespaced_with(
         env.client(),
         NS,
@@ -447,9 +459,39 @@ async fn manager_initiated_clusters_get_nothing_unless_their_class_needs_the_boo
         .await
         .expect("class");
     let uses_patch = env
-        .capi_cluster("nat-less", json!({}), "fleet-class", false)
+        .capi_cluster("booted", json!({}), "fleet-class", true)
         .await;
-    let refused = env.call(Hook::BeforeClusterCreate, &uses_patch).await;
+    assert_retry(
+        &env.call(Hook::BeforeClusterCreate, &uses_patch).await,
+        "ClusterRegistrationToken team-a/booted",
+    );
+    let fleet = env
+        .get(&fleet_cluster(), NS, "booted")
+        .await
+        .expect("Fleet Cluster");
+    assert_eq!(
+        fleet["metadata"]["annotations"]["fleet.addons.cluster.x-k8s.io/registration"],
+        "runtime-extension"
+    );
+    assert_eq!(client_id(&fleet).len(), 64);
+
+    // The same class with fleetAgent.enabled=false: manager-initiated, nothing written.
+    let mut disabled = env
+        .capi_cluster("disabled", json!({}), "fleet-class", false)
+        .await;
+    disabled["spec"]["topology"]["variables"] =
+        json!([{"name": "fleetAgent", "value": {"enabled": false}}]);
+    env.sandbox.requests().reset();
+    assert_success(&env.call(Hook::BeforeClusterCreate, &disabled).await);
+    assert_eq!(env.writes(), 0);
+
+    // Not imported (namespace not selected) but the class installs the agent: the machines
+    // would wait for a Secret nobody writes, so the hook refuses and says what to change.
+    env.create_namespace("outside", json!({})).await;
+    let outside = env
+        .capi_cluster_in("outside", "lost", json!({}), "fleet-class", false)
+        .await;
+    let refused = env.call(Hook::BeforeClusterCreate, &outside).await;
     assert_eq!(refused.status, ResponseStatus::Failure, "{refused:?}");
     assert!(
         refused.message.contains("ClusterClass team-a/fleet-class"),
@@ -457,24 +499,14 @@ async fn manager_initiated_clusters_get_nothing_unless_their_class_needs_the_boo
         refused.message
     );
     assert!(
-        refused.message.contains("fleetAgent.enabled"),
+        refused.message.contains("not selected"),
         "{}",
         refused.message
     );
-
-    // The same Cluster with fleetAgent.enabled=false: Success.
-    let mut disabled = uses_patch.clone();
-    disabled["spec"]["topology"]["variables"] =
-        json!([{"name": "fleetAgent", "value": {"enabled": false}}]);
-    assert_success(&env.call(Hook::BeforeClusterCreate, &disabled).await);
-
-    // Labelled for agent-initiated registration: prepared.
-    let nat = env
-        .capi_cluster("nat", json!({"nat": "true"}), "fleet-class", false)
-        .await;
-    assert_retry(
-        &env.call(Hook::BeforeClusterCreate, &nat).await,
-        "ClusterRegistrationToken",
+    assert!(
+        refused.message.contains("fleetAgent.enabled"),
+        "{}",
+        refused.message
     );
 }
 

@@ -5,9 +5,11 @@
 //! v1beta2 has `spec.topology.classRef` and an `apiGroup` in `spec.controlPlaneRef`; v1beta1 has
 //! `spec.topology.class`/`classNamespace` and an `apiVersion` in `spec.controlPlaneRef`.
 
-use std::collections::BTreeMap;
+use std::ops::Deref;
 
 use serde_json::Value;
+
+use crate::model::capi::ClusterView;
 
 /// Which Cluster API version the object has the shape of.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,29 +21,20 @@ pub enum ClusterShape {
     Unknown,
 }
 
-/// The facts the handlers need about a Cluster.
+/// The Cluster of a lifecycle request: the provider's tolerant view of it (the same the
+/// controllers use, so hook and controllers build the same Fleet objects) and its shape.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClusterInfo {
-    pub name: String,
-    pub namespace: String,
-    /// Empty when absent (only in hand-written requests: CAPI always sends it).
-    pub uid: String,
-    pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
+    pub view: ClusterView,
     pub shape: ClusterShape,
-    /// The ClusterClass, when the Cluster has a managed topology.
-    pub class: Option<ClassRef>,
-    /// `spec.topology.version`.
-    pub version: Option<String>,
-    /// `spec.topology.variables` by name.
-    pub variables: BTreeMap<String, Value>,
 }
 
-/// A ClusterClass reference; the namespace defaults to the Cluster's.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClassRef {
-    pub name: String,
-    pub namespace: String,
+impl Deref for ClusterInfo {
+    type Target = ClusterView;
+
+    fn deref(&self) -> &ClusterView {
+        &self.view
+    }
 }
 
 impl ClusterInfo {
@@ -50,58 +43,23 @@ impl ClusterInfo {
         if !cluster.is_object() {
             return Err("the request has no cluster object".to_string());
         }
-        let metadata = &cluster["metadata"];
-        let text = |value: &Value| value.as_str().filter(|s| !s.is_empty()).map(str::to_string);
-        let name = text(&metadata["name"]).ok_or("cluster.metadata.name is missing")?;
-        let namespace =
-            text(&metadata["namespace"]).ok_or("cluster.metadata.namespace is missing")?;
-        let string_map = |value: &Value| -> BTreeMap<String, String> {
-            value
-                .as_object()
-                .map(|map| {
-                    map.iter()
-                        .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
-                        .collect()
-                })
-                .unwrap_or_default()
+        let present = |pointer: &str| {
+            cluster
+                .pointer(pointer)
+                .and_then(Value::as_str)
+                .is_some_and(|s| !s.is_empty())
         };
-        let spec = &cluster["spec"];
-        let topology = &spec["topology"];
-        let shape = detect_shape(spec);
-        let class = if topology.is_object() {
-            let (class_name, class_namespace) = match &topology["classRef"] {
-                Value::Object(_) => (
-                    text(&topology["classRef"]["name"]),
-                    text(&topology["classRef"]["namespace"]),
-                ),
-                _ => (text(&topology["class"]), text(&topology["classNamespace"])),
-            };
-            class_name.map(|name| ClassRef {
-                name,
-                namespace: class_namespace.unwrap_or_else(|| namespace.clone()),
-            })
-        } else {
-            None
-        };
-        let variables = topology["variables"]
-            .as_array()
-            .map(|variables| {
-                variables
-                    .iter()
-                    .filter_map(|v| Some((text(&v["name"])?, v["value"].clone())))
-                    .collect()
-            })
-            .unwrap_or_default();
+        if !present("/metadata/name") {
+            return Err("cluster.metadata.name is missing".to_string());
+        }
+        if !present("/metadata/namespace") {
+            return Err("cluster.metadata.namespace is missing".to_string());
+        }
+        let view = ClusterView::from_json(cluster)
+            .ok_or_else(|| "cluster.metadata is not an object".to_string())?;
         Ok(ClusterInfo {
-            uid: text(&metadata["uid"]).unwrap_or_default(),
-            labels: string_map(&metadata["labels"]),
-            annotations: string_map(&metadata["annotations"]),
-            shape,
-            class,
-            version: text(&topology["version"]),
-            variables,
-            name,
-            namespace,
+            view,
+            shape: detect_shape(&cluster["spec"]),
         })
     }
 
@@ -126,6 +84,7 @@ fn detect_shape(spec: &Value) -> ClusterShape {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::capi::ClassRef;
     use serde_json::json;
 
     #[test]
@@ -144,6 +103,7 @@ mod tests {
                 namespace: "classes".into()
             })
         );
+        assert_eq!(info.uid, "u1");
         assert_eq!(info.variables["fleetAgent"], json!({"enabled": false}));
         assert_eq!(info.labels["env"], "dev");
 
@@ -161,7 +121,6 @@ mod tests {
                 namespace: "ns".into()
             })
         );
-        assert_eq!(info.version.as_deref(), Some("v1.33.1"));
     }
 
     #[test]

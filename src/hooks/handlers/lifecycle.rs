@@ -3,21 +3,22 @@
 //!
 //! # Which Clusters BeforeClusterCreate acts on
 //!
-//! The registration mode is decided by FleetAddonConfig alone, exactly as the import controller
-//! decides it, so the two never disagree about a Cluster:
-//!
-//! 1. until the FleetAddonConfig has been read: retry in 5 s;
-//! 2. a Cluster that registers agent-initiated — Cluster import enabled (`spec.cluster` present,
-//!    or no FleetAddonConfig), no problems in `spec.cluster`, the Cluster within `--namespace` and
-//!    `--watch-filter`, selected by the selection rule, and `agentInitiated: true` or matching
-//!    `agentInitiatedSelector` — gets its Fleet Cluster (client ID generated once), its
-//!    ClusterRegistrationToken and its bootstrap Secret; the hook answers "retry" until Fleet has
-//!    issued the token and the Secret is written, then Success. This does not depend on the
-//!    `fleetAgent` variable: the variable only says whether machines install the agent;
-//! 3. any other Cluster: nothing is written. If its ClusterClass uses the `fleet-agent-bootstrap`
-//!    patch and `fleetAgent.enabled` is not `false`, the machines would wait forever for a
-//!    bootstrap Secret that never comes, so the hook answers Failure with what to change;
-//!    otherwise Success.
+//! 1. Until the FleetAddonConfig has been read: retry in 5 s.
+//! 2. The Cluster must be imported — Cluster import enabled (`spec.cluster` present, or no
+//!    FleetAddonConfig), no problems in `spec.cluster`, the Cluster within `--namespace` and
+//!    `--watch-filter`, and selected by the selection rule. Otherwise nothing is written: Success,
+//!    unless its ClusterClass uses the `fleet-agent-bootstrap` patch with `fleetAgent.enabled` not
+//!    `false` — then its machines would wait forever for a bootstrap Secret nobody writes, and the
+//!    hook answers Failure saying what to change.
+//! 3. An imported Cluster registers agent-initiated when FleetAddonConfig says so
+//!    (`agentInitiated: true`, or `agentInitiatedSelector` matches its labels) **or** its
+//!    ClusterClass uses the `fleet-agent-bootstrap` patch and `fleetAgent.enabled` is not `false`
+//!    (installing the agent at boot is asking for agent-initiated registration). For it the hook
+//!    creates, if absent, the Fleet Cluster (client ID generated once, annotated
+//!    `fleet.addons.cluster.x-k8s.io/registration: runtime-extension` so the import controller
+//!    keeps it agent-initiated) and the ClusterRegistrationToken, waits ("retry") until Fleet has
+//!    issued the token, writes the bootstrap Secret and answers Success.
+//! 4. Any other imported Cluster registers manager-initiated later: Success, nothing written.
 
 use std::collections::BTreeMap;
 
@@ -53,15 +54,18 @@ const RETRY_UPGRADE: i32 = 30;
 /// At most this many bundle names in a message.
 const MAX_LISTED_BUNDLES: usize = 10;
 
-/// How a Cluster registers with Fleet, and why.
+/// What FleetAddonConfig says about a Cluster.
 #[derive(Debug)]
 pub enum Registration<'a> {
+    /// Imported, agent-initiated.
     AgentInitiated(&'a ClusterImport),
-    /// Not agent-initiated: the reason, for messages.
-    Other(String),
+    /// Imported, manager-initiated (unless its ClusterClass installs the agent at boot).
+    ManagerInitiated(&'a ClusterImport),
+    /// Not imported: the reason, for messages.
+    NotImported(String),
 }
 
-/// The registration rule (see the module documentation), pure.
+/// FleetAddonConfig's part of the rule (see the module documentation), pure.
 pub fn registration<'a>(
     config: &'a EffectiveConfig,
     flags: &crate::cli::ManagerFlags,
@@ -69,7 +73,7 @@ pub fn registration<'a>(
     namespace_labels: &BTreeMap<String, String>,
 ) -> Result<Registration<'a>, String> {
     let Some(import) = config.cluster.as_ref() else {
-        return Ok(Registration::Other(
+        return Ok(Registration::NotImported(
             "Cluster import is disabled (FleetAddonConfig has no spec.cluster)".to_string(),
         ));
     };
@@ -86,14 +90,14 @@ pub fn registration<'a>(
     if let Some(namespace) = flags.watch_namespace()
         && namespace != cluster.namespace
     {
-        return Ok(Registration::Other(format!(
+        return Ok(Registration::NotImported(format!(
             "this provider only manages namespace {namespace}"
         )));
     }
     if let Some(filter) = &flags.watch_filter
         && cluster.labels.get(names::CAPI_WATCH_FILTER_LABEL) != Some(filter)
     {
-        return Ok(Registration::Other(format!(
+        return Ok(Registration::NotImported(format!(
             "the Cluster is not labelled {}={filter}",
             names::CAPI_WATCH_FILTER_LABEL
         )));
@@ -104,16 +108,15 @@ pub fn registration<'a>(
         namespace_labels,
     };
     if !import.selection.selects(facts) {
-        return Ok(Registration::Other(
+        return Ok(Registration::NotImported(
             "the Cluster is not selected by FleetAddonConfig spec.cluster".to_string(),
         ));
     }
-    if !import.agent_initiated.applies_to(&cluster.labels) {
-        return Ok(Registration::Other(
-            "the Cluster registers manager-initiated (FleetAddonConfig spec.cluster.agentInitiated / agentInitiatedSelector)".to_string(),
-        ));
+    if import.agent_initiated.applies_to(&cluster.labels) {
+        Ok(Registration::AgentInitiated(import))
+    } else {
+        Ok(Registration::ManagerInitiated(import))
     }
-    Ok(Registration::AgentInitiated(import))
 }
 
 /// BeforeClusterCreate.
@@ -136,15 +139,23 @@ async fn before_cluster_create_steps(
     let namespace_labels = namespace_labels(ctx, &cluster.namespace).await?;
     let decision =
         registration(&config, &ctx.flags, cluster, &namespace_labels).map_err(Outcome::failure)?;
+    let enabled = fleet_agent_enabled(cluster.variables.get(FLEET_AGENT_VARIABLE));
     match decision {
         Registration::AgentInitiated(import) => {
             prepare_agent_initiated(ctx, &config, import, cluster).await
         }
-        Registration::Other(reason) => {
-            let enabled = fleet_agent_enabled(cluster.variables.get(FLEET_AGENT_VARIABLE));
+        Registration::ManagerInitiated(import) => {
+            if enabled && class_using_bootstrap_patch(ctx, cluster).await?.is_some() {
+                return prepare_agent_initiated(ctx, &config, import, cluster).await;
+            }
+            Ok(Outcome::Success {
+                message: "nothing to prepare: the Cluster registers manager-initiated".to_string(),
+            })
+        }
+        Registration::NotImported(reason) => {
             if enabled && let Some(class) = class_using_bootstrap_patch(ctx, cluster).await? {
                 return Ok(Outcome::failure(format!(
-                    "Cluster {}: ClusterClass {class} installs the Fleet agent at boot ({GENERATE_PATCHES} patch), but {reason}; register it agent-initiated (FleetAddonConfig spec.cluster.agentInitiated or agentInitiatedSelector) or set the topology variable {FLEET_AGENT_VARIABLE}.enabled to false",
+                    "Cluster {}: ClusterClass {class} installs the Fleet agent at boot ({GENERATE_PATCHES} patch), but {reason}; select it for import in FleetAddonConfig spec.cluster or set the topology variable {FLEET_AGENT_VARIABLE}.enabled to false",
                     cluster.key()
                 )));
             }
@@ -215,7 +226,7 @@ async fn prepare_agent_initiated(
         None => {
             create_or_get(
                 &tokens,
-                &desired_token(cluster),
+                &desired_token(cluster, import),
                 &token_name,
                 "ClusterRegistrationToken",
                 ns,
@@ -728,37 +739,43 @@ mod tests {
         EffectiveConfig::from_spec(&spec)
     }
 
+    /// `Some(agent-initiated?)` for imported Clusters, `None` for the others.
     fn decide(
         config: &EffectiveConfig,
         flags: &ManagerFlags,
         labels: Value,
-    ) -> Result<bool, String> {
-        registration(config, flags, &cluster(labels), &BTreeMap::new())
-            .map(|r| matches!(r, Registration::AgentInitiated(_)))
+    ) -> Result<Option<bool>, String> {
+        registration(config, flags, &cluster(labels), &BTreeMap::new()).map(|r| match r {
+            Registration::AgentInitiated(_) => Some(true),
+            Registration::ManagerInitiated(_) => Some(false),
+            Registration::NotImported(_) => None,
+        })
     }
 
     #[test]
     fn registration_rule() {
         let flags = ManagerFlags::default();
-        let rows: [(&str, Value, Result<bool, String>); 7] = [
-            // No FleetAddonConfig: manager-initiated.
-            ("", json!({}), Ok(false)),
-            ("{}", json!({}), Ok(false)),
-            ("cluster: {agentInitiated: true}", json!({}), Ok(true)),
+        type Expected = Result<Option<bool>, String>;
+        let rows: [(&str, Value, Expected); 7] = [
+            // No FleetAddonConfig: imported, manager-initiated.
+            ("", json!({}), Ok(Some(false))),
+            // FleetAddonConfig without spec.cluster: not imported.
+            ("{}", json!({}), Ok(None)),
+            ("cluster: {agentInitiated: true}", json!({}), Ok(Some(true))),
             (
                 "cluster: {agentInitiatedSelector: {matchLabels: {nat: \"true\"}}}",
                 json!({"nat": "true"}),
-                Ok(true),
+                Ok(Some(true)),
             ),
             (
                 "cluster: {agentInitiatedSelector: {matchLabels: {nat: \"true\"}}}",
                 json!({}),
-                Ok(false),
+                Ok(Some(false)),
             ),
             (
                 "cluster: {agentInitiated: true, namespaceRegexes: [\"prod-.*\"]}",
                 json!({}),
-                Ok(false),
+                Ok(None),
             ),
             (
                 "cluster: {agentInitiated: true, namespaceRegexes: [\"prod-(\"]}",
@@ -789,18 +806,18 @@ mod tests {
             watch_filter: Some("mine".into()),
             ..ManagerFlags::default()
         };
-        assert_eq!(decide(&config, &flags, json!({})), Ok(false));
+        assert_eq!(decide(&config, &flags, json!({})), Ok(None));
         assert_eq!(
             decide(
                 &config,
                 &flags,
                 json!({"cluster.x-k8s.io/watch-filter": "mine"})
             ),
-            Ok(true)
+            Ok(Some(true))
         );
         flags.watch_filter = None;
         flags.namespace = Some("other".into());
-        assert_eq!(decide(&config, &flags, json!({})), Ok(false));
+        assert_eq!(decide(&config, &flags, json!({})), Ok(None));
     }
 
     #[test]
