@@ -655,3 +655,101 @@ async fn rendered_bootstrap_objects_are_accepted_by_the_api_server() {
         ]
     );
 }
+
+fn context_with(
+    client: kube::Client,
+    config: EffectiveConfig,
+) -> (Arc<Context>, config_watch::ConfigSender) {
+    let (tx, rx) = config_watch::channel();
+    tx.send_replace(Some(Arc::new(config)));
+    (
+        Arc::new(Context::new(
+            client,
+            ManagerFlags::default(),
+            rx,
+            CancellationToken::new(),
+        )),
+        tx,
+    )
+}
+
+/// Golden request/response pairs in `tests/fixtures/hooks/`, answered through the server's
+/// request path (routing, method, limits, decoding, handlers). `UPDATE_GOLDEN=1` rewrites the
+/// expected responses (review the diff).
+#[tokio::test]
+async fn golden_requests_and_responses() {
+    let sandbox = Sandbox::start().await;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hooks");
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .expect("fixtures")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    paths.sort();
+    assert!(paths.len() >= 20, "{} fixtures", paths.len());
+    for path in paths {
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string();
+        let mut case: Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
+        let config = match case["config"].as_str() {
+            Some(yaml) => EffectiveConfig::from_spec(&serde_yaml::from_str(yaml).expect("spec")),
+            None => EffectiveConfig::default(),
+        };
+        let (ctx, _tx) = context_with(sandbox.client(), config);
+        let body = match case["requestRaw"].as_str() {
+            Some(raw) => raw.as_bytes().to_vec(),
+            None => serde_json::to_vec(&case["request"]).expect("json"),
+        };
+        let uri: axum::http::Uri = case["path"].as_str().expect("path").parse().expect("uri");
+        let (_, response) = caapf::hooks::server::respond(
+            &ctx,
+            &caapf::hooks::server::ServerOptions::default(),
+            &axum::http::Method::POST,
+            &uri,
+            axum::body::Body::from(body),
+        )
+        .await;
+        let got = serde_json::to_value(&response).expect("json");
+        if update {
+            case["response"] = got;
+            let text = serde_json::to_string_pretty(&case).expect("json") + "\n";
+            std::fs::write(&path, text).expect("write");
+        } else {
+            assert_eq!(got, case["response"], "{name}");
+        }
+    }
+}
+
+/// A body over the (default, 20 MiB) limit is answered with a Failure, not read whole.
+#[tokio::test]
+async fn an_oversized_body_is_a_failure() {
+    let sandbox = Sandbox::start().await;
+    let (ctx, _tx) = context_with(sandbox.client(), EffectiveConfig::default());
+    let options = caapf::hooks::server::ServerOptions::default();
+    let body = vec![b' '; options.max_body_bytes + 1];
+    let uri: axum::http::Uri =
+        "/hooks.runtime.cluster.x-k8s.io/v1alpha1/generatepatches/fleet-agent-bootstrap"
+            .parse()
+            .expect("uri");
+    let (label, response) = caapf::hooks::server::respond(
+        &ctx,
+        &options,
+        &axum::http::Method::POST,
+        &uri,
+        axum::body::Body::from(body),
+    )
+    .await;
+    assert_eq!(label, "GeneratePatches");
+    assert_eq!(response.status, ResponseStatus::Failure);
+    assert!(
+        response.message.contains("at most 20971520 bytes"),
+        "{}",
+        response.message
+    );
+    assert_eq!(response.kind, "GeneratePatchesResponse");
+}
