@@ -1,7 +1,7 @@
 //! The manager: connects to the API server, serves health and metrics, and runs the
 //! controllers until SIGTERM/SIGINT.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use kube::Client;
@@ -50,7 +50,15 @@ pub async fn run_with_client(
     .await?;
 
     // The Runtime SDK extension runs on every replica: CAPI calls any endpoint of the Service.
-    let webhook_addr = SocketAddr::from(([0, 0, 0, 0], ctx.flags.webhook_port));
+    let webhook_host: IpAddr = match ctx.flags.webhook_host.trim() {
+        "" => IpAddr::from([0, 0, 0, 0]),
+        host => host.parse().map_err(|err| {
+            Error::InvalidConfig(format!(
+                "--webhook-host {host:?}: {err} (expected an IP address)"
+            ))
+        })?,
+    };
+    let webhook_addr = SocketAddr::new(webhook_host, ctx.flags.webhook_port);
     hooks::server::serve(
         ctx.clone(),
         webhook_addr,

@@ -478,3 +478,84 @@ async fn the_timeout_parameter_bounds_handling() {
     );
     assert_eq!(answer.body["retryAfterSeconds"], 0);
 }
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+async fn readyz(port: u16) -> Option<String> {
+    let mut tcp = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    tcp.write_all(b"GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .ok()?;
+    let mut answer = Vec::new();
+    tcp.read_to_end(&mut answer).await.ok()?;
+    Some(String::from_utf8_lossy(&answer).into_owned())
+}
+
+/// Polls `/readyz` until `done` holds (bounded): the manager's readiness is only observable
+/// from outside.
+async fn wait_readyz(port: u16, done: impl Fn(&str) -> bool) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(body) = readyz(port).await
+            && done(&body)
+        {
+            return body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "/readyz never satisfied the condition"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The manager starts the extension (on every replica: no leader election involved), keeps it
+/// not ready while the certificate is missing, and serves it once the files appear.
+#[tokio::test]
+async fn the_manager_serves_the_extension() {
+    let sandbox = kube_sandbox::Sandbox::start().await;
+    let ca = Ca::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let health = free_port();
+    let webhook = free_port();
+    let mut flags = ManagerFlags::default();
+    flags.health_probe_bind_address = format!("127.0.0.1:{health}");
+    flags.metrics_bind_address = "0".to_string();
+    flags.webhook_host = "127.0.0.1".to_string();
+    flags.webhook_port = webhook;
+    flags.webhook_cert_dir = dir.path().to_string_lossy().into_owned();
+    let shutdown = CancellationToken::new();
+    let manager = tokio::spawn(caapf::manager::run_with_client(
+        sandbox.client(),
+        flags,
+        shutdown.clone(),
+    ));
+    let body = wait_readyz(health, |b| b.contains("503")).await;
+    assert!(body.contains(READY_CHECK), "{body}");
+
+    let (cert, key, der) = ca.serving("manager");
+    install(dir.path(), &cert, &key);
+    let addr = SocketAddr::from(([127, 0, 0, 1], webhook));
+    let answer = post(
+        addr,
+        &ca,
+        &[b"h2", b"http/1.1"],
+        DISCOVERY,
+        discovery_request(),
+    )
+    .await;
+    assert_eq!(answer.peer, der);
+    assert_eq!(answer.body["status"], "Success");
+    wait_readyz(health, |b| b.contains("200 OK")).await;
+
+    shutdown.cancel();
+    let ended = tokio::time::timeout(Duration::from_secs(10), manager)
+        .await
+        .expect("the manager stops");
+    assert!(matches!(ended, Ok(Ok(()))), "{ended:?}");
+}
