@@ -523,12 +523,14 @@ async fn the_manager_serves_the_extension() {
     let dir = tempfile::tempdir().expect("tempdir");
     let health = free_port();
     let webhook = free_port();
-    let mut flags = ManagerFlags::default();
-    flags.health_probe_bind_address = format!("127.0.0.1:{health}");
-    flags.metrics_bind_address = "0".to_string();
-    flags.webhook_host = "127.0.0.1".to_string();
-    flags.webhook_port = webhook;
-    flags.webhook_cert_dir = dir.path().to_string_lossy().into_owned();
+    let flags = ManagerFlags {
+        health_probe_bind_address: format!("127.0.0.1:{health}"),
+        metrics_bind_address: "0".to_string(),
+        webhook_host: "127.0.0.1".to_string(),
+        webhook_port: webhook,
+        webhook_cert_dir: dir.path().to_string_lossy().into_owned(),
+        ..ManagerFlags::default()
+    };
     let shutdown = CancellationToken::new();
     let manager = tokio::spawn(caapf::manager::run_with_client(
         sandbox.client(),
