@@ -846,8 +846,11 @@ fn after_write(
             let ns = crate::util::name_of(stored).to_string();
             publish_root_ca(st, &ns);
         }
-        ("apps", "deployments") if subresource.is_empty() => {
-            st.work.deployments.insert((
+        ("apps", "deployments" | "statefulsets" | "daemonsets") | ("batch", "jobs")
+            if subresource.is_empty() =>
+        {
+            st.work.workloads.insert((
+                def.plural.clone(),
                 crate::util::namespace_of(stored).to_string(),
                 crate::util::name_of(stored).to_string(),
             ));
