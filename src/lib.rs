@@ -5,7 +5,9 @@
 //! layers over the model.
 
 pub mod api;
+pub mod apply;
 pub mod bootstrap;
+pub mod cleanup;
 pub mod cli;
 pub mod context;
 pub mod controllers;

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::ManagerFlags;
 use crate::context::Context;
-use crate::controllers::config_watch;
+use crate::controllers::{config_watch, import};
 use crate::{Error, Result};
 use crate::{hooks, server};
 
@@ -25,64 +25,106 @@ pub async fn run(flags: ManagerFlags) -> Result<()> {
     run_with_client(client, flags, shutdown).await
 }
 
-/// Runs the manager with an existing client until `shutdown` is cancelled. Tests use this
-/// entry point against the sandbox API server.
+/// Runs the manager with an existing client until `shutdown` is cancelled.
 pub async fn run_with_client(
     client: Client,
     flags: ManagerFlags,
     shutdown: CancellationToken,
 ) -> Result<()> {
-    let (config_tx, config_rx) = config_watch::channel();
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        flags,
-        config_rx,
-        shutdown.clone(),
-    ));
+    Manager::start(client, flags, shutdown).await?.wait().await
+}
 
-    server::serve(
-        server::parse_bind_address(&ctx.flags.health_probe_bind_address)?,
-        server::parse_bind_address(&ctx.flags.metrics_bind_address)?,
-        ctx.readiness.clone(),
-        ctx.metrics.clone(),
-        shutdown.clone(),
-    )
-    .await?;
+/// A running manager: the shared context and its tasks.
+pub struct Manager {
+    pub ctx: Arc<Context>,
+    /// Where `/healthz` and `/readyz` are served, when enabled.
+    pub health_address: Option<std::net::SocketAddr>,
+    /// Where `/metrics` is served, when enabled.
+    pub metrics_address: Option<std::net::SocketAddr>,
+    /// Where the Runtime SDK extension is served (HTTPS).
+    pub webhook_address: std::net::SocketAddr,
+    tasks: JoinSet<()>,
+}
 
-    // The Runtime SDK extension runs on every replica: CAPI calls any endpoint of the Service.
-    let webhook_host: IpAddr = match ctx.flags.webhook_host.trim() {
-        "" => IpAddr::from([0, 0, 0, 0]),
-        host => host.parse().map_err(|err| {
-            Error::InvalidConfig(format!(
-                "--webhook-host {host:?}: {err} (expected an IP address)"
-            ))
-        })?,
-    };
-    let webhook_addr = SocketAddr::new(webhook_host, ctx.flags.webhook_port);
-    hooks::server::serve(
-        ctx.clone(),
-        webhook_addr,
-        ctx.flags.webhook_cert_dir.clone(),
-        hooks::server::ServerOptions::default(),
-    )
-    .await?;
+impl Manager {
+    /// Starts serving health and metrics and the controllers; returns once listening.
+    pub async fn start(
+        client: Client,
+        flags: ManagerFlags,
+        shutdown: CancellationToken,
+    ) -> Result<Self> {
+        let (config_tx, config_rx) = config_watch::channel();
+        let ctx = Arc::new(Context::new(
+            client.clone(),
+            flags,
+            config_rx,
+            shutdown.clone(),
+        ));
 
-    let mut tasks = JoinSet::new();
-    tasks.spawn(config_watch::run(client, config_tx, ctx.readiness.clone()));
+        let (health_address, metrics_address) = server::serve(
+            server::parse_bind_address(&ctx.flags.health_probe_bind_address)?,
+            server::parse_bind_address(&ctx.flags.metrics_bind_address)?,
+            ctx.readiness.clone(),
+            ctx.metrics.clone(),
+            shutdown,
+        )
+        .await?;
 
-    tokio::select! {
-        () = shutdown.cancelled() => {
-            tracing::info!("shutting down");
-        }
-        Some(ended) = tasks.join_next() => {
-            shutdown.cancel();
-            if let Err(err) = ended {
-                return Err(Error::Io(std::io::Error::other(format!("a manager task failed: {err}"))));
+        // The Runtime SDK extension runs on every replica (not only the leader): CAPI calls any
+        // endpoint of the Service, and the hooks are stateless.
+        let webhook_host: IpAddr = match ctx.flags.webhook_host.trim() {
+            "" => IpAddr::from([0, 0, 0, 0]),
+            host => host.parse().map_err(|err| {
+                Error::InvalidConfig(format!(
+                    "--webhook-host {host:?}: {err} (expected an IP address)"
+                ))
+            })?,
+        };
+        let webhook_address = hooks::server::serve(
+            ctx.clone(),
+            SocketAddr::new(webhook_host, ctx.flags.webhook_port),
+            ctx.flags.webhook_cert_dir.clone(),
+            hooks::server::ServerOptions::default(),
+        )
+        .await?;
+
+        let mut tasks = JoinSet::new();
+        tasks.spawn(config_watch::run(client, config_tx, ctx.readiness.clone()));
+        tasks.spawn(import::run(ctx.clone()));
+        Ok(Self {
+            ctx,
+            health_address,
+            metrics_address,
+            webhook_address,
+            tasks,
+        })
+    }
+
+    /// Runs until shutdown is requested or a component ends.
+    pub async fn wait(mut self) -> Result<()> {
+        let shutdown = self.ctx.shutdown.clone();
+        let ended = tokio::select! {
+            () = shutdown.cancelled() => {
+                tracing::info!("shutting down");
+                None
             }
+            Some(ended) = self.tasks.join_next() => Some(ended),
+        };
+        shutdown.cancel();
+        self.tasks.shutdown().await;
+        match ended {
+            Some(Err(err)) => Err(Error::Io(std::io::Error::other(format!(
+                "a manager task failed: {err}"
+            )))),
+            _ => Ok(()),
         }
     }
-    tasks.shutdown().await;
-    Ok(())
+
+    /// Stops every task and waits for them.
+    pub async fn stop(mut self) {
+        self.ctx.shutdown.cancel();
+        self.tasks.shutdown().await;
+    }
 }
 
 /// Cancels `shutdown` on SIGTERM or SIGINT.

@@ -1,4 +1,6 @@
 //! Controllers: thin adapters that gather inputs from caches, call the model and apply the
 //! result.
 
+pub mod backoff;
 pub mod config_watch;
+pub mod import;

@@ -75,6 +75,9 @@ pub struct SandboxOptions {
     pub history_limit: usize,
     /// How many events a watcher may fall behind before it is closed (default 10,000).
     pub watch_buffer: usize,
+    /// How long after its deletion a namespace starts being emptied (default 1 s; the real
+    /// namespace controller is asynchronous too).
+    pub namespace_cleanup_delay: Duration,
 }
 
 impl Default for SandboxOptions {
@@ -87,6 +90,7 @@ impl Default for SandboxOptions {
             bookmark_interval: Duration::from_secs(30),
             history_limit: 100_000,
             watch_buffer: 10_000,
+            namespace_cleanup_delay: Duration::from_secs(1),
         }
     }
 }
@@ -174,6 +178,7 @@ impl Sandbox {
                     source,
                 })?;
             }
+            st.work.namespace_delay = opts.namespace_cleanup_delay;
             ops::bootstrap(&mut st);
             let mut crds: Vec<serde_json::Value> =
                 opts.crds.iter().flat_map(|s| s.crds()).collect();

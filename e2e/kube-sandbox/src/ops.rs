@@ -322,6 +322,8 @@ pub fn delete(st: &mut State, ctx: &Ctx, opts: &DeleteOpts) -> ApiResult<Written
         }
         if is_namespace {
             new["status"] = json!({"phase": "Terminating"});
+            let due = tokio::time::Instant::now() + st.work.namespace_delay;
+            st.work.namespace_due.insert(ctx.name.clone(), due);
             st.work.namespaces = true;
         }
         let stored = st.put(&gr, new);
@@ -340,7 +342,6 @@ pub fn remove_object(
     name: &str,
 ) -> Option<Arc<Value>> {
     let removed = st.remove(gr, ns, name)?;
-    st.work.gc = true;
     if !ns.is_empty() {
         st.work.namespaces = true;
     }
@@ -352,26 +353,22 @@ pub fn remove_object(
 
 /// Removes ownerReferences pointing at `uid` from every object (`propagationPolicy: Orphan`).
 pub fn orphan_dependents(st: &mut State, uid: &str) {
-    let mut changes = Vec::new();
-    for (gr, objs) in &st.objects {
-        for obj in objs.values() {
-            let refs = owner_refs(obj);
-            if refs
-                .iter()
-                .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid))
-            {
-                let mut new = (**obj).clone();
-                let kept: Vec<Value> = refs
-                    .into_iter()
-                    .filter(|r| r.get("uid").and_then(Value::as_str) != Some(uid))
-                    .collect();
-                set_owner_refs(&mut new, kept);
-                changes.push((gr.clone(), obj.clone(), new));
-            }
-        }
-    }
-    for (gr, old, new) in changes {
-        controller_write(st, &gr, &old, new);
+    let deps: Vec<crate::store::ObjKey> = st
+        .dependents
+        .get(uid)
+        .map(|d| d.iter().cloned().collect())
+        .unwrap_or_default();
+    for (gr, ns, name) in deps {
+        let Some(obj) = st.get(&gr, &ns, &name) else {
+            continue;
+        };
+        let kept: Vec<Value> = owner_refs(&obj)
+            .into_iter()
+            .filter(|r| r.get("uid").and_then(Value::as_str) != Some(uid))
+            .collect();
+        let mut new = (*obj).clone();
+        set_owner_refs(&mut new, kept);
+        controller_write(st, &gr, &obj, new);
     }
 }
 
@@ -774,16 +771,8 @@ fn finish(
         let removed = remove_object(st, &gr, &ctx.namespace, &ctx.name);
         return Ok((removed.map(|r| (*r).clone()).unwrap_or(new), 200));
     }
-    let has_owners = !owner_refs(&new).is_empty();
     let stored = st.put(&gr, new);
-    after_write(
-        st,
-        &def,
-        &stored,
-        old.is_none(),
-        has_owners,
-        &ctx.subresource,
-    );
+    after_write(st, &def, &stored, old.is_none(), &ctx.subresource);
     Ok(((*stored).clone(), code))
 }
 
@@ -850,19 +839,18 @@ fn after_write(
     def: &ResourceDef,
     stored: &Arc<Value>,
     created: bool,
-    has_owners: bool,
     subresource: &str,
 ) {
-    if has_owners {
-        st.work.gc = true;
-    }
     match (def.group.as_str(), def.plural.as_str()) {
         ("", "namespaces") if created => {
             let ns = crate::util::name_of(stored).to_string();
             publish_root_ca(st, &ns);
         }
-        ("apps", "deployments") if subresource.is_empty() => {
-            st.work.deployments.insert((
+        ("apps", "deployments" | "statefulsets" | "daemonsets") | ("batch", "jobs")
+            if subresource.is_empty() =>
+        {
+            st.work.workloads.insert((
+                def.plural.clone(),
                 crate::util::namespace_of(stored).to_string(),
                 crate::util::name_of(stored).to_string(),
             ));

@@ -405,3 +405,35 @@ async fn kube_runtime_watchers_and_reflectors() {
         }
     }
 }
+
+#[tokio::test]
+async fn bounded_history() {
+    let s = Sandbox::start_with(SandboxOptions {
+        crds: vec![],
+        history_limit: 5,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let c = s.client();
+    let start = s.resource_version();
+    for i in 0..10 {
+        create_cm(&c, "default", &format!("h{i}"), json!({})).await;
+    }
+    // Only the last 5 events are retained: older versions are gone, newer ones replay.
+    let mut old = WatchStream::open(
+        &c,
+        &format!("{CMS}?watch=true&resourceVersion={start}"),
+        &[],
+    )
+    .await;
+    assert_eq!(old.next().await.unwrap()["object"]["code"], 410);
+    let recent = s.resource_version() - 3;
+    let mut w = WatchStream::open(
+        &c,
+        &format!("{CMS}?watch=true&resourceVersion={recent}"),
+        &[],
+    )
+    .await;
+    assert_eq!(name(&w.next().await.unwrap()), "h7");
+}

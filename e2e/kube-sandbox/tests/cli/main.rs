@@ -500,6 +500,16 @@ fn kubectl_against_the_binary() {
     );
     s.kubectl(&["delete", "ns", "demo", "--wait=true", "--timeout=20s"]);
     assert!(s.kubectl_fails(&["get", "ns", "demo"]).contains("NotFound"));
+    // `delete -f` of a namespace and objects in it: the namespace is emptied asynchronously, so
+    // the objects are still there to be deleted, as on a real cluster.
+    let both = write(
+        &dir,
+        "both.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: pair\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: inside\n  namespace: pair\n",
+    );
+    s.kubectl(&["create", "-f", both.to_str().unwrap()]);
+    let out = s.kubectl(&["delete", "-f", both.to_str().unwrap()]);
+    assert!(out.contains("configmap \"inside\" deleted"), "{out}");
 }
 
 #[test]
@@ -545,6 +555,46 @@ metadata:
   name: {{ .Release.Name }}-widget
 spec:
   size: 1
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: {{ .Release.Name }}-db
+spec:
+  serviceName: db
+  replicas: 1
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec: {containers: [{name: db, image: registry.example/db:1}]}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: {{ .Release.Name }}-agent
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec: {containers: [{name: agent, image: registry.example/agent:1}]}
+"#,
+    );
+    // A hook Job: helm waits for it to complete, then deletes it.
+    write(
+        &chart,
+        "templates/hook.yaml",
+        r#"apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {{ .Release.Name }}-post-install
+  annotations:
+    helm.sh/hook: post-install
+    helm.sh/hook-delete-policy: hook-succeeded
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: hook, image: registry.example/hook:1}]
 "#,
     );
     let chart = chart.to_str().unwrap();
@@ -571,6 +621,31 @@ spec:
     ]);
     assert_eq!(ready, "2");
     s.kubectl(&["get", "widget", "demo-widget"]);
+    assert_eq!(
+        s.kubectl(&[
+            "get",
+            "sts",
+            "demo-db",
+            "-o",
+            "jsonpath={.status.readyReplicas}"
+        ]),
+        "1"
+    );
+    assert_eq!(
+        s.kubectl(&[
+            "get",
+            "ds",
+            "demo-agent",
+            "-o",
+            "jsonpath={.status.numberReady}"
+        ]),
+        "1"
+    );
+    assert!(
+        s.kubectl_fails(&["get", "job", "demo-post-install"])
+            .contains("NotFound"),
+        "hook job deleted after success"
+    );
     s.helm(&[
         "upgrade",
         "demo",

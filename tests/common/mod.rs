@@ -1,0 +1,267 @@
+//! A sandbox API server with the manager running against it, and helpers to play CAPI.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::time::Duration;
+
+use caapf::api::{CapiCluster, CapiClusterClass, FleetAddonConfig};
+use caapf::cli::ManagerFlags;
+use caapf::manager::Manager;
+use caapf::metrics::ControllerLabels;
+use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use kube_sandbox::Sandbox;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+/// How long a test waits for the controllers to converge.
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct Harness {
+    pub sandbox: Sandbox,
+    pub client: Client,
+    pub manager: Option<Manager>,
+    pub flags: ManagerFlags,
+}
+
+impl Harness {
+    /// A sandbox with every CRD, no manager yet.
+    pub async fn new() -> Self {
+        let sandbox = Sandbox::start().await;
+        let client = sandbox.client();
+        let flags = ManagerFlags {
+            health_probe_bind_address: "0".into(),
+            metrics_bind_address: "0".into(),
+            // The Runtime SDK extension starts with every manager: a free port on loopback, so
+            // tests run in parallel (no certificate: it stays not ready, which they ignore).
+            webhook_host: "127.0.0.1".into(),
+            webhook_port: 0,
+            ..Default::default()
+        };
+        Self {
+            sandbox,
+            client,
+            manager: None,
+            flags,
+        }
+    }
+
+    /// Starts the manager with `self.flags`.
+    pub async fn start(&mut self) {
+        assert!(self.manager.is_none(), "manager already running");
+        let manager = Manager::start(
+            self.client.clone(),
+            self.flags.clone(),
+            CancellationToken::new(),
+        )
+        .await
+        .expect("manager starts");
+        self.manager = Some(manager);
+    }
+
+    /// Stops the manager.
+    pub async fn stop(&mut self) {
+        if let Some(manager) = self.manager.take() {
+            manager.stop().await;
+        }
+    }
+
+    /// Reconciliations so far of a controller of the running manager.
+    pub fn reconciles(&self, controller: &'static str) -> u64 {
+        self.manager
+            .as_ref()
+            .map(|m| {
+                m.ctx
+                    .metrics
+                    .reconciles
+                    .get_or_create(&ControllerLabels { controller })
+                    .get()
+            })
+            .unwrap_or(0)
+    }
+
+    /// Writes recorded by the sandbox (Events and Leases excluded: neither changes state).
+    pub fn state_writes(&self) -> Vec<String> {
+        self.sandbox
+            .requests()
+            .all()
+            .into_iter()
+            .filter(|r| r.verb.is_write() && r.resource != "events" && r.resource != "leases")
+            .map(|r| {
+                format!(
+                    "{:?} {}/{} {}/{}",
+                    r.verb, r.resource, r.subresource, r.namespace, r.name
+                )
+            })
+            .collect()
+    }
+
+    pub async fn namespace(&self, name: &str, labels: Value) {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let ns: Namespace = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels}
+        }))
+        .expect("namespace");
+        api.create(&PostParams::default(), &ns)
+            .await
+            .expect("create namespace");
+    }
+
+    pub async fn label_namespace(&self, name: &str, labels: Value) {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        api.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": labels}})),
+        )
+        .await
+        .expect("label namespace");
+    }
+
+    /// Creates a CAPI Cluster from `body` (metadata and spec as JSON).
+    pub async fn cluster(&self, namespace: &str, body: Value) -> CapiCluster {
+        let api: Api<CapiCluster> = Api::namespaced(self.client.clone(), namespace);
+        let mut object = body;
+        object["apiVersion"] = json!("cluster.x-k8s.io/v1beta2");
+        object["kind"] = json!("Cluster");
+        object["metadata"]["namespace"] = json!(namespace);
+        let cluster: CapiCluster = serde_json::from_value(object).expect("cluster");
+        api.create(&PostParams::default(), &cluster)
+            .await
+            .expect("create cluster")
+    }
+
+    /// Plays CAPI: marks the control plane initialized.
+    pub async fn initialize(&self, namespace: &str, name: &str) {
+        let api: Api<CapiCluster> = Api::namespaced(self.client.clone(), namespace);
+        api.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"initialization": {"controlPlaneInitialized": true}}})),
+        )
+        .await
+        .expect("initialize control plane");
+    }
+
+    pub async fn merge_cluster(&self, namespace: &str, name: &str, patch: Value) {
+        let api: Api<CapiCluster> = Api::namespaced(self.client.clone(), namespace);
+        api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .expect("patch cluster");
+    }
+
+    pub async fn delete_cluster(&self, namespace: &str, name: &str) {
+        let api: Api<CapiCluster> = Api::namespaced(self.client.clone(), namespace);
+        api.delete(name, &DeleteParams::default())
+            .await
+            .expect("delete cluster");
+    }
+
+    pub async fn class(&self, namespace: &str, name: &str, labels: Value) -> CapiClusterClass {
+        let api: Api<CapiClusterClass> = Api::namespaced(self.client.clone(), namespace);
+        let class: CapiClusterClass = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "ClusterClass",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "spec": {}
+        }))
+        .expect("class");
+        api.create(&PostParams::default(), &class)
+            .await
+            .expect("create class")
+    }
+
+    /// Creates or replaces (PUT) the FleetAddonConfig from a YAML spec.
+    pub async fn config(&self, spec_yaml: &str) {
+        let api: Api<FleetAddonConfig> = Api::all(self.client.clone());
+        let spec: Value = serde_yaml::from_str(spec_yaml).expect("spec yaml");
+        let mut body = json!({
+            "apiVersion": "addons.cluster.x-k8s.io/v1alpha1", "kind": "FleetAddonConfig",
+            "metadata": {"name": "fleet-addon-config"}, "spec": spec
+        });
+        match api.get_opt("fleet-addon-config").await.expect("get config") {
+            Some(live) => {
+                body["metadata"]["resourceVersion"] = json!(live.metadata.resource_version);
+                let object: FleetAddonConfig = serde_json::from_value(body).expect("config");
+                api.replace("fleet-addon-config", &PostParams::default(), &object)
+                    .await
+                    .expect("replace FleetAddonConfig");
+            }
+            None => {
+                let object: FleetAddonConfig = serde_json::from_value(body).expect("config");
+                api.create(&PostParams::default(), &object)
+                    .await
+                    .expect("create FleetAddonConfig");
+            }
+        }
+    }
+
+    pub async fn get<K>(&self, namespace: &str, name: &str) -> Option<K>
+    where
+        K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+    {
+        Api::<K>::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .expect("get")
+    }
+
+    pub async fn fleet_cluster(&self, namespace: &str, name: &str) -> Option<FleetCluster> {
+        self.get(namespace, name).await
+    }
+
+    pub async fn list<K>(&self, namespace: &str) -> Vec<K>
+    where
+        K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+    {
+        Api::<K>::namespaced(self.client.clone(), namespace)
+            .list(&Default::default())
+            .await
+            .expect("list")
+            .items
+    }
+
+    pub async fn namespace_annotation(&self, name: &str) -> Option<String> {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        api.get(name)
+            .await
+            .expect("namespace")
+            .annotations()
+            .get(caapf::names::FLEET_WORKSPACE_ANNOTATION)
+            .cloned()
+    }
+}
+
+/// Waits until `check` returns `Some`, polling; panics with `what` after [`TIMEOUT`].
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out after {TIMEOUT:?} waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+pub fn has_finalizer<K: ResourceExt>(object: &K) -> bool {
+    object
+        .finalizers()
+        .iter()
+        .any(|f| f == caapf::names::FINALIZER)
+}
