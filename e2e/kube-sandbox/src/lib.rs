@@ -206,6 +206,7 @@ impl Sandbox {
             bookmark_interval: opts.bookmark_interval,
             pages: Default::default(),
             snapshot_dir: opts.snapshot_dir.clone(),
+            snapshot_writer: Mutex::new(()),
             periodic_close: Mutex::new(None),
         });
         let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);

@@ -44,6 +44,8 @@ pub struct App {
     pub pages: Mutex<Pages>,
     /// Where snapshots go, if anywhere.
     pub snapshot_dir: Option<PathBuf>,
+    /// Serializes snapshot writes.
+    pub snapshot_writer: Mutex<()>,
     /// The periodic watch closer configured by fault injection.
     pub periodic_close: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -132,10 +134,20 @@ impl App {
         let Some(dir) = &self.snapshot_dir else {
             return Ok(());
         };
-        let mut st = self.store.lock();
-        crate::snapshot::save(&st, dir)?;
-        st.dirty = false;
-        Ok(())
+        // One writer at a time, so an older capture never overwrites a newer one.
+        let _writer = self
+            .snapshot_writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let capture = {
+            let mut st = self.store.lock();
+            st.dirty = false;
+            crate::snapshot::capture(&st)
+        };
+        crate::snapshot::write(&capture, dir).inspect_err(|_| {
+            // Try again on the next tick.
+            self.store.lock().dirty = true;
+        })
     }
 }
 
