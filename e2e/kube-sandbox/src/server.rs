@@ -38,6 +38,8 @@ pub struct App {
     pub faults: Faults,
     /// Bumped to close every open watch.
     pub close_watches: tokio::sync::watch::Sender<u64>,
+    /// Bumped to make every watch that allows bookmarks send one now.
+    pub bookmark_now: tokio::sync::watch::Sender<u64>,
     /// Interval of periodic watch bookmarks.
     pub bookmark_interval: Duration,
     /// Snapshots of paginated lists, by continue-token id.
@@ -418,6 +420,10 @@ fn sandbox_hook(app: &Arc<App>, method: &Method, path: &str, body: &Bytes) -> Re
             app.apply_faults(FaultConfig::default());
             json_response(200, &json!({"rules": []}))
         }
+        ("POST", "bookmark") => {
+            app.bookmark_now.send_modify(|g| *g += 1);
+            json_response(200, &json!({"sent": true}))
+        }
         ("POST", "close-watches") => {
             app.close_all_watches();
             json_response(200, &json!({"closed": true}))
@@ -797,7 +803,12 @@ fn start_watch(
         format: fmt,
         bookmark_interval: app.bookmark_interval,
     };
-    watch::start(app.store.clone(), spec, app.close_watches.subscribe())
+    watch::start(
+        app.store.clone(),
+        spec,
+        app.close_watches.subscribe(),
+        app.bookmark_now.subscribe(),
+    )
 }
 
 fn delete_opts(q: &Query, body: &[u8]) -> ApiResult<(DeleteOpts, bool)> {
