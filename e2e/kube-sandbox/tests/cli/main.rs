@@ -381,6 +381,27 @@ fn kubectl_against_the_binary() {
         s.kubectl(&["apply", "-f", a.to_str().unwrap()])
             .contains("configured")
     );
+    // Moving from client-side to server-side apply takes over the fields without conflicts
+    // (the server's last-applied handling), and keeps the annotation in step.
+    write(
+        &dir,
+        "apply.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\n  namespace: demo\ndata:\n  v: \"3\"\n",
+    );
+    assert!(
+        s.kubectl(&["apply", "--server-side", "-f", a.to_str().unwrap()])
+            .contains("serverside-applied")
+    );
+    let last = s.kubectl(&[
+        "get",
+        "cm",
+        "applied",
+        "-n",
+        "demo",
+        "-o",
+        "jsonpath={.metadata.annotations.kubectl\\.kubernetes\\.io/last-applied-configuration}",
+    ]);
+    assert!(last.contains(r#""v":"3""#), "{last}");
     let ssa = write(
         &dir,
         "ssa.yaml",
