@@ -4,7 +4,7 @@ CARGO ?= cargo
 HELM_BIN ?= $(CURDIR)/bin/helm
 export HELM_BIN
 
-.PHONY: test tools lint unit generate crd build playground clean
+.PHONY: test tools lint unit generate crd build playground bench clean
 
 ## test: install tools, check formatting and lints, run every test in the workspace
 test: tools lint unit
@@ -34,6 +34,10 @@ generate:
 ## playground: run the provider against the sandbox API server with example CAPI objects
 playground:
 	hack/playground.sh
+
+## bench: import benchmark (BENCH_CLUSTERS, BENCH_NAMESPACES); figures in docs/performance.md
+bench:
+	$(CARGO) test --release --locked --test bench_import -- --ignored --nocapture
 
 ## build: debug build of every binary
 build:

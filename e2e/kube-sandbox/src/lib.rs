@@ -203,9 +203,11 @@ impl Sandbox {
             requests: Default::default(),
             faults: Default::default(),
             close_watches: close_tx,
+            bookmark_now: tokio::sync::watch::channel(0u64).0,
             bookmark_interval: opts.bookmark_interval,
             pages: Default::default(),
             snapshot_dir: opts.snapshot_dir.clone(),
+            snapshot_writer: Mutex::new(()),
             periodic_close: Mutex::new(None),
         });
         let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
@@ -316,6 +318,12 @@ impl Sandbox {
     /// Closes every open watch stream now.
     pub fn close_watches(&self) {
         self.app.close_all_watches();
+    }
+
+    /// Makes every open watch that allows bookmarks send one now (with the newest
+    /// resourceVersion it may carry), instead of waiting for the periodic one.
+    pub fn send_bookmarks(&self) {
+        self.app.bookmark_now.send_modify(|g| *g += 1);
     }
 
     /// Drops the watch history: watches and exact lists from an older resourceVersion answer

@@ -621,6 +621,7 @@ fn finish(
     }
     default_kind(&def, &mut new, old.is_none());
 
+    let mut managed_base: Option<Value> = None;
     match &old {
         None => {
             if def.has_status && op != Op::Apply {
@@ -699,9 +700,18 @@ fn finish(
                 }
             }
             if op == Op::Update {
-                // Clients send back the managedFields they read; ownership is recomputed below.
-                match old_meta.get("managedFields") {
-                    Some(v) => m.insert("managedFields".into(), v.clone()),
+                // Clients usually send back the managedFields they read; ownership is then
+                // recomputed below. A client that changes them (`[{}]` resets them) has its
+                // version taken as the starting point, as on a real server.
+                let incoming = m.get("managedFields").cloned();
+                let previous = old_meta.get("managedFields").cloned();
+                if matches!(&incoming, Some(Value::Array(a)) if !a.is_empty())
+                    && incoming != previous
+                {
+                    managed_base = incoming;
+                }
+                match previous {
+                    Some(v) => m.insert("managedFields".into(), v),
                     None => m.remove("managedFields"),
                 };
             }
@@ -741,10 +751,18 @@ fn finish(
         }
     }
 
+    let rebased = match (&managed_base, &old) {
+        (Some(base), Some(o)) => {
+            let mut o2 = (**o).clone();
+            meta_mut(&mut o2).insert("managedFields".into(), base.clone());
+            Some(o2)
+        }
+        _ => None,
+    };
     if op != Op::Apply {
         let schema = ctx.schema().cloned();
         ssa::record_update(
-            old.as_deref(),
+            rebased.as_ref().or(old.as_deref()),
             &mut new,
             &ctx.manager,
             &ctx.api_version(),

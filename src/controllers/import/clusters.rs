@@ -44,10 +44,17 @@ pub struct ImportContext {
     pub counts_changed: Notify,
     /// Missing references already reported, so each is reported once, not every reconcile.
     reported: Mutex<HashSet<String>>,
+    /// True once every cache holds its first full list.
+    caches_ready: tokio::sync::watch::Receiver<bool>,
 }
 
 impl ImportContext {
-    pub fn new(base: Arc<Context>, stores: Stores, references: References) -> Self {
+    pub fn new(
+        base: Arc<Context>,
+        stores: Stores,
+        references: References,
+        caches_ready: tokio::sync::watch::Receiver<bool>,
+    ) -> Self {
         Self {
             base,
             stores,
@@ -55,7 +62,17 @@ impl ImportContext {
             backoff: Backoff::default(),
             counts_changed: Notify::new(),
             reported: Mutex::new(HashSet::new()),
+            caches_ready,
         }
+    }
+
+    /// Waits until every cache holds its first full list: decisions need all of them, not just
+    /// the controller's own. (kube's `Store::wait_until_ready` wakes only the last of several
+    /// concurrent waiters, so the caches are awaited once and the result shared here.)
+    pub async fn caches_ready(&self) {
+        let mut ready = self.caches_ready.clone();
+        // An error means the sender is gone: the manager is stopping.
+        let _ = ready.wait_for(|ready| *ready).await;
     }
 
     fn first_report(&self, key: String) -> bool {
@@ -76,8 +93,7 @@ impl ImportContext {
 /// Reconciles one CAPI Cluster.
 pub async fn reconcile(cluster: Arc<CapiCluster>, ctx: Arc<ImportContext>) -> Result<Action> {
     let started = Instant::now();
-    // Decisions need every cache, not just the primary one.
-    ctx.stores.wait_until_ready().await;
+    ctx.caches_ready().await;
     let result = reconcile_cluster(&cluster, &ctx).await;
     ctx.base
         .metrics

@@ -234,6 +234,110 @@ fn kubectl_against_the_binary() {
         "demo",
         "--from-literal=p=q",
     ]);
+    s.kubectl(&["create", "serviceaccount", "robot", "-n", "demo"]);
+    s.kubectl(&[
+        "create",
+        "deployment",
+        "gen-deploy",
+        "-n",
+        "demo",
+        "--image=registry.example/app:1",
+        "--replicas=0",
+        "--port=8080",
+    ]);
+    let d: Value = serde_json::from_str(&s.kubectl(&[
+        "get",
+        "deploy",
+        "gen-deploy",
+        "-n",
+        "demo",
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    assert_eq!(d["spec"]["replicas"], 0);
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["image"],
+        "registry.example/app:1"
+    );
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"],
+        8080
+    );
+    assert_eq!(d["spec"]["selector"]["matchLabels"]["app"], "gen-deploy");
+    s.kubectl(&[
+        "create",
+        "service",
+        "clusterip",
+        "gen-svc",
+        "-n",
+        "demo",
+        "--tcp=80:8080",
+    ]);
+    assert_eq!(
+        s.kubectl(&[
+            "get",
+            "svc",
+            "gen-svc",
+            "-n",
+            "demo",
+            "-o",
+            "jsonpath={.spec.ports[0].port}/{.spec.ports[0].targetPort}"
+        ]),
+        "80/8080"
+    );
+    s.kubectl(&[
+        "create",
+        "clusterrole",
+        "reader",
+        "--verb=get,list",
+        "--resource=configmaps",
+    ]);
+    s.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "reader",
+        "--clusterrole=reader",
+        "--serviceaccount=demo:robot",
+    ]);
+    s.kubectl(&[
+        "create",
+        "role",
+        "r",
+        "-n",
+        "demo",
+        "--verb=get",
+        "--resource=secrets",
+    ]);
+    s.kubectl(&[
+        "create",
+        "rolebinding",
+        "r",
+        "-n",
+        "demo",
+        "--role=r",
+        "--user=alice",
+    ]);
+    assert_eq!(
+        s.kubectl(&[
+            "get",
+            "clusterrolebinding",
+            "reader",
+            "-o",
+            "jsonpath={.roleRef.name}/{.subjects[0].name}/{.subjects[0].namespace}"
+        ]),
+        "reader/robot/demo"
+    );
+    assert_eq!(
+        s.kubectl(&[
+            "get",
+            "clusterrole",
+            "reader",
+            "-o",
+            "jsonpath={.rules[0].verbs}"
+        ]),
+        r#"["get","list"]"#
+    );
     let f = write(
         &dir,
         "cm.yaml",
@@ -277,6 +381,27 @@ fn kubectl_against_the_binary() {
         s.kubectl(&["apply", "-f", a.to_str().unwrap()])
             .contains("configured")
     );
+    // Moving from client-side to server-side apply takes over the fields without conflicts
+    // (the server's last-applied handling), and keeps the annotation in step.
+    write(
+        &dir,
+        "apply.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\n  namespace: demo\ndata:\n  v: \"3\"\n",
+    );
+    assert!(
+        s.kubectl(&["apply", "--server-side", "-f", a.to_str().unwrap()])
+            .contains("serverside-applied")
+    );
+    let last = s.kubectl(&[
+        "get",
+        "cm",
+        "applied",
+        "-n",
+        "demo",
+        "-o",
+        "jsonpath={.metadata.annotations.kubectl\\.kubernetes\\.io/last-applied-configuration}",
+    ]);
+    assert!(last.contains(r#""v":"3""#), "{last}");
     let ssa = write(
         &dir,
         "ssa.yaml",
