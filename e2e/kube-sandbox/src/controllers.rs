@@ -170,6 +170,7 @@ fn delete_object(st: &mut State, gr: &(String, String), ns: &str, name: &str) {
         subresource: String::new(),
         manager: ops::CONTROLLER_MANAGER.to_string(),
         dry_run: false,
+        validate: false,
     };
     let _ = ops::delete(st, &ctx, &DeleteOpts::default());
 }

@@ -57,6 +57,8 @@ pub struct Ctx {
     pub manager: String,
     /// `dryRun=All`.
     pub dry_run: bool,
+    /// Validate custom resources against their schema.
+    pub validate: bool,
 }
 
 impl Ctx {
@@ -744,6 +746,20 @@ fn finish(
         }
     }
 
+    if ctx.validate
+        && let Some(s) = ctx.schema()
+    {
+        let mut causes = crate::schema::validate_value(&new, s);
+        // Ratcheting, as real servers do since 1.30: errors an update did not introduce (the
+        // old object had them too) do not fail it.
+        if let Some(o) = &old {
+            let before = crate::schema::validate_value(o, s);
+            causes.retain(|c| !before.contains(c));
+        }
+        if !causes.is_empty() {
+            return Err(ApiError::invalid(&def.group, &def.kind, &ctx.name, causes));
+        }
+    }
     if def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions" {
         crd::validate(st, &new, old.as_deref())?;
         if ctx.subresource.is_empty() {
