@@ -37,6 +37,10 @@ yqbGebdw
 /// Namespaces that exist at start and cannot be deleted.
 pub const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
 
+/// The finalizer that holds an owner deleted with `propagationPolicy: Foreground` until its
+/// dependents are gone.
+pub const FOREGROUND: &str = "foregroundDeletion";
+
 /// Field manager the simulated controllers write as.
 pub const CONTROLLER_MANAGER: &str = "kube-controller-manager";
 
@@ -254,7 +258,7 @@ fn apply(
 /// Options of a DELETE.
 #[derive(Debug, Clone, Default)]
 pub struct DeleteOpts {
-    /// `Orphan`, `Background` or `Foreground` (approximated as `Background`).
+    /// `Orphan`, `Background` or `Foreground`.
     pub propagation: Option<String>,
     /// `preconditions.uid`.
     pub uid: Option<String>,
@@ -309,13 +313,30 @@ pub fn delete(st: &mut State, ctx: &Ctx, opts: &DeleteOpts) -> ApiResult<Written
     {
         orphan_dependents(st, uid);
     }
-    let pending = !finalizers_of(&old).is_empty() || is_namespace;
+    // Foreground: the owner stays (with the `foregroundDeletion` finalizer) until the garbage
+    // collector has deleted its dependents.
+    let foreground = opts.propagation.as_deref() == Some("Foreground")
+        && !is_namespace
+        && meta_str(&old, "deletionTimestamp").is_none()
+        && meta_str(&old, "uid").is_some_and(|u| st.dependents.contains_key(u));
+    let pending = !finalizers_of(&old).is_empty() || is_namespace || foreground;
     if pending {
         if meta_str(&old, "deletionTimestamp").is_some() {
             return Ok(((*old).clone(), 200));
         }
         let mut new = (*old).clone();
         let m = meta_mut(&mut new);
+        if foreground {
+            let fins = m.entry("finalizers").or_insert_with(|| json!([]));
+            if let Some(a) = fins.as_array_mut()
+                && !a.contains(&json!(FOREGROUND))
+            {
+                a.push(json!(FOREGROUND));
+            }
+            st.work
+                .gc
+                .insert((gr.clone(), ctx.namespace.clone(), ctx.name.clone()));
+        }
         m.insert("deletionTimestamp".into(), json!(now_rfc3339()));
         m.insert("deletionGracePeriodSeconds".into(), json!(0));
         let g = m.get("generation").and_then(Value::as_i64).unwrap_or(0);
