@@ -49,6 +49,10 @@ pub const CAPI_WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
 /// Field manager for Fleet Clusters and ClusterGroups (CAAPF's name).
 pub const FIELD_MANAGER: &str = "addon-provider-fleet";
 
+/// Field manager of the first, minimal write of an agent-initiated Fleet Cluster by the import
+/// controller (name and client ID only; see [`crate::model::fleet::registration_stub`]).
+pub const REGISTRATION_FIELD_MANAGER: &str = "addon-provider-fleet-registration";
+
 /// Field manager for namespace annotations (CAAPF's name).
 pub const NAMESPACE_FIELD_MANAGER: &str = "namespace-addon-provider-fleet";
 

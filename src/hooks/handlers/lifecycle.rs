@@ -298,7 +298,17 @@ async fn prepare_agent_initiated(
             ))
         })?;
 
-    let spec = serde_json::to_value(&fleet_spec).unwrap_or(Value::Null);
+    // The agent settings the import controller applies to the Fleet Cluster (the live object may
+    // still be the minimal first version): the bootstrap agent must match what Fleet manages.
+    let full = crate::model::fleet::desired_fleet_cluster(
+        cluster,
+        import,
+        &crate::model::fleet::Registration::AgentInitiated {
+            client_id: client_id.clone(),
+        },
+        None,
+    );
+    let spec = serde_json::to_value(&full.spec).unwrap_or(Value::Null);
     let input = BootstrapInput {
         token: token_values,
         client_id,
@@ -381,20 +391,26 @@ async fn before_cluster_delete_steps(
 
     delete_if_present(&secrets, &secret_name, "Secret", ns).await?;
     delete_if_present(&tokens, &token_name, "ClusterRegistrationToken", ns).await?;
-    if !cluster.uid.is_empty() {
-        let owned = fleet_clusters
-            .list(&ListParams::default())
-            .await
-            .map_err(|err| api_failure("listing Fleet Clusters in", ns, "", &err))?;
-        for fleet in owned.items.iter().filter(|fleet| {
-            fleet.meta().deletion_timestamp.is_none()
-                && fleet
-                    .owner_references()
-                    .iter()
-                    .any(|owner| owner.uid == cluster.uid)
-        }) {
-            let name = fleet.meta().name.clone().unwrap_or_default();
-            delete_if_present(&fleet_clusters, &name, "Fleet Cluster", ns).await?;
+    // The Fleet Cluster of this Cluster, when BeforeClusterCreate prepared it (our mark) or the
+    // Cluster owns it. Deleted without waiting: Fleet's own finalizers must not hold CAPI.
+    let fleet_name = ctx
+        .config()
+        .and_then(|config| {
+            config
+                .cluster
+                .as_ref()
+                .map(|i| i.fleet_cluster_name(&cluster.name))
+        })
+        .unwrap_or_else(|| cluster.name.clone());
+    if let Some(fleet) = get_opt(&fleet_clusters, &fleet_name, "Fleet Cluster", ns).await? {
+        let owned = !cluster.uid.is_empty()
+            && fleet
+                .owner_references()
+                .iter()
+                .any(|owner| owner.uid == cluster.uid);
+        let prepared = crate::model::fleet::prepared_by_runtime_extension(Some(&fleet));
+        if fleet.meta().deletion_timestamp.is_none() && (owned || prepared) {
+            delete_if_present(&fleet_clusters, &fleet_name, "Fleet Cluster", ns).await?;
         }
     }
 

@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use crate::hooks::cluster::{ClusterInfo, ClusterShape};
 use crate::model::config::ClusterImport;
-use crate::model::fleet::{self, Registration};
+use crate::model::fleet;
 use crate::names;
 
 /// The Fleet Cluster the hook creates for an agent-initiated Cluster without one.
@@ -20,14 +20,10 @@ pub fn desired_fleet_cluster(
     import: &ClusterImport,
     client_id: &str,
 ) -> FleetCluster {
-    let mut fleet_cluster = fleet::desired_fleet_cluster(
-        cluster,
-        import,
-        &Registration::AgentInitiated {
-            client_id: client_id.to_string(),
-        },
-        None,
-    );
+    // Only the name, the client ID and our mark: the import controller applies the rest, and a
+    // field written here would stay co-owned by this field manager, so the import controller
+    // could never remove it (e.g. a label removed from the CAPI Cluster).
+    let mut fleet_cluster = fleet::registration_stub(cluster, import, client_id);
     fleet_cluster
         .metadata
         .annotations
@@ -90,19 +86,19 @@ mod tests {
     }
 
     #[test]
-    fn fleet_cluster_is_the_model_s_agent_initiated_cluster_marked_as_prepared() {
+    fn fleet_cluster_is_the_minimal_registration_stub_marked_as_prepared() {
         let config = EffectiveConfig::default();
         let import = config.cluster.as_ref().expect("import");
         let fleet_cluster = desired_fleet_cluster(&cluster(), import, "id-1");
         let value = serde_json::to_value(&fleet_cluster).expect("json");
         assert_eq!(value["metadata"]["name"], "c1");
-        assert_eq!(
-            value["metadata"]["labels"]["clusterclass-namespace.fleet.addons.cluster.x-k8s.io"],
-            "classes"
+        assert!(
+            value["metadata"].get("labels").is_none(),
+            "the import controller owns labels"
         );
         assert_eq!(
             value["metadata"]["annotations"],
-            json!({"team": "a", "fleet.addons.cluster.x-k8s.io/registration": "runtime-extension"})
+            json!({"fleet.addons.cluster.x-k8s.io/registration": "runtime-extension"})
         );
         assert_eq!(value["spec"]["clientID"], "id-1");
         assert!(value["spec"]["kubeConfigSecret"].is_null());
