@@ -379,10 +379,6 @@ pub fn bootstrap() -> Vec<Value> {
         ),
     ];
     for (group, kind, plural, short, provider) in table {
-        let category = match *group {
-            "controlplane.cluster.x-k8s.io" => "cluster-api",
-            _ => "cluster-api",
-        };
         let provider_label = match *group {
             "controlplane.cluster.x-k8s.io" => format!("control-plane-{provider}"),
             "bootstrap.cluster.x-k8s.io" => format!("bootstrap-{provider}"),
@@ -396,7 +392,7 @@ pub fn bootstrap() -> Vec<Value> {
             "v1beta2",
             true,
             short,
-            &[category],
+            &["cluster-api"],
             true,
             json!({"cluster.x-k8s.io/provider": provider_label, "cluster.x-k8s.io/v1beta2": "v1beta2", "cluster.x-k8s.io/v1beta1": "v1beta1"}),
         ));
