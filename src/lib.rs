@@ -9,6 +9,7 @@ pub mod cli;
 pub mod context;
 pub mod controllers;
 pub mod error;
+pub mod helm;
 pub mod manager;
 pub mod metrics;
 pub mod model;

@@ -1,6 +1,10 @@
 //! Pure decisions: no client, no I/O, no async. Everything here is table-tested.
 
+pub mod api_server;
 pub mod config;
+pub mod fleet_install;
+pub mod fleet_status;
+pub mod fleet_values;
 pub mod selection;
 pub mod validation;
 pub mod version;
