@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::ManagerFlags;
 use crate::context::Context;
-use crate::controllers::config_watch;
+use crate::controllers::{config_watch, fleet_config};
 use crate::server;
 use crate::{Error, Result};
 
@@ -50,6 +50,7 @@ pub async fn run_with_client(
 
     let mut tasks = JoinSet::new();
     tasks.spawn(config_watch::run(client, config_tx, ctx.readiness.clone()));
+    tasks.spawn(fleet_config::run(ctx.clone()));
 
     tokio::select! {
         () = shutdown.cancelled() => {

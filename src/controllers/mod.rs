@@ -2,3 +2,4 @@
 //! result.
 
 pub mod config_watch;
+pub mod fleet_config;
