@@ -22,6 +22,21 @@ pub const CLUSTERCLASS_NAMESPACE_LABEL: &str =
 pub const FLEET_WORKSPACE_ANNOTATION: &str =
     "field.cattle.io/allow-fleetworkspace-creation-for-existing-namespace";
 
+/// Annotation on a Fleet Cluster saying who prepared its registration. The runtime extension
+/// sets it to [`REGISTRATION_RUNTIME_EXTENSION`] when it creates an agent-initiated Fleet Cluster
+/// in BeforeClusterCreate; the import controller then keeps the Cluster agent-initiated.
+pub const REGISTRATION_ANNOTATION: &str = "fleet.addons.cluster.x-k8s.io/registration";
+
+/// Value of [`REGISTRATION_ANNOTATION`] set by the runtime extension.
+pub const REGISTRATION_RUNTIME_EXTENSION: &str = "runtime-extension";
+
+/// Label on Fleet objects shared by several Clusters (cross-namespace ClusterGroups and
+/// BundleNamespaceMappings): we created it and delete it when its last user goes.
+pub const MANAGED_LABEL: &str = "fleet.addons.cluster.x-k8s.io/managed";
+
+/// Field manager for `FleetAddonConfig` `status.clusters` (the import counts).
+pub const IMPORT_STATUS_FIELD_MANAGER: &str = "addon-provider-fleet-import-status";
+
 /// Annotation kubectl writes for client-side apply; never copied to Fleet Clusters.
 pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 

@@ -145,6 +145,24 @@ pub struct ClusterConfig {
     /// Empty or absent: none (unless `agentInitiated` is true). Added by this provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_initiated_selector: Option<LabelSelector>,
+
+    /// Time to live of the ClusterRegistrationToken created for an agent-initiated Cluster (Go
+    /// duration, e.g. `24h`, `90m`). Fleet deletes the token when it expires; an agent that has
+    /// not registered by then cannot. Default: `24h`. Added by this provider.
+    #[serde(
+        default,
+        rename = "registrationTokenTTL",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    pub registration_token_ttl: Option<String>,
+
+    /// What happens to the Fleet Cluster of a CAPI Cluster that stops being selected (or when
+    /// import is disabled): `Retain` (default) keeps it, `Delete` deletes it. Either way the
+    /// Cluster loses our finalizer. Added by this provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(Retain|Delete)$"))]
+    pub deselect_policy: Option<String>,
 }
 
 /// Fleet Cluster naming.

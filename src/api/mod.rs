@@ -1,7 +1,9 @@
 //! API types: our own CRD and the printer of its manifest.
 
+mod fleet;
 mod fleet_addon_config;
 
+pub use fleet::BundleNamespaceMapping;
 pub use fleet_addon_config::*;
 
 use kube::CustomResourceExt;

@@ -49,6 +49,10 @@ pub struct ClusterImport {
     /// `None` leaves the Fleet field unset.
     pub host_network: Option<bool>,
     pub agent_env_vars: Option<Vec<ClusterAgentEnvVars>>,
+    /// TTL of registration tokens (Go duration).
+    pub registration_token_ttl: String,
+    /// Delete the Fleet Cluster of a Cluster that stops being selected.
+    pub delete_deselected: bool,
 }
 
 impl ClusterImport {
@@ -127,6 +131,8 @@ impl Default for EffectiveConfig {
                 agent_tolerations: default_agent_tolerations(),
                 host_network: Some(true),
                 agent_env_vars: None,
+                registration_token_ttl: DEFAULT_REGISTRATION_TOKEN_TTL.to_string(),
+                delete_deselected: false,
             }),
             cluster_class: Some(ClassGroups {
                 patch_resource: true,
@@ -229,8 +235,18 @@ fn cluster_import(config: &ClusterConfig) -> ClusterImport {
             .unwrap_or_else(default_agent_tolerations),
         host_network: config.host_network,
         agent_env_vars: config.agent_env_vars.clone(),
+        registration_token_ttl: config
+            .registration_token_ttl
+            .clone()
+            .filter(|ttl| crate::cli::parse_duration(ttl).is_ok())
+            .unwrap_or_else(|| DEFAULT_REGISTRATION_TOKEN_TTL.to_string()),
+        delete_deselected: config.deselect_policy.as_deref() == Some("Delete"),
     }
 }
+
+/// Default TTL of registration tokens: long enough for slow infrastructure to boot the first
+/// control-plane machine, short enough that a leaked bootstrap Secret is soon useless.
+pub const DEFAULT_REGISTRATION_TOKEN_TTL: &str = "24h";
 
 fn server_source(server: &Server) -> Option<ServerSource> {
     match (&server.infer_local, &server.custom) {

@@ -70,6 +70,23 @@ pub fn validate(spec: &FleetAddonConfigSpec) -> Vec<FieldError> {
                 ));
             }
         }
+        if let Some(ttl) = &cluster.registration_token_ttl
+            && crate::cli::parse_duration(ttl).is_err()
+        {
+            errors.push(FieldError::new(
+                "spec.cluster.registrationTokenTTL",
+                format!("{ttl:?} is not a duration such as 24h or 90m"),
+            ));
+        }
+        if let Some(policy) = &cluster.deselect_policy
+            && policy != "Retain"
+            && policy != "Delete"
+        {
+            errors.push(FieldError::new(
+                "spec.cluster.deselectPolicy",
+                format!("{policy:?} is not Retain or Delete"),
+            ));
+        }
         if let Some(ns) = &cluster.agent_namespace
             && !is_dns1123_label(ns)
         {

@@ -1,0 +1,559 @@
+//! The CRD sets the sandbox can preload: Cluster API core, bootstrap/control-plane/infra
+//! providers, Fleet, and this project's own CRDs.
+
+use std::str::FromStr;
+
+use kube::CustomResourceExt;
+use serde_json::{Value, json};
+
+use crate::schema::make_structural;
+
+include!(concat!(env!("OUT_DIR"), "/provider_crds.rs"));
+
+/// A named group of CRDs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CrdSet {
+    /// Cluster API core (`cluster.x-k8s.io/v1beta2` Cluster, ClusterClass, Machine,
+    /// MachineDeployment, MachinePool; `runtime.cluster.x-k8s.io` ExtensionConfig).
+    Capi,
+    /// Kubeadm and RKE2 bootstrap/control plane and Docker infrastructure kinds.
+    Bootstrap,
+    /// Fleet (`fleet.cattle.io/v1alpha1`).
+    Fleet,
+    /// This project's CRDs from `config/crd/bases`.
+    Provider,
+}
+
+impl CrdSet {
+    /// Every set.
+    pub const ALL: [CrdSet; 4] = [
+        CrdSet::Capi,
+        CrdSet::Bootstrap,
+        CrdSet::Fleet,
+        CrdSet::Provider,
+    ];
+
+    /// The CRD manifests of this set.
+    pub fn crds(&self) -> Vec<Value> {
+        match self {
+            CrdSet::Capi => capi(),
+            CrdSet::Bootstrap => bootstrap(),
+            CrdSet::Fleet => fleet(),
+            CrdSet::Provider => provider(),
+        }
+    }
+}
+
+impl FromStr for CrdSet {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "capi" => Ok(CrdSet::Capi),
+            "bootstrap" => Ok(CrdSet::Bootstrap),
+            "fleet" => Ok(CrdSet::Fleet),
+            "provider" => Ok(CrdSet::Provider),
+            other => Err(format!(
+                "unknown CRD set {other:?} (expected capi, bootstrap, fleet or provider)"
+            )),
+        }
+    }
+}
+
+/// Turns a generated CRD into what a real cluster serves: structural schemas, short names,
+/// categories, printer columns and extra (permissive) versions.
+fn finish(
+    crd: impl serde::Serialize,
+    short: &[&str],
+    categories: &[&str],
+    columns: Value,
+    labels: Value,
+) -> Value {
+    let mut v = serde_json::to_value(crd).unwrap_or(Value::Null);
+    if let Some(names) = v.pointer_mut("/spec/names").and_then(Value::as_object_mut) {
+        if !short.is_empty() {
+            names.insert("shortNames".into(), json!(short));
+        }
+        if !categories.is_empty() {
+            names.insert("categories".into(), json!(categories));
+        }
+    }
+    if let Some(vs) = v
+        .pointer_mut("/spec/versions")
+        .and_then(Value::as_array_mut)
+    {
+        for ver in vs {
+            if let Some(s) = ver.pointer_mut("/schema/openAPIV3Schema") {
+                make_structural(s);
+            }
+            if ver.pointer("/subresources/status").is_none()
+                && ver
+                    .pointer("/schema/openAPIV3Schema/properties/status")
+                    .is_some()
+            {
+                ver["subresources"] = json!({"status": {}});
+            }
+            if columns.as_array().is_some_and(|c| !c.is_empty()) {
+                ver["additionalPrinterColumns"] = columns.clone();
+            }
+        }
+    }
+    if labels.is_object() {
+        v["metadata"]["labels"] = labels;
+    }
+    v
+}
+
+fn permissive_schema() -> Value {
+    json!({
+        "openAPIV3Schema": {
+            "type": "object",
+            "properties": {
+                "apiVersion": {"type": "string"},
+                "kind": {"type": "string"},
+                "metadata": {"type": "object"},
+                "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+            }
+        }
+    })
+}
+
+fn add_version(crd: &mut Value, name: &str, storage: bool, columns: &Value) {
+    if let Some(vs) = crd
+        .pointer_mut("/spec/versions")
+        .and_then(Value::as_array_mut)
+    {
+        vs.push(json!({
+            "name": name,
+            "served": true,
+            "storage": storage,
+            "schema": permissive_schema(),
+            "subresources": {"status": {}},
+            "additionalPrinterColumns": columns,
+        }));
+    }
+}
+
+/// A CRD with permissive (`x-kubernetes-preserve-unknown-fields`) schemas.
+#[allow(clippy::too_many_arguments)]
+pub fn permissive_crd(
+    group: &str,
+    kind: &str,
+    plural: &str,
+    versions: &[&str],
+    storage: &str,
+    namespaced: bool,
+    short: &[&str],
+    categories: &[&str],
+    status: bool,
+    labels: Value,
+) -> Value {
+    let vs: Vec<Value> = versions
+        .iter()
+        .map(|v| {
+            let mut ver = json!({
+                "name": v,
+                "served": true,
+                "storage": *v == storage,
+                "schema": permissive_schema(),
+                "additionalPrinterColumns": [
+                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+                ],
+            });
+            if status {
+                ver["subresources"] = json!({"status": {}});
+            }
+            ver
+        })
+        .collect();
+    let mut names = json!({
+        "kind": kind,
+        "listKind": format!("{kind}List"),
+        "plural": plural,
+        "singular": kind.to_lowercase(),
+    });
+    if !short.is_empty() {
+        names["shortNames"] = json!(short);
+    }
+    if !categories.is_empty() {
+        names["categories"] = json!(categories);
+    }
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}"), "labels": labels},
+        "spec": {
+            "group": group,
+            "names": names,
+            "scope": if namespaced { "Namespaced" } else { "Cluster" },
+            "versions": vs,
+        }
+    })
+}
+
+fn capi_labels() -> Value {
+    json!({"cluster.x-k8s.io/provider": "cluster-api", "cluster.x-k8s.io/v1beta2": "v1beta2"})
+}
+
+fn age() -> Value {
+    json!({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"})
+}
+
+/// Cluster API core CRDs.
+pub fn capi() -> Vec<Value> {
+    use cluster_api_rs::{
+        capi_cluster::Cluster, capi_clusterclass::ClusterClass,
+        capi_extensionconfig::ExtensionConfig, capi_machine::Machine,
+        capi_machinedeployment::MachineDeployment, capi_machinepool::MachinePool,
+    };
+    let cluster_cols = json!([
+        {"name": "ClusterClass", "type": "string", "jsonPath": ".spec.topology.classRef.name"},
+        {"name": "Available", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Available\")].status"},
+        {"name": "CP Desired", "type": "integer", "jsonPath": ".status.controlPlane.desiredReplicas"},
+        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+        age(),
+        {"name": "Version", "type": "string", "jsonPath": ".spec.topology.version"}
+    ]);
+    let mut cluster = finish(
+        Cluster::crd(),
+        &["cl"],
+        &["cluster-api"],
+        cluster_cols.clone(),
+        capi_labels(),
+    );
+    add_version(&mut cluster, "v1beta1", false, &cluster_cols);
+    let cc_cols = json!([
+        {"name": "Variables Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"VariablesReady\")].status"},
+        age()
+    ]);
+    let mut cc = finish(
+        ClusterClass::crd(),
+        &["cc"],
+        &["cluster-api"],
+        cc_cols.clone(),
+        capi_labels(),
+    );
+    add_version(&mut cc, "v1beta1", false, &cc_cols);
+    let machine_cols = json!([
+        {"name": "Cluster", "type": "string", "jsonPath": ".spec.clusterName"},
+        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+        age(),
+        {"name": "Version", "type": "string", "jsonPath": ".spec.version"}
+    ]);
+    vec![
+        cluster,
+        cc,
+        finish(
+            Machine::crd(),
+            &["ma"],
+            &["cluster-api"],
+            machine_cols,
+            capi_labels(),
+        ),
+        finish(
+            MachineDeployment::crd(),
+            &["md"],
+            &["cluster-api"],
+            json!([
+                {"name": "Cluster", "type": "string", "jsonPath": ".spec.clusterName"},
+                {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
+                {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+                age()
+            ]),
+            capi_labels(),
+        ),
+        finish(
+            MachinePool::crd(),
+            &["mp"],
+            &["cluster-api"],
+            json!([
+                {"name": "Cluster", "type": "string", "jsonPath": ".spec.clusterName"},
+                {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
+                age()
+            ]),
+            capi_labels(),
+        ),
+        finish(
+            ExtensionConfig::crd(),
+            &["ext"],
+            &["cluster-api"],
+            json!([age()]),
+            capi_labels(),
+        ),
+    ]
+}
+
+/// Kubeadm/RKE2 bootstrap and control-plane CRDs and Docker infrastructure CRDs, with
+/// permissive schemas.
+pub fn bootstrap() -> Vec<Value> {
+    let mut out = Vec::new();
+    let table: &[(&str, &str, &str, &[&str], &str)] = &[
+        (
+            "controlplane.cluster.x-k8s.io",
+            "KubeadmControlPlane",
+            "kubeadmcontrolplanes",
+            &["kcp"],
+            "kubeadm",
+        ),
+        (
+            "controlplane.cluster.x-k8s.io",
+            "KubeadmControlPlaneTemplate",
+            "kubeadmcontrolplanetemplates",
+            &[],
+            "kubeadm",
+        ),
+        (
+            "controlplane.cluster.x-k8s.io",
+            "RKE2ControlPlane",
+            "rke2controlplanes",
+            &["rcp"],
+            "rke2",
+        ),
+        (
+            "controlplane.cluster.x-k8s.io",
+            "RKE2ControlPlaneTemplate",
+            "rke2controlplanetemplates",
+            &[],
+            "rke2",
+        ),
+        (
+            "bootstrap.cluster.x-k8s.io",
+            "KubeadmConfig",
+            "kubeadmconfigs",
+            &[],
+            "kubeadm",
+        ),
+        (
+            "bootstrap.cluster.x-k8s.io",
+            "KubeadmConfigTemplate",
+            "kubeadmconfigtemplates",
+            &[],
+            "kubeadm",
+        ),
+        (
+            "bootstrap.cluster.x-k8s.io",
+            "RKE2Config",
+            "rke2configs",
+            &[],
+            "rke2",
+        ),
+        (
+            "bootstrap.cluster.x-k8s.io",
+            "RKE2ConfigTemplate",
+            "rke2configtemplates",
+            &[],
+            "rke2",
+        ),
+        (
+            "infrastructure.cluster.x-k8s.io",
+            "DockerCluster",
+            "dockerclusters",
+            &[],
+            "docker",
+        ),
+        (
+            "infrastructure.cluster.x-k8s.io",
+            "DockerClusterTemplate",
+            "dockerclustertemplates",
+            &[],
+            "docker",
+        ),
+        (
+            "infrastructure.cluster.x-k8s.io",
+            "DockerMachine",
+            "dockermachines",
+            &[],
+            "docker",
+        ),
+        (
+            "infrastructure.cluster.x-k8s.io",
+            "DockerMachineTemplate",
+            "dockermachinetemplates",
+            &[],
+            "docker",
+        ),
+    ];
+    for (group, kind, plural, short, provider) in table {
+        let category = match *group {
+            "controlplane.cluster.x-k8s.io" => "cluster-api",
+            _ => "cluster-api",
+        };
+        let provider_label = match *group {
+            "controlplane.cluster.x-k8s.io" => format!("control-plane-{provider}"),
+            "bootstrap.cluster.x-k8s.io" => format!("bootstrap-{provider}"),
+            _ => format!("infrastructure-{provider}"),
+        };
+        out.push(permissive_crd(
+            group,
+            kind,
+            plural,
+            &["v1beta1", "v1beta2"],
+            "v1beta2",
+            true,
+            short,
+            &[category],
+            true,
+            json!({"cluster.x-k8s.io/provider": provider_label, "cluster.x-k8s.io/v1beta2": "v1beta2", "cluster.x-k8s.io/v1beta1": "v1beta1"}),
+        ));
+    }
+    out
+}
+
+fn label_selector_schema() -> Value {
+    json!({
+        "type": "object",
+        "x-kubernetes-map-type": "atomic",
+        "properties": {
+            "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "matchExpressions": {"type": "array", "items": {
+                "type": "object",
+                "required": ["key", "operator"],
+                "properties": {
+                    "key": {"type": "string"},
+                    "operator": {"type": "string"},
+                    "values": {"type": "array", "items": {"type": "string"}}
+                }
+            }}
+        }
+    })
+}
+
+/// Fleet CRDs: Cluster, ClusterGroup, ClusterRegistrationToken from `fleet-api-rs`;
+/// BundleNamespaceMapping (top-level selectors, no spec); Bundle, GitRepo, HelmOp,
+/// BundleDeployment, ClusterRegistration with permissive schemas.
+pub fn fleet() -> Vec<Value> {
+    use fleet_api_rs::{
+        fleet_cluster::Cluster, fleet_cluster_registration_token::ClusterRegistrationToken,
+        fleet_clustergroup::ClusterGroup,
+    };
+    let g = "fleet.cattle.io";
+    let mut out = vec![
+        finish(
+            Cluster::crd(),
+            &[],
+            &[],
+            json!([
+                {"name": "Bundles-Ready", "type": "string", "jsonPath": ".status.display.readyBundles"},
+                {"name": "Last-Seen", "type": "string", "jsonPath": ".status.agent.lastSeen"},
+                {"name": "Status", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].message"},
+                age()
+            ]),
+            Value::Null,
+        ),
+        finish(
+            ClusterGroup::crd(),
+            &[],
+            &[],
+            json!([
+                {"name": "Clusters-Ready", "type": "string", "jsonPath": ".status.display.readyClusters"},
+                {"name": "Bundles-Ready", "type": "string", "jsonPath": ".status.display.readyBundles"},
+                {"name": "Status", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].message"},
+                age()
+            ]),
+            Value::Null,
+        ),
+        finish(
+            ClusterRegistrationToken::crd(),
+            &[],
+            &[],
+            json!([
+                {"name": "Secret-Name", "type": "string", "jsonPath": ".status.secretName"},
+                age()
+            ]),
+            Value::Null,
+        ),
+    ];
+    out.push(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "bundlenamespacemappings.fleet.cattle.io"},
+        "spec": {
+            "group": g,
+            "names": {"kind": "BundleNamespaceMapping", "listKind": "BundleNamespaceMappingList",
+                      "plural": "bundlenamespacemappings", "singular": "bundlenamespacemapping"},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1alpha1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {
+                        "apiVersion": {"type": "string"},
+                        "kind": {"type": "string"},
+                        "metadata": {"type": "object"},
+                        "bundleSelector": label_selector_schema(),
+                        "namespaceSelector": label_selector_schema()
+                    }
+                }},
+                "additionalPrinterColumns": [age()]
+            }]
+        }
+    }));
+    for (kind, plural) in [
+        ("Bundle", "bundles"),
+        ("GitRepo", "gitrepos"),
+        ("HelmOp", "helmops"),
+        ("BundleDeployment", "bundledeployments"),
+        ("ClusterRegistration", "clusterregistrations"),
+    ] {
+        out.push(permissive_crd(
+            g,
+            kind,
+            plural,
+            &["v1alpha1"],
+            "v1alpha1",
+            true,
+            &[],
+            &[],
+            true,
+            Value::Null,
+        ));
+    }
+    out
+}
+
+/// This project's CRDs, embedded from `config/crd/bases/*.yaml` at build time.
+pub fn provider() -> Vec<Value> {
+    let mut out = Vec::new();
+    for (_, yaml) in PROVIDER_CRDS {
+        for doc in serde_yaml::Deserializer::from_str(yaml) {
+            if let Ok(v) = <Value as serde::Deserialize>::deserialize(doc)
+                && v.get("kind") == Some(&json!("CustomResourceDefinition"))
+            {
+                out.push(v);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::validate_structural;
+
+    #[test]
+    fn every_set_is_structural() {
+        for set in CrdSet::ALL {
+            for crd in set.crds() {
+                let name = crd["metadata"]["name"].as_str().unwrap_or("?").to_string();
+                for v in crd["spec"]["versions"].as_array().unwrap() {
+                    let causes = validate_structural(&v["schema"]["openAPIV3Schema"], "s");
+                    assert!(causes.is_empty(), "{name} {}: {causes:?}", v["name"]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bundle_namespace_mapping_has_top_level_selectors() {
+        let bnm = fleet()
+            .into_iter()
+            .find(|c| c["spec"]["names"]["kind"] == "BundleNamespaceMapping")
+            .unwrap();
+        let props = &bnm["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"];
+        assert!(props.get("bundleSelector").is_some());
+        assert!(props.get("namespaceSelector").is_some());
+        assert!(props.get("spec").is_none());
+    }
+}

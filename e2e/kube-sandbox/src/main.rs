@@ -1,0 +1,86 @@
+//! `kube-sandbox`: runs the in-memory Kubernetes API server until SIGINT/SIGTERM.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use kube_sandbox::{CrdSet, Sandbox, SandboxOptions};
+
+/// In-memory Kubernetes API server for tests and demos (plain HTTP on 127.0.0.1).
+#[derive(Debug, Parser)]
+#[command(name = "kube-sandbox", version)]
+struct Args {
+    /// Listen address; port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    addr: SocketAddr,
+    /// Where to write a kubeconfig whose current context targets the sandbox.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// CRD sets to preload: capi, bootstrap, fleet, provider (default: all).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "capi,bootstrap,fleet,provider"
+    )]
+    crds: Vec<CrdSet>,
+    /// Keep objects across restarts in DIR/snapshot.json.
+    #[arg(long)]
+    snapshot_dir: Option<PathBuf>,
+    /// Seconds between periodic watch bookmarks.
+    #[arg(long, default_value_t = 30.0)]
+    bookmark_interval_seconds: f64,
+}
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let opts = SandboxOptions {
+        crds: args.crds,
+        snapshot_dir: args.snapshot_dir,
+        addr: args.addr,
+        bookmark_interval: Duration::from_secs_f64(args.bookmark_interval_seconds.max(0.05)),
+        ..SandboxOptions::default()
+    };
+    let sandbox = match Sandbox::start_with(opts).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("kube-sandbox: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Some(path) = &args.kubeconfig
+        && let Err(e) = sandbox.write_kubeconfig(path)
+    {
+        eprintln!("kube-sandbox: writing kubeconfig {}: {e}", path.display());
+        std::process::exit(1);
+    }
+    println!("kube-sandbox listening on {}", sandbox.url());
+    let _ = std::io::stdout().flush();
+    wait_for_signal().await;
+    sandbox.shutdown().await;
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("kube-sandbox: installing SIGTERM handler: {e}");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

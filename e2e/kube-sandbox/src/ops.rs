@@ -1,0 +1,952 @@
+//! Write semantics: create, update, patch, server-side apply and delete, with the metadata
+//! rules of a real API server (uid, generation, resourceVersion, managedFields, finalizers,
+//! status subresource, namespaces, dry run).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+
+use crate::crd;
+use crate::error::{ApiError, ApiResult};
+use crate::patch::{PatchType, apply_patch};
+use crate::registry::{GroupResource, ResourceDef};
+use crate::schema::{Node, prune};
+use crate::ssa;
+use crate::store::State;
+use crate::util::{
+    finalizers_of, meta_mut, meta_str, new_uid, now_rfc3339, random_suffix, valid_dns_label,
+    valid_dns_subdomain,
+};
+
+/// The `ca.crt` the sandbox publishes in `kube-root-ca.crt` ConfigMaps (a self-signed
+/// certificate; the sandbox itself serves plain HTTP).
+pub const ROOT_CA_PEM: &str = "-----BEGIN CERTIFICATE-----
+MIIBgjCCASegAwIBAgIUaYVcvt2jq6yrGTRp6MHa0q6arAUwCgYIKoZIzj0EAwIw
+FTETMBEGA1UEAwwKa3ViZXJuZXRlczAgFw0yNjExMjEwNDQ5MTRaGA8yMTI2MTAy
+ODA0NDkxNFowFTETMBEGA1UEAwwKa3ViZXJuZXRlczBZMBMGByqGSM49AgEGCCqG
+SM49AwEHA0IABGzR+E/XQ3cA9H+vT6a6vKD9PxBrPgSkZf28iMv0xx9j2dWbtzRN
+kIJBMlUZNlh+5n+r/AB+xpQKX07eCVaPbKCjUzBRMB0GA1UdDgQWBBRK24odiwMh
+l9+I5z6D8AoT4f1uWzAfBgNVHSMEGDAWgBRK24odiwMhl9+I5z6D8AoT4f1uWzAP
+BgNVHRMBAf8EBTADAQH/MAoGCCqGSM49BAMCA0kAMEYCIQCP2h9jcyuk0zdxlFLw
+soqZjqBeI+8O9CykYFRACDEwWAIhAIcRQj1LGlN5aI2LnQVeZYjguHtXeQSsI/wt
+yqbGebdw
+-----END CERTIFICATE-----
+";
+
+/// Namespaces that exist at start and cannot be deleted.
+pub const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
+
+/// Field manager the simulated controllers write as.
+pub const CONTROLLER_MANAGER: &str = "kube-controller-manager";
+
+/// Who is writing, where, and how.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    /// The resource.
+    pub def: Arc<ResourceDef>,
+    /// The requested version.
+    pub version: String,
+    /// Namespace from the URL ("" for cluster-scoped).
+    pub namespace: String,
+    /// Name from the URL ("" for a create without one).
+    pub name: String,
+    /// "" or "status".
+    pub subresource: String,
+    /// Field manager (from `fieldManager` or the User-Agent).
+    pub manager: String,
+    /// `dryRun=All`.
+    pub dry_run: bool,
+}
+
+impl Ctx {
+    fn gr(&self) -> GroupResource {
+        (self.def.group.clone(), self.def.plural.clone())
+    }
+
+    fn schema(&self) -> Option<&Value> {
+        self.def
+            .version(&self.version)
+            .and_then(|v| v.schema.as_ref())
+    }
+
+    fn api_version(&self) -> String {
+        self.def.api_version(&self.version)
+    }
+}
+
+/// The outcome of a write: the object to return and the HTTP status code.
+pub type Written = (Value, u16);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Create,
+    Update,
+    Apply,
+}
+
+/// `POST`: creates an object.
+pub fn create(st: &mut State, ctx: &Ctx, mut body: Value) -> ApiResult<Written> {
+    check_type(ctx, &body)?;
+    let def = ctx.def.clone();
+    let body_ns = meta_str(&body, "namespace").unwrap_or("").to_string();
+    if def.namespaced && !body_ns.is_empty() && body_ns != ctx.namespace {
+        return Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ));
+    }
+    let mut name = meta_str(&body, "name").unwrap_or("").to_string();
+    if name.is_empty() {
+        let prefix = meta_str(&body, "generateName").unwrap_or("").to_string();
+        if prefix.is_empty() {
+            return Err(ApiError::invalid_field(
+                &def.group,
+                &def.kind,
+                "",
+                "metadata.name",
+                "Required value: name or generateName is required",
+            ));
+        }
+        let gr = ctx.gr();
+        loop {
+            name = format!("{prefix}{}", random_suffix());
+            if st.get(&gr, &ctx.namespace, &name).is_none() {
+                break;
+            }
+        }
+    }
+    validate_name(&def, &name)?;
+    check_namespace(st, ctx)?;
+    if st.get(&ctx.gr(), &ctx.namespace, &name).is_some() {
+        return Err(ApiError::already_exists(&def.group, &def.plural, &name));
+    }
+    meta_mut(&mut body).insert("name".into(), json!(name));
+    let ctx = Ctx {
+        name,
+        ..ctx.clone()
+    };
+    finish(st, &ctx, None, body, Op::Create)
+}
+
+/// `PUT`: replaces an object (or its status). A stale `resourceVersion` is a 409.
+pub fn update(st: &mut State, ctx: &Ctx, body: Value) -> ApiResult<Written> {
+    check_type(ctx, &body)?;
+    let def = &ctx.def;
+    if let Some(n) = meta_str(&body, "name")
+        && n != ctx.name
+    {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({n}) does not match the name on the URL ({})",
+            ctx.name
+        )));
+    }
+    let Some(old) = st.get(&ctx.gr(), &ctx.namespace, &ctx.name) else {
+        return Err(ApiError::not_found(&def.group, &def.plural, &ctx.name));
+    };
+    check_rv_precondition(ctx, &old, &body)?;
+    finish(st, ctx, Some(old), body, Op::Update)
+}
+
+/// `PATCH` with a JSON, merge or strategic merge patch, or server-side apply.
+pub fn patch(
+    st: &mut State,
+    ctx: &Ctx,
+    kind: PatchType,
+    body: &[u8],
+    force: bool,
+) -> ApiResult<Written> {
+    let def = ctx.def.clone();
+    let old = st.get(&ctx.gr(), &ctx.namespace, &ctx.name);
+    if kind == PatchType::Apply {
+        return apply(st, ctx, old, body, force);
+    }
+    if kind == PatchType::Strategic && def.is_custom() {
+        return Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+        ));
+    }
+    let Some(old) = old else {
+        return Err(ApiError::not_found(&def.group, &def.plural, &ctx.name));
+    };
+    let presented = present(&old, &def, &ctx.version);
+    let new = apply_patch(&presented, kind, body)?;
+    if !new.is_object() {
+        return Err(ApiError::bad_request("the patch result is not an object"));
+    }
+    check_rv_precondition(ctx, &old, &new)?;
+    finish(st, ctx, Some(old), new, Op::Update)
+}
+
+fn apply(
+    st: &mut State,
+    ctx: &Ctx,
+    old: Option<Arc<Value>>,
+    body: &[u8],
+    force: bool,
+) -> ApiResult<Written> {
+    let def = ctx.def.clone();
+    if ctx.manager.is_empty() {
+        return Err(ApiError::bad_request(
+            "PATCH, fieldManager is required for apply requests",
+        ));
+    }
+    let applied: Value = serde_yaml::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+    if !applied.is_object() {
+        return Err(ApiError::bad_request(
+            "apply configuration must be an object",
+        ));
+    }
+    if applied.get("apiVersion").and_then(Value::as_str).is_none()
+        || applied.get("kind").and_then(Value::as_str).is_none()
+    {
+        return Err(ApiError::bad_request(
+            "apiVersion and kind must be set in apply configurations",
+        ));
+    }
+    check_type(ctx, &applied)?;
+    if let Some(n) = meta_str(&applied, "name")
+        && n != ctx.name
+    {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({n}) does not match the name on the URL ({})",
+            ctx.name
+        )));
+    }
+    if let Some(o) = &old {
+        check_rv_precondition(ctx, o, &applied)?;
+    } else {
+        if ctx.subresource == "status" {
+            return Err(ApiError::not_found(&def.group, &def.plural, &ctx.name));
+        }
+        validate_name(&def, &ctx.name)?;
+        check_namespace(st, ctx)?;
+    }
+    let api_version = ctx.api_version();
+    let presented = old.as_ref().map(|o| present(o, &def, &ctx.version));
+    let mut applied_pruned = applied.clone();
+    if let Some(s) = ctx.schema() {
+        prune(&mut applied_pruned, s);
+    }
+    let new = ssa::apply(&ssa::ApplyRequest {
+        live: presented.as_ref(),
+        applied: &applied_pruned,
+        manager: &ctx.manager,
+        force,
+        api_version: &api_version,
+        subresource: &ctx.subresource,
+        has_status: def.has_status,
+        schema: Node(ctx.schema()),
+        group: &def.group,
+        plural: &def.plural,
+        name: &ctx.name,
+    })?;
+    match old {
+        Some(o) => finish(st, ctx, Some(o), new, Op::Apply),
+        None => finish(st, ctx, None, new, Op::Apply),
+    }
+}
+
+/// Options of a DELETE.
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOpts {
+    /// `Orphan`, `Background` or `Foreground` (approximated as `Background`).
+    pub propagation: Option<String>,
+    /// `preconditions.uid`.
+    pub uid: Option<String>,
+    /// `preconditions.resourceVersion`.
+    pub resource_version: Option<String>,
+}
+
+/// `DELETE`: removes an object, or marks it for deletion while it has finalizers.
+pub fn delete(st: &mut State, ctx: &Ctx, opts: &DeleteOpts) -> ApiResult<Written> {
+    let def = ctx.def.clone();
+    let gr = ctx.gr();
+    let Some(old) = st.get(&gr, &ctx.namespace, &ctx.name) else {
+        return Err(ApiError::not_found(&def.group, &def.plural, &ctx.name));
+    };
+    if let Some(uid) = &opts.uid {
+        let have = meta_str(&old, "uid").unwrap_or("");
+        if have != uid {
+            return Err(ApiError::new(
+                409,
+                "Conflict",
+                format!(
+                    "Operation cannot be fulfilled on {} \"{}\": Precondition failed: UID in precondition: {uid}, UID in object meta: {have}",
+                    crate::error::qualified(&def.group, &def.plural),
+                    ctx.name
+                ),
+            )
+            .with_details(&def.group, &def.plural, &ctx.name));
+        }
+    }
+    if let Some(rv) = &opts.resource_version
+        && meta_str(&old, "resourceVersion") != Some(rv.as_str())
+    {
+        return Err(ApiError::conflict(&def.group, &def.plural, &ctx.name));
+    }
+    let is_namespace = def.group.is_empty() && def.plural == "namespaces";
+    if is_namespace && SYSTEM_NAMESPACES.contains(&ctx.name.as_str()) {
+        return Err(ApiError::new(
+            403,
+            "Forbidden",
+            format!(
+                "namespaces \"{}\" is forbidden: this namespace may not be deleted",
+                ctx.name
+            ),
+        )
+        .with_details("", "namespaces", &ctx.name));
+    }
+    if ctx.dry_run {
+        return Ok(((*old).clone(), 200));
+    }
+    if opts.propagation.as_deref() == Some("Orphan")
+        && let Some(uid) = meta_str(&old, "uid")
+    {
+        orphan_dependents(st, uid);
+    }
+    let pending = !finalizers_of(&old).is_empty() || is_namespace;
+    if pending {
+        if meta_str(&old, "deletionTimestamp").is_some() {
+            return Ok(((*old).clone(), 200));
+        }
+        let mut new = (*old).clone();
+        let m = meta_mut(&mut new);
+        m.insert("deletionTimestamp".into(), json!(now_rfc3339()));
+        m.insert("deletionGracePeriodSeconds".into(), json!(0));
+        let g = m.get("generation").and_then(Value::as_i64).unwrap_or(0);
+        if g > 0 {
+            m.insert("generation".into(), json!(g + 1));
+        }
+        if is_namespace {
+            new["status"] = json!({"phase": "Terminating"});
+            st.work.namespaces = true;
+        }
+        let stored = st.put(&gr, new);
+        return Ok(((*stored).clone(), 200));
+    }
+    let removed = remove_object(st, &gr, &ctx.namespace, &ctx.name);
+    Ok((removed.map(|r| (*r).clone()).unwrap_or_default(), 200))
+}
+
+/// Removes an object for good, with the side effects of its kind (a CRD takes its resource and
+/// objects with it) and wakes the garbage collector.
+pub fn remove_object(
+    st: &mut State,
+    gr: &GroupResource,
+    ns: &str,
+    name: &str,
+) -> Option<Arc<Value>> {
+    let removed = st.remove(gr, ns, name)?;
+    st.work.gc = true;
+    if !ns.is_empty() {
+        st.work.namespaces = true;
+    }
+    if gr.0 == "apiextensions.k8s.io" && gr.1 == "customresourcedefinitions" {
+        crd::unregister(st, &removed);
+    }
+    Some(removed)
+}
+
+/// Removes ownerReferences pointing at `uid` from every object (`propagationPolicy: Orphan`).
+pub fn orphan_dependents(st: &mut State, uid: &str) {
+    let mut changes = Vec::new();
+    for (gr, objs) in &st.objects {
+        for obj in objs.values() {
+            let refs = owner_refs(obj);
+            if refs
+                .iter()
+                .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid))
+            {
+                let mut new = (**obj).clone();
+                let kept: Vec<Value> = refs
+                    .into_iter()
+                    .filter(|r| r.get("uid").and_then(Value::as_str) != Some(uid))
+                    .collect();
+                set_owner_refs(&mut new, kept);
+                changes.push((gr.clone(), obj.clone(), new));
+            }
+        }
+    }
+    for (gr, old, new) in changes {
+        controller_write(st, &gr, &old, new);
+    }
+}
+
+/// `metadata.ownerReferences`.
+pub fn owner_refs(obj: &Value) -> Vec<Value> {
+    obj.get("metadata")
+        .and_then(|m| m.get("ownerReferences"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Sets (or removes, when empty) `metadata.ownerReferences`.
+pub fn set_owner_refs(obj: &mut Value, refs: Vec<Value>) {
+    let m = meta_mut(obj);
+    if refs.is_empty() {
+        m.remove("ownerReferences");
+    } else {
+        m.insert("ownerReferences".into(), Value::Array(refs));
+    }
+}
+
+/// A write by a simulated controller: records an Update by `kube-controller-manager` and
+/// stores the object, finishing a pending deletion when no finalizer is left.
+pub fn controller_write(st: &mut State, gr: &GroupResource, old: &Arc<Value>, mut new: Value) {
+    let Some(def) = st.registry.get(&gr.0, &gr.1).cloned() else {
+        return;
+    };
+    let version = def.storage_version().to_string();
+    let schema = def.version(&version).and_then(|v| v.schema.clone());
+    let subresource = if def.has_status && old.get("status") != new.get("status") {
+        "status"
+    } else {
+        ""
+    };
+    ssa::record_update(
+        Some(old),
+        &mut new,
+        CONTROLLER_MANAGER,
+        &def.api_version(&version),
+        subresource,
+        Node(schema.as_ref()),
+        def.has_status,
+    );
+    let (ns, name) = (
+        crate::util::namespace_of(old).to_string(),
+        crate::util::name_of(old).to_string(),
+    );
+    if meta_str(&new, "deletionTimestamp").is_some() && finalizers_of(&new).is_empty() {
+        remove_object(st, gr, &ns, &name);
+    } else {
+        st.put(gr, new);
+    }
+}
+
+/// Renders a stored object at a requested version (no conversion: only `apiVersion` changes).
+pub fn present(obj: &Value, def: &ResourceDef, version: &str) -> Value {
+    let mut v = obj.clone();
+    if let Some(m) = v.as_object_mut() {
+        m.insert("apiVersion".into(), json!(def.api_version(version)));
+        m.insert("kind".into(), json!(def.kind));
+    }
+    v
+}
+
+fn check_type(ctx: &Ctx, body: &Value) -> ApiResult<()> {
+    if !body.is_object() {
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        ));
+    }
+    let want = ctx.api_version();
+    if let Some(av) = body.get("apiVersion").and_then(Value::as_str)
+        && av != want
+    {
+        // Any served version of the same resource is accepted (no conversion happens).
+        let ok = ctx
+            .def
+            .versions
+            .iter()
+            .any(|v| ctx.def.api_version(&v.name) == av);
+        if !ok {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({av}) does not match the expected API version ({want})"
+            )));
+        }
+    }
+    if let Some(k) = body.get("kind").and_then(Value::as_str)
+        && k != ctx.def.kind
+    {
+        return Err(ApiError::bad_request(format!(
+            "the kind in the data ({k}) does not match the expected kind ({})",
+            ctx.def.kind
+        )));
+    }
+    Ok(())
+}
+
+fn validate_name(def: &ResourceDef, name: &str) -> ApiResult<()> {
+    let ok = if def.group == "rbac.authorization.k8s.io" {
+        !name.is_empty()
+            && !name.contains('/')
+            && !name.contains('%')
+            && name != "."
+            && name != ".."
+    } else if def.group.is_empty() && def.plural == "namespaces" {
+        valid_dns_label(name)
+    } else {
+        valid_dns_subdomain(name)
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_field(
+            &def.group,
+            &def.kind,
+            name,
+            "metadata.name",
+            &format!(
+                "Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+            ),
+        ))
+    }
+}
+
+fn check_namespace(st: &State, ctx: &Ctx) -> ApiResult<()> {
+    if !ctx.def.namespaced {
+        return Ok(());
+    }
+    let ns_gr = (String::new(), "namespaces".to_string());
+    match st.get(&ns_gr, "", &ctx.namespace) {
+        None => Err(ApiError::not_found("", "namespaces", &ctx.namespace)),
+        Some(ns) if meta_str(&ns, "deletionTimestamp").is_some() => Err(ApiError::new(
+            403,
+            "Forbidden",
+            format!(
+                "{} \"{}\" is forbidden: unable to create new content in namespace {} because it is being terminated",
+                crate::error::qualified(&ctx.def.group, &ctx.def.plural),
+                ctx.name,
+                ctx.namespace
+            ),
+        )
+        .with_details(&ctx.def.group, &ctx.def.plural, &ctx.name)),
+        Some(_) => Ok(()),
+    }
+}
+
+fn check_rv_precondition(ctx: &Ctx, old: &Value, new: &Value) -> ApiResult<()> {
+    match meta_str(new, "resourceVersion") {
+        Some(rv) if !rv.is_empty() && Some(rv) != meta_str(old, "resourceVersion") => Err(
+            ApiError::conflict(&ctx.def.group, &ctx.def.plural, &ctx.name),
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// Everything but metadata (and status, for kinds with a status subresource): what
+/// `generation` tracks.
+fn generation_view(obj: &Value, has_status: bool) -> Map<String, Value> {
+    let mut m = obj.as_object().cloned().unwrap_or_default();
+    for k in ["metadata", "apiVersion", "kind"] {
+        m.remove(k);
+    }
+    if has_status {
+        m.remove("status");
+    }
+    m
+}
+
+/// An object without the parts that change on every write (resourceVersion, managedFields
+/// timestamps), to detect no-op writes.
+fn comparable(obj: &Value) -> Value {
+    let mut v = obj.clone();
+    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+        if let Some(Value::Array(mf)) = m.get_mut("managedFields") {
+            for e in mf {
+                if let Some(e) = e.as_object_mut() {
+                    e.remove("time");
+                }
+            }
+        }
+    }
+    v
+}
+
+fn finish(
+    st: &mut State,
+    ctx: &Ctx,
+    old: Option<Arc<Value>>,
+    mut new: Value,
+    op: Op,
+) -> ApiResult<Written> {
+    let def = ctx.def.clone();
+    let gr = ctx.gr();
+    let storage_av = def.api_version(def.storage_version());
+    {
+        let root = new
+            .as_object_mut()
+            .ok_or_else(|| ApiError::bad_request("the object must be a JSON object"))?;
+        root.insert("apiVersion".into(), json!(storage_av));
+        root.insert("kind".into(), json!(def.kind));
+    }
+    if let Some(s) = ctx.schema() {
+        prune(&mut new, s);
+    }
+    {
+        let m = meta_mut(&mut new);
+        m.insert("name".into(), json!(ctx.name));
+        if def.namespaced {
+            m.insert("namespace".into(), json!(ctx.namespace));
+        } else {
+            m.remove("namespace");
+        }
+        m.remove("selfLink");
+    }
+    default_kind(&def, &mut new, old.is_none());
+
+    match &old {
+        None => {
+            if def.has_status && op != Op::Apply {
+                if let Some(m) = new.as_object_mut() {
+                    m.remove("status");
+                }
+            } else if def.has_status
+                && let Some(m) = new.as_object_mut()
+            {
+                // Apply on the main resource never sets status.
+                if ctx.subresource.is_empty() {
+                    m.remove("status");
+                }
+            }
+            if def.group.is_empty() && def.plural == "namespaces" {
+                new["status"] = json!({"phase": "Active"});
+            }
+            let m = meta_mut(&mut new);
+            m.insert("uid".into(), json!(new_uid()));
+            m.insert("creationTimestamp".into(), json!(now_rfc3339()));
+            m.insert("generation".into(), json!(1));
+            m.remove("deletionTimestamp");
+            m.remove("deletionGracePeriodSeconds");
+            m.remove("resourceVersion");
+            if op != Op::Apply {
+                m.remove("managedFields");
+            }
+        }
+        Some(o) => {
+            if ctx.subresource == "status" {
+                let mut merged = (**o).clone();
+                match new.get("status") {
+                    Some(s) => merged["status"] = s.clone(),
+                    None => {
+                        if let Some(m) = merged.as_object_mut() {
+                            m.remove("status");
+                        }
+                    }
+                }
+                if op == Op::Apply
+                    && let Some(mf) = new.get("metadata").and_then(|m| m.get("managedFields"))
+                {
+                    meta_mut(&mut merged).insert("managedFields".into(), mf.clone());
+                }
+                new = merged;
+            } else if def.has_status {
+                match o.get("status") {
+                    Some(s) => new["status"] = s.clone(),
+                    None => {
+                        if let Some(m) = new.as_object_mut() {
+                            m.remove("status");
+                        }
+                    }
+                }
+            }
+            let old_meta = o
+                .get("metadata")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            let m = meta_mut(&mut new);
+            for k in [
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+            ] {
+                match old_meta.get(k) {
+                    Some(v) => {
+                        m.insert(k.into(), v.clone());
+                    }
+                    None => {
+                        m.remove(k);
+                    }
+                }
+            }
+            if op == Op::Update {
+                // Clients send back the managedFields they read; ownership is recomputed below.
+                match old_meta.get("managedFields") {
+                    Some(v) => m.insert("managedFields".into(), v.clone()),
+                    None => m.remove("managedFields"),
+                };
+            }
+            if meta_str(o, "deletionTimestamp").is_some() {
+                let before: BTreeSet<String> = finalizers_of(o).into_iter().collect();
+                let added: Vec<String> = finalizers_of(&new)
+                    .into_iter()
+                    .filter(|f| !before.contains(f))
+                    .collect();
+                if !added.is_empty() {
+                    return Err(ApiError::invalid_field(
+                        &def.group,
+                        &def.kind,
+                        &ctx.name,
+                        "metadata.finalizers",
+                        &format!(
+                            "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
+                        ),
+                    ));
+                }
+            }
+            if generation_view(o, def.has_status) != generation_view(&new, def.has_status) {
+                let g = o
+                    .get("metadata")
+                    .and_then(|m| m.get("generation"))
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                meta_mut(&mut new).insert("generation".into(), json!(g + 1));
+            }
+        }
+    }
+
+    if def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions" {
+        crd::validate(st, &new, old.as_deref())?;
+        if ctx.subresource.is_empty() {
+            crd::set_status(&mut new);
+        }
+    }
+
+    if op != Op::Apply {
+        let schema = ctx.schema().cloned();
+        ssa::record_update(
+            old.as_deref(),
+            &mut new,
+            &ctx.manager,
+            &ctx.api_version(),
+            &ctx.subresource,
+            Node(schema.as_ref()),
+            def.has_status,
+        );
+    }
+
+    if let Some(o) = &old
+        && comparable(o) == comparable(&new)
+    {
+        return Ok(((**o).clone(), 200));
+    }
+    let code = if old.is_none() { 201 } else { 200 };
+    if ctx.dry_run {
+        return Ok((new, code));
+    }
+    if old.is_some()
+        && meta_str(&new, "deletionTimestamp").is_some()
+        && finalizers_of(&new).is_empty()
+        && !(def.group.is_empty() && def.plural == "namespaces")
+    {
+        let removed = remove_object(st, &gr, &ctx.namespace, &ctx.name);
+        return Ok((removed.map(|r| (*r).clone()).unwrap_or(new), 200));
+    }
+    let has_owners = !owner_refs(&new).is_empty();
+    let stored = st.put(&gr, new);
+    after_write(
+        st,
+        &def,
+        &stored,
+        old.is_none(),
+        has_owners,
+        &ctx.subresource,
+    );
+    Ok(((*stored).clone(), code))
+}
+
+/// Defaults a real server (or its admission chain) fills in.
+fn default_kind(def: &ResourceDef, obj: &mut Value, creating: bool) {
+    match (def.group.as_str(), def.plural.as_str()) {
+        ("", "namespaces") => {
+            let name = crate::util::name_of(obj).to_string();
+            let m = meta_mut(obj);
+            let labels = m.entry("labels").or_insert_with(|| json!({}));
+            if let Some(l) = labels.as_object_mut() {
+                l.insert("kubernetes.io/metadata.name".into(), json!(name));
+            }
+            if creating {
+                obj["spec"] = json!({"finalizers": ["kubernetes"]});
+            }
+        }
+        ("", "secrets") => {
+            if let Some(root) = obj.as_object_mut() {
+                if let Some(Value::Object(sd)) = root.remove("stringData") {
+                    use base64::Engine;
+                    let data = root.entry("data").or_insert_with(|| json!({}));
+                    if let Some(d) = data.as_object_mut() {
+                        for (k, v) in sd {
+                            let s = v.as_str().unwrap_or("").to_string();
+                            d.insert(
+                                k,
+                                json!(base64::engine::general_purpose::STANDARD.encode(s)),
+                            );
+                        }
+                    }
+                }
+                root.entry("type").or_insert_with(|| json!("Opaque"));
+            }
+        }
+        ("", "services") => {
+            let spec = obj
+                .as_object_mut()
+                .map(|r| r.entry("spec").or_insert_with(|| json!({})));
+            if let Some(Value::Object(s)) = spec {
+                s.entry("type").or_insert_with(|| json!("ClusterIP"));
+                if s.get("type") != Some(&json!("ExternalName")) && !s.contains_key("clusterIP") {
+                    let n: u8 = rand::random_range(1..=254);
+                    let m: u8 = rand::random_range(1..=254);
+                    s.insert("clusterIP".into(), json!(format!("10.96.{m}.{n}")));
+                    s.insert("clusterIPs".into(), json!([format!("10.96.{m}.{n}")]));
+                }
+            }
+        }
+        ("apps", "deployments") => {
+            let spec = obj
+                .as_object_mut()
+                .map(|r| r.entry("spec").or_insert_with(|| json!({})));
+            if let Some(Value::Object(s)) = spec {
+                s.entry("replicas").or_insert_with(|| json!(1));
+            }
+        }
+        _ => {}
+    }
+}
+
+fn after_write(
+    st: &mut State,
+    def: &ResourceDef,
+    stored: &Arc<Value>,
+    created: bool,
+    has_owners: bool,
+    subresource: &str,
+) {
+    if has_owners {
+        st.work.gc = true;
+    }
+    match (def.group.as_str(), def.plural.as_str()) {
+        ("", "namespaces") if created => {
+            let ns = crate::util::name_of(stored).to_string();
+            publish_root_ca(st, &ns);
+        }
+        ("apps", "deployments") if subresource.is_empty() => {
+            st.work.deployments.insert((
+                crate::util::namespace_of(stored).to_string(),
+                crate::util::name_of(stored).to_string(),
+            ));
+        }
+        ("apiextensions.k8s.io", "customresourcedefinitions") => {
+            crd::register(st, stored);
+        }
+        _ => {}
+    }
+}
+
+/// Creates the `kube-root-ca.crt` ConfigMap in a namespace (the real root-CA publisher does it
+/// for every namespace).
+pub fn publish_root_ca(st: &mut State, ns: &str) {
+    let gr = (String::new(), "configmaps".to_string());
+    if st.get(&gr, ns, "kube-root-ca.crt").is_some() {
+        return;
+    }
+    let mut cm = json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "kube-root-ca.crt",
+            "namespace": ns,
+            "uid": new_uid(),
+            "creationTimestamp": now_rfc3339(),
+            "annotations": {"kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."}
+        },
+        "data": {"ca.crt": ROOT_CA_PEM}
+    });
+    ssa::record_update(
+        None,
+        &mut cm,
+        CONTROLLER_MANAGER,
+        "v1",
+        "",
+        Node(None),
+        false,
+    );
+    st.put(&gr, cm);
+}
+
+/// Stores an object created by the sandbox itself (bootstrap objects), with metadata filled
+/// in.
+pub fn seed(st: &mut State, gr: &GroupResource, mut obj: Value) {
+    let m = meta_mut(&mut obj);
+    m.entry("uid").or_insert_with(|| json!(new_uid()));
+    m.entry("creationTimestamp")
+        .or_insert_with(|| json!(now_rfc3339()));
+    ssa::record_update(
+        None,
+        &mut obj,
+        "kube-apiserver",
+        "v1",
+        "",
+        Node(None),
+        false,
+    );
+    st.put(gr, obj);
+}
+
+/// The objects a fresh cluster has: system namespaces, root CA ConfigMaps and the `kubernetes`
+/// Service, Endpoints and EndpointSlice in `default`.
+pub fn bootstrap(st: &mut State) {
+    let ns_gr = (String::new(), "namespaces".to_string());
+    for ns in SYSTEM_NAMESPACES {
+        if st.get(&ns_gr, "", ns).is_some() {
+            continue;
+        }
+        seed(
+            st,
+            &ns_gr,
+            json!({
+                "apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}},
+                "spec": {"finalizers": ["kubernetes"]},
+                "status": {"phase": "Active"}
+            }),
+        );
+        publish_root_ca(st, ns);
+    }
+    let svc_gr = (String::new(), "services".to_string());
+    if st.get(&svc_gr, "default", "kubernetes").is_none() {
+        seed(
+            st,
+            &svc_gr,
+            json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "kubernetes", "namespace": "default",
+                             "labels": {"component": "apiserver", "provider": "kubernetes"}},
+                "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.1", "clusterIPs": ["10.96.0.1"],
+                         "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}],
+                         "sessionAffinity": "None"},
+                "status": {"loadBalancer": {}}
+            }),
+        );
+        seed(
+            st,
+            &(String::new(), "endpoints".to_string()),
+            json!({
+                "apiVersion": "v1", "kind": "Endpoints",
+                "metadata": {"name": "kubernetes", "namespace": "default",
+                             "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+                "subsets": [{"addresses": [{"ip": "10.0.0.1"}],
+                             "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]}]
+            }),
+        );
+        seed(
+            st,
+            &("discovery.k8s.io".to_string(), "endpointslices".to_string()),
+            json!({
+                "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": "kubernetes", "namespace": "default",
+                             "labels": {"kubernetes.io/service-name": "kubernetes"}},
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": true}}],
+                "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]
+            }),
+        );
+    }
+}

@@ -1,0 +1,301 @@
+//! Decoding of Kubernetes protobuf request bodies for the few built-in kinds that client-go's
+//! typed clients send as protobuf (helm's release Secrets, `kubectl create namespace`,
+//! `kubectl create configmap|secret|serviceaccount`). Responses are always JSON, which those
+//! clients accept. Other kinds answer 415.
+
+use base64::Engine;
+use serde_json::{Map, Value, json};
+
+/// The magic prefix of Kubernetes protobuf payloads.
+const MAGIC: &[u8] = b"k8s\x00";
+
+#[derive(Clone, Copy)]
+enum T {
+    Str,
+    Int,
+    Bool,
+    Time,
+    MapStr,
+    MapBytes,
+    RepStr,
+    Msg(&'static [F]),
+    RepMsg(&'static [F]),
+}
+
+type F = (u64, &'static str, T);
+
+const OWNER_REF: &[F] = &[
+    (1, "kind", T::Str),
+    (3, "name", T::Str),
+    (4, "uid", T::Str),
+    (5, "apiVersion", T::Str),
+    (6, "controller", T::Bool),
+    (7, "blockOwnerDeletion", T::Bool),
+];
+
+const OBJECT_META: &[F] = &[
+    (1, "name", T::Str),
+    (2, "generateName", T::Str),
+    (3, "namespace", T::Str),
+    (5, "uid", T::Str),
+    (6, "resourceVersion", T::Str),
+    (7, "generation", T::Int),
+    (8, "creationTimestamp", T::Time),
+    (11, "labels", T::MapStr),
+    (12, "annotations", T::MapStr),
+    (13, "ownerReferences", T::RepMsg(OWNER_REF)),
+    (14, "finalizers", T::RepStr),
+];
+
+const SECRET: &[F] = &[
+    (1, "metadata", T::Msg(OBJECT_META)),
+    (2, "data", T::MapBytes),
+    (3, "type", T::Str),
+    (4, "stringData", T::MapStr),
+    (5, "immutable", T::Bool),
+];
+
+const CONFIG_MAP: &[F] = &[
+    (1, "metadata", T::Msg(OBJECT_META)),
+    (2, "data", T::MapStr),
+    (3, "binaryData", T::MapBytes),
+    (4, "immutable", T::Bool),
+];
+
+const NAMESPACE_SPEC: &[F] = &[(1, "finalizers", T::RepStr)];
+
+const NAMESPACE: &[F] = &[
+    (1, "metadata", T::Msg(OBJECT_META)),
+    (2, "spec", T::Msg(NAMESPACE_SPEC)),
+];
+
+const LOCAL_REF: &[F] = &[(1, "name", T::Str)];
+
+const SERVICE_ACCOUNT: &[F] = &[
+    (1, "metadata", T::Msg(OBJECT_META)),
+    (3, "imagePullSecrets", T::RepMsg(LOCAL_REF)),
+    (4, "automountServiceAccountToken", T::Bool),
+];
+
+const PRECONDITIONS: &[F] = &[(1, "uid", T::Str), (2, "resourceVersion", T::Str)];
+
+const DELETE_OPTIONS: &[F] = &[
+    (1, "gracePeriodSeconds", T::Int),
+    (2, "preconditions", T::Msg(PRECONDITIONS)),
+    (3, "orphanDependents", T::Bool),
+    (4, "propagationPolicy", T::Str),
+    (5, "dryRun", T::RepStr),
+];
+
+/// Whether a Content-Type is Kubernetes protobuf.
+pub fn is_protobuf(ct: &str) -> bool {
+    ct.split(';').next().unwrap_or("").trim() == "application/vnd.kubernetes.protobuf"
+}
+
+/// Decodes a protobuf body into the JSON object it stands for; `None` when the payload is
+/// malformed or of a kind this decoder does not know.
+pub fn decode(body: &[u8]) -> Option<Value> {
+    let rest = body.strip_prefix(MAGIC)?;
+    let unknown = fields(rest)?;
+    let mut api_version = String::new();
+    let mut kind = String::new();
+    let mut raw: &[u8] = &[];
+    for (num, val) in unknown {
+        match (num, val) {
+            (1, Wire::Len(tm)) => {
+                for (n, v) in fields(tm)? {
+                    if let Wire::Len(s) = v {
+                        let s = String::from_utf8(s.to_vec()).ok()?;
+                        match n {
+                            1 => api_version = s,
+                            2 => kind = s,
+                            _ => {}
+                        }
+                    }
+                }
+            }
+            (2, Wire::Len(r)) => raw = r,
+            _ => {}
+        }
+    }
+    let schema = match (api_version.as_str(), kind.as_str()) {
+        ("v1", "Secret") => SECRET,
+        ("v1", "ConfigMap") => CONFIG_MAP,
+        ("v1", "Namespace") => NAMESPACE,
+        ("v1", "ServiceAccount") => SERVICE_ACCOUNT,
+        (_, "DeleteOptions") => DELETE_OPTIONS,
+        _ => return None,
+    };
+    let mut obj = message(raw, schema)?;
+    obj.insert("apiVersion".into(), json!(api_version));
+    obj.insert("kind".into(), json!(kind));
+    Some(Value::Object(obj))
+}
+
+enum Wire<'a> {
+    Varint(u64),
+    Len(&'a [u8]),
+    Fixed,
+}
+
+fn varint(b: &[u8], i: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = *b.get(*i)?;
+        *i += 1;
+        v |= ((byte & 0x7f) as u64) << shift;
+        if byte & 0x80 == 0 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+fn fields(b: &[u8]) -> Option<Vec<(u64, Wire<'_>)>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let key = varint(b, &mut i)?;
+        let (num, wt) = (key >> 3, key & 7);
+        let w = match wt {
+            0 => Wire::Varint(varint(b, &mut i)?),
+            2 => {
+                let len = varint(b, &mut i)? as usize;
+                let s = b.get(i..i.checked_add(len)?)?;
+                i += len;
+                Wire::Len(s)
+            }
+            1 => {
+                i = i.checked_add(8)?;
+                Wire::Fixed
+            }
+            5 => {
+                i = i.checked_add(4)?;
+                Wire::Fixed
+            }
+            _ => return None,
+        };
+        out.push((num, w));
+    }
+    (i == b.len()).then_some(out)
+}
+
+fn string(b: &[u8]) -> Option<String> {
+    String::from_utf8(b.to_vec()).ok()
+}
+
+fn map_entry(b: &[u8], bytes: bool) -> Option<(String, Value)> {
+    let mut k = String::new();
+    let mut v = json!("");
+    for (n, w) in fields(b)? {
+        if let Wire::Len(s) = w {
+            match n {
+                1 => k = string(s)?,
+                2 if bytes => v = json!(base64::engine::general_purpose::STANDARD.encode(s)),
+                2 => v = json!(string(s)?),
+                _ => {}
+            }
+        }
+    }
+    Some((k, v))
+}
+
+fn message(b: &[u8], schema: &[F]) -> Option<Map<String, Value>> {
+    let mut obj = Map::new();
+    for (num, w) in fields(b)? {
+        let Some((_, name, t)) = schema.iter().find(|(n, _, _)| *n == num) else {
+            continue;
+        };
+        let name = name.to_string();
+        match (t, w) {
+            // Empty strings and zeros are how the proto2-style encoding says "unset".
+            (T::Str, Wire::Len(s)) => {
+                if !s.is_empty() {
+                    obj.insert(name, json!(string(s)?));
+                }
+            }
+            (T::Int, Wire::Varint(v)) => {
+                if v != 0 {
+                    obj.insert(name, json!(v as i64));
+                }
+            }
+            (T::Bool, Wire::Varint(v)) => {
+                obj.insert(name, json!(v != 0));
+            }
+            (T::Time, Wire::Len(s)) => {
+                let mut secs = 0i64;
+                for (n, w) in fields(s)? {
+                    if let (1, Wire::Varint(v)) = (n, w) {
+                        secs = v as i64;
+                    }
+                }
+                if let Ok(ts) = jiff::Timestamp::from_second(secs) {
+                    obj.insert(name, json!(ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()));
+                }
+            }
+            (T::MapStr | T::MapBytes, Wire::Len(s)) => {
+                let (k, v) = map_entry(s, matches!(t, T::MapBytes))?;
+                let m = obj.entry(name).or_insert_with(|| json!({}));
+                if let Some(m) = m.as_object_mut() {
+                    m.insert(k, v);
+                }
+            }
+            (T::RepStr, Wire::Len(s)) => {
+                let a = obj.entry(name).or_insert_with(|| json!([]));
+                if let Some(a) = a.as_array_mut() {
+                    a.push(json!(string(s)?));
+                }
+            }
+            (T::Msg(inner), Wire::Len(s)) => {
+                obj.insert(name, Value::Object(message(s, inner)?));
+            }
+            (T::RepMsg(inner), Wire::Len(s)) => {
+                let m = message(s, inner)?;
+                let a = obj.entry(name).or_insert_with(|| json!([]));
+                if let Some(a) = a.as_array_mut() {
+                    a.push(Value::Object(m));
+                }
+            }
+            _ => return None,
+        }
+    }
+    Some(obj)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn len_field(num: u64, b: &[u8]) -> Vec<u8> {
+        let mut out = vec![((num << 3) | 2) as u8, b.len() as u8];
+        out.extend_from_slice(b);
+        out
+    }
+
+    #[test]
+    fn decodes_a_secret() {
+        let mut meta = len_field(1, b"sh.helm.release.v1.demo.v1");
+        meta.extend(len_field(3, b"default"));
+        let mut label = len_field(1, b"owner");
+        label.extend(len_field(2, b"helm"));
+        meta.extend(len_field(11, &label));
+        let mut secret = len_field(1, &meta);
+        let mut entry = len_field(1, b"release");
+        entry.extend(len_field(2, b"\x01\x02"));
+        secret.extend(len_field(2, &entry));
+        secret.extend(len_field(3, b"helm.sh/release.v1"));
+        let mut tm = len_field(1, b"v1");
+        tm.extend(len_field(2, b"Secret"));
+        let mut body = MAGIC.to_vec();
+        body.extend(len_field(1, &tm));
+        body.extend(len_field(2, &secret));
+        let v = decode(&body).unwrap();
+        assert_eq!(
+            v,
+            json!({"apiVersion": "v1", "kind": "Secret", "type": "helm.sh/release.v1",
+                   "metadata": {"name": "sh.helm.release.v1.demo.v1", "namespace": "default", "labels": {"owner": "helm"}},
+                   "data": {"release": "AQI="}})
+        );
+        assert!(decode(b"k8s\x00\xff").is_none());
+    }
+}

@@ -1,0 +1,155 @@
+//! Request accounting: every API request is recorded, for tests (`Sandbox::requests`) and for
+//! the Prometheus `apiserver_request_total` counter.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+
+/// The verbs as the real API server labels them in `apiserver_request_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Verb {
+    /// GET of one object.
+    Get,
+    /// GET of a collection.
+    List,
+    /// Watch.
+    Watch,
+    /// Create.
+    Post,
+    /// Replace.
+    Put,
+    /// JSON/merge/strategic patch.
+    Patch,
+    /// Server-side apply.
+    Apply,
+    /// Delete one object.
+    Delete,
+    /// Delete a collection.
+    DeleteCollection,
+}
+
+impl Verb {
+    /// The metric label.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Verb::Get => "GET",
+            Verb::List => "LIST",
+            Verb::Watch => "WATCH",
+            Verb::Post => "POST",
+            Verb::Put => "PUT",
+            Verb::Patch => "PATCH",
+            Verb::Apply => "APPLY",
+            Verb::Delete => "DELETE",
+            Verb::DeleteCollection => "DELETECOLLECTION",
+        }
+    }
+
+    /// Whether the verb changes state.
+    pub fn is_write(&self) -> bool {
+        !self.is_read()
+    }
+
+    /// GET, LIST or WATCH.
+    pub fn is_read(&self) -> bool {
+        matches!(self, Verb::Get | Verb::List | Verb::Watch)
+    }
+}
+
+/// One recorded API request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestRecord {
+    /// Verb.
+    pub verb: Verb,
+    /// API group ("" for core).
+    pub group: String,
+    /// API version.
+    pub version: String,
+    /// Resource plural.
+    pub resource: String,
+    /// Subresource ("" or "status").
+    pub subresource: String,
+    /// Namespace ("" for cluster-scoped or all namespaces).
+    pub namespace: String,
+    /// Object name ("" for collections).
+    pub name: String,
+    /// HTTP status code of the response.
+    pub code: u16,
+    /// `dryRun=All`.
+    pub dry_run: bool,
+}
+
+/// The request log.
+#[derive(Debug, Default)]
+pub struct RequestLog {
+    records: Mutex<Vec<RequestRecord>>,
+}
+
+impl RequestLog {
+    /// Appends a record.
+    pub fn push(&self, r: RequestRecord) {
+        self.records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(r);
+    }
+
+    /// A copy of all records.
+    pub fn all(&self) -> Vec<RequestRecord> {
+        self.records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Counts the records matching a predicate.
+    pub fn count(&self, f: impl Fn(&RequestRecord) -> bool) -> usize {
+        self.records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|r| f(r))
+            .count()
+    }
+
+    /// Forgets all records (the Prometheus counters restart from zero too).
+    pub fn reset(&self) {
+        self.records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
+    /// Prometheus text exposition of `apiserver_request_total`.
+    pub fn metrics_text(&self) -> String {
+        let mut counts: BTreeMap<(Verb, String, String, String, String, u16), u64> =
+            BTreeMap::new();
+        for r in self
+            .records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            *counts
+                .entry((
+                    r.verb,
+                    r.group.clone(),
+                    r.version.clone(),
+                    r.resource.clone(),
+                    r.subresource.clone(),
+                    r.code,
+                ))
+                .or_default() += 1;
+        }
+        let mut out = String::from(
+            "# HELP apiserver_request_total Counter of apiserver requests broken out for each verb, group, version, resource, subresource and HTTP response code.\n# TYPE apiserver_request_total counter\n",
+        );
+        for ((verb, g, v, res, sub, code), n) in counts {
+            let _ = writeln!(
+                out,
+                "apiserver_request_total{{code=\"{code}\",group=\"{g}\",resource=\"{res}\",subresource=\"{sub}\",verb=\"{}\",version=\"{v}\"}} {n}",
+                verb.as_str()
+            );
+        }
+        out
+    }
+}

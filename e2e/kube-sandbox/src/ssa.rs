@@ -1,0 +1,415 @@
+//! Field ownership (`metadata.managedFields`) and server-side apply.
+
+use serde_json::{Map, Value, json};
+
+use crate::error::{ApiError, Cause};
+use crate::fieldset::{FieldSet, changed_paths, merge, path_string, remove_at};
+use crate::schema::Node;
+use crate::util::now_rfc3339;
+
+/// One `managedFields` entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    /// `manager`.
+    pub manager: String,
+    /// `Apply` or `Update`.
+    pub operation: String,
+    /// `apiVersion` the manager used.
+    pub api_version: String,
+    /// `time`.
+    pub time: String,
+    /// `subresource` ("" for the main resource).
+    pub subresource: String,
+    /// The owned fields.
+    pub set: FieldSet,
+}
+
+/// Reads `metadata.managedFields`.
+pub fn entries_of(obj: &Value) -> Vec<Entry> {
+    let Some(list) = obj
+        .get("metadata")
+        .and_then(|m| m.get("managedFields"))
+        .and_then(Value::as_array)
+    else {
+        return Vec::new();
+    };
+    list.iter()
+        .filter_map(|e| {
+            let s = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+            let manager = s("manager");
+            if manager.is_empty() {
+                return None;
+            }
+            Some(Entry {
+                manager,
+                operation: s("operation"),
+                api_version: s("apiVersion"),
+                time: s("time"),
+                subresource: s("subresource"),
+                set: FieldSet::from_fields_v1(e.get("fieldsV1").unwrap_or(&Value::Null)),
+            })
+        })
+        .collect()
+}
+
+/// Writes `metadata.managedFields`, dropping entries that own nothing.
+pub fn set_entries(obj: &mut Value, entries: &[Entry]) {
+    let list: Vec<Value> = entries
+        .iter()
+        .filter(|e| !e.set.is_empty())
+        .map(|e| {
+            let mut v = json!({
+                "manager": e.manager,
+                "operation": e.operation,
+                "apiVersion": e.api_version,
+                "time": e.time,
+                "fieldsType": "FieldsV1",
+                "fieldsV1": e.set.to_fields_v1(),
+            });
+            if !e.subresource.is_empty() {
+                v["subresource"] = json!(e.subresource);
+            }
+            v
+        })
+        .collect();
+    if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        if list.is_empty() {
+            m.remove("managedFields");
+        } else {
+            m.insert("managedFields".into(), Value::Array(list));
+        }
+    }
+}
+
+/// The part of an object whose fields are tracked: without type and system metadata, and
+/// without status on the main resource of a kind with a status subresource (or only status
+/// on the status subresource).
+pub fn tracked(obj: &Value, has_status: bool, subresource: &str) -> Value {
+    let mut v = obj.clone();
+    let Some(root) = v.as_object_mut() else {
+        return Value::Object(Map::new());
+    };
+    if subresource == "status" {
+        let status = root.remove("status");
+        let mut out = Map::new();
+        if let Some(s) = status {
+            out.insert("status".into(), s);
+        }
+        return Value::Object(out);
+    }
+    root.remove("apiVersion");
+    root.remove("kind");
+    if has_status {
+        root.remove("status");
+    }
+    if let Some(Value::Object(m)) = root.get_mut("metadata") {
+        for k in [
+            "name",
+            "namespace",
+            "uid",
+            "resourceVersion",
+            "generation",
+            "creationTimestamp",
+            "managedFields",
+            "selfLink",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+        ] {
+            m.remove(k);
+        }
+        if m.is_empty() {
+            root.remove("metadata");
+        }
+    }
+    v
+}
+
+/// Records a non-apply write (`operation: Update`): the manager takes the fields the write
+/// changed; other managers lose them.
+pub fn record_update(
+    old: Option<&Value>,
+    new: &mut Value,
+    manager: &str,
+    api_version: &str,
+    subresource: &str,
+    schema: Node<'_>,
+    has_status: bool,
+) {
+    let new_t = tracked(new, has_status, subresource);
+    let new_set = FieldSet::of(&new_t, schema);
+    let (mut entries, changed) = match old {
+        Some(o) => {
+            let old_t = tracked(o, has_status, subresource);
+            (entries_of(o), changed_paths(&old_t, &new_t, schema))
+        }
+        None => (Vec::new(), new_set.clone()),
+    };
+    if changed.is_empty() {
+        set_entries(new, &entries);
+        return;
+    }
+    let mut found = false;
+    for e in entries.iter_mut() {
+        if e.manager == manager && e.operation == "Update" && e.subresource == subresource {
+            e.set = e.set.minus(&changed).union(&changed.intersect(&new_set));
+            e.time = now_rfc3339();
+            e.api_version = api_version.to_string();
+            found = true;
+        } else {
+            e.set = e.set.minus(&changed);
+        }
+    }
+    if !found {
+        entries.push(Entry {
+            manager: manager.to_string(),
+            operation: "Update".into(),
+            api_version: api_version.to_string(),
+            time: now_rfc3339(),
+            subresource: subresource.to_string(),
+            set: changed.intersect(&new_set),
+        });
+    }
+    set_entries(new, &entries);
+}
+
+/// Inputs of one server-side apply.
+pub struct ApplyRequest<'a> {
+    /// The live object (`None` when apply creates it).
+    pub live: Option<&'a Value>,
+    /// The applied configuration.
+    pub applied: &'a Value,
+    /// `fieldManager`.
+    pub manager: &'a str,
+    /// `force`.
+    pub force: bool,
+    /// The apiVersion of the request.
+    pub api_version: &'a str,
+    /// "" or "status".
+    pub subresource: &'a str,
+    /// Whether the kind has a status subresource.
+    pub has_status: bool,
+    /// The version's schema.
+    pub schema: Node<'a>,
+    /// For error messages.
+    pub group: &'a str,
+    /// For error messages.
+    pub plural: &'a str,
+    /// For error messages.
+    pub name: &'a str,
+}
+
+/// Server-side apply: merges the configuration into the live object, checks conflicts with
+/// other managers, removes fields this manager stopped applying, and updates
+/// `managedFields`. Returns the new object (system metadata is the caller's job).
+pub fn apply(req: &ApplyRequest<'_>) -> Result<Value, ApiError> {
+    let empty = Value::Object(Map::new());
+    let live = req.live.unwrap_or(&empty);
+    let cfg_t = tracked(req.applied, req.has_status, req.subresource);
+    let applied_set = FieldSet::of(&cfg_t, req.schema);
+    let live_t = tracked(live, req.has_status, req.subresource);
+    let merged_t = merge(Some(&live_t), &cfg_t, req.schema, "");
+    let changed = changed_paths(&live_t, &merged_t, req.schema);
+
+    let mut entries = entries_of(live);
+    let is_me = |e: &Entry| {
+        e.manager == req.manager && e.operation == "Apply" && e.subresource == req.subresource
+    };
+    let mut conflicts: Vec<(String, String, Vec<String>)> = Vec::new();
+    for e in entries
+        .iter()
+        .filter(|e| !is_me(e) && e.manager != req.manager)
+    {
+        let c = e.set.intersect(&changed);
+        if !c.is_empty() {
+            conflicts.push((
+                e.manager.clone(),
+                e.api_version.clone(),
+                c.0.iter().map(|p| path_string(p)).collect(),
+            ));
+        }
+    }
+    if !conflicts.is_empty() && !req.force {
+        return Err(conflict_error(req, &conflicts));
+    }
+    if req.force {
+        for e in entries.iter_mut().filter(|e| !is_me(e)) {
+            e.set = e.set.minus(&changed);
+        }
+    }
+
+    // Build the new full object: the configuration merged into the live object, limited to the
+    // part this endpoint may change.
+    let mut cfg_eff = req.applied.clone();
+    if let Some(root) = cfg_eff.as_object_mut() {
+        if let Some(Value::Object(m)) = root.get_mut("metadata") {
+            for k in [
+                "managedFields",
+                "resourceVersion",
+                "uid",
+                "creationTimestamp",
+                "generation",
+            ] {
+                m.remove(k);
+            }
+        }
+        if req.subresource == "status" {
+            root.retain(|k, _| k == "status");
+        } else if req.has_status {
+            root.remove("status");
+        }
+    }
+    let mut new = merge(Some(live), &cfg_eff, req.schema, "");
+    if req.subresource.is_empty() && req.live.is_none() {
+        // Create: a missing `metadata` in the configuration still needs one on the object.
+        crate::util::meta_mut(&mut new);
+    }
+
+    // Fields this manager applied before and no longer applies are removed unless someone else
+    // owns them (or something below them).
+    let prev = entries
+        .iter()
+        .find(|e| is_me(e))
+        .map(|e| e.set.clone())
+        .unwrap_or_default();
+    let others: FieldSet = entries
+        .iter()
+        .filter(|e| !is_me(e))
+        .fold(FieldSet::default(), |acc, e| acc.union(&e.set));
+    let dropped = prev.minus(&applied_set);
+    let mut removed = FieldSet::default();
+    // Parents first: once an item is gone its children need no removal (and could no longer
+    // be found by key).
+    for p in dropped.0.iter() {
+        if !others.has_at_or_below(p) {
+            // The tracked view has the object's layout, so its paths address the object.
+            remove_at(&mut new, p);
+            removed.0.insert(p.clone());
+        }
+    }
+
+    let now = now_rfc3339();
+    match entries.iter_mut().find(|e| is_me(e)) {
+        Some(e) => {
+            e.set = applied_set;
+            e.time = now;
+            e.api_version = req.api_version.to_string();
+        }
+        None => entries.push(Entry {
+            manager: req.manager.to_string(),
+            operation: "Apply".into(),
+            api_version: req.api_version.to_string(),
+            time: now,
+            subresource: req.subresource.to_string(),
+            set: applied_set,
+        }),
+    }
+    for e in entries.iter_mut().filter(|e| e.operation != "Apply") {
+        e.set = e.set.minus(&removed);
+    }
+    set_entries(&mut new, &entries);
+    Ok(new)
+}
+
+fn conflict_error(req: &ApplyRequest<'_>, conflicts: &[(String, String, Vec<String>)]) -> ApiError {
+    let total: usize = conflicts.iter().map(|c| c.2.len()).sum();
+    let mut causes = Vec::new();
+    let mut parts = Vec::new();
+    for (mgr, av, fields) in conflicts {
+        let who = format!("conflict with \"{mgr}\" using {av}");
+        for f in fields {
+            causes.push(Cause {
+                reason: "FieldManagerConflict".into(),
+                message: who.clone(),
+                field: f.clone(),
+            });
+        }
+        if fields.len() == 1 && total == 1 {
+            parts.push(format!("{who}: {}", fields[0]));
+        } else {
+            let list = fields
+                .iter()
+                .map(|f| format!("- {f}"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            parts.push(format!("conflicts with \"{mgr}\" using {av}:\n{list}"));
+        }
+    }
+    let plural = if total == 1 { "conflict" } else { "conflicts" };
+    let mut e = ApiError::new(
+        409,
+        "Conflict",
+        format!("Apply failed with {total} {plural}: {}", parts.join("\n")),
+    )
+    .with_details(req.group, req.plural, req.name);
+    e.details.causes = causes;
+    e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req<'a>(
+        live: Option<&'a Value>,
+        applied: &'a Value,
+        manager: &'a str,
+        force: bool,
+    ) -> ApplyRequest<'a> {
+        ApplyRequest {
+            live,
+            applied,
+            manager,
+            force,
+            api_version: "v1",
+            subresource: "",
+            has_status: false,
+            schema: Node(None),
+            group: "",
+            plural: "configmaps",
+            name: "c",
+        }
+    }
+
+    #[test]
+    fn apply_conflict_force_and_removal() {
+        let a1 = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"x": "1", "y": "1"}});
+        let o1 = apply(&req(None, &a1, "a", false)).unwrap();
+        assert_eq!(o1["data"], json!({"x": "1", "y": "1"}));
+        // Same value from another manager: shared, no conflict.
+        let b1 = json!({"metadata": {"name": "c"}, "data": {"x": "1"}});
+        let o2 = apply(&req(Some(&o1), &b1, "b", false)).unwrap();
+        // Different value: conflict naming the manager and the field.
+        let b2 = json!({"metadata": {"name": "c"}, "data": {"y": "2"}});
+        let err = apply(&req(Some(&o2), &b2, "b", false)).unwrap_err();
+        assert_eq!(err.code, 409);
+        assert_eq!(
+            err.message,
+            "Apply failed with 1 conflict: conflict with \"a\" using v1: .data.y"
+        );
+        assert_eq!(err.details.causes[0].reason, "FieldManagerConflict");
+        let b2 = json!({"metadata": {"name": "c"}, "data": {"x": "1", "y": "2"}});
+        let o3 = apply(&req(Some(&o2), &b2, "b", true)).unwrap();
+        assert_eq!(o3["data"], json!({"x": "1", "y": "2"}));
+        // a stops applying x and y: b owns both (x shared, y taken by force), so both stay.
+        let a2 = json!({"metadata": {"name": "c"}, "data": {}});
+        let o4 = apply(&req(Some(&o3), &a2, "a", false)).unwrap();
+        assert_eq!(o4["data"], json!({"x": "1", "y": "2"}));
+        // b stops applying everything: x and y go.
+        let b3 = json!({"metadata": {"name": "c"}});
+        let o5 = apply(&req(Some(&o4), &b3, "b", false)).unwrap();
+        assert_eq!(o5["data"], json!({}));
+    }
+
+    #[test]
+    fn update_takes_ownership() {
+        let mut o = json!({"metadata": {"name": "c"}, "data": {"x": "1"}});
+        record_update(None, &mut o, "kubectl-create", "v1", "", Node(None), false);
+        let mut n = o.clone();
+        n["data"]["x"] = json!("2");
+        n["data"]["z"] = json!("3");
+        record_update(Some(&o), &mut n, "editor", "v1", "", Node(None), false);
+        let e = entries_of(&n);
+        assert_eq!(e.len(), 1, "{n}");
+        assert_eq!(e[0].manager, "editor");
+    }
+}

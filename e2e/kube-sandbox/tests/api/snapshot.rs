@@ -1,0 +1,84 @@
+//! Snapshots: a restarted sandbox keeps objects, the resourceVersion counter and CRDs.
+
+use crate::common::*;
+use kube::api::{Api, PostParams};
+use kube_sandbox::{Sandbox, SandboxOptions};
+use serde_json::json;
+
+#[tokio::test]
+async fn restart_keeps_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = SandboxOptions {
+        crds: vec![],
+        snapshot_dir: Some(dir.path().to_path_buf()),
+        ..Default::default()
+    };
+    let s = Sandbox::start_with(opts.clone()).await.unwrap();
+    let c = s.client();
+    install_widgets(&c).await;
+    widgets(&c, "default")
+        .create(&PostParams::default(), &widget("kept", json!({"size": 4})))
+        .await
+        .unwrap();
+    create_ns(&c, "persisted").await;
+    create_cm(&c, "persisted", "cm", json!({"a": "b"})).await;
+    let rv = s.resource_version();
+    let old_uid = get(&c, "/api/v1/namespaces/persisted/configmaps/cm")
+        .await
+        .json()["metadata"]["uid"]
+        .clone();
+    s.shutdown().await;
+    assert!(dir.path().join("snapshot.json").exists());
+
+    let s = Sandbox::start_with(opts.clone()).await.unwrap();
+    let c = s.client();
+    let w = widgets(&c, "default").get("kept").await.unwrap();
+    assert_eq!(w.data["spec"]["size"], 4);
+    let cm = get(&c, "/api/v1/namespaces/persisted/configmaps/cm")
+        .await
+        .json();
+    assert_eq!(cm["metadata"]["uid"], old_uid);
+    assert!(s.resource_version() >= rv);
+    let newer = create_cm(&c, "persisted", "after", json!({})).await;
+    assert!(
+        newer
+            .metadata
+            .resource_version
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            > rv,
+        "the counter continues"
+    );
+    // Watches from before the restart get 410, as after a real server's compaction.
+    let mut old = WatchStream::open(
+        &c,
+        &format!("/api/v1/configmaps?watch=true&resourceVersion={}", rv - 1),
+        &[],
+    )
+    .await;
+    assert_eq!(old.next().await.unwrap()["object"]["code"], 410);
+
+    // restart() keeps the address, so existing clients keep working.
+    let addr = s.addr();
+    let s = s.restart().await.unwrap();
+    assert_eq!(s.addr(), addr);
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(c.clone(), "persisted");
+    assert!(cms.get_opt("after").await.unwrap().is_some());
+    // Dropping without shutdown() writes the snapshot too.
+    create_cm(&c, "persisted", "on-drop", json!({})).await;
+    drop(s);
+    let s = Sandbox::start_with(opts).await.unwrap();
+    assert_eq!(
+        get(
+            &s.client(),
+            "/api/v1/namespaces/persisted/configmaps/on-drop"
+        )
+        .await
+        .code,
+        200
+    );
+    // restart() needs a snapshot directory.
+    let plain = bare().await;
+    assert!(plain.restart().await.is_err());
+}

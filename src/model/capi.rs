@@ -1,0 +1,418 @@
+//! What we read from CAPI objects, extracted tolerantly from their JSON.
+//!
+//! We never deserialise CAPI objects into the full generated types: one unknown enum value in
+//! one Cluster would break the whole watch. Instead these views pick the fields we use, from
+//! both shapes a Cluster can have (`v1beta2`, CAPI ≥ 1.11 storage; `v1beta1`, what Runtime SDK
+//! hooks receive from CAPI ≤ 1.12), and default what is missing.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use crate::names;
+
+/// Labels or annotations.
+pub type StringMap = BTreeMap<String, String>;
+
+/// A reference from a Cluster to its control plane or infrastructure object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectRef {
+    /// API group (`v1beta2` `apiGroup`, or the group of `v1beta1` `apiVersion`).
+    pub group: String,
+    /// `v1beta1` references carry a version; `v1beta2` ones do not (the served version is used).
+    pub version: Option<String>,
+    pub kind: String,
+    pub name: String,
+    pub namespace: String,
+}
+
+/// The ClusterClass a Cluster uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClassRef {
+    pub name: String,
+    /// The class namespace: `classRef.namespace` (or `v1beta1` `classNamespace`), defaulting to
+    /// the Cluster's namespace.
+    pub namespace: String,
+}
+
+/// The parts of a CAPI `Cluster` the provider acts on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterView {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    pub labels: StringMap,
+    pub annotations: StringMap,
+    pub finalizers: Vec<String>,
+    pub deleting: bool,
+    /// `spec.paused` or the `cluster.x-k8s.io/paused` annotation.
+    pub paused: bool,
+    /// `status.initialization.controlPlaneInitialized` (`v1beta2`).
+    pub control_plane_initialized: bool,
+    pub class: Option<ClassRef>,
+    pub control_plane_ref: Option<ObjectRef>,
+    pub infrastructure_ref: Option<ObjectRef>,
+    /// `spec.topology.variables` as name → value.
+    pub variables: BTreeMap<String, Value>,
+}
+
+impl ClusterView {
+    /// Extracts the view from a Cluster object (either API version). `None` when the object has
+    /// no name or namespace.
+    pub fn from_json(object: &Value) -> Option<Self> {
+        let metadata = object.get("metadata")?;
+        let name = str_at(metadata, "name")?.to_string();
+        let namespace = str_at(metadata, "namespace")?.to_string();
+        let spec = object.get("spec").unwrap_or(&Value::Null);
+        let annotations = string_map(metadata.get("annotations"));
+        let topology = spec.get("topology").filter(|t| t.is_object());
+        let class = topology.and_then(|t| class_ref(t, &namespace));
+        Some(Self {
+            uid: str_at(metadata, "uid").unwrap_or_default().to_string(),
+            labels: string_map(metadata.get("labels")),
+            finalizers: metadata
+                .get("finalizers")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect(),
+            deleting: metadata
+                .get("deletionTimestamp")
+                .is_some_and(|t| !t.is_null()),
+            paused: spec.get("paused").and_then(Value::as_bool) == Some(true)
+                || annotations.contains_key(names::CAPI_PAUSED_ANNOTATION),
+            control_plane_initialized: object
+                .pointer("/status/initialization/controlPlaneInitialized")
+                .and_then(Value::as_bool)
+                == Some(true),
+            control_plane_ref: spec
+                .get("controlPlaneRef")
+                .and_then(|r| object_ref(r, &namespace)),
+            infrastructure_ref: spec
+                .get("infrastructureRef")
+                .and_then(|r| object_ref(r, &namespace)),
+            variables: topology
+                .and_then(|t| t.get("variables"))
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|v| Some((str_at(v, "name")?.to_string(), v.get("value")?.clone())))
+                .collect(),
+            class,
+            annotations,
+            name,
+            namespace,
+        })
+    }
+
+    /// Whether the Cluster carries our finalizer.
+    pub fn has_finalizer(&self) -> bool {
+        self.finalizers.iter().any(|f| f == names::FINALIZER)
+    }
+
+    /// The ClusterClass in another namespace, if the Cluster uses one (the only case that needs
+    /// a cross-namespace ClusterGroup and BundleNamespaceMapping).
+    pub fn cross_namespace_class(&self) -> Option<&ClassRef> {
+        self.class
+            .as_ref()
+            .filter(|c| c.namespace != self.namespace)
+    }
+}
+
+/// The parts of a CAPI `ClusterClass` the provider acts on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClassView {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    pub labels: StringMap,
+    pub finalizers: Vec<String>,
+    pub deleting: bool,
+}
+
+impl ClassView {
+    pub fn from_json(object: &Value) -> Option<Self> {
+        let metadata = object.get("metadata")?;
+        Some(Self {
+            name: str_at(metadata, "name")?.to_string(),
+            namespace: str_at(metadata, "namespace")?.to_string(),
+            uid: str_at(metadata, "uid").unwrap_or_default().to_string(),
+            labels: string_map(metadata.get("labels")),
+            finalizers: metadata
+                .get("finalizers")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect(),
+            deleting: metadata
+                .get("deletionTimestamp")
+                .is_some_and(|t| !t.is_null()),
+        })
+    }
+}
+
+/// Annotations that change without the user changing anything; kept out of `templateValues`
+/// so that values do not churn.
+const VOLATILE_ANNOTATIONS: &[&str] = &[
+    names::LAST_APPLIED_ANNOTATION,
+    "cluster.x-k8s.io/conversion-data",
+    "runtime.cluster.x-k8s.io/pending-hooks",
+    "runtime.cluster.x-k8s.io/ok-to-delete",
+];
+
+/// The stable part of an object for `templateValues`: `apiVersion`, `kind`, `metadata.name`,
+/// `metadata.namespace`, `metadata.labels`, `metadata.annotations` (minus volatile ones) and
+/// `spec`. Status, managed fields, resource version, uid, generation, timestamps, owner
+/// references and finalizers are left out: they change without the user changing anything.
+pub fn template_object(object: &Value) -> Value {
+    let mut out = Map::new();
+    for key in ["apiVersion", "kind"] {
+        if let Some(v) = object.get(key) {
+            out.insert(key.to_string(), v.clone());
+        }
+    }
+    let mut metadata = Map::new();
+    if let Some(source) = object.get("metadata").and_then(Value::as_object) {
+        for key in ["name", "namespace", "labels"] {
+            if let Some(v) = source.get(key).filter(|v| !v.is_null()) {
+                metadata.insert(key.to_string(), v.clone());
+            }
+        }
+        if let Some(annotations) = source.get("annotations").and_then(Value::as_object) {
+            let kept: Map<String, Value> = annotations
+                .iter()
+                .filter(|(k, _)| !VOLATILE_ANNOTATIONS.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            if !kept.is_empty() {
+                metadata.insert("annotations".to_string(), Value::Object(kept));
+            }
+        }
+    }
+    out.insert("metadata".to_string(), Value::Object(metadata));
+    if let Some(spec) = object.get("spec") {
+        out.insert("spec".to_string(), spec.clone());
+    }
+    Value::Object(out)
+}
+
+fn class_ref(topology: &Value, cluster_namespace: &str) -> Option<ClassRef> {
+    // v1beta2: classRef {name, namespace}; v1beta1: class + classNamespace.
+    let (name, namespace) = match topology.get("classRef") {
+        Some(r) if r.is_object() => (str_at(r, "name")?, str_at(r, "namespace")),
+        _ => (
+            str_at(topology, "class")?,
+            str_at(topology, "classNamespace"),
+        ),
+    };
+    if name.is_empty() {
+        return None;
+    }
+    Some(ClassRef {
+        name: name.to_string(),
+        namespace: namespace
+            .filter(|ns| !ns.is_empty())
+            .unwrap_or(cluster_namespace)
+            .to_string(),
+    })
+}
+
+fn object_ref(reference: &Value, cluster_namespace: &str) -> Option<ObjectRef> {
+    let kind = str_at(reference, "kind")?.to_string();
+    let name = str_at(reference, "name")?.to_string();
+    let (group, version) = match (
+        str_at(reference, "apiGroup"),
+        str_at(reference, "apiVersion"),
+    ) {
+        (Some(group), _) => (group.to_string(), None),
+        (None, Some(api_version)) => match api_version.split_once('/') {
+            Some((group, version)) => (group.to_string(), Some(version.to_string())),
+            None => (String::new(), Some(api_version.to_string())),
+        },
+        (None, None) => return None,
+    };
+    Some(ObjectRef {
+        group,
+        version,
+        kind,
+        name,
+        namespace: str_at(reference, "namespace")
+            .filter(|ns| !ns.is_empty())
+            .unwrap_or(cluster_namespace)
+            .to_string(),
+    })
+}
+
+fn str_at<'a>(value: &'a Value, key: &str) -> Option<&'a str> {
+    value.get(key).and_then(Value::as_str)
+}
+
+fn string_map(value: Option<&Value>) -> StringMap {
+    value
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn v1beta2_cluster() -> Value {
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2",
+            "kind": "Cluster",
+            "metadata": {
+                "name": "capi-quickstart", "namespace": "default", "uid": "u-1",
+                "resourceVersion": "42", "generation": 3,
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {"cni": "kindnet"},
+                "annotations": {
+                    "example.com/a": "b",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{}",
+                    "runtime.cluster.x-k8s.io/pending-hooks": "AfterControlPlaneInitialized"
+                },
+                "finalizers": ["cluster.cluster.x-k8s.io", "fleet.addons.cluster.x-k8s.io"],
+                "managedFields": [{"manager": "kubectl"}],
+                "ownerReferences": [{"kind": "X", "name": "y", "uid": "z", "apiVersion": "v1"}]
+            },
+            "spec": {
+                "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "KubeadmControlPlane", "name": "cp"},
+                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerCluster", "name": "infra"},
+                "topology": {
+                    "classRef": {"name": "quick-start", "namespace": "clusterclass"},
+                    "version": "v1.35.0",
+                    "variables": [{"name": "imageRepository", "value": "registry.k8s.io"}, {"name": "cfg", "value": {"a": 1}}]
+                }
+            },
+            "status": {"initialization": {"controlPlaneInitialized": true}, "phase": "SomethingNew"}
+        })
+    }
+
+    #[test]
+    fn reads_v1beta2_cluster() {
+        let view = ClusterView::from_json(&v1beta2_cluster()).expect("view");
+        assert_eq!(view.name, "capi-quickstart");
+        assert_eq!(view.namespace, "default");
+        assert_eq!(view.uid, "u-1");
+        assert!(view.has_finalizer());
+        assert!(!view.deleting && !view.paused);
+        assert!(view.control_plane_initialized);
+        assert_eq!(
+            view.class,
+            Some(ClassRef {
+                name: "quick-start".into(),
+                namespace: "clusterclass".into()
+            })
+        );
+        assert_eq!(
+            view.cross_namespace_class().map(|c| c.name.as_str()),
+            Some("quick-start")
+        );
+        let cp = view.control_plane_ref.expect("cp ref");
+        assert_eq!(
+            (
+                cp.group.as_str(),
+                cp.version,
+                cp.kind.as_str(),
+                cp.name.as_str(),
+                cp.namespace.as_str()
+            ),
+            (
+                "controlplane.cluster.x-k8s.io",
+                None,
+                "KubeadmControlPlane",
+                "cp",
+                "default"
+            )
+        );
+        assert_eq!(view.variables["imageRepository"], json!("registry.k8s.io"));
+        assert_eq!(view.variables["cfg"], json!({"a": 1}));
+    }
+
+    #[test]
+    fn reads_v1beta1_cluster() {
+        let cluster = json!({
+            "metadata": {"name": "c1", "namespace": "ns"},
+            "spec": {
+                "paused": true,
+                "controlPlaneRef": {"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "RKE2ControlPlane", "name": "cp", "namespace": "ns"},
+                "topology": {"class": "rke2", "classNamespace": "classes", "version": "v1.33.0"}
+            }
+        });
+        let view = ClusterView::from_json(&cluster).expect("view");
+        assert!(view.paused);
+        assert!(!view.control_plane_initialized);
+        assert_eq!(
+            view.class.as_ref().map(|c| c.namespace.as_str()),
+            Some("classes")
+        );
+        let cp = view.control_plane_ref.expect("cp ref");
+        assert_eq!(cp.group, "controlplane.cluster.x-k8s.io");
+        assert_eq!(cp.version.as_deref(), Some("v1beta1"));
+    }
+
+    #[test]
+    fn class_in_own_namespace_is_not_cross_namespace() {
+        for topology in [
+            json!({"classRef": {"name": "c"}, "version": "v1"}),
+            json!({"classRef": {"name": "c", "namespace": "ns"}, "version": "v1"}),
+            json!({"class": "c", "version": "v1"}),
+        ] {
+            let cluster = json!({"metadata": {"name": "x", "namespace": "ns"}, "spec": {"topology": topology}});
+            let view = ClusterView::from_json(&cluster).expect("view");
+            assert_eq!(
+                view.class.as_ref().map(|c| c.namespace.as_str()),
+                Some("ns")
+            );
+            assert!(view.cross_namespace_class().is_none());
+        }
+    }
+
+    #[test]
+    fn paused_by_annotation_and_deleting() {
+        let cluster = json!({"metadata": {
+            "name": "x", "namespace": "ns",
+            "annotations": {"cluster.x-k8s.io/paused": ""},
+            "deletionTimestamp": "2026-01-01T00:00:00Z"
+        }});
+        let view = ClusterView::from_json(&cluster).expect("view");
+        assert!(view.paused && view.deleting);
+        assert!(view.class.is_none() && view.control_plane_ref.is_none());
+        assert!(ClusterView::from_json(&json!({"metadata": {"name": "x"}})).is_none());
+    }
+
+    #[test]
+    fn template_object_keeps_only_stable_fields() {
+        let stable = template_object(&v1beta2_cluster());
+        assert_eq!(
+            stable,
+            json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2",
+                "kind": "Cluster",
+                "metadata": {
+                    "name": "capi-quickstart", "namespace": "default",
+                    "labels": {"cni": "kindnet"},
+                    "annotations": {"example.com/a": "b"}
+                },
+                "spec": v1beta2_cluster()["spec"].clone()
+            })
+        );
+        // What changes without the user changing anything does not change the result.
+        let mut churned = v1beta2_cluster();
+        churned["metadata"]["resourceVersion"] = json!("43");
+        churned["metadata"]["generation"] = json!(4);
+        churned["metadata"]["finalizers"] = json!([]);
+        churned["status"] = json!({"phase": "Provisioned"});
+        churned["metadata"]["annotations"]["runtime.cluster.x-k8s.io/pending-hooks"] = json!("");
+        assert_eq!(template_object(&churned), stable);
+    }
+}

@@ -1,0 +1,533 @@
+//! The Fleet objects we want for CAPI objects: Fleet `Cluster`, `ClusterRegistrationToken`,
+//! `ClusterGroup` and `BundleNamespaceMapping`. Pure: the controllers and the Runtime SDK hooks
+//! build the same objects from the same inputs.
+
+use std::collections::BTreeMap;
+
+use fleet_api_rs::fleet_bundle_namespace_mapping::{
+    BundleNamespaceMappingBundleSelector, BundleNamespaceMappingNamespaceSelector,
+};
+use fleet_api_rs::fleet_cluster::{Cluster as FleetCluster, ClusterSpec as FleetClusterSpec};
+use fleet_api_rs::fleet_cluster_registration_token::{
+    ClusterRegistrationToken, ClusterRegistrationTokenSpec,
+};
+use fleet_api_rs::fleet_clustergroup::{ClusterGroup, ClusterGroupSelector, ClusterGroupSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use serde_json::Value;
+
+use crate::api::BundleNamespaceMapping;
+use crate::model::capi::{ClassRef, ClassView, ClusterView, StringMap, template_object};
+use crate::model::config::{ClassGroups, ClusterImport};
+use crate::names;
+
+/// How a Fleet Cluster registers with Fleet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Registration {
+    /// Fleet connects to the cluster with the CAPI kubeconfig Secret and deploys the agent.
+    ManagerInitiated,
+    /// The agent connects to Fleet with a registration token and this client ID.
+    AgentInitiated { client_id: String },
+}
+
+/// Whether the Cluster registers agent-initiated: the configuration says so, or the runtime
+/// extension prepared it that way (the live Fleet Cluster carries our registration annotation).
+pub fn is_agent_initiated(
+    import: &ClusterImport,
+    cluster: &ClusterView,
+    live: Option<&FleetCluster>,
+) -> bool {
+    import.agent_initiated.applies_to(&cluster.labels) || prepared_by_runtime_extension(live)
+}
+
+/// Whether the runtime extension created this Fleet Cluster for agent-initiated registration.
+pub fn prepared_by_runtime_extension(live: Option<&FleetCluster>) -> bool {
+    live.and_then(|c| c.metadata.annotations.as_ref())
+        .and_then(|a| a.get(names::REGISTRATION_ANNOTATION))
+        .is_some_and(|v| v == names::REGISTRATION_RUNTIME_EXTENSION)
+}
+
+/// The client ID of an agent-initiated Fleet Cluster: the live one if there is one (it is never
+/// regenerated, or the registered agent would be orphaned), otherwise `fresh()`.
+pub fn client_id(live: Option<&FleetCluster>, fresh: impl FnOnce() -> String) -> String {
+    live.and_then(|c| c.spec.client_id.clone())
+        .filter(|id| !id.is_empty())
+        .unwrap_or_else(fresh)
+}
+
+/// A new random client ID: 64 alphanumeric characters (hard to guess, as Fleet recommends).
+pub fn random_client_id() -> String {
+    use rand::Rng;
+    use rand::distr::Alphanumeric;
+    rand::rng()
+        .sample_iter(&Alphanumeric)
+        .take(64)
+        .map(char::from)
+        .collect()
+}
+
+/// The `templateValues` of a Fleet Cluster: the stable part of the Cluster, its ControlPlane
+/// and InfrastructureCluster objects (each when available), and the topology variables.
+pub fn template_values(
+    cluster: &Value,
+    view: &ClusterView,
+    control_plane: Option<&Value>,
+    infrastructure: Option<&Value>,
+) -> BTreeMap<String, Value> {
+    let mut values = BTreeMap::new();
+    values.insert("Cluster".to_string(), template_object(cluster));
+    if let Some(cp) = control_plane {
+        values.insert("ControlPlane".to_string(), template_object(cp));
+    }
+    if let Some(infra) = infrastructure {
+        values.insert("InfrastructureCluster".to_string(), template_object(infra));
+    }
+    if !view.variables.is_empty() {
+        values.insert(
+            "Variables".to_string(),
+            Value::Object(
+                view.variables
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            ),
+        );
+    }
+    values
+}
+
+/// The owner reference of a CAPI Cluster, as CAAPF set it (no controller flag).
+pub fn cluster_owner_reference(cluster: &ClusterView) -> OwnerReference {
+    OwnerReference {
+        api_version: "cluster.x-k8s.io/v1beta2".to_string(),
+        kind: "Cluster".to_string(),
+        name: cluster.name.clone(),
+        uid: cluster.uid.clone(),
+        ..Default::default()
+    }
+}
+
+/// Labels every Fleet object of a classy Cluster or ClusterClass carries.
+pub fn class_labels(class: &ClassRef) -> StringMap {
+    StringMap::from([
+        (
+            names::CLUSTERCLASS_NAME_LABEL.to_string(),
+            class.name.clone(),
+        ),
+        (
+            names::CLUSTERCLASS_NAMESPACE_LABEL.to_string(),
+            class.namespace.clone(),
+        ),
+    ])
+}
+
+/// The Fleet Cluster of a CAPI Cluster.
+pub fn desired_fleet_cluster(
+    cluster: &ClusterView,
+    import: &ClusterImport,
+    registration: &Registration,
+    template_values: Option<BTreeMap<String, Value>>,
+) -> FleetCluster {
+    let mut labels = cluster.labels.clone();
+    if let Some(class) = &cluster.class {
+        labels.extend(class_labels(class));
+    }
+    let mut annotations = cluster.annotations.clone();
+    annotations.remove(names::LAST_APPLIED_ANNOTATION);
+    let (kube_config_secret, client_id) = match registration {
+        Registration::ManagerInitiated => {
+            (Some(names::kubeconfig_secret_name(&cluster.name)), None)
+        }
+        Registration::AgentInitiated { client_id } => (None, Some(client_id.clone())),
+    };
+    let mut fleet = FleetCluster::new(
+        &import.fleet_cluster_name(&cluster.name),
+        FleetClusterSpec {
+            agent_namespace: Some(import.agent_namespace.clone()),
+            agent_tolerations: Some(import.agent_tolerations.clone()),
+            host_network: import.host_network,
+            agent_env_vars: import.agent_env_vars.clone(),
+            kube_config_secret,
+            client_id,
+            template_values,
+            ..Default::default()
+        },
+    );
+    fleet.metadata = ObjectMeta {
+        name: Some(import.fleet_cluster_name(&cluster.name)),
+        namespace: Some(cluster.namespace.clone()),
+        labels: Some(labels).filter(|l| !l.is_empty()),
+        annotations: Some(annotations).filter(|a| !a.is_empty()),
+        owner_references: import
+            .set_owner_references
+            .then(|| vec![cluster_owner_reference(cluster)]),
+        ..Default::default()
+    };
+    fleet
+}
+
+/// The registration token of an agent-initiated Cluster (named after the CAPI Cluster, as CAAPF).
+pub fn desired_registration_token(
+    cluster: &ClusterView,
+    import: &ClusterImport,
+) -> ClusterRegistrationToken {
+    let mut token = ClusterRegistrationToken::new(
+        &cluster.name,
+        ClusterRegistrationTokenSpec {
+            ttl: Some(import.registration_token_ttl.clone()),
+        },
+    );
+    token.metadata.namespace = Some(cluster.namespace.clone());
+    token.metadata.owner_references = import
+        .set_owner_references
+        .then(|| vec![cluster_owner_reference(cluster)]);
+    token
+}
+
+/// The ClusterGroup of a ClusterClass: same name and namespace, carrying the class labels and
+/// selecting the Fleet Clusters of the class in that namespace.
+pub fn desired_class_group(class: &ClassView, config: &ClassGroups) -> ClusterGroup {
+    let class_ref = ClassRef {
+        name: class.name.clone(),
+        namespace: class.namespace.clone(),
+    };
+    let selector = class_labels(&class_ref);
+    let mut labels = class.labels.clone();
+    labels.extend(selector.clone());
+    let mut group = ClusterGroup::new(
+        &class.name,
+        ClusterGroupSpec {
+            selector: Some(ClusterGroupSelector {
+                match_labels: Some(selector),
+                ..Default::default()
+            }),
+        },
+    );
+    group.metadata.namespace = Some(class.namespace.clone());
+    group.metadata.labels = Some(labels);
+    group.metadata.owner_references = config.set_owner_references.then(|| {
+        vec![OwnerReference {
+            api_version: "cluster.x-k8s.io/v1beta2".to_string(),
+            kind: "ClusterClass".to_string(),
+            name: class.name.clone(),
+            uid: class.uid.clone(),
+            ..Default::default()
+        }]
+    });
+    group
+}
+
+/// Name of the ClusterGroup, in a Cluster's namespace, for a class from another namespace.
+pub fn cross_namespace_group_name(class: &ClassRef) -> String {
+    format!("{}.{}", class.name, class.namespace)
+}
+
+/// The ClusterGroup `<class>.<class namespace>` in `namespace`, selecting the Fleet Clusters of
+/// that class there. Carries the ClusterClass labels when the class is known. It is shared by
+/// every Cluster of the namespace using the class, so it has no owner reference: the namespace
+/// controller deletes it when the last such Cluster goes.
+pub fn desired_cross_namespace_group(
+    namespace: &str,
+    class: &ClassRef,
+    class_object_labels: Option<&StringMap>,
+) -> ClusterGroup {
+    let selector = class_labels(class);
+    let mut labels = class_object_labels.cloned().unwrap_or_default();
+    labels.extend(selector.clone());
+    labels.insert(names::MANAGED_LABEL.to_string(), "true".to_string());
+    let mut group = ClusterGroup::new(
+        &cross_namespace_group_name(class),
+        ClusterGroupSpec {
+            selector: Some(ClusterGroupSelector {
+                match_labels: Some(selector),
+                ..Default::default()
+            }),
+        },
+    );
+    group.metadata.namespace = Some(namespace.to_string());
+    group.metadata.labels = Some(labels);
+    group
+}
+
+/// The BundleNamespaceMapping `<cluster namespace>` in the class namespace: bundles next to the
+/// class may target Fleet Clusters in the cluster namespace.
+pub fn desired_bundle_namespace_mapping(
+    cluster_namespace: &str,
+    class_namespace: &str,
+) -> BundleNamespaceMapping {
+    let mut mapping = BundleNamespaceMapping::new(ObjectMeta {
+        name: Some(cluster_namespace.to_string()),
+        namespace: Some(class_namespace.to_string()),
+        labels: Some(BTreeMap::from([(
+            names::MANAGED_LABEL.to_string(),
+            "true".to_string(),
+        )])),
+        ..Default::default()
+    });
+    mapping.bundle_selector = Some(BundleNamespaceMappingBundleSelector::default());
+    mapping.namespace_selector = Some(BundleNamespaceMappingNamespaceSelector {
+        match_labels: Some(BTreeMap::from([(
+            "kubernetes.io/metadata.name".to_string(),
+            cluster_namespace.to_string(),
+        )])),
+        ..Default::default()
+    });
+    mapping
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::model::config::EffectiveConfig;
+    use crate::model::selection::AgentInitiated;
+
+    fn cluster(extra: Value) -> ClusterView {
+        let mut object = json!({
+            "metadata": {
+                "name": "c1", "namespace": "ns", "uid": "uid-1",
+                "labels": {"env": "dev"},
+                "annotations": {"a": "b", "kubectl.kubernetes.io/last-applied-configuration": "{}"}
+            },
+            "spec": {}
+        });
+        if let Some(topology) = extra.get("topology") {
+            object["spec"]["topology"] = topology.clone();
+        }
+        ClusterView::from_json(&object).expect("view")
+    }
+
+    fn default_import() -> ClusterImport {
+        EffectiveConfig::default().cluster.expect("import")
+    }
+
+    fn to_json<T: serde::Serialize>(value: &T) -> Value {
+        serde_json::to_value(value).expect("serialises")
+    }
+
+    #[test]
+    fn manager_initiated_fleet_cluster() {
+        let fleet = desired_fleet_cluster(
+            &cluster(json!({})),
+            &default_import(),
+            &Registration::ManagerInitiated,
+            None,
+        );
+        assert_eq!(
+            to_json(&fleet),
+            json!({
+                "apiVersion": "fleet.cattle.io/v1alpha1",
+                "kind": "Cluster",
+                "metadata": {
+                    "name": "c1", "namespace": "ns",
+                    "labels": {"env": "dev"},
+                    "annotations": {"a": "b"},
+                    "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c1", "uid": "uid-1"}]
+                },
+                "spec": {
+                    "agentNamespace": "fleet-addon-agent",
+                    "agentTolerations": [
+                        {"effect": "NoSchedule", "key": "node.kubernetes.io/not-ready", "operator": "Exists"},
+                        {"effect": "NoSchedule", "key": "node.cluster.x-k8s.io/uninitialized", "operator": "Exists"},
+                        {"effect": "NoSchedule", "key": "node.cloudprovider.kubernetes.io/uninitialized", "operator": "Equal", "value": "true"}
+                    ],
+                    "hostNetwork": true,
+                    "kubeConfigSecret": "c1-kubeconfig"
+                }
+            })
+        );
+    }
+
+    #[test]
+    fn naming_class_labels_and_no_owner_reference() {
+        let mut import = default_import();
+        import.name_prefix = "fleet-".into();
+        import.name_suffix = "-x".into();
+        import.set_owner_references = false;
+        import.host_network = None;
+        let view = cluster(
+            json!({"topology": {"classRef": {"name": "quick-start", "namespace": "classes"}, "version": "v1"}}),
+        );
+        let fleet = to_json(&desired_fleet_cluster(
+            &view,
+            &import,
+            &Registration::ManagerInitiated,
+            None,
+        ));
+        assert_eq!(fleet["metadata"]["name"], "fleet-c1-x");
+        // The kubeconfig Secret is CAPI's, named after the CAPI Cluster, not the Fleet name.
+        assert_eq!(fleet["spec"]["kubeConfigSecret"], "c1-kubeconfig");
+        assert_eq!(
+            fleet["metadata"]["labels"],
+            json!({
+                "env": "dev",
+                "clusterclass-name.fleet.addons.cluster.x-k8s.io": "quick-start",
+                "clusterclass-namespace.fleet.addons.cluster.x-k8s.io": "classes"
+            })
+        );
+        assert!(fleet["metadata"].get("ownerReferences").is_none());
+        assert!(fleet["spec"].get("hostNetwork").is_none());
+    }
+
+    #[test]
+    fn class_namespace_label_defaults_to_cluster_namespace() {
+        let view = cluster(json!({"topology": {"classRef": {"name": "qs"}, "version": "v1"}}));
+        let fleet = to_json(&desired_fleet_cluster(
+            &view,
+            &default_import(),
+            &Registration::ManagerInitiated,
+            None,
+        ));
+        assert_eq!(
+            fleet["metadata"]["labels"]["clusterclass-namespace.fleet.addons.cluster.x-k8s.io"],
+            "ns"
+        );
+    }
+
+    #[test]
+    fn agent_initiated_fleet_cluster_and_token() {
+        let mut import = default_import();
+        import.agent_initiated = AgentInitiated::All;
+        let view = cluster(json!({}));
+        assert!(is_agent_initiated(&import, &view, None));
+        let fleet = to_json(&desired_fleet_cluster(
+            &view,
+            &import,
+            &Registration::AgentInitiated {
+                client_id: "id-1".into(),
+            },
+            None,
+        ));
+        assert_eq!(fleet["spec"]["clientID"], "id-1");
+        assert!(fleet["spec"].get("kubeConfigSecret").is_none());
+        let token = to_json(&desired_registration_token(&view, &import));
+        assert_eq!(
+            token,
+            json!({
+                "apiVersion": "fleet.cattle.io/v1alpha1",
+                "kind": "ClusterRegistrationToken",
+                "metadata": {
+                    "name": "c1", "namespace": "ns",
+                    "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c1", "uid": "uid-1"}]
+                },
+                "spec": {"ttl": "24h"}
+            })
+        );
+    }
+
+    #[test]
+    fn client_id_is_generated_once_and_preserved() {
+        let fresh = random_client_id();
+        assert_eq!(fresh.len(), 64);
+        assert!(fresh.chars().all(|c| c.is_ascii_alphanumeric()));
+        assert_ne!(fresh, random_client_id());
+
+        let mut live = FleetCluster::new("c1", FleetClusterSpec::default());
+        assert_eq!(client_id(Some(&live), || "new".into()), "new");
+        live.spec.client_id = Some("kept".into());
+        assert_eq!(
+            client_id(Some(&live), || panic!("must not regenerate")),
+            "kept"
+        );
+        assert_eq!(client_id(None, || "new".into()), "new");
+    }
+
+    #[test]
+    fn runtime_extension_marks_agent_initiated() {
+        let import = default_import();
+        let view = cluster(json!({}));
+        let mut live = FleetCluster::new("c1", FleetClusterSpec::default());
+        assert!(!is_agent_initiated(&import, &view, Some(&live)));
+        live.metadata.annotations = Some(BTreeMap::from([(
+            names::REGISTRATION_ANNOTATION.to_string(),
+            names::REGISTRATION_RUNTIME_EXTENSION.to_string(),
+        )]));
+        assert!(is_agent_initiated(&import, &view, Some(&live)));
+    }
+
+    #[test]
+    fn template_values_hold_the_three_objects_and_variables() {
+        let object = json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "c1", "namespace": "ns", "resourceVersion": "9"},
+            "spec": {"topology": {"classRef": {"name": "qs"}, "version": "v1", "variables": [{"name": "cni", "value": "calico"}]}},
+            "status": {"phase": "Provisioned"}
+        });
+        let view = ClusterView::from_json(&object).expect("view");
+        let cp = json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlane",
+                        "metadata": {"name": "cp", "namespace": "ns", "uid": "x"}, "spec": {"replicas": 1}, "status": {"ready": true}});
+        let values = template_values(&object, &view, Some(&cp), None);
+        assert_eq!(
+            values.keys().collect::<Vec<_>>(),
+            ["Cluster", "ControlPlane", "Variables"]
+        );
+        assert!(values["Cluster"].get("status").is_none());
+        assert!(
+            values["Cluster"]["metadata"]
+                .get("resourceVersion")
+                .is_none()
+        );
+        assert_eq!(values["ControlPlane"]["spec"], json!({"replicas": 1}));
+        assert!(values["ControlPlane"]["metadata"].get("uid").is_none());
+        assert_eq!(values["Variables"], json!({"cni": "calico"}));
+    }
+
+    #[test]
+    fn class_group_and_cross_namespace_objects() {
+        let class = ClassView::from_json(&json!({"metadata": {
+            "name": "quick-start", "namespace": "classes", "uid": "cc-1", "labels": {"team": "a"}
+        }}))
+        .expect("class");
+        let group = to_json(&desired_class_group(
+            &class,
+            &ClassGroups {
+                patch_resource: true,
+                set_owner_references: true,
+            },
+        ));
+        let selector = json!({
+            "clusterclass-name.fleet.addons.cluster.x-k8s.io": "quick-start",
+            "clusterclass-namespace.fleet.addons.cluster.x-k8s.io": "classes"
+        });
+        assert_eq!(
+            group,
+            json!({
+                "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "ClusterGroup",
+                "metadata": {
+                    "name": "quick-start", "namespace": "classes",
+                    "labels": {"team": "a",
+                        "clusterclass-name.fleet.addons.cluster.x-k8s.io": "quick-start",
+                        "clusterclass-namespace.fleet.addons.cluster.x-k8s.io": "classes"},
+                    "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "ClusterClass", "name": "quick-start", "uid": "cc-1"}]
+                },
+                "spec": {"selector": {"matchLabels": selector.clone()}}
+            })
+        );
+        let class_ref = ClassRef {
+            name: "quick-start".into(),
+            namespace: "classes".into(),
+        };
+        let cross = to_json(&desired_cross_namespace_group(
+            "default",
+            &class_ref,
+            Some(&class.labels),
+        ));
+        assert_eq!(cross["metadata"]["name"], "quick-start.classes");
+        assert_eq!(cross["metadata"]["namespace"], "default");
+        assert_eq!(cross["metadata"]["labels"]["team"], "a");
+        assert_eq!(cross["metadata"]["labels"][names::MANAGED_LABEL], "true");
+        assert!(cross["metadata"].get("ownerReferences").is_none());
+        assert_eq!(cross["spec"]["selector"]["matchLabels"], selector);
+
+        let mapping = to_json(&desired_bundle_namespace_mapping("default", "classes"));
+        assert_eq!(
+            mapping,
+            json!({
+                "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "BundleNamespaceMapping",
+                "metadata": {"name": "default", "namespace": "classes", "labels": {names::MANAGED_LABEL: "true"}},
+                "bundleSelector": {},
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "default"}}
+            })
+        );
+    }
+}
