@@ -7,7 +7,9 @@
 //!   (kstatus readiness), so the bare flag works in both;
 //! - helm 4 applies server-side: on upgrade, `--force-conflicts` takes over fields another
 //!   manager (e.g. CAAPF, which patched `fleet-controller` with server-side apply) owns, as
-//!   helm 3's three-way merge would overwrite them;
+//!   helm 3's three-way merge would overwrite them. helm 4 refuses `--force-conflicts` when it
+//!   falls back to client-side apply, which its default `--server-side=auto` does for a release
+//!   last written by helm 3, so upgrades also say `--server-side=true`;
 //! - `helm list --all` is gone in helm 4: we ask for `--deployed --failed --pending`, which both
 //!   accept.
 
@@ -160,6 +162,7 @@ pub fn deploy(major: HelmMajor, d: &Deploy<'_>) -> Vec<String> {
         HelmMajor::V4 => {
             argv.push("--rollback-on-failure".to_string());
             if d.operation == Operation::Upgrade {
+                argv.push("--server-side=true".to_string());
                 argv.push("--force-conflicts".to_string());
             }
         }
@@ -276,7 +279,7 @@ mod tests {
             (
                 HelmMajor::V4,
                 base(Operation::Upgrade, &https, Some(values.as_path())),
-                "upgrade fleet fleet --repo https://rancher.github.io/fleet-helm-charts/ --namespace cattle-fleet-system --version 0.13.1 --reset-values --values /tmp/caapf-values-x/values.json --wait --timeout 270s --rollback-on-failure --force-conflicts",
+                "upgrade fleet fleet --repo https://rancher.github.io/fleet-helm-charts/ --namespace cattle-fleet-system --version 0.13.1 --reset-values --values /tmp/caapf-values-x/values.json --wait --timeout 270s --rollback-on-failure --server-side=true --force-conflicts",
             ),
             (
                 HelmMajor::V4,

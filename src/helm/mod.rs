@@ -228,15 +228,12 @@ impl Helm {
         })
     }
 
-    /// Installs or upgrades a release, with `values` in a private file when given.
-    #[allow(clippy::too_many_arguments)]
+    /// Installs or upgrades a release to `version`, with `values` in a private file when
+    /// given (none: the chart's defaults).
     pub async fn deploy(
         &self,
         operation: Operation,
-        release: &str,
-        chart: &str,
-        source: &ChartSource,
-        namespace: &str,
+        release: &Release<'_>,
         version: &str,
         values: Option<&serde_json::Map<String, serde_json::Value>>,
     ) -> Result<()> {
@@ -250,10 +247,10 @@ impl Helm {
             major,
             &Deploy {
                 operation,
-                release,
-                chart,
-                source,
-                namespace,
+                release: release.name,
+                chart: release.chart,
+                source: release.source,
+                namespace: release.namespace,
                 version,
                 values_file: values_file.as_ref().map(ValuesFile::path),
                 wait_timeout: argv::wait_timeout(self.settings.timeout),
@@ -265,6 +262,15 @@ impl Helm {
         };
         self.run(name, &args).await.map(drop)
     }
+}
+
+/// A release: its name, chart, where the chart comes from, and its namespace.
+#[derive(Clone, Copy, Debug)]
+pub struct Release<'a> {
+    pub name: &'a str,
+    pub chart: &'a str,
+    pub source: &'a ChartSource,
+    pub namespace: &'a str,
 }
 
 fn operation_what(operation: &'static str) -> &'static str {

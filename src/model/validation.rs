@@ -472,7 +472,9 @@ install: {followLatest: true}
             ),
             (
                 "config: {server: {custom: {apiServerCaConfigRef: {name: ca}}}}",
-                &["spec.config.server.custom.apiServerCaConfigRef.namespace: namespace is required"],
+                &[
+                    "spec.config.server.custom.apiServerCaConfigRef.namespace: namespace is required",
+                ],
             ),
             (
                 "config: {featureGates: {configMap: {ref: {name: x}}}}",

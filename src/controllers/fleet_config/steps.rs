@@ -17,9 +17,9 @@ use kube::{Client, Resource};
 use super::watches::FLEET_CONTROLLER_CONFIG_MAP;
 use crate::api::FleetAddonConfig;
 use crate::context::Context;
-use crate::helm::Helm;
 use crate::helm::argv::{ChartSource, Operation};
 use crate::helm::scrub::{self, ResolveFailure};
+use crate::helm::{Helm, Release};
 use crate::model::api_server::{self, CA_KEY, KUBERNETES_SERVICE, KUBERNETES_SERVICE_NAMESPACE};
 use crate::model::config::{EffectiveConfig, InstallSettings, InstallTarget, ServerSource};
 use crate::model::fleet_install::{self, ReleaseAction, UpgradeReason};
@@ -515,6 +515,14 @@ async fn install_fleet(
         report.version = VersionUpdate::Set(version);
     }
 
+    let installer = Installer {
+        ctx,
+        helm,
+        object,
+        source: &source,
+        namespace: &install.namespace,
+    };
+
     // fleet-crd: no values.
     let crd_action = fleet_install::plan_release(
         &install.target,
@@ -522,17 +530,9 @@ async fn install_fleet(
         crd_chart,
         true,
     );
-    if let Err(err) = execute(
-        ctx,
-        helm,
-        object,
-        &source,
-        install,
-        names::FLEET_CRD_RELEASE,
-        &crd_action,
-        None,
-    )
-    .await
+    if let Err(err) = installer
+        .execute(names::FLEET_CRD_RELEASE, &crd_action, None)
+        .await
     {
         report.fail(Step::Install, Some(INSTALLED), err);
         return;
@@ -557,17 +557,9 @@ async fn install_fleet(
     };
     let fleet_action =
         fleet_install::plan_release(&install.target, fleet_installed, fleet_chart, values_match);
-    if let Err(err) = execute(
-        ctx,
-        helm,
-        object,
-        &source,
-        install,
-        names::FLEET_RELEASE,
-        &fleet_action,
-        Some(&desired),
-    )
-    .await
+    if let Err(err) = installer
+        .execute(names::FLEET_RELEASE, &fleet_action, Some(&desired))
+        .await
     {
         report.fail(Step::Install, Some(INSTALLED), err);
         return;
@@ -594,85 +586,88 @@ async fn install_fleet(
     report.version = VersionUpdate::Set(fleet_version);
 }
 
-/// Carries out one release decision, with an Event for every change.
-#[allow(clippy::too_many_arguments)]
-async fn execute(
-    ctx: &Context,
-    helm: &Helm,
-    object: &FleetAddonConfig,
-    source: &ChartSource,
-    install: &InstallSettings,
-    release: &'static str,
-    action: &ReleaseAction,
-    values: Option<&serde_json::Map<String, serde_json::Value>>,
-) -> Result<(), Error> {
-    let (operation, version, note) = match action {
-        ReleaseAction::Keep { .. } => return Ok(()),
-        ReleaseAction::Blocked { message } => {
-            return Err(Error::Helm {
-                step: "upgrade",
-                message: message.clone(),
-            });
-        }
-        ReleaseAction::Install { version } => (
-            Operation::Install,
-            version,
-            format!("Installed {release} version {version}"),
-        ),
-        ReleaseAction::Upgrade { from, to, reason } => (
-            Operation::Upgrade,
-            to,
-            match reason {
-                UpgradeReason::Version => format!("Upgraded {release} from {from} to {to}"),
-                UpgradeReason::Values => format!("Upgraded {release} {to} with new values"),
-                UpgradeReason::Repair => {
-                    format!("Upgraded {release} {to} again after a failed operation")
-                }
-            },
-        ),
-    };
-    tracing::info!(release, ?action, "helm");
-    let regarding = object.object_ref(&());
-    match helm
-        .deploy(
-            operation,
-            release,
-            release,
-            source,
-            &install.namespace,
-            version,
-            values,
-        )
-        .await
-    {
-        Ok(()) => {
-            ctx.event(
-                &regarding,
-                EventType::Normal,
-                "FleetInstalled",
-                "Helm",
-                note,
-            )
-            .await;
-            Ok(())
-        }
-        Err(err) => {
-            let err = match err {
-                Error::Helm { step, message } => Error::Helm {
-                    step,
-                    message: format!("{release}: {message}"),
+/// What carrying out a release decision needs.
+struct Installer<'a> {
+    ctx: &'a Context,
+    helm: &'a Helm,
+    object: &'a FleetAddonConfig,
+    source: &'a ChartSource,
+    namespace: &'a str,
+}
+
+impl Installer<'_> {
+    /// Carries out one release decision, with an Event for every change.
+    async fn execute(
+        &self,
+        release: &'static str,
+        action: &ReleaseAction,
+        values: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<(), Error> {
+        let (operation, version, note) = match action {
+            ReleaseAction::Keep { .. } => return Ok(()),
+            ReleaseAction::Blocked { message } => {
+                return Err(Error::Helm {
+                    step: "upgrade",
+                    message: message.clone(),
+                });
+            }
+            ReleaseAction::Install { version } => (
+                Operation::Install,
+                version,
+                format!("Installed {release} version {version}"),
+            ),
+            ReleaseAction::Upgrade { from, to, reason } => (
+                Operation::Upgrade,
+                to,
+                match reason {
+                    UpgradeReason::Version => format!("Upgraded {release} from {from} to {to}"),
+                    UpgradeReason::Values => format!("Upgraded {release} {to} with new values"),
+                    UpgradeReason::Repair => {
+                        format!("Upgraded {release} {to} again after a failed operation")
+                    }
                 },
-                other => other,
-            };
-            ctx.event(
-                &regarding,
-                EventType::Warning,
-                "FleetInstallFailed",
-                "Helm",
-                err.to_string(),
-            )
-            .await;
-            Err(err)
+            ),
+        };
+        tracing::info!(release, ?action, "helm");
+        let regarding = self.object.object_ref(&());
+        let target = Release {
+            name: release,
+            chart: release,
+            source: self.source,
+            namespace: self.namespace,
+        };
+        match self.helm.deploy(operation, &target, version, values).await {
+            Ok(()) => {
+                self.ctx
+                    .event(
+                        &regarding,
+                        EventType::Normal,
+                        "FleetInstalled",
+                        "Helm",
+                        note,
+                    )
+                    .await;
+                Ok(())
+            }
+            Err(err) => {
+                let err = match err {
+                    Error::Helm { step, message } => Error::Helm {
+                        step,
+                        message: format!("{release}: {message}"),
+                    },
+                    other => other,
+                };
+                self.ctx
+                    .event(
+                        &regarding,
+                        EventType::Warning,
+                        "FleetInstallFailed",
+                        "Helm",
+                        err.to_string(),
+                    )
+                    .await;
+                Err(err)
+            }
         }
     }
 }
