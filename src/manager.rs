@@ -50,20 +50,28 @@ pub async fn run_with_client(
 
     let mut tasks = JoinSet::new();
     tasks.spawn(config_watch::run(client, config_tx, ctx.readiness.clone()));
-    tasks.spawn(fleet_config::run(ctx.clone()));
+    // Tasks that stop by themselves on `shutdown` and must not be aborted: the Fleet
+    // controller lets a running helm command finish (bounded), so no release is left
+    // `pending-upgrade`.
+    let mut graceful = JoinSet::new();
+    graceful.spawn(fleet_config::run(ctx.clone()));
 
-    tokio::select! {
+    let ended = tokio::select! {
         () = shutdown.cancelled() => {
             tracing::info!("shutting down");
+            None
         }
-        Some(ended) = tasks.join_next() => {
-            shutdown.cancel();
-            if let Err(err) = ended {
-                return Err(Error::Io(std::io::Error::other(format!("a manager task failed: {err}"))));
-            }
-        }
-    }
+        Some(ended) = tasks.join_next() => Some(ended),
+        Some(ended) = graceful.join_next() => Some(ended),
+    };
+    shutdown.cancel();
     tasks.shutdown().await;
+    while graceful.join_next().await.is_some() {}
+    if let Some(Err(err)) = ended {
+        return Err(Error::Io(std::io::Error::other(format!(
+            "a manager task failed: {err}"
+        ))));
+    }
     Ok(())
 }
 

@@ -370,3 +370,127 @@ async fn failures_are_reported_and_recovered() {
     env.wait_ready(generation, "True").await;
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_3_installs_and_helm_4_upgrades_what_it_left() {
+    let repo = ChartRepo::start(&["0.1.0", "0.2.0"]).await;
+    let mut env = Env::start(Options {
+        helm_binary: common::helm3_bin(),
+        ..Options::default()
+    })
+    .await;
+    let spec = |version: &str| {
+        json!({
+            "install": {"version": version, "repository": repo.url()},
+            "config": {"featureGates": {"experimentalOciStorage": false}},
+        })
+    };
+    let generation = env.set_spec(spec("0.1.0")).await;
+    env.wait_ready(generation, "True").await;
+    assert_eq!(
+        env.releases(),
+        [
+            release("fleet", "fleet-0.1.0", "1"),
+            release("fleet-crd", "fleet-crd-0.1.0", "1"),
+        ]
+    );
+    let (extra_env, _, _) = fleet_env(&env).await;
+    assert_eq!(
+        extra_env,
+        [
+            env_entry("EXPERIMENTAL_OCI_STORAGE", "false"),
+            env_entry("EXPERIMENTAL_HELM_OPS", "true"),
+        ]
+    );
+
+    // CAAPF patched fleet-controller with server-side apply: its field manager owns
+    // data.config, which the fleet chart renders too.
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), NS);
+    cms.patch(
+        "fleet-controller",
+        &PatchParams::apply("addon-provider-fleet").force(),
+        &Patch::Apply(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "fleet-controller", "namespace": NS},
+            "data": {"config": "{\"apiServerURL\": \"https://caapf-was-here:6443\"}"},
+        })),
+    )
+    .await
+    .expect("CAAPF-style apply");
+
+    // The provider now runs helm 4: it upgrades a release last written client-side by helm 3,
+    // and takes data.config over from the other field manager.
+    env.restart_manager(Options::default()).await;
+    let generation = env.set_spec(spec("0.2.0")).await;
+    let object = env.wait_ready(generation, "True").await;
+    assert_eq!(
+        object
+            .status
+            .as_ref()
+            .and_then(|s| s.installed_version.as_deref()),
+        Some("0.2.0")
+    );
+    assert_eq!(
+        env.releases(),
+        [
+            release("fleet", "fleet-0.2.0", "2"),
+            release("fleet-crd", "fleet-crd-0.2.0", "2"),
+        ]
+    );
+    let cm = cms.get("fleet-controller").await.expect("cm");
+    let config = &cm.data.expect("data")["config"];
+    assert!(!config.contains("caapf-was-here"), "{config}");
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_a_running_helm_command_finish() {
+    // A helm stand-in whose install takes a while and says when it started and finished.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("log");
+    let script = dir.path().join("helm");
+    std::fs::write(
+        &script,
+        format!(
+            r#"#!/bin/sh
+case "$1" in
+  version) printf v4.1.4 ;;
+  show) printf 'name: %s\nversion: 0.1.0\n' "$3" ;;
+  list) echo '[]' ;;
+  install) echo "started $2" >> '{log}'; sleep 2; echo "finished $2" >> '{log}' ;;
+esac
+"#,
+            log = log.display()
+        ),
+    )
+    .expect("script");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+
+    let env = Env::start(Options {
+        helm_binary: script,
+        ..Options::default()
+    })
+    .await;
+    env.set_spec(
+        json!({"install": {"followLatest": true, "repository": "https://charts.example.com/"}}),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("started fleet-crd")
+    {
+        assert!(Instant::now() < deadline, "install never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stopping = Instant::now();
+    env.stop().await;
+    let log = std::fs::read_to_string(&log).expect("log");
+    assert!(log.contains("finished fleet-crd"), "helm was killed: {log}");
+    assert!(
+        !log.contains("started fleet\n"),
+        "no new helm command after shutdown: {log}"
+    );
+    assert!(stopping.elapsed() < Duration::from_secs(20));
+}

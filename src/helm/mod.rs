@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use tokio::process::Command;
 use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
 use crate::{Error, Result};
@@ -54,6 +55,8 @@ pub struct Helm {
     _home_dir: Option<tempfile::TempDir>,
     major: Mutex<Option<HelmMajor>>,
     metrics: Arc<Metrics>,
+    /// Once cancelled, no new command starts (a running one finishes).
+    stop: CancellationToken,
 }
 
 impl Helm {
@@ -75,7 +78,15 @@ impl Helm {
             _home_dir: home_dir,
             major: Mutex::new(None),
             metrics,
+            stop: CancellationToken::new(),
         })
+    }
+
+    /// Starts no new command once `stop` is cancelled (the process is shutting down): a helm
+    /// command that is running is let finish, but the next step of a reconcile does not begin.
+    pub fn stop_when(mut self, stop: CancellationToken) -> Self {
+        self.stop = stop;
+        self
     }
 
     /// The settings helm runs with.
@@ -110,6 +121,12 @@ impl Helm {
     /// `upgrade`).
     async fn run(&self, operation: &'static str, args: &[String]) -> Result<String> {
         let _guard = HELM_LOCK.lock().await;
+        if self.stop.is_cancelled() {
+            return Err(Error::Helm {
+                step: operation,
+                message: "not started: the provider is shutting down".to_string(),
+            });
+        }
         let mut command = Command::new(&self.settings.binary);
         command
             .args(args)

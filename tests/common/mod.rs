@@ -19,12 +19,21 @@ use tokio_util::sync::CancellationToken;
 
 /// The helm binary: `HELM_BIN`, else `<repo>/bin/helm`. Fails (does not skip) when missing.
 pub fn helm_bin() -> PathBuf {
-    let path = std::env::var_os("HELM_BIN")
+    find_helm("HELM_BIN", "bin/helm")
+}
+
+/// A helm 3 binary: `HELM3_BIN`, else `<repo>/bin/helm3`. Fails (does not skip) when missing.
+pub fn helm3_bin() -> PathBuf {
+    find_helm("HELM3_BIN", "bin/helm3")
+}
+
+fn find_helm(variable: &str, default: &str) -> PathBuf {
+    let path = std::env::var_os(variable)
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("bin/helm"));
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(default));
     assert!(
         path.is_file(),
-        "helm not found at {}: run hack/install-helm.sh (or `make tools`), or set HELM_BIN",
+        "helm not found at {}: run hack/install-helm.sh (or `make tools`), or set {variable}",
         path.display()
     );
     path
@@ -288,31 +297,46 @@ impl Env {
         .await
         .expect("sandbox starts");
         let dir = tempfile::tempdir().expect("tempdir");
-        let kubeconfig = dir.path().join("kubeconfig");
-        sandbox.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+        sandbox
+            .write_kubeconfig(dir.path().join("kubeconfig"))
+            .expect("kubeconfig");
+        let mut env = Env {
+            client: sandbox.client(),
+            sandbox,
+            dir,
+            shutdown: CancellationToken::new(),
+            manager: None,
+        };
+        env.start_manager(options);
+        env
+    }
+
+    fn start_manager(&mut self, options: Options) {
         let flags = ManagerFlags {
             health_probe_bind_address: "0".to_string(),
             metrics_bind_address: "0".to_string(),
             helm_binary: options.helm_binary.display().to_string(),
-            helm_kubeconfig: Some(kubeconfig),
-            helm_home: Some(dir.path().join("helm-home")),
+            helm_kubeconfig: Some(self.kubeconfig()),
+            helm_home: Some(self.dir.path().join("helm-home")),
             helm_timeout: options.helm_timeout,
             sync_period: options.sync_period,
             ..ManagerFlags::default()
         };
-        let shutdown = CancellationToken::new();
-        let manager = tokio::spawn(caapf::manager::run_with_client(
-            sandbox.client(),
+        self.shutdown = CancellationToken::new();
+        self.manager = Some(tokio::spawn(caapf::manager::run_with_client(
+            self.sandbox.client(),
             flags,
-            shutdown.clone(),
-        ));
-        Env {
-            client: sandbox.client(),
-            sandbox,
-            dir,
-            shutdown,
-            manager: Some(manager),
+            self.shutdown.clone(),
+        )));
+    }
+
+    /// Stops the manager and starts another one (e.g. with another helm) on the same API server.
+    pub async fn restart_manager(&mut self, options: Options) {
+        self.shutdown.cancel();
+        if let Some(manager) = self.manager.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(30), manager).await;
         }
+        self.start_manager(options);
     }
 
     pub fn kubeconfig(&self) -> PathBuf {

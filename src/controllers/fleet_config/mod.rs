@@ -97,7 +97,7 @@ pub fn helm_settings(flags: &crate::cli::ManagerFlags) -> HelmSettings {
 /// Runs the controller until `ctx.shutdown` is cancelled.
 pub async fn run(ctx: Arc<Context>) {
     let helm = match Helm::new(helm_settings(&ctx.flags), ctx.metrics.clone()) {
-        Ok(helm) => helm,
+        Ok(helm) => helm.stop_when(ctx.shutdown.clone()),
         Err(err) => {
             tracing::error!(%err, "cannot prepare helm's home directory; Fleet installation is disabled");
             ctx.shutdown.cancelled().await;
@@ -182,6 +182,10 @@ async fn reconcile(object: Arc<FleetAddonConfig>, state: Arc<State>) -> Result<A
     });
     let ctx = &state.ctx;
     let report = steps::run(ctx, &state.helm, &object, &config).await;
+    if ctx.shutdown.is_cancelled() {
+        // Steps may have been cut short: report nothing; the next start (or leader) redoes them.
+        return Ok(Action::await_change());
+    }
 
     let desired = fleet_status::next_status(
         object.status.as_ref(),
