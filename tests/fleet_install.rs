@@ -270,6 +270,40 @@ async fn pinned_versions_install_once_and_upgrade_when_the_pin_moves() {
             release("fleet-crd", "fleet-crd-0.2.0", "2"),
         ]
     );
+
+    // Every helm change was recorded as an Event on the FleetAddonConfig.
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(env.client.clone(), "default");
+    let reasons: Vec<String> = events
+        .list(&Default::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("FleetAddonConfig")
+        })
+        .filter_map(|e| e.reason)
+        .collect();
+    assert!(reasons.iter().any(|r| r == "FleetInstalled"), "{reasons:?}");
+
+    // Removing spec.install leaves Fleet installed; the install conditions and version go.
+    let generation = env
+        .set_spec(json!({"config": {"bootstrapLocalCluster": true}}))
+        .await;
+    let object = env.wait_ready(generation, "True").await;
+    let status = object.status.as_ref().expect("status");
+    assert_eq!(status.installed_version, None);
+    for gone in ["RepoAdd", "RepoUpdate", "Installed", "FlagsUpdate"] {
+        assert!(condition(&object, gone).is_none(), "{gone}");
+    }
+    assert_eq!(
+        env.releases(),
+        [
+            release("fleet", "fleet-0.2.0", "2"),
+            release("fleet-crd", "fleet-crd-0.2.0", "2"),
+        ]
+    );
     env.stop().await;
 }
 

@@ -339,7 +339,24 @@ async fn feature_gates_go_into_the_values_config_map_without_helm() {
     let after = cms.get("rancher-config").await.expect("cm");
     assert_eq!(after.data.expect("data")["fleet"], data["fleet"]);
 
-    // A gate change is written.
+    // A gate change is written; a conflict (someone wrote in between) makes us read again.
+    // The fault fails every second PATCH of a ConfigMap: the test's own patch is the first,
+    // the provider's the second (409), its retry the third.
+    let mut rule = kube_sandbox::FaultRule::fail(kube_sandbox::FaultTarget::Writes, 0.5, 409)
+        .for_resource("configmaps");
+    rule.verbs = Some(vec!["PATCH".to_string()]);
+    env.sandbox.set_faults(kube_sandbox::FaultConfig {
+        rules: vec![rule],
+        ..Default::default()
+    });
+    cms.patch(
+        "rancher-config",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"priority-class": "again"}})),
+    )
+    .await
+    .expect("first PATCH passes");
+    env.sandbox.requests().reset();
     let generation = env
         .set_spec(json!({
             "config": {"featureGates": {
@@ -356,5 +373,15 @@ async fn feature_gates_go_into_the_values_config_map_without_helm() {
         values["extraEnv"][2],
         json!({"name": "EXPERIMENTAL_OCI_STORAGE", "value": "true"})
     );
+    let codes: Vec<u16> = env
+        .sandbox
+        .requests()
+        .all()
+        .iter()
+        .filter(|r| r.verb == kube_sandbox::Verb::Patch && r.name == "rancher-config")
+        .map(|r| r.code)
+        .collect();
+    assert_eq!(codes, [409, 200], "conflict, read again, write");
+    env.sandbox.clear_faults();
     env.stop().await;
 }

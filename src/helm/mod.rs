@@ -89,11 +89,6 @@ impl Helm {
         self
     }
 
-    /// The settings helm runs with.
-    pub fn settings(&self) -> &HelmSettings {
-        &self.settings
-    }
-
     /// The environment helm runs with: its directories under our home, and the kubeconfig.
     fn env(&self) -> Vec<(&'static str, PathBuf)> {
         let mut env = vec![

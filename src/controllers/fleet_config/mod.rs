@@ -236,7 +236,12 @@ fn error_policy(object: Arc<FleetAddonConfig>, err: &Error, state: Arc<State>) -
     let key = ObjectRef::from_obj(object.as_ref());
     let generation = object.metadata.generation;
     let mut failures = state.failures();
-    let count = failures.get(&key).map_or(0, |f| f.count) + 1;
+    // A new spec is a new situation: its first failure waits the shortest time again.
+    let count = failures
+        .get(&key)
+        .filter(|f| f.generation == generation)
+        .map_or(0, |f| f.count)
+        + 1;
     let delay = fleet_status::backoff(count);
     failures.insert(
         key,
