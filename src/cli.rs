@@ -37,6 +37,9 @@ pub enum Command {
     Run(Box<ManagerFlags>),
     /// Print the CustomResourceDefinitions this provider defines, as YAML.
     Crd,
+    /// Remove this provider's finalizer from every CAPI Cluster and ClusterClass (and CAAPF's
+    /// legacy one from Fleet ClusterGroups); run it when uninstalling the provider.
+    Cleanup,
 }
 
 impl Cli {

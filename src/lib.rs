@@ -5,6 +5,8 @@
 //! layers over the model.
 
 pub mod api;
+pub mod apply;
+pub mod cleanup;
 pub mod cli;
 pub mod context;
 pub mod controllers;

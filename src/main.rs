@@ -20,6 +20,36 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Some(Command::Cleanup) => {
+            caapf::telemetry::init(cli.manager.log_format, cli.manager.verbosity);
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(err) => {
+                    eprintln!("error: starting the async runtime: {err}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let result = runtime.block_on(async {
+                let client = caapf::manager::connect().await?;
+                caapf::cleanup::run(&client).await
+            });
+            match result {
+                Ok(report) => {
+                    println!(
+                        "removed the finalizer from {} Cluster(s), {} ClusterClass(es), {} ClusterGroup(s)",
+                        report.clusters, report.cluster_classes, report.cluster_groups
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(err) => {
+                    eprintln!("error: {err}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Some(Command::Run(_)) | None => {
             let flags = cli.manager_flags().clone();
             caapf::telemetry::init(flags.log_format, flags.verbosity);

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::ManagerFlags;
 use crate::context::Context;
-use crate::controllers::{config_watch, fleet_config};
+use crate::controllers::{config_watch, fleet_config, import};
 use crate::server;
 use crate::{Error, Result};
 
@@ -24,55 +24,95 @@ pub async fn run(flags: ManagerFlags) -> Result<()> {
     run_with_client(client, flags, shutdown).await
 }
 
-/// Runs the manager with an existing client until `shutdown` is cancelled. Tests use this
-/// entry point against the sandbox API server.
+/// Runs the manager with an existing client until `shutdown` is cancelled.
 pub async fn run_with_client(
     client: Client,
     flags: ManagerFlags,
     shutdown: CancellationToken,
 ) -> Result<()> {
-    let (config_tx, config_rx) = config_watch::channel();
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        flags,
-        config_rx,
-        shutdown.clone(),
-    ));
+    Manager::start(client, flags, shutdown).await?.wait().await
+}
 
-    server::serve(
-        server::parse_bind_address(&ctx.flags.health_probe_bind_address)?,
-        server::parse_bind_address(&ctx.flags.metrics_bind_address)?,
-        ctx.readiness.clone(),
-        ctx.metrics.clone(),
-        shutdown.clone(),
-    )
-    .await?;
+/// A running manager: the shared context and its tasks.
+pub struct Manager {
+    pub ctx: Arc<Context>,
+    /// Where `/healthz` and `/readyz` are served, when enabled.
+    pub health_address: Option<std::net::SocketAddr>,
+    /// Where `/metrics` is served, when enabled.
+    pub metrics_address: Option<std::net::SocketAddr>,
+    tasks: JoinSet<()>,
+    /// Tasks that stop by themselves on `shutdown` and must not be aborted: the Fleet
+    /// controller lets a running helm command finish (bounded), so no release is left
+    /// `pending-upgrade`.
+    graceful: JoinSet<()>,
+}
 
-    let mut tasks = JoinSet::new();
-    tasks.spawn(config_watch::run(client, config_tx, ctx.readiness.clone()));
-    // Tasks that stop by themselves on `shutdown` and must not be aborted: the Fleet
-    // controller lets a running helm command finish (bounded), so no release is left
-    // `pending-upgrade`.
-    let mut graceful = JoinSet::new();
-    graceful.spawn(fleet_config::run(ctx.clone()));
+impl Manager {
+    /// Starts serving health and metrics and the controllers; returns once listening.
+    pub async fn start(
+        client: Client,
+        flags: ManagerFlags,
+        shutdown: CancellationToken,
+    ) -> Result<Self> {
+        let (config_tx, config_rx) = config_watch::channel();
+        let ctx = Arc::new(Context::new(
+            client.clone(),
+            flags,
+            config_rx,
+            shutdown.clone(),
+        ));
 
-    let ended = tokio::select! {
-        () = shutdown.cancelled() => {
-            tracing::info!("shutting down");
-            None
-        }
-        Some(ended) = tasks.join_next() => Some(ended),
-        Some(ended) = graceful.join_next() => Some(ended),
-    };
-    shutdown.cancel();
-    tasks.shutdown().await;
-    while graceful.join_next().await.is_some() {}
-    if let Some(Err(err)) = ended {
-        return Err(Error::Io(std::io::Error::other(format!(
-            "a manager task failed: {err}"
-        ))));
+        let (health_address, metrics_address) = server::serve(
+            server::parse_bind_address(&ctx.flags.health_probe_bind_address)?,
+            server::parse_bind_address(&ctx.flags.metrics_bind_address)?,
+            ctx.readiness.clone(),
+            ctx.metrics.clone(),
+            shutdown,
+        )
+        .await?;
+
+        let mut tasks = JoinSet::new();
+        tasks.spawn(config_watch::run(client, config_tx, ctx.readiness.clone()));
+        tasks.spawn(import::run(ctx.clone()));
+        let mut graceful = JoinSet::new();
+        graceful.spawn(fleet_config::run(ctx.clone()));
+        Ok(Self {
+            ctx,
+            health_address,
+            metrics_address,
+            tasks,
+            graceful,
+        })
     }
-    Ok(())
+
+    /// Runs until shutdown is requested or a component ends.
+    pub async fn wait(mut self) -> Result<()> {
+        let shutdown = self.ctx.shutdown.clone();
+        let ended = tokio::select! {
+            () = shutdown.cancelled() => {
+                tracing::info!("shutting down");
+                None
+            }
+            Some(ended) = self.tasks.join_next() => Some(ended),
+            Some(ended) = self.graceful.join_next() => Some(ended),
+        };
+        shutdown.cancel();
+        self.tasks.shutdown().await;
+        while self.graceful.join_next().await.is_some() {}
+        match ended {
+            Some(Err(err)) => Err(Error::Io(std::io::Error::other(format!(
+                "a manager task failed: {err}"
+            )))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Stops every task and waits for them.
+    pub async fn stop(mut self) {
+        self.ctx.shutdown.cancel();
+        self.tasks.shutdown().await;
+        while self.graceful.join_next().await.is_some() {}
+    }
 }
 
 /// Cancels `shutdown` on SIGTERM or SIGINT.

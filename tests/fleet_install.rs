@@ -2,11 +2,11 @@
 //! repository served on 127.0.0.1 (test charts `fleet-crd` and `fleet`, versions 0.1.0,
 //! 0.2.0 and the pre-release 0.3.0-rc.1).
 
-mod common;
+mod fleet_common;
 
 use std::time::{Duration, Instant};
 
-use common::{ChartRepo, Env, Options, RepoMode, assert_condition, condition};
+use fleet_common::{ChartRepo, Env, Options, RepoMode, assert_condition, condition};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -115,16 +115,19 @@ async fn installs_latest_and_applies_value_changes_at_the_same_version() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    // Another controller writes status.clusters with its own field manager.
+    // Another controller owns a condition of its own (server-side apply, its field manager).
     let api = env.api();
     api.patch_status(
         "fleet-addon-config",
-        &PatchParams::apply("cluster-import-test").force(),
+        &PatchParams::apply("other-controller-test").force(),
         &Patch::Apply(json!({
             "apiVersion": "addons.cluster.x-k8s.io/v1alpha1",
             "kind": "FleetAddonConfig",
             "metadata": {"name": "fleet-addon-config"},
-            "status": {"clusters": {"selected": 3, "imported": 2, "waiting": 1}},
+            "status": {"conditions": [{
+                "type": "OtherReady", "status": "True", "reason": "OtherReady", "message": "theirs",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }]},
         })),
     )
     .await
@@ -173,14 +176,18 @@ async fn installs_latest_and_applies_value_changes_at_the_same_version() {
         ready.last_transition_time, ready_since,
         "Ready did not transition"
     );
-    let status = object.status.as_ref().expect("status");
     assert_eq!(
-        status
-            .clusters
+        condition(&object, "OtherReady").map(|c| c.message.as_str()),
+        Some("theirs"),
+        "another manager's condition survives our writes"
+    );
+    assert!(
+        object
+            .status
             .as_ref()
-            .map(|c| (c.selected, c.imported, c.waiting)),
-        Some((3, 2, 1)),
-        "another manager's status fields survive our writes"
+            .and_then(|s| s.clusters.as_ref())
+            .is_some(),
+        "the import controller's status.clusters is kept"
     );
     env.stop().await;
 }
@@ -409,7 +416,7 @@ async fn failures_are_reported_and_recovered() {
 async fn helm_3_installs_and_helm_4_upgrades_what_it_left() {
     let repo = ChartRepo::start(&["0.1.0", "0.2.0"]).await;
     let mut env = Env::start(Options {
-        helm_binary: common::helm3_bin(),
+        helm_binary: fleet_common::helm3_bin(),
         ..Options::default()
     })
     .await;

@@ -3,12 +3,12 @@
 //! ConfigMap. The manager's helm binary does not exist here, so any helm run would fail the
 //! reconcile.
 
-mod common;
+mod fleet_common;
 
 use std::time::Duration;
 
 use base64::Engine;
-use common::{Env, Options, assert_condition};
+use fleet_common::{Env, Options, assert_condition};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -108,7 +108,10 @@ async fn server_settings_go_into_fleet_controller_without_install() {
     let object = env.wait_ready(generation, "True").await;
     assert_condition(&object, "ConfigValid", "True");
     for absent in ["RepoAdd", "RepoUpdate", "Installed", "FlagsUpdate"] {
-        assert!(common::condition(&object, absent).is_none(), "{absent}");
+        assert!(
+            fleet_common::condition(&object, absent).is_none(),
+            "{absent}"
+        );
     }
     let cm = wait_config_map(
         &env,

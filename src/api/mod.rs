@@ -1,8 +1,10 @@
 //! API types: our own CRD and the printer of its manifest.
 
+mod capi;
 mod fleet;
 mod fleet_addon_config;
 
+pub use capi::{CapiCluster, CapiClusterClass};
 pub use fleet::BundleNamespaceMapping;
 pub use fleet_addon_config::*;
 

@@ -3,10 +3,13 @@
 pub mod api_server;
 pub mod capi;
 pub mod config;
+pub mod diff;
 pub mod fleet;
 pub mod fleet_install;
 pub mod fleet_status;
 pub mod fleet_values;
+pub mod import;
+pub mod namespace;
 pub mod selection;
 pub mod validation;
 pub mod version;

@@ -1,8 +1,9 @@
 //! The few controllers of a real cluster the sandbox simulates, because clients wait on them:
 //!
-//! - **deployment**: sets a ready status (all replicas updated, ready and available,
-//!   `Available` and `Progressing` conditions, `observedGeneration`) after each write, so
-//!   `helm --wait` and `kubectl rollout status` finish;
+//! - **workloads**: Deployments, StatefulSets and DaemonSets get a ready status (all replicas
+//!   updated, ready and available; Deployment `Available`/`Progressing` conditions;
+//!   `observedGeneration`) after each write, and Jobs complete at once, so `helm --wait`, helm
+//!   hooks and `kubectl rollout status` finish;
 //! - **garbage collector**: deletes objects whose owners (by uid) are all gone and drops
 //!   dangling ownerReferences when some owners remain (background propagation);
 //! - **namespace**: deletes everything in a terminating namespace, then the namespace.
@@ -17,17 +18,33 @@ use crate::ops::{
     self, Ctx, DeleteOpts, controller_write, owner_refs, remove_object, set_owner_refs,
 };
 use crate::store::{State, Store};
-use crate::util::{meta_str, name_of, namespace_of, now_rfc3339};
+use crate::util::{meta_str, name_of, now_rfc3339};
 
 /// Runs the controllers until `shutdown` flips.
 pub async fn run(store: Arc<Store>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
     loop {
-        {
+        let next_due = {
             let mut st = store.lock();
             reconcile(&mut st);
-        }
+            // Only future deadlines: past ones are handled on the next change.
+            let now = tokio::time::Instant::now();
+            st.work
+                .namespace_due
+                .values()
+                .filter(|d| **d > now)
+                .min()
+                .copied()
+        };
         tokio::select! {
             _ = store.changed.notified() => {}
+            _ = async {
+                match next_due {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                store.lock().work.namespaces = true;
+            }
             _ = shutdown.changed() => return,
         }
     }
@@ -39,12 +56,13 @@ pub fn reconcile(st: &mut State) {
         if !st.work.is_pending() {
             return;
         }
-        let deployments = std::mem::take(&mut st.work.deployments);
-        for (ns, name) in deployments {
-            deployment(st, &ns, &name);
+        let workloads = std::mem::take(&mut st.work.workloads);
+        for (plural, ns, name) in workloads {
+            workload(st, &plural, &ns, &name);
         }
-        if std::mem::take(&mut st.work.gc) {
-            garbage_collect(st);
+        let candidates = std::mem::take(&mut st.work.gc);
+        if !candidates.is_empty() {
+            garbage_collect(st, candidates);
         }
         if std::mem::take(&mut st.work.namespaces) {
             namespaces(st);
@@ -52,44 +70,86 @@ pub fn reconcile(st: &mut State) {
     }
 }
 
-fn deployment(st: &mut State, ns: &str, name: &str) {
-    let gr = ("apps".to_string(), "deployments".to_string());
+/// The status a workload's real controllers converge to when everything goes well.
+fn workload(st: &mut State, plural: &str, ns: &str, name: &str) {
+    let group = if plural == "jobs" { "batch" } else { "apps" };
+    let gr = (group.to_string(), plural.to_string());
     let Some(old) = st.get(&gr, ns, name) else {
         return;
     };
     if meta_str(&old, "deletionTimestamp").is_some() {
         return;
     }
-    let replicas = old
-        .pointer("/spec/replicas")
-        .and_then(Value::as_i64)
-        .unwrap_or(1);
-    let generation = old
-        .pointer("/metadata/generation")
-        .and_then(Value::as_i64)
-        .unwrap_or(1);
+    let int = |p: &str, default: i64| old.pointer(p).and_then(Value::as_i64).unwrap_or(default);
+    let replicas = int("/spec/replicas", 1);
+    let generation = int("/metadata/generation", 1);
+    let now = json!(now_rfc3339());
     let cond_time = |t: &str| {
         old.pointer("/status/conditions")
             .and_then(Value::as_array)
             .and_then(|cs| cs.iter().find(|c| c.get("type") == Some(&json!(t))))
             .and_then(|c| c.get("lastTransitionTime").cloned())
-            .unwrap_or(json!(now_rfc3339()))
+            .unwrap_or(now.clone())
     };
-    let status = json!({
-        "observedGeneration": generation,
-        "replicas": replicas,
-        "updatedReplicas": replicas,
-        "readyReplicas": replicas,
-        "availableReplicas": replicas,
-        "conditions": [
-            {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
-             "message": "Deployment has minimum availability.",
-             "lastUpdateTime": cond_time("Available"), "lastTransitionTime": cond_time("Available")},
-            {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
-             "message": format!("ReplicaSet \"{name}\" has successfully progressed."),
-             "lastUpdateTime": cond_time("Progressing"), "lastTransitionTime": cond_time("Progressing")}
-        ]
-    });
+    let status = match plural {
+        "deployments" => json!({
+            "observedGeneration": generation,
+            "replicas": replicas,
+            "updatedReplicas": replicas,
+            "readyReplicas": replicas,
+            "availableReplicas": replicas,
+            "conditions": [
+                {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
+                 "message": "Deployment has minimum availability.",
+                 "lastUpdateTime": cond_time("Available"), "lastTransitionTime": cond_time("Available")},
+                {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
+                 "message": format!("ReplicaSet \"{name}\" has successfully progressed."),
+                 "lastUpdateTime": cond_time("Progressing"), "lastTransitionTime": cond_time("Progressing")}
+            ]
+        }),
+        "statefulsets" => json!({
+            "observedGeneration": generation,
+            "replicas": replicas,
+            "readyReplicas": replicas,
+            "currentReplicas": replicas,
+            "updatedReplicas": replicas,
+            "availableReplicas": replicas,
+            "currentRevision": format!("{name}-{generation}"),
+            "updateRevision": format!("{name}-{generation}"),
+            "collisionCount": 0
+        }),
+        // As if the cluster had one node.
+        "daemonsets" => json!({
+            "observedGeneration": generation,
+            "currentNumberScheduled": 1,
+            "desiredNumberScheduled": 1,
+            "numberAvailable": 1,
+            "numberReady": 1,
+            "updatedNumberScheduled": 1,
+            "numberMisscheduled": 0
+        }),
+        // Jobs succeed at once (helm hooks and `--wait` wait for completion).
+        "jobs" => {
+            if old.pointer("/status/completionTime").is_some() {
+                return;
+            }
+            let completions = int("/spec/completions", 1);
+            json!({
+                "startTime": now,
+                "completionTime": now,
+                "succeeded": completions,
+                "active": 0,
+                "ready": 0,
+                "conditions": [
+                    {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached",
+                     "message": "Reached expected number of succeeded pods", "lastProbeTime": now, "lastTransitionTime": now},
+                    {"type": "Complete", "status": "True", "reason": "CompletionsReached",
+                     "message": "Reached expected number of succeeded pods", "lastProbeTime": now, "lastTransitionTime": now}
+                ]
+            })
+        }
+        _ => return,
+    };
     if old.get("status") == Some(&status) {
         return;
     }
@@ -114,44 +174,33 @@ fn delete_object(st: &mut State, gr: &(String, String), ns: &str, name: &str) {
     let _ = ops::delete(st, &ctx, &DeleteOpts::default());
 }
 
-fn garbage_collect(st: &mut State) {
-    let mut deletes = Vec::new();
-    let mut updates = Vec::new();
-    for (gr, objs) in &st.objects {
-        for obj in objs.values() {
-            let refs = owner_refs(obj);
-            if refs.is_empty() {
-                continue;
-            }
-            let alive: Vec<Value> = refs
-                .iter()
-                .filter(|r| {
-                    r.get("uid")
-                        .and_then(Value::as_str)
-                        .is_some_and(|u| st.uids.contains_key(u))
-                })
-                .cloned()
-                .collect();
-            if alive.is_empty() {
-                if meta_str(obj, "deletionTimestamp").is_none() {
-                    deletes.push((
-                        gr.clone(),
-                        namespace_of(obj).to_string(),
-                        name_of(obj).to_string(),
-                    ));
-                }
-            } else if alive.len() < refs.len() {
-                let mut new = (**obj).clone();
-                set_owner_refs(&mut new, alive);
-                updates.push((gr.clone(), obj.clone(), new));
-            }
+fn garbage_collect(st: &mut State, candidates: std::collections::BTreeSet<crate::store::ObjKey>) {
+    for (gr, ns, name) in candidates {
+        let Some(obj) = st.get(&gr, &ns, &name) else {
+            continue;
+        };
+        let refs = owner_refs(&obj);
+        if refs.is_empty() {
+            continue;
         }
-    }
-    for (gr, old, new) in updates {
-        controller_write(st, &gr, &old, new);
-    }
-    for (gr, ns, name) in deletes {
-        delete_object(st, &gr, &ns, &name);
+        let alive: Vec<Value> = refs
+            .iter()
+            .filter(|r| {
+                r.get("uid")
+                    .and_then(Value::as_str)
+                    .is_some_and(|u| st.uids.contains_key(u))
+            })
+            .cloned()
+            .collect();
+        if alive.is_empty() {
+            if meta_str(&obj, "deletionTimestamp").is_none() {
+                delete_object(st, &gr, &ns, &name);
+            }
+        } else if alive.len() < refs.len() {
+            let mut new = (*obj).clone();
+            set_owner_refs(&mut new, alive);
+            controller_write(st, &gr, &obj, new);
+        }
     }
 }
 
@@ -166,7 +215,11 @@ fn namespaces(st: &mut State) {
                 .collect()
         })
         .unwrap_or_default();
+    let now = tokio::time::Instant::now();
     for ns in terminating {
+        if st.work.namespace_due.get(&ns).is_some_and(|due| *due > now) {
+            continue;
+        }
         let mut remaining = 0;
         let mut to_delete = Vec::new();
         for (gr, objs) in &st.objects {
@@ -192,6 +245,7 @@ fn namespaces(st: &mut State) {
             && crate::util::finalizers_of(&n).is_empty()
         {
             remove_object(st, &ns_gr, "", &ns);
+            st.work.namespace_due.remove(&ns);
         }
     }
 }

@@ -271,5 +271,4 @@ pub fn unregister(st: &mut State, crd: &Value) {
     }
     st.registry.remove(&gr.0, &gr.1);
     st.objects.remove(&gr);
-    st.work.gc = true;
 }

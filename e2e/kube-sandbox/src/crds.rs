@@ -2,6 +2,7 @@
 //! providers, Fleet, and this project's own CRDs.
 
 use std::str::FromStr;
+use std::sync::OnceLock;
 
 use kube::CustomResourceExt;
 use serde_json::{Value, json};
@@ -33,14 +34,17 @@ impl CrdSet {
         CrdSet::Provider,
     ];
 
-    /// The CRD manifests of this set.
+    /// The CRD manifests of this set (generated once per process: schema generation is the
+    /// slow part of starting a sandbox).
     pub fn crds(&self) -> Vec<Value> {
-        match self {
-            CrdSet::Capi => capi(),
-            CrdSet::Bootstrap => bootstrap(),
-            CrdSet::Fleet => fleet(),
-            CrdSet::Provider => provider(),
-        }
+        static CACHE: [OnceLock<Vec<Value>>; 4] = [const { OnceLock::new() }; 4];
+        let (i, build): (usize, fn() -> Vec<Value>) = match self {
+            CrdSet::Capi => (0, capi),
+            CrdSet::Bootstrap => (1, bootstrap),
+            CrdSet::Fleet => (2, fleet),
+            CrdSet::Provider => (3, provider),
+        };
+        CACHE[i].get_or_init(build).clone()
     }
 }
 

@@ -75,6 +75,9 @@ pub struct SandboxOptions {
     pub history_limit: usize,
     /// How many events a watcher may fall behind before it is closed (default 10,000).
     pub watch_buffer: usize,
+    /// How long after its deletion a namespace starts being emptied (default 1 s; the real
+    /// namespace controller is asynchronous too).
+    pub namespace_cleanup_delay: Duration,
 }
 
 impl Default for SandboxOptions {
@@ -87,6 +90,7 @@ impl Default for SandboxOptions {
             bookmark_interval: Duration::from_secs(30),
             history_limit: 100_000,
             watch_buffer: 10_000,
+            namespace_cleanup_delay: Duration::from_secs(1),
         }
     }
 }
@@ -174,6 +178,7 @@ impl Sandbox {
                     source,
                 })?;
             }
+            st.work.namespace_delay = opts.namespace_cleanup_delay;
             ops::bootstrap(&mut st);
             let mut crds: Vec<serde_json::Value> =
                 opts.crds.iter().flat_map(|s| s.crds()).collect();
@@ -198,9 +203,11 @@ impl Sandbox {
             requests: Default::default(),
             faults: Default::default(),
             close_watches: close_tx,
+            bookmark_now: tokio::sync::watch::channel(0u64).0,
             bookmark_interval: opts.bookmark_interval,
             pages: Default::default(),
             snapshot_dir: opts.snapshot_dir.clone(),
+            snapshot_writer: Mutex::new(()),
             periodic_close: Mutex::new(None),
         });
         let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
@@ -311,6 +318,12 @@ impl Sandbox {
     /// Closes every open watch stream now.
     pub fn close_watches(&self) {
         self.app.close_all_watches();
+    }
+
+    /// Makes every open watch that allows bookmarks send one now (with the newest
+    /// resourceVersion it may carry), instead of waiting for the periodic one.
+    pub fn send_bookmarks(&self) {
+        self.app.bookmark_now.send_modify(|g| *g += 1);
     }
 
     /// Drops the watch history: watches and exact lists from an older resourceVersion answer

@@ -322,6 +322,8 @@ pub fn delete(st: &mut State, ctx: &Ctx, opts: &DeleteOpts) -> ApiResult<Written
         }
         if is_namespace {
             new["status"] = json!({"phase": "Terminating"});
+            let due = tokio::time::Instant::now() + st.work.namespace_delay;
+            st.work.namespace_due.insert(ctx.name.clone(), due);
             st.work.namespaces = true;
         }
         let stored = st.put(&gr, new);
@@ -340,7 +342,6 @@ pub fn remove_object(
     name: &str,
 ) -> Option<Arc<Value>> {
     let removed = st.remove(gr, ns, name)?;
-    st.work.gc = true;
     if !ns.is_empty() {
         st.work.namespaces = true;
     }
@@ -352,26 +353,22 @@ pub fn remove_object(
 
 /// Removes ownerReferences pointing at `uid` from every object (`propagationPolicy: Orphan`).
 pub fn orphan_dependents(st: &mut State, uid: &str) {
-    let mut changes = Vec::new();
-    for (gr, objs) in &st.objects {
-        for obj in objs.values() {
-            let refs = owner_refs(obj);
-            if refs
-                .iter()
-                .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid))
-            {
-                let mut new = (**obj).clone();
-                let kept: Vec<Value> = refs
-                    .into_iter()
-                    .filter(|r| r.get("uid").and_then(Value::as_str) != Some(uid))
-                    .collect();
-                set_owner_refs(&mut new, kept);
-                changes.push((gr.clone(), obj.clone(), new));
-            }
-        }
-    }
-    for (gr, old, new) in changes {
-        controller_write(st, &gr, &old, new);
+    let deps: Vec<crate::store::ObjKey> = st
+        .dependents
+        .get(uid)
+        .map(|d| d.iter().cloned().collect())
+        .unwrap_or_default();
+    for (gr, ns, name) in deps {
+        let Some(obj) = st.get(&gr, &ns, &name) else {
+            continue;
+        };
+        let kept: Vec<Value> = owner_refs(&obj)
+            .into_iter()
+            .filter(|r| r.get("uid").and_then(Value::as_str) != Some(uid))
+            .collect();
+        let mut new = (*obj).clone();
+        set_owner_refs(&mut new, kept);
+        controller_write(st, &gr, &obj, new);
     }
 }
 
@@ -541,21 +538,55 @@ fn generation_view(obj: &Value, has_status: bool) -> Map<String, Value> {
     m
 }
 
-/// An object without the parts that change on every write (resourceVersion, managedFields
-/// timestamps), to detect no-op writes.
-fn comparable(obj: &Value) -> Value {
-    let mut v = obj.clone();
-    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.remove("resourceVersion");
-        if let Some(Value::Array(mf)) = m.get_mut("managedFields") {
-            for e in mf {
-                if let Some(e) = e.as_object_mut() {
-                    e.remove("time");
-                }
-            }
-        }
+/// Whether two versions of an object are the same but for what changes on every write
+/// (resourceVersion, managedFields timestamps): such a write is a no-op, as on a real server.
+/// Compares in place, without copying the objects.
+fn same_but_volatile(a: &Value, b: &Value) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    if a.len() != b.len() {
+        return false;
     }
-    v
+    a.iter().all(|(k, va)| {
+        let Some(vb) = b.get(k) else { return false };
+        if k != "metadata" {
+            return va == vb;
+        }
+        let (Some(ma), Some(mb)) = (va.as_object(), vb.as_object()) else {
+            return va == vb;
+        };
+        let keys = |m: &Map<String, Value>| {
+            m.keys()
+                .filter(|k| *k != "resourceVersion")
+                .cloned()
+                .collect::<BTreeSet<_>>()
+        };
+        keys(ma) == keys(mb)
+            && ma.iter().all(|(mk, x)| match mk.as_str() {
+                "resourceVersion" => true,
+                "managedFields" => managed_fields_equal(x, &mb[mk]),
+                _ => Some(x) == mb.get(mk),
+            })
+    })
+}
+
+fn managed_fields_equal(a: &Value, b: &Value) -> bool {
+    match (a.as_array(), b.as_array()) {
+        (Some(x), Some(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .zip(y)
+                    .all(|(e, f)| match (e.as_object(), f.as_object()) {
+                        (Some(e), Some(f)) => {
+                            e.len() == f.len()
+                                && e.iter().all(|(k, v)| k == "time" || f.get(k) == Some(v))
+                        }
+                        _ => e == f,
+                    })
+        }
+        _ => a == b,
+    }
 }
 
 fn finish(
@@ -590,6 +621,7 @@ fn finish(
     }
     default_kind(&def, &mut new, old.is_none());
 
+    let mut managed_base: Option<Value> = None;
     match &old {
         None => {
             if def.has_status && op != Op::Apply {
@@ -668,9 +700,18 @@ fn finish(
                 }
             }
             if op == Op::Update {
-                // Clients send back the managedFields they read; ownership is recomputed below.
-                match old_meta.get("managedFields") {
-                    Some(v) => m.insert("managedFields".into(), v.clone()),
+                // Clients usually send back the managedFields they read; ownership is then
+                // recomputed below. A client that changes them (`[{}]` resets them) has its
+                // version taken as the starting point, as on a real server.
+                let incoming = m.get("managedFields").cloned();
+                let previous = old_meta.get("managedFields").cloned();
+                if matches!(&incoming, Some(Value::Array(a)) if !a.is_empty())
+                    && incoming != previous
+                {
+                    managed_base = incoming;
+                }
+                match previous {
+                    Some(v) => m.insert("managedFields".into(), v),
                     None => m.remove("managedFields"),
                 };
             }
@@ -710,10 +751,18 @@ fn finish(
         }
     }
 
+    let rebased = match (&managed_base, &old) {
+        (Some(base), Some(o)) => {
+            let mut o2 = (**o).clone();
+            meta_mut(&mut o2).insert("managedFields".into(), base.clone());
+            Some(o2)
+        }
+        _ => None,
+    };
     if op != Op::Apply {
         let schema = ctx.schema().cloned();
         ssa::record_update(
-            old.as_deref(),
+            rebased.as_ref().or(old.as_deref()),
             &mut new,
             &ctx.manager,
             &ctx.api_version(),
@@ -724,7 +773,7 @@ fn finish(
     }
 
     if let Some(o) = &old
-        && comparable(o) == comparable(&new)
+        && same_but_volatile(o, &new)
     {
         return Ok(((**o).clone(), 200));
     }
@@ -740,16 +789,8 @@ fn finish(
         let removed = remove_object(st, &gr, &ctx.namespace, &ctx.name);
         return Ok((removed.map(|r| (*r).clone()).unwrap_or(new), 200));
     }
-    let has_owners = !owner_refs(&new).is_empty();
     let stored = st.put(&gr, new);
-    after_write(
-        st,
-        &def,
-        &stored,
-        old.is_none(),
-        has_owners,
-        &ctx.subresource,
-    );
+    after_write(st, &def, &stored, old.is_none(), &ctx.subresource);
     Ok(((*stored).clone(), code))
 }
 
@@ -816,19 +857,18 @@ fn after_write(
     def: &ResourceDef,
     stored: &Arc<Value>,
     created: bool,
-    has_owners: bool,
     subresource: &str,
 ) {
-    if has_owners {
-        st.work.gc = true;
-    }
     match (def.group.as_str(), def.plural.as_str()) {
         ("", "namespaces") if created => {
             let ns = crate::util::name_of(stored).to_string();
             publish_root_ca(st, &ns);
         }
-        ("apps", "deployments") if subresource.is_empty() => {
-            st.work.deployments.insert((
+        ("apps", "deployments" | "statefulsets" | "daemonsets") | ("batch", "jobs")
+            if subresource.is_empty() =>
+        {
+            st.work.workloads.insert((
+                def.plural.clone(),
                 crate::util::namespace_of(stored).to_string(),
                 crate::util::name_of(stored).to_string(),
             ));

@@ -77,6 +77,68 @@ pub fn one(obj: &Value, def: &ResourceDef, version: &str, fmt: Format) -> Value 
     }
 }
 
+/// An object serialized at another version without copying it: `apiVersion` and `kind` are
+/// replaced on the fly.
+pub struct AtVersion<'a> {
+    /// The stored object.
+    pub obj: &'a Value,
+    /// The `apiVersion` to write.
+    pub api_version: &'a str,
+    /// The `kind` to write.
+    pub kind: &'a str,
+}
+
+impl serde::Serialize for AtVersion<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let Value::Object(m) = self.obj else {
+            return self.obj.serialize(s);
+        };
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("apiVersion", self.api_version)?;
+        map.serialize_entry("kind", self.kind)?;
+        for (k, v) in m {
+            if k != "apiVersion" && k != "kind" {
+                map.serialize_entry(k, v)?;
+            }
+        }
+        map.end()
+    }
+}
+
+/// A full-object list serialized straight from the stored objects (no copies): the hot path
+/// of large LISTs.
+pub fn list_json(
+    objs: &[std::sync::Arc<Value>],
+    def: &ResourceDef,
+    version: &str,
+    meta: &Map<String, Value>,
+) -> Vec<u8> {
+    #[derive(serde::Serialize)]
+    struct ListOut<'a> {
+        kind: String,
+        #[serde(rename = "apiVersion")]
+        api_version: &'a str,
+        metadata: &'a Map<String, Value>,
+        items: Vec<AtVersion<'a>>,
+    }
+    let av = def.api_version(version);
+    let out = ListOut {
+        kind: def.list_kind(),
+        api_version: &av,
+        metadata: meta,
+        items: objs
+            .iter()
+            .map(|o| AtVersion {
+                obj: o,
+                api_version: &av,
+                kind: &def.kind,
+            })
+            .collect(),
+    };
+    serde_json::to_vec(&out).unwrap_or_default()
+}
+
 /// A list response in the requested format.
 pub fn list(
     objs: &[Value],

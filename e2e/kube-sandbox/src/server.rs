@@ -38,12 +38,16 @@ pub struct App {
     pub faults: Faults,
     /// Bumped to close every open watch.
     pub close_watches: tokio::sync::watch::Sender<u64>,
+    /// Bumped to make every watch that allows bookmarks send one now.
+    pub bookmark_now: tokio::sync::watch::Sender<u64>,
     /// Interval of periodic watch bookmarks.
     pub bookmark_interval: Duration,
     /// Snapshots of paginated lists, by continue-token id.
     pub pages: Mutex<Pages>,
     /// Where snapshots go, if anywhere.
     pub snapshot_dir: Option<PathBuf>,
+    /// Serializes snapshot writes.
+    pub snapshot_writer: Mutex<()>,
     /// The periodic watch closer configured by fault injection.
     pub periodic_close: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -132,10 +136,20 @@ impl App {
         let Some(dir) = &self.snapshot_dir else {
             return Ok(());
         };
-        let mut st = self.store.lock();
-        crate::snapshot::save(&st, dir)?;
-        st.dirty = false;
-        Ok(())
+        // One writer at a time, so an older capture never overwrites a newer one.
+        let _writer = self
+            .snapshot_writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let capture = {
+            let mut st = self.store.lock();
+            st.dirty = false;
+            crate::snapshot::capture(&st)
+        };
+        crate::snapshot::write(&capture, dir).inspect_err(|_| {
+            // Try again on the next tick.
+            self.store.lock().dirty = true;
+        })
     }
 }
 
@@ -405,6 +419,10 @@ fn sandbox_hook(app: &Arc<App>, method: &Method, path: &str, body: &Bytes) -> Re
         ("DELETE", "faults") => {
             app.apply_faults(FaultConfig::default());
             json_response(200, &json!({"rules": []}))
+        }
+        ("POST", "bookmark") => {
+            app.bookmark_now.send_modify(|g| *g += 1);
+            json_response(200, &json!({"sent": true}))
         }
         ("POST", "close-watches") => {
             app.close_all_watches();
@@ -705,12 +723,7 @@ fn list(
     } else {
         total
     };
-    let page: Vec<Value> = items
-        .get(offset.min(total)..end)
-        .unwrap_or(&[])
-        .iter()
-        .map(|o| (**o).clone())
-        .collect();
+    let page: &[Arc<Value>] = items.get(offset.min(total)..end).unwrap_or(&[]);
     let mut meta = Map::new();
     meta.insert("resourceVersion".into(), json!(list_rv.to_string()));
     if end < total {
@@ -725,6 +738,14 @@ fn list(
         meta.insert("continue".into(), json!(encode_continue(id, end, list_rv)));
         meta.insert("remainingItemCount".into(), json!(total - end));
     }
+    if fmt == Format::Full {
+        return Ok((
+            [(header::CONTENT_TYPE, "application/json")],
+            render::list_json(page, def, &t.version, &meta),
+        )
+            .into_response());
+    }
+    let page: Vec<Value> = page.iter().map(|o| (**o).clone()).collect();
     Ok(json_response(
         200,
         &render::list(&page, def, &t.version, fmt, meta),
@@ -782,7 +803,12 @@ fn start_watch(
         format: fmt,
         bookmark_interval: app.bookmark_interval,
     };
-    watch::start(app.store.clone(), spec, app.close_watches.subscribe())
+    watch::start(
+        app.store.clone(),
+        spec,
+        app.close_watches.subscribe(),
+        app.bookmark_now.subscribe(),
+    )
 }
 
 fn delete_opts(q: &Query, body: &[u8]) -> ApiResult<(DeleteOpts, bool)> {

@@ -48,6 +48,22 @@ pub struct Event {
     pub old: Option<Arc<Value>>,
 }
 
+/// An object's address: (group, plural), namespace, name.
+pub type ObjKey = (GroupResource, String, String);
+
+/// The uids an object's ownerReferences point at.
+pub fn owner_uids(obj: &Value) -> Vec<String> {
+    obj.get("metadata")
+        .and_then(|m| m.get("ownerReferences"))
+        .and_then(Value::as_array)
+        .map(|refs| {
+            refs.iter()
+                .filter_map(|r| r.get("uid").and_then(Value::as_str).map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Objects of one resource, keyed by (namespace, name); "" namespace for cluster-scoped.
 pub type Objects = BTreeMap<(String, String), Arc<Value>>;
 
@@ -69,6 +85,8 @@ pub struct State {
     pub uids: HashMap<String, (GroupResource, String, String)>,
     events: broadcast::Sender<Arc<Event>>,
     current_rv: Arc<AtomicU64>,
+    /// owner uid -> objects whose ownerReferences point at it.
+    pub dependents: HashMap<String, std::collections::BTreeSet<ObjKey>>,
     /// Set when anything changed since the last snapshot.
     pub dirty: bool,
     /// Work for the simulated controllers.
@@ -78,18 +96,26 @@ pub struct State {
 /// What the simulated controllers have to look at.
 #[derive(Debug, Default)]
 pub struct Work {
-    /// An owner went away or an object with ownerReferences was written.
-    pub gc: bool,
+    /// Objects whose owners the garbage collector must check: written with ownerReferences,
+    /// or an owner of theirs went away.
+    pub gc: std::collections::BTreeSet<ObjKey>,
     /// A namespace is terminating or lost an object.
     pub namespaces: bool,
-    /// Deployments written since their status was last set: (namespace, name).
-    pub deployments: std::collections::BTreeSet<(String, String)>,
+    /// Workloads (deployments, statefulsets, daemonsets, jobs) written since their status was
+    /// last set: (plural, namespace, name).
+    pub workloads: std::collections::BTreeSet<(String, String, String)>,
+    /// When the namespace controller starts emptying each terminating namespace (it is
+    /// asynchronous on a real cluster: `kubectl delete -f` of a namespace and its objects
+    /// still finds the objects).
+    pub namespace_due: HashMap<String, tokio::time::Instant>,
+    /// How long after its deletion a namespace starts being emptied.
+    pub namespace_delay: std::time::Duration,
 }
 
 impl Work {
     /// Whether anything is pending.
     pub fn is_pending(&self) -> bool {
-        self.gc || self.namespaces || !self.deployments.is_empty()
+        !self.gc.is_empty() || self.namespaces || !self.workloads.is_empty()
     }
 }
 
@@ -114,6 +140,28 @@ impl State {
             .entry((def.group.clone(), def.plural.clone()))
             .or_default();
         def
+    }
+
+    fn index_owners(&mut self, key: &ObjKey, old: Option<&Value>, new: Option<&Value>) {
+        if let Some(o) = old {
+            for uid in owner_uids(o) {
+                if let Some(set) = self.dependents.get_mut(&uid) {
+                    set.remove(key);
+                    if set.is_empty() {
+                        self.dependents.remove(&uid);
+                    }
+                }
+            }
+        }
+        if let Some(n) = new {
+            let uids = owner_uids(n);
+            if !uids.is_empty() {
+                self.work.gc.insert(key.clone());
+            }
+            for uid in uids {
+                self.dependents.entry(uid).or_default().insert(key.clone());
+            }
+        }
     }
 
     /// Assigns the next resourceVersion.
@@ -156,7 +204,9 @@ impl State {
             .objects
             .entry(gr.clone())
             .or_default()
-            .insert(key, obj.clone());
+            .insert(key.clone(), obj.clone());
+        let okey = (gr.clone(), key.0, key.1);
+        self.index_owners(&okey, old.as_deref(), Some(&obj));
         let etype = if old.is_some() {
             EventType::Modified
         } else {
@@ -178,12 +228,18 @@ impl State {
             .objects
             .get_mut(gr)?
             .remove(&(ns.to_string(), name.to_string()))?;
+        let okey = (gr.clone(), ns.to_string(), name.to_string());
+        self.index_owners(&okey, Some(&old), None);
         if let Some(uid) = old
             .get("metadata")
             .and_then(|m| m.get("uid"))
             .and_then(Value::as_str)
         {
             self.uids.remove(uid);
+            // Its dependents must be looked at by the garbage collector.
+            if let Some(deps) = self.dependents.get(uid) {
+                self.work.gc.extend(deps.iter().cloned());
+            }
         }
         let rv = self.next_rv();
         let mut last = (*old).clone();
@@ -210,6 +266,8 @@ impl State {
             self.uids
                 .insert(uid.to_string(), (gr.clone(), key.0.clone(), key.1.clone()));
         }
+        let okey = (gr.clone(), key.0.clone(), key.1.clone());
+        self.index_owners(&okey, None, Some(&obj));
         self.objects
             .entry(gr.clone())
             .or_default()
@@ -289,6 +347,7 @@ impl Store {
             uids: HashMap::new(),
             events: tx.clone(),
             current_rv: current_rv.clone(),
+            dependents: HashMap::new(),
             dirty: false,
             work: Work::default(),
         };

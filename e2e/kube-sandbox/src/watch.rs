@@ -74,8 +74,26 @@ impl WatchSpec {
     }
 
     fn line(&self, etype: &str, obj: &Value) -> Bytes {
-        let mut v = serde_json::to_vec(&json!({"type": etype, "object": self.render(obj)}))
-            .unwrap_or_default();
+        let mut v = if self.format == Format::Full {
+            #[derive(serde::Serialize)]
+            struct Line<'a> {
+                #[serde(rename = "type")]
+                etype: &'a str,
+                object: crate::render::AtVersion<'a>,
+            }
+            let av = self.def.api_version(&self.version);
+            serde_json::to_vec(&Line {
+                etype,
+                object: crate::render::AtVersion {
+                    obj,
+                    api_version: &av,
+                    kind: &self.def.kind,
+                },
+            })
+        } else {
+            serde_json::to_vec(&json!({"type": etype, "object": self.render(obj)}))
+        }
+        .unwrap_or_default();
         v.push(b'\n');
         Bytes::from(v)
     }
@@ -139,6 +157,7 @@ pub fn start(
     store: Arc<Store>,
     spec: WatchSpec,
     mut close: tokio::sync::watch::Receiver<u64>,
+    mut bookmark_now: tokio::sync::watch::Receiver<u64>,
 ) -> ApiResult<Response> {
     let gr: GroupResource = (spec.def.group.clone(), spec.def.plural.clone());
     let (tx, rx) = mpsc::channel::<Bytes>(16);
@@ -232,12 +251,14 @@ pub fn start(
                     }
                 } => return,
                 _ = tick.tick(), if spec.bookmarks => {
-                    // Everything up to the current rv has been delivered when our queue is
-                    // empty (events are broadcast before the counter moves).
-                    let cur = store2.current_rv();
-                    let rv = if sub.is_empty() { cur.max(last) } else { last };
-                    last = rv;
-                    if tx.send(spec.bookmark(rv, false)).await.is_err() {
+                    last = bookmark_rv(&store2, &sub, last);
+                    if tx.send(spec.bookmark(last, false)).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(()) = bookmark_now.changed(), if spec.bookmarks => {
+                    last = bookmark_rv(&store2, &sub, last);
+                    if tx.send(spec.bookmark(last, false)).await.is_err() {
                         return;
                     }
                 }
@@ -248,6 +269,14 @@ pub fn start(
         rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
     });
     Ok(stream_response(stream))
+}
+
+/// The resourceVersion a bookmark may carry: everything up to the current counter has been
+/// delivered when the watcher's queue is empty (events are broadcast before the counter
+/// moves); otherwise the last delivered event's.
+fn bookmark_rv(store: &Store, sub: &broadcast::Receiver<Arc<Event>>, last: u64) -> u64 {
+    let cur = store.current_rv();
+    if sub.is_empty() { cur.max(last) } else { last }
 }
 
 fn stream_response<S>(s: S) -> Response

@@ -403,3 +403,51 @@ async fn crd_sets_are_selectable() {
         );
     }
 }
+
+#[tokio::test]
+async fn free_form_fields_survive_pruning_in_preloaded_crds() {
+    let s = Sandbox::start_with(SandboxOptions {
+        crds: vec![CrdSet::Capi, CrdSet::Fleet],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let c = s.client();
+    // CAPI topology variables carry arbitrary JSON values.
+    let r = post(&c, "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/clusters", json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "vars"},
+        "spec": {"topology": {"classRef": {"name": "cc"}, "version": "v1.31.0",
+                 "variables": [{"name": "cni", "value": {"kind": "calico", "opts": [1, 2, {"x": true}]}}]}}
+    })).await;
+    assert_eq!(r.code, 201, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(
+        r.json()["spec"]["topology"]["variables"][0]["value"]["opts"][2]["x"],
+        true
+    );
+    // Fleet Cluster templateValues are free-form too.
+    let r = post(&c, "/apis/fleet.cattle.io/v1alpha1/namespaces/default/clusters", json!({
+        "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "Cluster", "metadata": {"name": "fc"},
+        "spec": {"kubeConfigSecret": "vars-kubeconfig", "templateValues": {"Cluster": {"metadata": {"labels": {"a": "b"}}, "nested": [1, {"deep": "yes"}]}}}
+    })).await;
+    assert_eq!(r.code, 201, "{}", String::from_utf8_lossy(&r.body));
+    let v = r.json();
+    assert_eq!(v["spec"]["kubeConfigSecret"], "vars-kubeconfig");
+    assert_eq!(
+        v["spec"]["templateValues"]["Cluster"]["nested"][1]["deep"],
+        "yes"
+    );
+    // ClusterRegistrationToken status is a subresource.
+    let r = post(&c, "/apis/fleet.cattle.io/v1alpha1/namespaces/default/clusterregistrationtokens", json!({
+        "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "ClusterRegistrationToken", "metadata": {"name": "t"}, "spec": {"ttl": "1h"}
+    })).await;
+    assert_eq!(r.code, 201);
+    let st = patch(
+        &c,
+        "/apis/fleet.cattle.io/v1alpha1/namespaces/default/clusterregistrationtokens/t/status",
+        "application/merge-patch+json",
+        json!({"status": {"secretName": "t-secret"}}),
+    )
+    .await
+    .json();
+    assert_eq!(st["status"]["secretName"], "t-secret");
+}

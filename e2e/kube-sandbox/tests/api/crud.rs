@@ -898,3 +898,189 @@ async fn protobuf_bodies_from_typed_clients() {
     .await;
     assert_status(&r, 415, "UnsupportedMediaType");
 }
+
+#[tokio::test]
+async fn other_builtin_kinds() {
+    let s = bare().await;
+    let c = s.client();
+    // RBAC names may contain colons.
+    let r = post(
+        &c,
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        json!({"metadata": {"name": "system:sandbox:reader"}, "rules": []}),
+    )
+    .await;
+    assert_eq!(r.code, 201);
+    assert_status(
+        &post(
+            &c,
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+            json!({"metadata": {"name": "a/b"}}),
+        )
+        .await,
+        422,
+        "Invalid",
+    );
+    // Leases, as leader election uses them.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(c.clone(), "kube-system");
+    let l = leases
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "leader"}, "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}})).unwrap())
+        .await
+        .unwrap();
+    let mut l2 = l.clone();
+    l2.spec.as_mut().unwrap().holder_identity = Some("b".into());
+    let l2 = leases
+        .replace("leader", &PostParams::default(), &l2)
+        .await
+        .unwrap();
+    assert_eq!(l2.spec.unwrap().holder_identity.as_deref(), Some("b"));
+    assert!(
+        leases
+            .replace("leader", &PostParams::default(), &l)
+            .await
+            .is_err(),
+        "stale lease update conflicts"
+    );
+    // Core events with involvedObject field selectors; events.k8s.io events live apart.
+    for (n, obj) in [("e1", "a"), ("e2", "b")] {
+        post(&c, "/api/v1/namespaces/default/events", json!({"metadata": {"name": n}, "involvedObject": {"kind": "ConfigMap", "name": obj}, "reason": "Tested", "type": "Normal"})).await;
+    }
+    let evs = get(
+        &c,
+        "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Db",
+    )
+    .await
+    .json();
+    assert_eq!(evs["items"].as_array().unwrap().len(), 1);
+    let r = post(&c, "/apis/events.k8s.io/v1/namespaces/default/events", json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e3"}, "regarding": {"name": "a"}, "reason": "Tested", "action": "Test", "eventTime": "2026-01-01T00:00:00.000000Z"})).await;
+    assert_eq!(r.code, 201);
+    assert_eq!(
+        get(
+            &c,
+            "/apis/events.k8s.io/v1/namespaces/default/events?fieldSelector=regarding.name%3Da"
+        )
+        .await
+        .json()["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    // Services get a cluster IP; ServiceAccounts, Endpoints, Pods and ReplicaSets are stored.
+    let svc = post(
+        &c,
+        "/api/v1/namespaces/default/services",
+        json!({"metadata": {"name": "svc"}, "spec": {"ports": [{"port": 80}]}}),
+    )
+    .await
+    .json();
+    assert!(
+        svc["spec"]["clusterIP"]
+            .as_str()
+            .unwrap()
+            .starts_with("10.96.")
+    );
+    assert_eq!(svc["spec"]["type"], "ClusterIP");
+    for (path, body) in [
+        (
+            "/api/v1/namespaces/default/serviceaccounts",
+            json!({"metadata": {"name": "sa"}}),
+        ),
+        (
+            "/api/v1/namespaces/default/endpoints",
+            json!({"metadata": {"name": "svc"}, "subsets": []}),
+        ),
+        (
+            "/api/v1/namespaces/default/pods",
+            json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}),
+        ),
+        (
+            "/apis/apps/v1/namespaces/default/replicasets",
+            json!({"metadata": {"name": "rs"}, "spec": {"selector": {"matchLabels": {"a": "b"}}}}),
+        ),
+        (
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles",
+            json!({"metadata": {"name": "r"}, "rules": []}),
+        ),
+        (
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings",
+            json!({"metadata": {"name": "rb"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"}}),
+        ),
+        (
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            json!({"metadata": {"name": "crb"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "x"}}),
+        ),
+    ] {
+        assert_eq!(post(&c, path, body).await.code, 201, "{path}");
+    }
+    // A single object as metadata only.
+    let pom = Api::<ConfigMap>::namespaced(c.clone(), "default")
+        .get_metadata("kube-root-ca.crt")
+        .await
+        .unwrap();
+    assert_eq!(pom.metadata.name.as_deref(), Some("kube-root-ca.crt"));
+    let raw_pom = raw(
+        &c,
+        "GET",
+        "/api/v1/namespaces/default/configmaps/kube-root-ca.crt",
+        &[(
+            "accept",
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+        )],
+        Vec::new(),
+    )
+    .await
+    .json();
+    assert_eq!(raw_pom["kind"], "PartialObjectMetadata");
+    assert!(raw_pom.get("data").is_none());
+}
+
+#[tokio::test]
+async fn library_handles() {
+    let crd = widget_crd();
+    let s = kube_sandbox::Sandbox::start_with(kube_sandbox::SandboxOptions {
+        crds: vec![],
+        extra_crds: vec![crd],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // extra_crds are served from the start.
+    assert_eq!(
+        get(
+            &s.client(),
+            "/apis/example.com/v1/namespaces/default/widgets"
+        )
+        .await
+        .code,
+        200
+    );
+    // kubeconfig() and write_kubeconfig() lead to a working client.
+    let kc = s.kubeconfig();
+    assert_eq!(kc.current_context.as_deref(), Some("kube-sandbox"));
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    assert_eq!(cfg.cluster_url.to_string().trim_end_matches('/'), s.url());
+    let client = kube::Client::try_from(cfg).unwrap();
+    assert_eq!(client.apiserver_version().await.unwrap().minor, "34");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kc");
+    s.write_kubeconfig(&path).unwrap();
+    let kc = kube::config::Kubeconfig::read_from(&path).unwrap();
+    assert_eq!(
+        kc.clusters[0].cluster.as_ref().unwrap().server.as_deref(),
+        Some(s.url().as_str())
+    );
+    // The request log over HTTP can be reset.
+    assert!(!s.requests().all().is_empty());
+    assert_eq!(
+        raw(&client, "DELETE", "/sandbox/requests", &[], Vec::new())
+            .await
+            .code,
+        200
+    );
+    assert!(s.requests().all().is_empty());
+    s.shutdown().await;
+}

@@ -166,3 +166,16 @@ async fn namespace_deletion_deletes_contents_then_namespace() {
         "Forbidden",
     );
 }
+
+#[tokio::test]
+async fn dependents_of_owners_that_never_existed_are_collected() {
+    let s = bare().await;
+    let c = s.client();
+    let api: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
+    let refs = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "ghost", "uid": "00000000-0000-4000-8000-000000000000"}]);
+    let cm =
+        serde_json::from_value(json!({"metadata": {"name": "haunted", "ownerReferences": refs}}))
+            .unwrap();
+    api.create(&PostParams::default(), &cm).await.unwrap();
+    gone(&api, "haunted").await;
+}

@@ -82,3 +82,21 @@ async fn restart_keeps_state() {
     let plain = bare().await;
     assert!(plain.restart().await.is_err());
 }
+
+#[tokio::test]
+async fn snapshot_on_demand_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Sandbox::start_with(SandboxOptions {
+        crds: vec![],
+        snapshot_dir: Some(dir.path().to_path_buf()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let c = s.client();
+    create_cm(&c, "default", "now", json!({})).await;
+    let r = raw(&c, "POST", "/sandbox/snapshot", &[], Vec::new()).await;
+    assert_eq!(r.json()["saved"], true);
+    let text = std::fs::read_to_string(dir.path().join("snapshot.json")).unwrap();
+    assert!(text.contains("\"now\""));
+}

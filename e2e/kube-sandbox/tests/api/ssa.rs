@@ -369,3 +369,30 @@ async fn status_ownership_is_separate() {
         serde_yaml::to_string(&json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "st"}, "spec": {"size": 2}})).unwrap()).await;
     assert_eq!(r.code, 200);
 }
+
+#[tokio::test]
+async fn clients_can_rewrite_managed_fields() {
+    let s = bare().await;
+    let c = s.client();
+    apply(&c, CM, "alice", false, cm(json!({"a": "1"}))).await;
+    // Sending back what was read keeps ownership as recorded.
+    let cur = get(&c, CM).await.json();
+    let v = put(&c, CM, cur).await.json();
+    assert!(entry(&v, "alice", "Apply").is_some());
+    // `[{}]` resets it: alice no longer owns data.a, so another manager may change it freely.
+    let v = patch(
+        &c,
+        CM,
+        "application/merge-patch+json",
+        json!({"metadata": {"managedFields": [{}]}}),
+    )
+    .await
+    .json();
+    assert!(v["metadata"].get("managedFields").is_none(), "{v}");
+    assert_eq!(
+        apply(&c, CM, "bob", false, cm(json!({"a": "2"})))
+            .await
+            .code,
+        200
+    );
+}

@@ -192,6 +192,44 @@ async fn bookmarks_and_timeouts() {
                 >= now
     })
     .await;
+    // On request (hook), not only periodically.
+    let slow = Sandbox::start_with(SandboxOptions {
+        crds: vec![],
+        bookmark_interval: Duration::from_secs(3600),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let sc = slow.client();
+    let mut b = WatchStream::open(
+        &sc,
+        &format!(
+            "{CMS}?watch=true&resourceVersion={}&allowWatchBookmarks=true",
+            slow.resource_version()
+        ),
+        &[],
+    )
+    .await;
+    create_cm(&sc, "kube-system", "elsewhere", json!({})).await;
+    let want = slow.resource_version();
+    slow.send_bookmarks();
+    let bm = b.next().await.unwrap();
+    assert_eq!(
+        (
+            bm["type"].as_str().unwrap(),
+            bm["object"]["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+        ),
+        ("BOOKMARK", want.to_string().as_str())
+    );
+    assert_eq!(
+        raw(&sc, "POST", "/sandbox/bookmark", &[], Vec::new())
+            .await
+            .code,
+        200
+    );
+    assert_eq!(b.next().await.unwrap()["type"], "BOOKMARK");
     // Without allowWatchBookmarks there are none: the stream stays silent.
     let mut quiet =
         WatchStream::open(&c, &format!("{CMS}?watch=true&resourceVersion={now}"), &[]).await;
@@ -404,4 +442,36 @@ async fn kube_runtime_watchers_and_reflectors() {
             break;
         }
     }
+}
+
+#[tokio::test]
+async fn bounded_history() {
+    let s = Sandbox::start_with(SandboxOptions {
+        crds: vec![],
+        history_limit: 5,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let c = s.client();
+    let start = s.resource_version();
+    for i in 0..10 {
+        create_cm(&c, "default", &format!("h{i}"), json!({})).await;
+    }
+    // Only the last 5 events are retained: older versions are gone, newer ones replay.
+    let mut old = WatchStream::open(
+        &c,
+        &format!("{CMS}?watch=true&resourceVersion={start}"),
+        &[],
+    )
+    .await;
+    assert_eq!(old.next().await.unwrap()["object"]["code"], 410);
+    let recent = s.resource_version() - 3;
+    let mut w = WatchStream::open(
+        &c,
+        &format!("{CMS}?watch=true&resourceVersion={recent}"),
+        &[],
+    )
+    .await;
+    assert_eq!(name(&w.next().await.unwrap()), "h7");
 }

@@ -234,6 +234,110 @@ fn kubectl_against_the_binary() {
         "demo",
         "--from-literal=p=q",
     ]);
+    s.kubectl(&["create", "serviceaccount", "robot", "-n", "demo"]);
+    s.kubectl(&[
+        "create",
+        "deployment",
+        "gen-deploy",
+        "-n",
+        "demo",
+        "--image=registry.example/app:1",
+        "--replicas=0",
+        "--port=8080",
+    ]);
+    let d: Value = serde_json::from_str(&s.kubectl(&[
+        "get",
+        "deploy",
+        "gen-deploy",
+        "-n",
+        "demo",
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    assert_eq!(d["spec"]["replicas"], 0);
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["image"],
+        "registry.example/app:1"
+    );
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"],
+        8080
+    );
+    assert_eq!(d["spec"]["selector"]["matchLabels"]["app"], "gen-deploy");
+    s.kubectl(&[
+        "create",
+        "service",
+        "clusterip",
+        "gen-svc",
+        "-n",
+        "demo",
+        "--tcp=80:8080",
+    ]);
+    assert_eq!(
+        s.kubectl(&[
+            "get",
+            "svc",
+            "gen-svc",
+            "-n",
+            "demo",
+            "-o",
+            "jsonpath={.spec.ports[0].port}/{.spec.ports[0].targetPort}"
+        ]),
+        "80/8080"
+    );
+    s.kubectl(&[
+        "create",
+        "clusterrole",
+        "reader",
+        "--verb=get,list",
+        "--resource=configmaps",
+    ]);
+    s.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "reader",
+        "--clusterrole=reader",
+        "--serviceaccount=demo:robot",
+    ]);
+    s.kubectl(&[
+        "create",
+        "role",
+        "r",
+        "-n",
+        "demo",
+        "--verb=get",
+        "--resource=secrets",
+    ]);
+    s.kubectl(&[
+        "create",
+        "rolebinding",
+        "r",
+        "-n",
+        "demo",
+        "--role=r",
+        "--user=alice",
+    ]);
+    assert_eq!(
+        s.kubectl(&[
+            "get",
+            "clusterrolebinding",
+            "reader",
+            "-o",
+            "jsonpath={.roleRef.name}/{.subjects[0].name}/{.subjects[0].namespace}"
+        ]),
+        "reader/robot/demo"
+    );
+    assert_eq!(
+        s.kubectl(&[
+            "get",
+            "clusterrole",
+            "reader",
+            "-o",
+            "jsonpath={.rules[0].verbs}"
+        ]),
+        r#"["get","list"]"#
+    );
     let f = write(
         &dir,
         "cm.yaml",
@@ -277,6 +381,27 @@ fn kubectl_against_the_binary() {
         s.kubectl(&["apply", "-f", a.to_str().unwrap()])
             .contains("configured")
     );
+    // Moving from client-side to server-side apply takes over the fields without conflicts
+    // (the server's last-applied handling), and keeps the annotation in step.
+    write(
+        &dir,
+        "apply.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\n  namespace: demo\ndata:\n  v: \"3\"\n",
+    );
+    assert!(
+        s.kubectl(&["apply", "--server-side", "-f", a.to_str().unwrap()])
+            .contains("serverside-applied")
+    );
+    let last = s.kubectl(&[
+        "get",
+        "cm",
+        "applied",
+        "-n",
+        "demo",
+        "-o",
+        "jsonpath={.metadata.annotations.kubectl\\.kubernetes\\.io/last-applied-configuration}",
+    ]);
+    assert!(last.contains(r#""v":"3""#), "{last}");
     let ssa = write(
         &dir,
         "ssa.yaml",
@@ -461,6 +586,35 @@ fn kubectl_against_the_binary() {
     // Printer columns as declared (no implicit AGE when a CRD declares its own columns).
     assert_eq!(header, vec!["NAME", "SIZE", "READY"]);
     assert!(cols.lines().nth(1).unwrap().starts_with("w1"), "{cols}");
+    // A Deployment: client-side apply (strategic merge for built-ins) and rollout status.
+    let dep = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: demo\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - {name: web, image: nginx:1}\n";
+    let d = write(&dir, "dep.yaml", dep);
+    s.kubectl(&["apply", "-f", d.to_str().unwrap()]);
+    write(&dir, "dep.yaml", &dep.replace("nginx:1", "nginx:2"));
+    s.kubectl(&["apply", "-f", d.to_str().unwrap()]);
+    assert_eq!(
+        s.kubectl(&[
+            "get",
+            "deploy",
+            "web",
+            "-n",
+            "demo",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].image}/{.metadata.generation}"
+        ]),
+        "nginx:2/2"
+    );
+    assert!(
+        s.kubectl(&[
+            "rollout",
+            "status",
+            "deploy/web",
+            "-n",
+            "demo",
+            "--timeout=20s"
+        ])
+        .contains("successfully rolled out")
+    );
     // CAPI kinds by short name.
     s.kubectl(&["get", "cl", "-A"]);
     // delete.
@@ -471,6 +625,16 @@ fn kubectl_against_the_binary() {
     );
     s.kubectl(&["delete", "ns", "demo", "--wait=true", "--timeout=20s"]);
     assert!(s.kubectl_fails(&["get", "ns", "demo"]).contains("NotFound"));
+    // `delete -f` of a namespace and objects in it: the namespace is emptied asynchronously, so
+    // the objects are still there to be deleted, as on a real cluster.
+    let both = write(
+        &dir,
+        "both.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: pair\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: inside\n  namespace: pair\n",
+    );
+    s.kubectl(&["create", "-f", both.to_str().unwrap()]);
+    let out = s.kubectl(&["delete", "-f", both.to_str().unwrap()]);
+    assert!(out.contains("configmap \"inside\" deleted"), "{out}");
 }
 
 #[test]
@@ -516,6 +680,46 @@ metadata:
   name: {{ .Release.Name }}-widget
 spec:
   size: 1
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: {{ .Release.Name }}-db
+spec:
+  serviceName: db
+  replicas: 1
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec: {containers: [{name: db, image: registry.example/db:1}]}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: {{ .Release.Name }}-agent
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec: {containers: [{name: agent, image: registry.example/agent:1}]}
+"#,
+    );
+    // A hook Job: helm waits for it to complete, then deletes it.
+    write(
+        &chart,
+        "templates/hook.yaml",
+        r#"apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {{ .Release.Name }}-post-install
+  annotations:
+    helm.sh/hook: post-install
+    helm.sh/hook-delete-policy: hook-succeeded
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: hook, image: registry.example/hook:1}]
 "#,
     );
     let chart = chart.to_str().unwrap();
@@ -542,6 +746,31 @@ spec:
     ]);
     assert_eq!(ready, "2");
     s.kubectl(&["get", "widget", "demo-widget"]);
+    assert_eq!(
+        s.kubectl(&[
+            "get",
+            "sts",
+            "demo-db",
+            "-o",
+            "jsonpath={.status.readyReplicas}"
+        ]),
+        "1"
+    );
+    assert_eq!(
+        s.kubectl(&[
+            "get",
+            "ds",
+            "demo-agent",
+            "-o",
+            "jsonpath={.status.numberReady}"
+        ]),
+        "1"
+    );
+    assert!(
+        s.kubectl_fails(&["get", "job", "demo-post-install"])
+            .contains("NotFound"),
+        "hook job deleted after success"
+    );
     s.helm(&[
         "upgrade",
         "demo",

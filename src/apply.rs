@@ -1,0 +1,150 @@
+//! Writes to the API server: server-side apply after comparing with the cached live object,
+//! create-only, delete, and finalizer patches. The only module of the import controllers that
+//! writes.
+
+use std::fmt::Debug;
+
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::core::Resource;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::model::diff::{apply_would_change, owned_fields};
+use crate::names;
+use crate::{Error, Result};
+
+/// What a write did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Unchanged,
+    Created,
+    Updated,
+}
+
+/// Server-side applies `desired` (forced: Fleet's controllers co-own some fields of these
+/// objects) unless it would not change `live`.
+pub async fn apply_if_changed<K>(
+    api: &Api<K>,
+    desired: &K,
+    live: Option<&K>,
+    manager: &str,
+) -> Result<Outcome>
+where
+    K: Resource + Serialize + DeserializeOwned + Clone + Debug,
+{
+    let name = desired
+        .meta()
+        .name
+        .clone()
+        .ok_or_else(|| Error::Serialization("desired object has no name".into()))?;
+    let desired_json = serde_json::to_value(desired)?;
+    if let Some(live) = live {
+        let live_json = serde_json::to_value(live)?;
+        if !apply_would_change(&desired_json, &live_json, owned_fields(&live_json, manager)) {
+            return Ok(Outcome::Unchanged);
+        }
+    }
+    api.patch(
+        &name,
+        &PatchParams::apply(manager).force(),
+        &Patch::Apply(&desired_json),
+    )
+    .await?;
+    Ok(if live.is_some() {
+        Outcome::Updated
+    } else {
+        Outcome::Created
+    })
+}
+
+/// Creates `desired` when `live` is absent; never updates (CAAPF's `patchResource: false`).
+pub async fn create_if_missing<K>(api: &Api<K>, desired: &K, live: Option<&K>) -> Result<Outcome>
+where
+    K: Resource + Serialize + DeserializeOwned + Clone + Debug,
+{
+    if live.is_some() {
+        return Ok(Outcome::Unchanged);
+    }
+    match api.create(&PostParams::default(), desired).await {
+        Ok(_) => Ok(Outcome::Created),
+        // Our cache was behind: it exists, which is all create-only wants.
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(Outcome::Unchanged),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// Deletes `name` (background propagation); `false` when it was already gone.
+pub async fn delete_if_exists<K>(api: &Api<K>, name: &str) -> Result<bool>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// Adds our finalizer, guarded by the object's resourceVersion (a concurrent change makes the
+/// patch fail and the reconcile is retried).
+pub async fn add_finalizer<K>(api: &Api<K>, object: &K) -> Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let name = object.meta().name.clone().unwrap_or_default();
+    let mut ops = vec![test_resource_version(object)];
+    match &object.meta().finalizers {
+        Some(list) if !list.is_empty() => ops.push(json!({
+            "op": "add", "path": "/metadata/finalizers/-", "value": names::FINALIZER
+        })),
+        _ => ops.push(json!({
+            "op": "add", "path": "/metadata/finalizers", "value": [names::FINALIZER]
+        })),
+    }
+    json_patch(api, &name, ops).await
+}
+
+/// Removes our finalizer (a no-op when it is not there), guarded by the resourceVersion.
+pub async fn remove_finalizer<K>(api: &Api<K>, object: &K) -> Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let name = object.meta().name.clone().unwrap_or_default();
+    let Some(index) = object
+        .meta()
+        .finalizers
+        .iter()
+        .flatten()
+        .position(|f| f == names::FINALIZER)
+    else {
+        return Ok(());
+    };
+    let ops = vec![
+        test_resource_version(object),
+        json!({"op": "remove", "path": format!("/metadata/finalizers/{index}")}),
+    ];
+    match json_patch(api, &name, ops).await {
+        // Gone already: nothing holds it.
+        Err(Error::Kube(kube::Error::Api(status))) if status.code == 404 => Ok(()),
+        other => other,
+    }
+}
+
+fn test_resource_version<K: Resource>(object: &K) -> Value {
+    json!({
+        "op": "test",
+        "path": "/metadata/resourceVersion",
+        "value": object.meta().resource_version.clone().unwrap_or_default()
+    })
+}
+
+async fn json_patch<K>(api: &Api<K>, name: &str, ops: Vec<Value>) -> Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops))?;
+    api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,356 @@
+//! The Cluster controller: CAPI `Cluster` → Fleet `Cluster` (+ registration token).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
+use fleet_api_rs::fleet_cluster_registration_token::ClusterRegistrationToken;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use crate::api::CapiCluster;
+use crate::apply::{
+    Outcome, add_finalizer, apply_if_changed, create_if_missing, delete_if_exists, remove_finalizer,
+};
+use crate::context::Context;
+use crate::controllers::backoff::Backoff;
+use crate::controllers::import::references::{Lookup, References};
+use crate::controllers::import::stores::Stores;
+use crate::model::capi::{ClusterView, ObjectRef as CapiRef};
+use crate::model::config::ClusterImport;
+use crate::model::fleet::{
+    Registration, client_id, desired_fleet_cluster, desired_registration_token, random_client_id,
+    template_values,
+};
+use crate::model::import::{Decision, decide};
+use crate::names;
+use crate::{Error, Result};
+
+/// Controller name in metrics and logs.
+pub const CONTROLLER: &str = "cluster";
+
+/// What the import controllers share.
+pub struct ImportContext {
+    pub base: Arc<Context>,
+    pub stores: Stores,
+    pub references: References,
+    pub backoff: Backoff,
+    /// Pinged after every Cluster reconcile; the status writer recounts (at a bounded rate).
+    pub counts_changed: Notify,
+    /// Missing references already reported, so each is reported once, not every reconcile.
+    reported: Mutex<HashSet<String>>,
+}
+
+impl ImportContext {
+    pub fn new(base: Arc<Context>, stores: Stores, references: References) -> Self {
+        Self {
+            base,
+            stores,
+            references,
+            backoff: Backoff::default(),
+            counts_changed: Notify::new(),
+            reported: Mutex::new(HashSet::new()),
+        }
+    }
+
+    fn first_report(&self, key: String) -> bool {
+        self.reported
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key)
+    }
+
+    fn resolved(&self, key: &str) {
+        self.reported
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+    }
+}
+
+/// Reconciles one CAPI Cluster.
+pub async fn reconcile(cluster: Arc<CapiCluster>, ctx: Arc<ImportContext>) -> Result<Action> {
+    let started = Instant::now();
+    // Decisions need every cache, not just the primary one.
+    ctx.stores.wait_until_ready().await;
+    let result = reconcile_cluster(&cluster, &ctx).await;
+    ctx.base
+        .metrics
+        .reconciled(CONTROLLER, started.elapsed(), result.as_ref().err());
+    if result.is_ok() {
+        ctx.backoff.succeeded(&key(&cluster));
+    }
+    ctx.counts_changed.notify_one();
+    result
+}
+
+/// Retries a failed Cluster with per-object exponential backoff.
+pub fn error_policy(cluster: Arc<CapiCluster>, error: &Error, ctx: Arc<ImportContext>) -> Action {
+    let delay = ctx.backoff.failed(&key(&cluster));
+    tracing::warn!(
+        cluster = %cluster.name_any(),
+        namespace = %cluster.namespace().unwrap_or_default(),
+        %error,
+        retry_in = ?delay,
+        "reconciling Cluster failed"
+    );
+    Action::requeue(delay)
+}
+
+fn key(cluster: &CapiCluster) -> String {
+    format!(
+        "{}/{}",
+        cluster.namespace().unwrap_or_default(),
+        cluster.name_any()
+    )
+}
+
+async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result<Action> {
+    let Some(config) = ctx.base.config() else {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    };
+    let json = cluster.to_json();
+    let view = ClusterView::from_json(&json).ok_or_else(|| Error::Malformed {
+        kind: "Cluster",
+        name: cluster.name_any(),
+        reason: "no name or namespace".into(),
+    })?;
+    let fleet_name = config
+        .cluster
+        .as_ref()
+        .map_or_else(|| view.name.clone(), |i| i.fleet_cluster_name(&view.name));
+    let live = ctx.stores.fleet_cluster(&view.namespace, &fleet_name);
+    let namespace_labels = ctx.stores.namespace_labels(&view.namespace);
+    let decision = decide(&view, &config, &namespace_labels, live.as_deref());
+    tracing::debug!(cluster = %view.name, namespace = %view.namespace, ?decision, "decided");
+
+    let clusters: Api<CapiCluster> = Api::namespaced(ctx.base.client.clone(), &view.namespace);
+    let fleet_clusters: Api<FleetCluster> =
+        Api::namespaced(ctx.base.client.clone(), &view.namespace);
+    let regarding = cluster.object_ref(&());
+    match decision {
+        Decision::Paused { .. } | Decision::Hold | Decision::Ignore => Ok(Action::await_change()),
+        Decision::Cleanup => {
+            cleanup(&view, live.as_deref(), &fleet_clusters, ctx).await?;
+            remove_finalizer(&clusters, cluster).await?;
+            Ok(Action::await_change())
+        }
+        Decision::Release {
+            delete_fleet_cluster,
+        } => {
+            if delete_fleet_cluster && live.is_some() {
+                delete_if_exists(&fleet_clusters, &fleet_name).await?;
+                delete_token(&view, ctx).await?;
+                ctx.base
+                    .event(
+                        &regarding,
+                        EventType::Normal,
+                        "Deselected",
+                        "Deleting",
+                        format!("No longer selected: deleted Fleet Cluster `{fleet_name}`"),
+                    )
+                    .await;
+            }
+            remove_finalizer(&clusters, cluster).await?;
+            Ok(Action::await_change())
+        }
+        Decision::Wait => {
+            if !view.has_finalizer() {
+                add_finalizer(&clusters, cluster).await?;
+            }
+            Ok(Action::await_change())
+        }
+        Decision::Import { agent_initiated } => {
+            let Some(import) = config.cluster.as_ref() else {
+                return Ok(Action::await_change());
+            };
+            if !view.has_finalizer() {
+                add_finalizer(&clusters, cluster).await?;
+            }
+            let values = template_values_for(&json, &view, &regarding, ctx).await;
+            let registration = if agent_initiated {
+                Registration::AgentInitiated {
+                    client_id: client_id(live.as_deref(), random_client_id),
+                }
+            } else {
+                Registration::ManagerInitiated
+            };
+            let desired = desired_fleet_cluster(&view, import, &registration, Some(values));
+            let outcome = if import.patch_resource {
+                apply_if_changed(
+                    &fleet_clusters,
+                    &desired,
+                    live.as_deref(),
+                    names::FIELD_MANAGER,
+                )
+                .await?
+            } else {
+                create_if_missing(&fleet_clusters, &desired, live.as_deref()).await?
+            };
+            report(outcome, &desired, &regarding, ctx).await;
+            if agent_initiated {
+                ensure_token(&view, import, live.as_deref(), &regarding, ctx).await?;
+            }
+            Ok(Action::requeue(ctx.base.flags.sync_period))
+        }
+    }
+}
+
+async fn report(
+    outcome: Outcome,
+    fleet: &FleetCluster,
+    regarding: &ObjectReference,
+    ctx: &ImportContext,
+) {
+    let name = fleet.name_any();
+    let namespace = fleet.namespace().unwrap_or_default();
+    let (reason, note) = match outcome {
+        Outcome::Unchanged => return,
+        Outcome::Created => (
+            "Created",
+            format!("Created fleet object `{name}` in `{namespace}`"),
+        ),
+        Outcome::Updated => (
+            "Updated",
+            format!("Updated `fleet.cattle.io/v1alpha1/Cluster` object `{name}` in `{namespace}`"),
+        ),
+    };
+    tracing::info!(fleet_cluster = %name, %namespace, reason, "Fleet Cluster written");
+    ctx.base
+        .event(regarding, EventType::Normal, reason, "Creating", note)
+        .await;
+}
+
+/// Removes what we created for a deleted Cluster. The Fleet Cluster is left to the garbage
+/// collector when the CAPI Cluster owns it; the namespace controller takes care of shared
+/// objects once the Cluster is gone. Nothing here waits, so deletion is never held.
+async fn cleanup(
+    view: &ClusterView,
+    live: Option<&FleetCluster>,
+    fleet_clusters: &Api<FleetCluster>,
+    ctx: &ImportContext,
+) -> Result<()> {
+    if let Some(live) = live {
+        let owned = live
+            .owner_references()
+            .iter()
+            .any(|owner| owner.uid == view.uid);
+        if !owned {
+            delete_if_exists(fleet_clusters, &live.name_any()).await?;
+        }
+    }
+    delete_token(view, ctx).await
+}
+
+async fn delete_token(view: &ClusterView, ctx: &ImportContext) -> Result<()> {
+    if ctx.stores.token(&view.namespace, &view.name).is_some() {
+        let tokens: Api<ClusterRegistrationToken> =
+            Api::namespaced(ctx.base.client.clone(), &view.namespace);
+        delete_if_exists(&tokens, &view.name).await?;
+    }
+    Ok(())
+}
+
+/// Creates the registration token of an agent-initiated Cluster while its agent has not
+/// registered yet (create-only: a token is never updated; Fleet deletes it when it expires).
+async fn ensure_token(
+    view: &ClusterView,
+    import: &ClusterImport,
+    live: Option<&FleetCluster>,
+    regarding: &ObjectReference,
+    ctx: &ImportContext,
+) -> Result<()> {
+    let registered = live
+        .and_then(|c| c.status.as_ref())
+        .and_then(|s| s.agent.as_ref())
+        .and_then(|a| a.last_seen.as_ref())
+        .is_some();
+    if registered || ctx.stores.token(&view.namespace, &view.name).is_some() {
+        return Ok(());
+    }
+    let tokens: Api<ClusterRegistrationToken> =
+        Api::namespaced(ctx.base.client.clone(), &view.namespace);
+    let token = desired_registration_token(view, import);
+    if create_if_missing(&tokens, &token, None).await? == Outcome::Created {
+        ctx.base
+            .event(
+                regarding,
+                EventType::Normal,
+                "Created",
+                "Creating",
+                format!(
+                    "Created ClusterRegistrationToken `{}` in `{}` (ttl {})",
+                    view.name, view.namespace, import.registration_token_ttl
+                ),
+            )
+            .await;
+    }
+    Ok(())
+}
+
+/// `templateValues` with whatever references can be read; a reference that cannot is reported
+/// once (event and log) and left out.
+async fn template_values_for(
+    json: &Value,
+    view: &ClusterView,
+    regarding: &ObjectReference,
+    ctx: &ImportContext,
+) -> std::collections::BTreeMap<String, Value> {
+    let control_plane = resolve(
+        view,
+        view.control_plane_ref.as_ref(),
+        "ControlPlane",
+        regarding,
+        ctx,
+    )
+    .await;
+    let infrastructure = resolve(
+        view,
+        view.infrastructure_ref.as_ref(),
+        "InfrastructureCluster",
+        regarding,
+        ctx,
+    )
+    .await;
+    template_values(json, view, control_plane.as_ref(), infrastructure.as_ref())
+}
+
+async fn resolve(
+    view: &ClusterView,
+    reference: Option<&CapiRef>,
+    role: &str,
+    regarding: &ObjectReference,
+    ctx: &ImportContext,
+) -> Option<Value> {
+    let reference = reference?;
+    let report_key = format!("{}/{role}", view.uid);
+    let problem = match ctx.references.lookup(reference).await {
+        Lookup::Found(object) => {
+            ctx.resolved(&report_key);
+            return Some(object);
+        }
+        Lookup::Missing => format!(
+            "{role} {} {}/{} not found",
+            reference.kind, reference.namespace, reference.name
+        ),
+        Lookup::Unavailable(reason) => format!("{role} cannot be read: {reason}"),
+    };
+    if ctx.first_report(report_key) {
+        tracing::warn!(cluster = %view.name, namespace = %view.namespace, %problem, "templateValues incomplete");
+        ctx.base
+            .event(
+                regarding,
+                EventType::Warning,
+                "TemplateValuesIncomplete",
+                "Creating",
+                format!("{problem}; templateValues are set without it"),
+            )
+            .await;
+    }
+    None
+}

@@ -1,0 +1,259 @@
+//! Importing CAPI Clusters and ClusterClasses into Fleet: four controllers over shared caches.
+//!
+//! - [`clusters`]: CAPI Cluster → Fleet Cluster (+ registration token), finalizer, cleanup;
+//! - [`namespaces`]: per namespace, the Fleet workspace annotation, cross-namespace
+//!   ClusterGroups and BundleNamespaceMappings;
+//! - [`classes`]: ClusterClass → ClusterGroup, and orphaned class groups;
+//! - [`status`]: `FleetAddonConfig` `status.clusters`.
+//!
+//! A configuration change re-evaluates every object; so does the periodic resync of Clusters.
+
+pub mod classes;
+pub mod clusters;
+pub mod namespaces;
+pub mod references;
+pub mod status;
+pub mod stores;
+
+use std::future::ready;
+use std::sync::Arc;
+
+use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
+use fleet_api_rs::fleet_clustergroup::ClusterGroup;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::ResourceExt;
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{Config, Controller};
+use kube::runtime::reflector::ObjectRef;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use crate::api::{CapiCluster, CapiClusterClass};
+use crate::context::Context;
+use crate::controllers::config_watch;
+use crate::model::capi::ClassRef;
+use clusters::ImportContext;
+use references::References;
+use stores::{Stores, Subscribers};
+
+/// Readiness check: the import caches hold their first full lists.
+pub const READY_CHECK: &str = "import-caches";
+
+/// Concurrent reconciles per controller.
+const CONCURRENCY: u16 = 8;
+
+/// Runs the import controllers until shutdown.
+pub async fn run(base: Arc<Context>) {
+    base.readiness.register(READY_CHECK);
+    let mut config = base.config.clone();
+    if config_watch::wait_ready(&mut config).await.is_none() {
+        return;
+    }
+    let mut reflectors = JoinSet::new();
+    let (stores, mut feeds) = Stores::start(
+        &base.client,
+        &base.flags,
+        &Subscribers {
+            clusters: 2,
+            classes: 3,
+            namespaces: 2,
+            fleet_clusters: 1,
+            groups: 3,
+            mappings: 1,
+            tokens: 1,
+        },
+        &mut reflectors,
+    );
+    let (cluster_tx, cluster_rx) = mpsc::unbounded_channel();
+    let (namespace_tx, namespace_rx) = mpsc::unbounded_channel();
+    let (class_tx, class_rx) = mpsc::unbounded_channel();
+    let references = References::new(
+        base.client.clone(),
+        base.flags.watch_namespace().map(str::to_string),
+        cluster_tx.clone(),
+        base.shutdown.clone(),
+    );
+    let ctx = Arc::new(ImportContext::new(base.clone(), stores.clone(), references));
+
+    let mut tasks = JoinSet::new();
+    {
+        let (ctx, readiness) = (ctx.clone(), base.readiness.clone());
+        tasks.spawn(async move {
+            if ctx.stores.wait_until_ready().await {
+                readiness.set(READY_CHECK, true);
+            }
+        });
+    }
+    tasks.spawn(status::run(ctx.clone()));
+    tasks.spawn(fan_out_config_changes(
+        ctx.clone(),
+        config,
+        cluster_tx,
+        namespace_tx,
+        class_tx,
+    ));
+
+    // Cluster controller.
+    let naming = base.config.clone();
+    let cluster_stores = stores.clone();
+    let clusters =
+        Controller::for_shared_stream(take(&mut feeds.clusters), stores.clusters.clone())
+            .with_config(Config::default().concurrency(CONCURRENCY))
+            .watches_shared_stream(
+                take(&mut feeds.fleet_clusters),
+                move |fleet: Arc<FleetCluster>| owning_cluster(&fleet, &naming),
+            )
+            .watches_shared_stream(
+                take(&mut feeds.namespaces),
+                move |namespace: Arc<PartialObjectMeta<Namespace>>| {
+                    cluster_stores
+                        .clusters_in(&namespace.name_any())
+                        .iter()
+                        .map(|c| ObjectRef::from_obj(&**c))
+                        .collect::<Vec<_>>()
+                },
+            )
+            .watches_shared_stream(take(&mut feeds.tokens), |token| {
+                Some(
+                    ObjectRef::<CapiCluster>::new(&token.name_any())
+                        .within(&token.namespace().unwrap_or_default()),
+                )
+            })
+            .reconcile_on(UnboundedReceiverStream::new(cluster_rx))
+            .graceful_shutdown_on(cancelled(&base))
+            .run(clusters::reconcile, clusters::error_policy, ctx.clone())
+            .for_each(|_| ready(()));
+
+    // Namespace controller.
+    let class_ctx = ctx.clone();
+    let namespaces =
+        Controller::for_shared_stream(take(&mut feeds.namespaces), stores.namespaces.clone())
+            .with_config(Config::default().concurrency(CONCURRENCY))
+            .watches_shared_stream(take(&mut feeds.clusters), |cluster: Arc<CapiCluster>| {
+                cluster.namespace().map(|ns| ObjectRef::new(&ns))
+            })
+            .watches_shared_stream(take(&mut feeds.groups), |group: Arc<ClusterGroup>| {
+                group.namespace().map(|ns| ObjectRef::new(&ns))
+            })
+            .watches_shared_stream(
+                take(&mut feeds.mappings),
+                |mapping: Arc<crate::api::BundleNamespaceMapping>| {
+                    Some(ObjectRef::new(&mapping.name_any()))
+                },
+            )
+            .watches_shared_stream(
+                take(&mut feeds.classes),
+                move |class: Arc<CapiClusterClass>| {
+                    let class = ClassRef {
+                        name: class.name_any(),
+                        namespace: class.namespace().unwrap_or_default(),
+                    };
+                    namespaces::namespaces_using_class(&class_ctx, &class)
+                        .into_iter()
+                        .map(|ns| ObjectRef::new(&ns))
+                        .collect::<Vec<_>>()
+                },
+            )
+            .reconcile_on(UnboundedReceiverStream::new(namespace_rx))
+            .graceful_shutdown_on(cancelled(&base))
+            .run(namespaces::reconcile, namespaces::error_policy, ctx.clone())
+            .for_each(|_| ready(()));
+
+    // ClusterClass controller.
+    let classes = Controller::for_shared_stream(take(&mut feeds.classes), stores.classes.clone())
+        .with_config(Config::default().concurrency(CONCURRENCY))
+        .watches_shared_stream(take(&mut feeds.groups), |group: Arc<ClusterGroup>| {
+            classes::is_class_group(&group).then(|| {
+                ObjectRef::<CapiClusterClass>::new(&group.name_any())
+                    .within(&group.namespace().unwrap_or_default())
+            })
+        })
+        .reconcile_on(UnboundedReceiverStream::new(class_rx))
+        .graceful_shutdown_on(cancelled(&base))
+        .run(classes::reconcile, classes::error_policy, ctx.clone())
+        .for_each(|_| ready(()));
+
+    // Class ClusterGroups whose class is gone, and legacy finalizers on groups.
+    let groups = Controller::for_shared_stream(take(&mut feeds.groups), stores.groups.clone())
+        .with_config(Config::default().concurrency(2))
+        .watches_shared_stream(take(&mut feeds.classes), |class: Arc<CapiClusterClass>| {
+            Some(
+                ObjectRef::<ClusterGroup>::new(&class.name_any())
+                    .within(&class.namespace().unwrap_or_default()),
+            )
+        })
+        .graceful_shutdown_on(cancelled(&base))
+        .run(
+            classes::reconcile_group,
+            classes::group_error_policy,
+            ctx.clone(),
+        )
+        .for_each(|_| ready(()));
+
+    tokio::select! {
+        _ = futures::future::join4(clusters, namespaces, classes, groups) => {}
+        () = base.shutdown.cancelled() => {}
+    }
+    tasks.shutdown().await;
+    reflectors.shutdown().await;
+}
+
+/// Re-evaluates everything when the effective configuration changes.
+async fn fan_out_config_changes(
+    ctx: Arc<ImportContext>,
+    mut config: config_watch::ConfigReceiver,
+    clusters: mpsc::UnboundedSender<ObjectRef<CapiCluster>>,
+    namespaces: mpsc::UnboundedSender<ObjectRef<PartialObjectMeta<Namespace>>>,
+    classes: mpsc::UnboundedSender<ObjectRef<CapiClusterClass>>,
+) {
+    config.mark_unchanged();
+    while config.changed().await.is_ok() {
+        for cluster in ctx.stores.clusters.state() {
+            let _ = clusters.send(ObjectRef::from_obj(&*cluster));
+        }
+        for namespace in ctx.stores.namespaces.state() {
+            let _ = namespaces.send(ObjectRef::from_obj(&*namespace));
+        }
+        for class in ctx.stores.classes.state() {
+            let _ = classes.send(ObjectRef::from_obj(&*class));
+        }
+        ctx.counts_changed.notify_one();
+    }
+}
+
+/// The CAPI Cluster a Fleet Cluster belongs to: its owner, or the one its name was made from.
+fn owning_cluster(
+    fleet: &FleetCluster,
+    config: &config_watch::ConfigReceiver,
+) -> Option<ObjectRef<CapiCluster>> {
+    let namespace = fleet.namespace()?;
+    if let Some(owner) = fleet
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "Cluster" && o.api_version.starts_with("cluster.x-k8s.io/"))
+    {
+        return Some(ObjectRef::new(&owner.name).within(&namespace));
+    }
+    let name = fleet.name_any();
+    let config = config.borrow().clone();
+    let capi_name = match config.as_ref().and_then(|c| c.cluster.as_ref()) {
+        Some(import) => name
+            .strip_prefix(import.name_prefix.as_str())?
+            .strip_suffix(import.name_suffix.as_str())?
+            .to_string(),
+        None => name,
+    };
+    Some(ObjectRef::new(&capi_name).within(&namespace))
+}
+
+fn take<T>(feeds: &mut Vec<T>) -> T {
+    feeds
+        .pop()
+        .unwrap_or_else(|| panic!("a controller subscribed more often than Subscribers allows"))
+}
+
+fn cancelled(base: &Context) -> impl Future<Output = ()> + Send + Sync + 'static {
+    base.shutdown.clone().cancelled_owned()
+}

@@ -1,0 +1,232 @@
+//! The namespace controller: for each namespace, the Fleet workspace annotation, the
+//! cross-namespace ClusterGroups it holds and the BundleNamespaceMappings named after it, all
+//! derived from the namespace's Clusters at once (see [`crate::model::namespace`]).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use fleet_api_rs::fleet_clustergroup::ClusterGroup;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Patch, PatchParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::Action;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::api::BundleNamespaceMapping;
+use crate::apply::{apply_if_changed, delete_if_exists};
+use crate::controllers::import::clusters::ImportContext;
+use crate::model::capi::{ClassRef, ClassView, ClusterView};
+use crate::model::diff::owned_fields;
+use crate::model::import::{Decision, decide};
+use crate::model::namespace::{ExistingGroup, NamespaceFacts, plan};
+use crate::names;
+use crate::{Error, Result};
+
+/// Controller name in metrics and logs.
+pub const CONTROLLER: &str = "namespace";
+
+type NamespaceMeta = PartialObjectMeta<Namespace>;
+
+/// Reconciles one namespace.
+pub async fn reconcile(namespace: Arc<NamespaceMeta>, ctx: Arc<ImportContext>) -> Result<Action> {
+    let started = Instant::now();
+    // Decisions need every cache, not just the primary one.
+    ctx.stores.wait_until_ready().await;
+    let result = reconcile_namespace(&namespace, &ctx).await;
+    ctx.base
+        .metrics
+        .reconciled(CONTROLLER, started.elapsed(), result.as_ref().err());
+    if result.is_ok() {
+        ctx.backoff.succeeded(&key(&namespace));
+    }
+    result
+}
+
+/// Retries with per-object exponential backoff.
+pub fn error_policy(
+    namespace: Arc<NamespaceMeta>,
+    error: &Error,
+    ctx: Arc<ImportContext>,
+) -> Action {
+    let delay = ctx.backoff.failed(&key(&namespace));
+    tracing::warn!(namespace = %namespace.name_any(), %error, retry_in = ?delay, "reconciling namespace failed");
+    Action::requeue(delay)
+}
+
+fn key(namespace: &NamespaceMeta) -> String {
+    format!("namespace/{}", namespace.name_any())
+}
+
+async fn reconcile_namespace(namespace: &NamespaceMeta, ctx: &ImportContext) -> Result<Action> {
+    let Some(config) = ctx.base.config() else {
+        return Ok(Action::requeue(std::time::Duration::from_secs(1)));
+    };
+    // Hold everything while the selection is invalid; a terminating namespace takes its
+    // objects with it.
+    if config.problems_under("spec.cluster").next().is_some()
+        || namespace.metadata.deletion_timestamp.is_some()
+    {
+        return Ok(Action::await_change());
+    }
+    let name = namespace.name_any();
+    let labels = namespace.labels().clone();
+    let objects = ctx.stores.clusters_in(&name);
+    let mut views: Vec<(ClusterView, Decision)> = Vec::with_capacity(objects.len());
+    for object in &objects {
+        let Some(view) = ClusterView::from_json(&object.to_json()) else {
+            continue;
+        };
+        let fleet_name = config
+            .cluster
+            .as_ref()
+            .map_or_else(|| view.name.clone(), |i| i.fleet_cluster_name(&view.name));
+        let live = ctx.stores.fleet_cluster(&name, &fleet_name);
+        let decision = decide(&view, &config, &labels, live.as_deref());
+        views.push((view, decision));
+    }
+    let class_labels = |class: &ClassRef| {
+        ctx.stores
+            .class(&class.namespace, &class.name)
+            .and_then(|c| ClassView::from_json(&c.to_json()))
+            .map(|c| c.labels)
+    };
+    let groups = ctx
+        .stores
+        .groups
+        .state()
+        .into_iter()
+        .filter(|g| g.metadata.namespace.as_deref() == Some(name.as_str()))
+        .map(|g| ExistingGroup {
+            name: g.name_any(),
+            labels: g.labels().clone(),
+            has_owner_references: !g.owner_references().is_empty(),
+        })
+        .collect();
+    let mappings = ctx
+        .stores
+        .mappings
+        .state()
+        .into_iter()
+        .filter(|m| m.metadata.name.as_deref() == Some(name.as_str()))
+        .map(|m| {
+            (
+                m.metadata.namespace.clone().unwrap_or_default(),
+                m.labels().contains_key(names::MANAGED_LABEL),
+            )
+        })
+        .collect();
+    let plan = plan(&NamespaceFacts {
+        namespace: &name,
+        clusters: views.iter().map(|(v, d)| (v, d)).collect(),
+        apply_class_group: config.cluster.as_ref().is_some_and(|i| i.apply_class_group),
+        class_labels: &class_labels,
+        groups,
+        mappings,
+    });
+
+    sync_annotation(namespace, plan.workspace_annotation, ctx).await?;
+
+    let groups: Api<ClusterGroup> = Api::namespaced(ctx.base.client.clone(), &name);
+    for group in &plan.apply_groups {
+        let group_name = group.name_any();
+        let live = ctx.stores.group(&name, &group_name);
+        let outcome =
+            apply_if_changed(&groups, group, live.as_deref(), names::FIELD_MANAGER).await?;
+        log_write(outcome, "ClusterGroup", &name, &group_name);
+    }
+    for group_name in &plan.clear_group_owner_references {
+        groups
+            .patch(
+                group_name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"ownerReferences": null}})),
+            )
+            .await?;
+        tracing::info!(namespace = %name, group = %group_name, "removed CAAPF owner references from adopted ClusterGroup");
+    }
+    for group_name in &plan.delete_groups {
+        if delete_if_exists(&groups, group_name).await? {
+            tracing::info!(namespace = %name, group = %group_name, "deleted ClusterGroup: no Cluster uses it");
+        }
+    }
+    for mapping in &plan.apply_mappings {
+        let class_namespace = mapping.metadata.namespace.clone().unwrap_or_default();
+        let mappings: Api<BundleNamespaceMapping> =
+            Api::namespaced(ctx.base.client.clone(), &class_namespace);
+        let live = ctx.stores.mapping(&class_namespace, &name);
+        let outcome =
+            apply_if_changed(&mappings, mapping, live.as_deref(), names::FIELD_MANAGER).await?;
+        log_write(outcome, "BundleNamespaceMapping", &class_namespace, &name);
+    }
+    for class_namespace in &plan.delete_mappings {
+        let mappings: Api<BundleNamespaceMapping> =
+            Api::namespaced(ctx.base.client.clone(), class_namespace);
+        if delete_if_exists(&mappings, &name).await? {
+            tracing::info!(namespace = %class_namespace, mapping = %name, "deleted BundleNamespaceMapping: no Cluster uses it");
+        }
+    }
+    Ok(Action::await_change())
+}
+
+fn log_write(outcome: crate::apply::Outcome, kind: &str, namespace: &str, name: &str) {
+    if outcome != crate::apply::Outcome::Unchanged {
+        tracing::info!(%namespace, %name, ?outcome, "{kind} written");
+    }
+}
+
+/// Adds the annotation (server-side apply by our namespace field manager), or removes it by
+/// applying without it — which only removes it when we own it, never someone else's.
+async fn sync_annotation(
+    namespace: &NamespaceMeta,
+    wanted: bool,
+    ctx: &ImportContext,
+) -> Result<()> {
+    let name = namespace.name_any();
+    let has_ours = namespace
+        .annotations()
+        .get(names::FLEET_WORKSPACE_ANNOTATION)
+        .is_some_and(|v| v == "true");
+    let namespace_json = serde_json::to_value(namespace)?;
+    let owned = owned_fields(&namespace_json, names::NAMESPACE_FIELD_MANAGER)
+        .and_then(|f| f.pointer("/f:metadata/f:annotations"))
+        .and_then(|a| a.as_object())
+        .is_some_and(|a| a.contains_key(&format!("f:{}", names::FLEET_WORKSPACE_ANNOTATION)));
+    let body = if wanted && !(has_ours && owned) {
+        json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "annotations": {names::FLEET_WORKSPACE_ANNOTATION: "true"}}
+        })
+    } else if !wanted && owned {
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    } else {
+        return Ok(());
+    };
+    let namespaces: Api<Namespace> = Api::all(ctx.base.client.clone());
+    namespaces
+        .patch(
+            &name,
+            &PatchParams::apply(names::NAMESPACE_FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await?;
+    tracing::info!(namespace = %name, annotated = wanted, "Fleet workspace annotation updated");
+    Ok(())
+}
+
+/// The namespaces whose plans a ClusterClass affects: those of Clusters using it from another
+/// namespace (the class labels are copied onto their groups).
+pub fn namespaces_using_class(ctx: &ImportContext, class: &ClassRef) -> Vec<String> {
+    let mut namespaces: Vec<String> = ctx
+        .stores
+        .clusters
+        .state()
+        .iter()
+        .filter_map(|c| ClusterView::from_json(&c.to_json()))
+        .filter(|v| v.cross_namespace_class() == Some(class))
+        .map(|v| v.namespace)
+        .collect();
+    namespaces.sort();
+    namespaces.dedup();
+    namespaces
+}

@@ -1,0 +1,217 @@
+//! Caches of the objects Clusters reference (ControlPlane, InfrastructureCluster), for
+//! `templateValues`. A watch per referenced kind is started on first use, at the version the API
+//! server serves for that group (not the CRD storage version CAAPF guessed); changes that the
+//! user makes (generation, labels, annotations) re-trigger the owning Cluster.
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::discovery;
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::Value;
+use tokio::sync::{Mutex, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::api::CapiCluster;
+use crate::model::capi::ObjectRef as CapiRef;
+
+/// How long a reconcile waits for a new cache's first list before going on without it.
+const FIRST_LIST_WAIT: Duration = Duration::from_secs(10);
+/// How long a kind that could not be discovered is not retried.
+const DISCOVERY_RETRY: Duration = Duration::from_secs(300);
+
+/// Result of looking up a referenced object.
+#[derive(Debug)]
+pub enum Lookup {
+    Found(Value),
+    /// The kind is served but the object does not exist (yet).
+    Missing,
+    /// The kind cannot be read (not served, not allowed, cache not synced): the reason.
+    Unavailable(String),
+}
+
+enum Entry {
+    Watching(Store<DynamicObject>, ApiResource),
+    Failed { at: Instant, reason: String },
+}
+
+/// The referenced-object caches.
+pub struct References {
+    client: Client,
+    namespace: Option<String>,
+    entries: Mutex<HashMap<(String, String), Entry>>,
+    triggers: mpsc::UnboundedSender<ObjectRef<CapiCluster>>,
+    shutdown: CancellationToken,
+}
+
+impl References {
+    /// `triggers` receives the Clusters to reconcile when a referenced object changes.
+    pub fn new(
+        client: Client,
+        namespace: Option<String>,
+        triggers: mpsc::UnboundedSender<ObjectRef<CapiCluster>>,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            client,
+            namespace,
+            entries: Mutex::new(HashMap::new()),
+            triggers,
+            shutdown,
+        }
+    }
+
+    /// Looks up a referenced object in its cache, starting the cache on first use.
+    pub async fn lookup(&self, reference: &CapiRef) -> Lookup {
+        let (store, resource) = match self.store_for(reference).await {
+            Ok(found) => found,
+            Err(reason) => return Lookup::Unavailable(reason),
+        };
+        if tokio::time::timeout(FIRST_LIST_WAIT, store.wait_until_ready())
+            .await
+            .is_err()
+        {
+            return Lookup::Unavailable(format!(
+                "{} objects are not readable yet (watch not synced)",
+                reference.kind
+            ));
+        }
+        let key = ObjectRef::new_with(&reference.name, resource).within(&reference.namespace);
+        match store.get(&key) {
+            Some(object) => Lookup::Found(serde_json::to_value(&*object).unwrap_or(Value::Null)),
+            None => Lookup::Missing,
+        }
+    }
+
+    async fn store_for(
+        &self,
+        reference: &CapiRef,
+    ) -> Result<(Store<DynamicObject>, ApiResource), String> {
+        let key = (reference.group.clone(), reference.kind.clone());
+        let mut entries = self.entries.lock().await;
+        match entries.get(&key) {
+            Some(Entry::Watching(store, resource)) => return Ok((store.clone(), resource.clone())),
+            Some(Entry::Failed { at, reason }) if at.elapsed() < DISCOVERY_RETRY => {
+                return Err(reason.clone());
+            }
+            _ => {}
+        }
+        match self.start(reference).await {
+            Ok((store, resource)) => {
+                entries.insert(key, Entry::Watching(store.clone(), resource.clone()));
+                Ok((store, resource))
+            }
+            Err(reason) => {
+                entries.insert(
+                    key,
+                    Entry::Failed {
+                        at: Instant::now(),
+                        reason: reason.clone(),
+                    },
+                );
+                Err(reason)
+            }
+        }
+    }
+
+    async fn start(
+        &self,
+        reference: &CapiRef,
+    ) -> Result<(Store<DynamicObject>, ApiResource), String> {
+        let group = discovery::group(&self.client, &reference.group)
+            .await
+            .map_err(|err| format!("API group {} is not served: {err}", reference.group))?;
+        let (resource, _) = group.recommended_kind(&reference.kind).ok_or_else(|| {
+            format!(
+                "kind {} is not served in API group {}",
+                reference.kind, reference.group
+            )
+        })?;
+        tracing::info!(group = %resource.group, version = %resource.version, kind = %resource.kind, "watching referenced kind");
+        Ok((self.spawn_watch(resource.clone()), resource))
+    }
+
+    fn spawn_watch(&self, resource: ApiResource) -> Store<DynamicObject> {
+        let api: Api<DynamicObject> = match &self.namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
+            None => Api::all_with(self.client.clone(), &resource),
+        };
+        let writer = Writer::new(resource.clone());
+        let store = writer.as_reader();
+        let triggers = self.triggers.clone();
+        let shutdown = self.shutdown.clone();
+        let kind = resource.kind.clone();
+        let stream = watcher(api, watcher::Config::default().any_semantic())
+            .default_backoff()
+            .modify(|object: &mut DynamicObject| {
+                object.metadata.managed_fields = None;
+                if let Some(data) = object.data.as_object_mut() {
+                    // Status changes often and is never part of templateValues.
+                    data.remove("status");
+                }
+            })
+            .reflect(writer);
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            // Last user-visible hash per object: status-only changes trigger nothing.
+            let mut seen: HashMap<String, u64> = HashMap::new();
+            loop {
+                let next = tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    next = stream.next() => next,
+                };
+                let object = match next {
+                    None => return,
+                    Some(Err(err)) => {
+                        tracing::warn!(%err, kind = %kind, "watching referenced objects");
+                        continue;
+                    }
+                    Some(Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object))) => {
+                        let hash = user_visible_hash(&object);
+                        if seen.insert(object.uid().unwrap_or_default(), hash) == Some(hash) {
+                            continue;
+                        }
+                        object
+                    }
+                    Some(Ok(watcher::Event::Delete(object))) => {
+                        seen.remove(&object.uid().unwrap_or_default());
+                        object
+                    }
+                    Some(Ok(watcher::Event::Init | watcher::Event::InitDone)) => continue,
+                };
+                for owner in owning_clusters(&object) {
+                    // The receiver only goes away when the controller stops.
+                    let _ = triggers.send(owner);
+                }
+            }
+        });
+        store
+    }
+}
+
+/// Changes a user makes: generation (spec), labels and annotations.
+fn user_visible_hash(object: &DynamicObject) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    object.metadata.generation.hash(&mut hasher);
+    object.labels().hash(&mut hasher);
+    object.annotations().hash(&mut hasher);
+    hasher.finish()
+}
+
+/// CAPI sets an owner reference from the Cluster on its referenced objects.
+fn owning_clusters(object: &DynamicObject) -> Vec<ObjectRef<CapiCluster>> {
+    let namespace = object.namespace().unwrap_or_default();
+    object
+        .owner_references()
+        .iter()
+        .filter(|owner| {
+            owner.kind == "Cluster" && owner.api_version.starts_with("cluster.x-k8s.io/")
+        })
+        .map(|owner| ObjectRef::new(&owner.name).within(&namespace))
+        .collect()
+}

@@ -1,0 +1,107 @@
+//! `FleetAddonConfig` `status.clusters` (selected / imported / waiting) and the matching
+//! gauges, recounted after Cluster reconciles at most once per [`MIN_INTERVAL`], written only
+//! when the counts change.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+use crate::api::{ClusterCounts, FleetAddonConfig};
+use crate::controllers::import::clusters::ImportContext;
+use crate::model::capi::ClusterView;
+use crate::model::config::EffectiveConfig;
+use crate::model::import::{Decision, decide};
+use crate::names;
+
+/// Shortest time between two recounts.
+pub const MIN_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Counts the Clusters in the caches.
+pub fn count(ctx: &ImportContext, config: &EffectiveConfig) -> ClusterCounts {
+    let mut counts = ClusterCounts::default();
+    for object in ctx.stores.clusters.state() {
+        let Some(view) = ClusterView::from_json(&object.to_json()) else {
+            continue;
+        };
+        let fleet_name = config
+            .cluster
+            .as_ref()
+            .map_or_else(|| view.name.clone(), |i| i.fleet_cluster_name(&view.name));
+        let live = ctx.stores.fleet_cluster(&view.namespace, &fleet_name);
+        let labels = ctx.stores.namespace_labels(&view.namespace);
+        let decision = decide(&view, config, &labels, live.as_deref());
+        if decision.is_selected() {
+            counts.selected += 1;
+        }
+        if decision.is_imported() {
+            counts.imported += 1;
+        }
+        if decision == Decision::Wait {
+            counts.waiting += 1;
+        }
+    }
+    counts
+}
+
+/// Runs until shutdown.
+pub async fn run(ctx: Arc<ImportContext>) {
+    // What the object's status holds, as far as we know (None: unknown, read it first).
+    let mut written: Option<(Option<i64>, ClusterCounts)> = None;
+    loop {
+        tokio::select! {
+            () = ctx.base.shutdown.cancelled() => return,
+            () = ctx.counts_changed.notified() => {}
+        }
+        let Some(config) = ctx.base.config() else {
+            continue;
+        };
+        let counts = count(&ctx, &config);
+        ctx.base.metrics.selected_clusters.set(counts.selected);
+        ctx.base.metrics.imported_clusters.set(counts.imported);
+        // Only an existing FleetAddonConfig has a status to write.
+        if config.generation.is_some()
+            && written.as_ref().is_none_or(|(generation, last)| {
+                *generation != config.generation || *last != counts
+            })
+        {
+            match write(&ctx, &counts).await {
+                Ok(()) => written = Some((config.generation, counts)),
+                Err(err) => {
+                    tracing::warn!(%err, "writing FleetAddonConfig status.clusters");
+                    written = None;
+                }
+            }
+        }
+        tokio::select! {
+            () = ctx.base.shutdown.cancelled() => return,
+            () = tokio::time::sleep(MIN_INTERVAL) => {}
+        }
+    }
+}
+
+/// Applies `status.clusters` unless the object already has these counts.
+async fn write(ctx: &ImportContext, counts: &ClusterCounts) -> crate::Result<()> {
+    let api: Api<FleetAddonConfig> = Api::all(ctx.base.client.clone());
+    let Some(live) = api.get_opt(FleetAddonConfig::NAME).await? else {
+        return Ok(());
+    };
+    if live.status.as_ref().and_then(|s| s.clusters.as_ref()) == Some(counts) {
+        return Ok(());
+    }
+    let body = json!({
+        "apiVersion": "addons.cluster.x-k8s.io/v1alpha1",
+        "kind": "FleetAddonConfig",
+        "metadata": {"name": FleetAddonConfig::NAME},
+        "status": {"clusters": counts},
+    });
+    api.patch_status(
+        FleetAddonConfig::NAME,
+        &PatchParams::apply(names::IMPORT_STATUS_FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await?;
+    Ok(())
+}

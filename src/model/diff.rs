@@ -1,0 +1,255 @@
+//! Would a server-side apply change anything? We compare the object we would apply with the
+//! cached live object instead of writing, so that at steady state the controllers make no
+//! writes at all (CAAPF patched on every reconcile: research §13 items 12-13).
+//!
+//! An apply by field manager M changes the object when
+//! 1. a value M applies differs from the live value, or
+//! 2. a field M owns (its `managedFields` entry) is no longer applied: the server removes it.
+//!
+//! Lists are compared whole (atomic, the default for CRD lists) except `ownerReferences`
+//! (keyed by `uid`) and `finalizers` (a set), which the API server merges per element.
+
+use serde_json::{Map, Value};
+
+/// Whether applying `desired` over `live` as the manager owning `owned` (its `fieldsV1`, or
+/// `None` when it owns nothing yet) would change `live`.
+pub fn apply_would_change(desired: &Value, live: &Value, owned: Option<&Value>) -> bool {
+    !is_subset(desired, live, "") || owned.is_some_and(|fields| drops_owned(fields, desired))
+}
+
+/// The `fieldsV1` of `manager`'s `Apply` entry on the main resource of `object`, if any.
+pub fn owned_fields<'a>(object: &'a Value, manager: &str) -> Option<&'a Value> {
+    object
+        .pointer("/metadata/managedFields")?
+        .as_array()?
+        .iter()
+        .find(|entry| {
+            entry.get("manager").and_then(Value::as_str) == Some(manager)
+                && entry.get("operation").and_then(Value::as_str) == Some("Apply")
+                && entry
+                    .get("subresource")
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+        })?
+        .get("fieldsV1")
+}
+
+fn is_subset(desired: &Value, live: &Value, path: &str) -> bool {
+    match (desired, live) {
+        (Value::Object(want), Value::Object(have)) => want.iter().all(|(key, value)| {
+            let child = format!("{path}/{key}");
+            match have.get(key) {
+                Some(live_value) => is_subset(value, live_value, &child),
+                None => is_empty(value),
+            }
+        }),
+        (Value::Array(want), Value::Array(have)) if path == "/metadata/ownerReferences" => {
+            want.iter().all(|reference| {
+                have.iter().any(|live_ref| {
+                    live_ref.get("uid") == reference.get("uid")
+                        && is_subset(reference, live_ref, path)
+                })
+            })
+        }
+        (Value::Array(want), Value::Array(have)) if path == "/metadata/finalizers" => {
+            want.iter().all(|f| have.contains(f))
+        }
+        (Value::Array(want), Value::Array(have)) => {
+            // Atomic lists: the same elements in the same order, each a subset (the server may
+            // add defaulted fields inside elements).
+            want.len() == have.len()
+                && want
+                    .iter()
+                    .zip(have)
+                    .all(|(w, h)| is_subset(w, h, &format!("{path}[]")))
+        }
+        (want, have) => numbers_equal(want, have) || want == have,
+    }
+}
+
+/// An empty map applied over an absent field changes nothing visible.
+fn is_empty(value: &Value) -> bool {
+    match value {
+        Value::Object(map) => map.values().all(is_empty),
+        Value::Null => true,
+        _ => false,
+    }
+}
+
+fn numbers_equal(a: &Value, b: &Value) -> bool {
+    match (a.as_f64(), b.as_f64()) {
+        (Some(x), Some(y)) => a.is_number() && b.is_number() && x == y,
+        _ => false,
+    }
+}
+
+/// Whether `owned` (fieldsV1) names a field that `desired` no longer sets.
+fn drops_owned(owned: &Value, desired: &Value) -> bool {
+    let Some(owned) = owned.as_object() else {
+        return false;
+    };
+    owned.iter().any(|(key, children)| {
+        if key == "." {
+            return false;
+        }
+        if let Some(field) = key.strip_prefix("f:") {
+            return match desired.get(field) {
+                None => true,
+                Some(value) => drops_owned(children, value),
+            };
+        }
+        if let Some(keys) = key.strip_prefix("k:") {
+            // An element of an associative list, identified by its key fields.
+            let Ok(Value::Object(keys)) = serde_json::from_str::<Value>(keys) else {
+                return false;
+            };
+            return match desired
+                .as_array()
+                .and_then(|items| find_keyed(items, &keys))
+            {
+                None => true,
+                Some(item) => drops_owned(children, item),
+            };
+        }
+        if let Some(value) = key.strip_prefix("v:") {
+            // An element of a set.
+            let Ok(value) = serde_json::from_str::<Value>(value) else {
+                return false;
+            };
+            return !desired
+                .as_array()
+                .is_some_and(|items| items.contains(&value));
+        }
+        false
+    })
+}
+
+fn find_keyed<'a>(items: &'a [Value], keys: &Map<String, Value>) -> Option<&'a Value> {
+    items
+        .iter()
+        .find(|item| keys.iter().all(|(k, v)| item.get(k) == Some(v)))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn live() -> Value {
+        json!({
+            "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "Cluster",
+            "metadata": {
+                "name": "c1", "namespace": "ns", "resourceVersion": "5",
+                "labels": {"env": "dev", "fleet.cattle.io/added-by-fleet": "x"},
+                "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c1", "uid": "u1", "blockOwnerDeletion": true}],
+                "finalizers": ["fleet.cattle.io/cluster-finalizer"],
+                "managedFields": [
+                    {"manager": "addon-provider-fleet", "operation": "Apply", "fieldsV1": {
+                        "f:metadata": {"f:labels": {"f:env": {}}, "f:ownerReferences": {"k:{\"uid\":\"u1\"}": {".": {}}}},
+                        "f:spec": {"f:agentNamespace": {}, "f:agentTolerations": {}, "f:templateValues": {"f:Cluster": {}}}
+                    }},
+                    {"manager": "addon-provider-fleet", "operation": "Apply", "subresource": "status", "fieldsV1": {"f:status": {}}},
+                    {"manager": "fleetcontroller", "operation": "Update", "fieldsV1": {"f:metadata": {"f:finalizers": {"v:\"fleet.cattle.io/cluster-finalizer\"": {}}}}}
+                ]
+            },
+            "spec": {
+                "agentNamespace": "fleet-addon-agent",
+                "agentTolerations": [{"key": "a", "operator": "Exists", "effect": "NoSchedule"}],
+                "templateValues": {"Cluster": {"spec": {"replicas": 1}}},
+                "redeployAgentGeneration": 2
+            },
+            "status": {"agent": {"lastSeen": "now"}}
+        })
+    }
+
+    fn desired() -> Value {
+        json!({
+            "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "Cluster",
+            "metadata": {
+                "name": "c1", "namespace": "ns",
+                "labels": {"env": "dev"},
+                "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c1", "uid": "u1"}]
+            },
+            "spec": {
+                "agentNamespace": "fleet-addon-agent",
+                "agentTolerations": [{"key": "a", "operator": "Exists", "effect": "NoSchedule"}],
+                "templateValues": {"Cluster": {"spec": {"replicas": 1}}}
+            }
+        })
+    }
+
+    #[test]
+    fn steady_state_is_a_no_op() {
+        let live = live();
+        let owned = owned_fields(&live, "addon-provider-fleet");
+        assert!(owned.is_some());
+        assert!(!apply_would_change(&desired(), &live, owned));
+    }
+
+    #[test]
+    fn changes_that_need_an_apply() {
+        let live = live();
+        let owned = owned_fields(&live, "addon-provider-fleet");
+        fn remove(value: &mut Value, pointer: &str, key: &str) {
+            if let Some(map) = value.pointer_mut(pointer).and_then(Value::as_object_mut) {
+                map.remove(key);
+            }
+        }
+        type Change = fn(&mut Value);
+        let rows: [(&str, Change); 9] = [
+            ("new label", |d| d["metadata"]["labels"]["new"] = json!("x")),
+            ("changed label", |d| {
+                d["metadata"]["labels"]["env"] = json!("prod")
+            }),
+            ("dropped label we own", |d| {
+                remove(d, "/metadata/labels", "env")
+            }),
+            ("dropped template value we own", |d| {
+                remove(d, "/spec/templateValues", "Cluster")
+            }),
+            ("changed nested template value", |d| {
+                d["spec"]["templateValues"]["Cluster"]["spec"]["replicas"] = json!(3)
+            }),
+            ("extra toleration", |d| {
+                if let Some(list) = d["spec"]["agentTolerations"].as_array_mut() {
+                    list.push(json!({"key": "b"}));
+                }
+            }),
+            ("new spec field", |d| d["spec"]["hostNetwork"] = json!(true)),
+            ("dropped owner reference we own", |d| {
+                remove(d, "/metadata", "ownerReferences")
+            }),
+            ("other owner reference", |d| {
+                d["metadata"]["ownerReferences"][0]["uid"] = json!("u2")
+            }),
+        ];
+        for (name, change) in rows {
+            let mut desired = desired();
+            change(&mut desired);
+            assert!(apply_would_change(&desired, &live, owned), "{name}");
+        }
+    }
+
+    #[test]
+    fn fields_of_others_and_server_defaults_are_ignored() {
+        let mut live = live();
+        // Fleet's own label and finalizer, a spec field Fleet sets, status: not ours.
+        live["spec"]["agentTolerations"][0]["tolerationSeconds"] = json!(null);
+        let owned = owned_fields(&live, "addon-provider-fleet").cloned();
+        assert!(!apply_would_change(&desired(), &live, owned.as_ref()));
+        // Without a managedFields entry (e.g. created by CAAPF's get-or-create), only values count.
+        assert!(!apply_would_change(&desired(), &live, None));
+    }
+
+    #[test]
+    fn sets_and_numbers() {
+        let desired = json!({"metadata": {"finalizers": ["b"]}, "spec": {"n": 1}});
+        let live = json!({"metadata": {"finalizers": ["a", "b"]}, "spec": {"n": 1.0}});
+        assert!(!apply_would_change(&desired, &live, None));
+        let owned = json!({"f:metadata": {"f:finalizers": {"v:\"c\"": {}}}});
+        assert!(apply_would_change(&desired, &live, Some(&owned)));
+        let empty = json!({"metadata": {"annotations": {}}});
+        assert!(!apply_would_change(&empty, &json!({"metadata": {}}), None));
+    }
+}

@@ -1,0 +1,283 @@
+//! What to do with one CAPI Cluster: the decision table of the Cluster controller.
+
+use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
+
+use crate::model::capi::{ClusterView, StringMap};
+use crate::model::config::EffectiveConfig;
+use crate::model::fleet::is_agent_initiated;
+use crate::model::selection::ClusterFacts;
+
+/// The decision for one Cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// `spec.paused` or the paused annotation: touch nothing. `selected` tells whether it would
+    /// be selected (its namespace-level objects are kept).
+    Paused { selected: bool },
+    /// `spec.cluster` has problems: keep everything as it is until they are fixed.
+    Hold,
+    /// Being deleted while carrying our finalizer: remove what we created, then the finalizer.
+    Cleanup,
+    /// Being deleted without our finalizer, or not selected and never managed: nothing to do.
+    Ignore,
+    /// Was managed (carries our finalizer) but is no longer selected, or import was disabled:
+    /// remove the finalizer, and delete the Fleet Cluster if the deselect policy says so.
+    Release { delete_fleet_cluster: bool },
+    /// Selected, manager-initiated, control plane not initialized yet: ensure the finalizer and
+    /// wait for the status change.
+    Wait,
+    /// Selected: keep the Fleet objects.
+    Import { agent_initiated: bool },
+}
+
+impl Decision {
+    /// Selected by the configuration (and not being deleted).
+    pub fn is_selected(&self) -> bool {
+        matches!(
+            self,
+            Decision::Paused { selected: true } | Decision::Wait | Decision::Import { .. }
+        )
+    }
+
+    /// Has (or is about to have) a Fleet Cluster.
+    pub fn is_imported(&self) -> bool {
+        matches!(self, Decision::Import { .. })
+    }
+}
+
+/// Decides for one Cluster. `namespace_labels` are the labels of its namespace (empty when
+/// unknown); `live` is its Fleet Cluster, when one exists.
+pub fn decide(
+    cluster: &ClusterView,
+    config: &EffectiveConfig,
+    namespace_labels: &StringMap,
+    live: Option<&FleetCluster>,
+) -> Decision {
+    let import = config.cluster.as_ref();
+    let selected = import.is_some_and(|import| {
+        import.selection.selects(ClusterFacts {
+            labels: &cluster.labels,
+            namespace: &cluster.namespace,
+            namespace_labels,
+        })
+    });
+    if cluster.paused {
+        return Decision::Paused {
+            selected: selected && !cluster.deleting,
+        };
+    }
+    // Deletion is never held, not even by an invalid configuration.
+    if cluster.deleting {
+        return if cluster.has_finalizer() {
+            Decision::Cleanup
+        } else {
+            Decision::Ignore
+        };
+    }
+    if config.problems_under("spec.cluster").next().is_some() {
+        return Decision::Hold;
+    }
+    let Some(import) = import.filter(|_| selected) else {
+        return if cluster.has_finalizer() {
+            Decision::Release {
+                delete_fleet_cluster: import.is_some_and(|i| i.delete_deselected),
+            }
+        } else {
+            Decision::Ignore
+        };
+    };
+    let agent_initiated = is_agent_initiated(import, cluster, live);
+    if !agent_initiated && !cluster.control_plane_initialized {
+        return Decision::Wait;
+    }
+    Decision::Import { agent_initiated }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::api::FleetAddonConfigSpec;
+
+    fn config(spec: &str) -> EffectiveConfig {
+        let spec: FleetAddonConfigSpec = serde_yaml::from_str(spec).expect("spec");
+        EffectiveConfig::from_spec(&spec)
+    }
+
+    fn cluster(metadata: Value, spec: Value, initialized: bool) -> ClusterView {
+        let mut metadata = metadata;
+        metadata["namespace"] = json!("ns");
+        metadata["name"] = json!("c1");
+        ClusterView::from_json(&json!({
+            "metadata": metadata,
+            "spec": spec,
+            "status": {"initialization": {"controlPlaneInitialized": initialized}}
+        }))
+        .expect("view")
+    }
+
+    #[test]
+    fn decision_table() {
+        let fin = json!({"finalizers": ["fleet.addons.cluster.x-k8s.io"]});
+        let labelled = json!({"labels": {"import": "yes"}});
+        let labelled_fin =
+            json!({"labels": {"import": "yes"}, "finalizers": ["fleet.addons.cluster.x-k8s.io"]});
+        let deleting = json!({"deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["fleet.addons.cluster.x-k8s.io"]});
+        let deleting_no_fin = json!({"deletionTimestamp": "2026-01-01T00:00:00Z"});
+        let paused = json!({"annotations": {"cluster.x-k8s.io/paused": "true"}, "labels": {"import": "yes"}});
+        let by_label = "cluster: {selector: {matchLabels: {import: \"yes\"}}}";
+        let by_label_delete =
+            "cluster: {selector: {matchLabels: {import: \"yes\"}}, deselectPolicy: Delete}";
+        struct Row {
+            name: &'static str,
+            config: EffectiveConfig,
+            cluster: ClusterView,
+            want: Decision,
+        }
+        let rows = vec![
+            Row {
+                name: "defaults import an initialized cluster",
+                config: EffectiveConfig::default(),
+                cluster: cluster(json!({}), json!({}), true),
+                want: Decision::Import {
+                    agent_initiated: false,
+                },
+            },
+            Row {
+                name: "manager-initiated waits for the control plane",
+                config: EffectiveConfig::default(),
+                cluster: cluster(json!({}), json!({}), false),
+                want: Decision::Wait,
+            },
+            Row {
+                name: "agent-initiated does not wait",
+                config: config("cluster: {agentInitiated: true}"),
+                cluster: cluster(json!({}), json!({}), false),
+                want: Decision::Import {
+                    agent_initiated: true,
+                },
+            },
+            Row {
+                name: "selected by label",
+                config: config(by_label),
+                cluster: cluster(labelled.clone(), json!({}), true),
+                want: Decision::Import {
+                    agent_initiated: false,
+                },
+            },
+            Row {
+                name: "not selected, never managed",
+                config: config(by_label),
+                cluster: cluster(json!({}), json!({}), true),
+                want: Decision::Ignore,
+            },
+            Row {
+                name: "deselected keeps the Fleet Cluster by default",
+                config: config(by_label),
+                cluster: cluster(fin.clone(), json!({}), true),
+                want: Decision::Release {
+                    delete_fleet_cluster: false,
+                },
+            },
+            Row {
+                name: "deselected with Delete policy",
+                config: config(by_label_delete),
+                cluster: cluster(fin.clone(), json!({}), true),
+                want: Decision::Release {
+                    delete_fleet_cluster: true,
+                },
+            },
+            Row {
+                name: "import disabled releases managed clusters",
+                config: config("{}"),
+                cluster: cluster(fin.clone(), json!({}), true),
+                want: Decision::Release {
+                    delete_fleet_cluster: false,
+                },
+            },
+            Row {
+                name: "import disabled ignores others",
+                config: config("{}"),
+                cluster: cluster(json!({}), json!({}), true),
+                want: Decision::Ignore,
+            },
+            Row {
+                name: "deleting with finalizer cleans up",
+                config: EffectiveConfig::default(),
+                cluster: cluster(deleting.clone(), json!({}), true),
+                want: Decision::Cleanup,
+            },
+            Row {
+                name: "deleting unselected with finalizer still cleans up (never held)",
+                config: config(by_label),
+                cluster: cluster(deleting, json!({}), true),
+                want: Decision::Cleanup,
+            },
+            Row {
+                name: "deleting without finalizer",
+                config: EffectiveConfig::default(),
+                cluster: cluster(deleting_no_fin, json!({}), true),
+                want: Decision::Ignore,
+            },
+            Row {
+                name: "paused by annotation",
+                config: config(by_label),
+                cluster: cluster(paused, json!({}), true),
+                want: Decision::Paused { selected: true },
+            },
+            Row {
+                name: "paused by spec",
+                config: config(by_label),
+                cluster: cluster(json!({}), json!({"paused": true}), true),
+                want: Decision::Paused { selected: false },
+            },
+            Row {
+                name: "invalid selection holds",
+                config: config("cluster: {namespaceRegexes: [\"(\"]}"),
+                cluster: cluster(labelled_fin, json!({}), true),
+                want: Decision::Hold,
+            },
+            Row {
+                name: "invalid selection does not hold deletion",
+                config: config("cluster: {namespaceRegexes: [\"(\"]}"),
+                cluster: cluster(
+                    json!({"deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["fleet.addons.cluster.x-k8s.io"]}),
+                    json!({}),
+                    true,
+                ),
+                want: Decision::Cleanup,
+            },
+        ];
+        for row in rows {
+            assert_eq!(
+                decide(&row.cluster, &row.config, &StringMap::new(), None),
+                row.want,
+                "{}",
+                row.name
+            );
+        }
+    }
+
+    #[test]
+    fn namespace_labels_select() {
+        let config = config("cluster: {namespaceSelector: {matchLabels: {fleet: \"on\"}}}");
+        let view = cluster(json!({}), json!({}), true);
+        let on = StringMap::from([("fleet".to_string(), "on".to_string())]);
+        assert!(decide(&view, &config, &on, None).is_imported());
+        assert_eq!(
+            decide(&view, &config, &StringMap::new(), None),
+            Decision::Ignore
+        );
+    }
+
+    #[test]
+    fn counts() {
+        assert!(Decision::Wait.is_selected() && !Decision::Wait.is_imported());
+        let import = Decision::Import {
+            agent_initiated: false,
+        };
+        assert!(import.is_selected() && import.is_imported());
+        assert!(Decision::Paused { selected: true }.is_selected());
+        assert!(!Decision::Cleanup.is_selected());
+    }
+}

@@ -1,0 +1,322 @@
+//! Objects that belong to a namespace of Clusters rather than to one Cluster: the Fleet
+//! workspace annotation, the cross-namespace ClusterGroups and the BundleNamespaceMappings.
+//! They are derived from all Clusters of the namespace at once, so they exist exactly while at
+//! least one Cluster needs them, whatever the naming or patch settings (CAAPF derived them per
+//! Cluster and deleted them too early or never: research §13 items 7-12).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use fleet_api_rs::fleet_clustergroup::ClusterGroup;
+
+use crate::api::BundleNamespaceMapping;
+use crate::model::capi::{ClassRef, ClusterView, StringMap};
+use crate::model::fleet::{
+    cross_namespace_group_name, desired_bundle_namespace_mapping, desired_cross_namespace_group,
+};
+use crate::model::import::Decision;
+use crate::names;
+
+/// A ClusterGroup that exists in the namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExistingGroup {
+    pub name: String,
+    pub labels: StringMap,
+    pub has_owner_references: bool,
+}
+
+/// What the namespace controller should do.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NamespacePlan {
+    /// Whether the namespace should carry the Fleet workspace annotation.
+    pub workspace_annotation: bool,
+    pub apply_groups: Vec<ClusterGroup>,
+    pub delete_groups: Vec<String>,
+    /// Adopted groups (created by CAAPF with per-Cluster owner references) whose owner
+    /// references must go, or garbage collection would delete them while still in use.
+    pub clear_group_owner_references: Vec<String>,
+    pub apply_mappings: Vec<BundleNamespaceMapping>,
+    /// Namespaces whose BundleNamespaceMapping named after this namespace must go.
+    pub delete_mappings: Vec<String>,
+}
+
+/// Everything the plan depends on.
+pub struct NamespaceFacts<'a> {
+    pub namespace: &'a str,
+    /// The Clusters of the namespace with their decisions.
+    pub clusters: Vec<(&'a ClusterView, &'a Decision)>,
+    /// `spec.cluster.applyClassGroup` (false when import is disabled).
+    pub apply_class_group: bool,
+    /// Labels of a ClusterClass, when it is known.
+    pub class_labels: &'a dyn Fn(&ClassRef) -> Option<StringMap>,
+    /// ClusterGroups in the namespace.
+    pub groups: Vec<ExistingGroup>,
+    /// Namespaces holding a BundleNamespaceMapping named after this namespace, with whether it
+    /// carries our managed label.
+    pub mappings: Vec<(String, bool)>,
+}
+
+/// Computes the plan for one namespace.
+pub fn plan(facts: &NamespaceFacts<'_>) -> NamespacePlan {
+    let workspace_annotation = facts.clusters.iter().any(|(_, decision)| {
+        decision.is_imported() || **decision == Decision::Paused { selected: true }
+    });
+
+    // Classes from other namespaces used by selected Clusters of this namespace.
+    let classes: BTreeSet<(String, String)> = if facts.apply_class_group {
+        facts
+            .clusters
+            .iter()
+            .filter(|(_, decision)| decision.is_selected())
+            .filter_map(|(cluster, _)| cluster.cross_namespace_class())
+            .map(|class| (class.name.clone(), class.namespace.clone()))
+            .collect()
+    } else {
+        BTreeSet::new()
+    };
+    let wanted_groups: BTreeMap<String, ClassRef> = classes
+        .iter()
+        .map(|(name, namespace)| {
+            let class = ClassRef {
+                name: name.clone(),
+                namespace: namespace.clone(),
+            };
+            (cross_namespace_group_name(&class), class)
+        })
+        .collect();
+
+    let mut plan = NamespacePlan {
+        workspace_annotation,
+        ..Default::default()
+    };
+    for (name, class) in &wanted_groups {
+        plan.apply_groups.push(desired_cross_namespace_group(
+            facts.namespace,
+            class,
+            (facts.class_labels)(class).as_ref(),
+        ));
+        if facts
+            .groups
+            .iter()
+            .any(|g| &g.name == name && g.has_owner_references)
+        {
+            plan.clear_group_owner_references.push(name.clone());
+        }
+    }
+    for group in &facts.groups {
+        if is_cross_namespace_group(group, facts.namespace)
+            && !wanted_groups.contains_key(&group.name)
+        {
+            plan.delete_groups.push(group.name.clone());
+        }
+    }
+
+    let wanted_mapping_namespaces: BTreeSet<&String> = classes.iter().map(|(_, ns)| ns).collect();
+    for namespace in &wanted_mapping_namespaces {
+        plan.apply_mappings
+            .push(desired_bundle_namespace_mapping(facts.namespace, namespace));
+    }
+    for (namespace, managed) in &facts.mappings {
+        if *managed && !wanted_mapping_namespaces.contains(namespace) {
+            plan.delete_mappings.push(namespace.clone());
+        }
+    }
+    plan
+}
+
+/// A cross-namespace class group, as we (or CAAPF) name and label it: `<class>.<class ns>`,
+/// carrying both class labels, the class namespace differing from the group's.
+pub fn is_cross_namespace_group(group: &ExistingGroup, namespace: &str) -> bool {
+    let (Some(name), Some(class_namespace)) = (
+        group.labels.get(names::CLUSTERCLASS_NAME_LABEL),
+        group.labels.get(names::CLUSTERCLASS_NAMESPACE_LABEL),
+    ) else {
+        return false;
+    };
+    class_namespace != namespace && group.name == format!("{name}.{class_namespace}")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn view(name: &str, class: Option<(&str, &str)>) -> ClusterView {
+        let mut object = json!({"metadata": {"name": name, "namespace": "default"}, "spec": {}});
+        if let Some((class, ns)) = class {
+            object["spec"]["topology"] =
+                json!({"classRef": {"name": class, "namespace": ns}, "version": "v1"});
+        }
+        ClusterView::from_json(&object).expect("view")
+    }
+
+    fn group(name: &str, class: &str, class_ns: &str, owners: bool) -> ExistingGroup {
+        ExistingGroup {
+            name: name.to_string(),
+            labels: StringMap::from([
+                (
+                    names::CLUSTERCLASS_NAME_LABEL.to_string(),
+                    class.to_string(),
+                ),
+                (
+                    names::CLUSTERCLASS_NAMESPACE_LABEL.to_string(),
+                    class_ns.to_string(),
+                ),
+            ]),
+            has_owner_references: owners,
+        }
+    }
+
+    const IMPORT: Decision = Decision::Import {
+        agent_initiated: false,
+    };
+
+    fn labels_of(class: &ClassRef) -> Option<StringMap> {
+        (class.name == "qs").then(|| StringMap::from([("team".to_string(), "a".to_string())]))
+    }
+
+    fn facts<'a>(
+        clusters: Vec<(&'a ClusterView, &'a Decision)>,
+        groups: Vec<ExistingGroup>,
+        mappings: Vec<(String, bool)>,
+    ) -> NamespaceFacts<'a> {
+        NamespaceFacts {
+            namespace: "default",
+            clusters,
+            apply_class_group: true,
+            class_labels: &labels_of,
+            groups,
+            mappings,
+        }
+    }
+
+    fn names_of(groups: &[ClusterGroup]) -> Vec<String> {
+        groups
+            .iter()
+            .filter_map(|g| g.metadata.name.clone())
+            .collect()
+    }
+
+    #[test]
+    fn one_group_and_mapping_per_foreign_class_shared_by_clusters() {
+        let a = view("a", Some(("qs", "classes")));
+        let b = view("b", Some(("qs", "classes")));
+        let c = view("c", Some(("other", "classes")));
+        let local = view("d", Some(("qs", "default")));
+        let plan = plan(&facts(
+            vec![
+                (&a, &IMPORT),
+                (&b, &Decision::Wait),
+                (&c, &IMPORT),
+                (&local, &IMPORT),
+            ],
+            vec![],
+            vec![],
+        ));
+        assert!(plan.workspace_annotation);
+        assert_eq!(
+            names_of(&plan.apply_groups),
+            ["other.classes", "qs.classes"]
+        );
+        let labels = plan.apply_groups[1]
+            .metadata
+            .labels
+            .clone()
+            .unwrap_or_default();
+        assert_eq!(labels.get("team").map(String::as_str), Some("a"));
+        assert_eq!(
+            plan.apply_mappings.len(),
+            1,
+            "one mapping per class namespace"
+        );
+        assert_eq!(
+            plan.apply_mappings[0].metadata.namespace.as_deref(),
+            Some("classes")
+        );
+        assert_eq!(
+            plan.apply_mappings[0].metadata.name.as_deref(),
+            Some("default")
+        );
+        assert!(plan.delete_groups.is_empty() && plan.delete_mappings.is_empty());
+    }
+
+    #[test]
+    fn last_user_gone_deletes_group_and_managed_mapping() {
+        let other = view("x", None);
+        let plan = plan(&facts(
+            vec![(&other, &IMPORT)],
+            vec![
+                group("qs.classes", "qs", "classes", false),
+                group("qs", "qs", "default", false), // the class's own group: not ours here
+                group("unrelated", "qs", "classes", false),
+            ],
+            vec![
+                ("classes".to_string(), true),
+                ("foreign".to_string(), false),
+            ],
+        ));
+        assert!(plan.workspace_annotation);
+        assert!(plan.apply_groups.is_empty());
+        assert_eq!(plan.delete_groups, ["qs.classes"]);
+        assert_eq!(
+            plan.delete_mappings,
+            ["classes"],
+            "unlabelled mappings are not ours"
+        );
+    }
+
+    #[test]
+    fn deleting_or_unselected_clusters_do_not_count() {
+        let a = view("a", Some(("qs", "classes")));
+        for decision in [
+            Decision::Cleanup,
+            Decision::Ignore,
+            Decision::Release {
+                delete_fleet_cluster: false,
+            },
+        ] {
+            let plan = plan(&facts(
+                vec![(&a, &decision)],
+                vec![group("qs.classes", "qs", "classes", false)],
+                vec![("classes".to_string(), true)],
+            ));
+            assert!(!plan.workspace_annotation, "{decision:?}");
+            assert_eq!(plan.delete_groups, ["qs.classes"], "{decision:?}");
+            assert_eq!(plan.delete_mappings, ["classes"], "{decision:?}");
+        }
+    }
+
+    #[test]
+    fn waiting_clusters_keep_groups_but_not_the_annotation() {
+        let a = view("a", Some(("qs", "classes")));
+        let plan = plan(&facts(vec![(&a, &Decision::Wait)], vec![], vec![]));
+        assert!(!plan.workspace_annotation);
+        assert_eq!(names_of(&plan.apply_groups), ["qs.classes"]);
+    }
+
+    #[test]
+    fn apply_class_group_off_means_no_groups() {
+        let a = view("a", Some(("qs", "classes")));
+        let mut f = facts(
+            vec![(&a, &IMPORT)],
+            vec![group("qs.classes", "qs", "classes", false)],
+            vec![("classes".to_string(), true)],
+        );
+        f.apply_class_group = false;
+        let plan = plan(&f);
+        assert!(plan.apply_groups.is_empty() && plan.apply_mappings.is_empty());
+        assert_eq!(plan.delete_groups, ["qs.classes"]);
+        assert_eq!(plan.delete_mappings, ["classes"]);
+    }
+
+    #[test]
+    fn adopted_groups_lose_caapf_owner_references() {
+        let a = view("a", Some(("qs", "classes")));
+        let plan = plan(&facts(
+            vec![(&a, &IMPORT)],
+            vec![group("qs.classes", "qs", "classes", true)],
+            vec![],
+        ));
+        assert_eq!(plan.clear_group_owner_references, ["qs.classes"]);
+    }
+}
