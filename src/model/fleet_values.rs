@@ -150,9 +150,6 @@ pub fn gates_in_values_yaml(
         .map_err(|err| format!("cannot encode values: {err}"))
 }
 
-/// Key of Fleet's `fleet-controller` ConfigMap holding its JSON configuration.
-pub const FLEET_CONTROLLER_CONFIG_KEY: &str = "config";
-
 /// Sets `apiServerURL` and `apiServerCA` (base64 of the PEM, as Fleet and CAAPF store it) in
 /// the JSON of Fleet's `fleet-controller` ConfigMap. Returns the new JSON, or `None` when both
 /// already have the wanted values. Every other key is kept.

@@ -14,7 +14,6 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::{Client, Resource};
 
-use super::watches::FLEET_CONTROLLER_CONFIG_MAP;
 use crate::api::FleetAddonConfig;
 use crate::context::Context;
 use crate::helm::argv::{ChartSource, Operation};
@@ -27,11 +26,8 @@ use crate::model::fleet_status::{
     CONFIG_VALID, ConditionSpec, ConditionUpdate, FLAGS_UPDATE, INSTALLED, OWNED_TYPES, READY,
     REPO_ADD, REPO_UPDATE, VersionUpdate,
 };
-use crate::model::fleet_values::{self, FLEET_CONTROLLER_CONFIG_KEY, ServerValues};
+use crate::model::fleet_values::{self, ServerValues};
 use crate::{Error, names};
-
-/// Values key of the feature-gate ConfigMap holding Fleet chart values (Rancher's convention).
-pub const FEATURE_GATES_VALUES_KEY: &str = "fleet";
 
 /// A step that can fail; its name appears in `Ready`'s reason (`<Step>Failed`) and message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -167,9 +163,10 @@ pub async fn run(
             Ok(()) => report.set(ConditionSpec::ok(
                 FLAGS_UPDATE,
                 format!(
-                    "Feature gates written to ConfigMap {}/{} key {FEATURE_GATES_VALUES_KEY}: {}",
+                    "Feature gates written to ConfigMap {}/{} key {}: {}",
                     reference.namespace.as_deref().unwrap_or_default(),
                     reference.name.as_deref().unwrap_or_default(),
+                    names::FEATURE_GATES_VALUES_KEY,
                     fleet_values::gate_summary(&config.fleet)
                 ),
             )),
@@ -405,7 +402,7 @@ async fn write_feature_gates(
         client,
         namespace,
         name,
-        FEATURE_GATES_VALUES_KEY,
+        names::FEATURE_GATES_VALUES_KEY,
         "spec.config.featureGates.configMap.ref names it",
         |current| fleet_values::gates_in_values_yaml(current, &config.fleet),
     )
@@ -418,8 +415,8 @@ async fn sync_fleet_controller(client: &Client, server: &ServerValues) -> Result
     update_config_map_key(
         client,
         names::DEFAULT_FLEET_NAMESPACE,
-        FLEET_CONTROLLER_CONFIG_MAP,
-        FLEET_CONTROLLER_CONFIG_KEY,
+        names::FLEET_CONTROLLER_CONFIG_MAP,
+        names::FLEET_CONTROLLER_CONFIG_KEY,
         "Fleet is not installed (set spec.install to install it)",
         |current| match current {
             Some(text) => fleet_values::fleet_controller_config(text, server),

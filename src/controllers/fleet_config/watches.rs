@@ -46,9 +46,6 @@ pub enum WatchTarget {
     },
 }
 
-/// Name of Fleet's own configuration ConfigMap.
-pub const FLEET_CONTROLLER_CONFIG_MAP: &str = "fleet-controller";
-
 /// The objects whose changes should re-run the reconcile for `config`.
 pub fn watch_targets(config: &EffectiveConfig) -> BTreeSet<WatchTarget> {
     let mut targets = BTreeSet::new();
@@ -87,7 +84,7 @@ pub fn watch_targets(config: &EffectiveConfig) -> BTreeSet<WatchTarget> {
     if config.fleet.server.is_some() && config.install.is_none() {
         targets.insert(WatchTarget::ConfigMap {
             namespace: names::DEFAULT_FLEET_NAMESPACE.to_string(),
-            name: FLEET_CONTROLLER_CONFIG_MAP.to_string(),
+            name: names::FLEET_CONTROLLER_CONFIG_MAP.to_string(),
         });
     }
     if let Some(reference) = &config.fleet.feature_gates_config_map
