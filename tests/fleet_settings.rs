@@ -276,18 +276,43 @@ async fn feature_gates_go_into_the_values_config_map_without_helm() {
         }),
     )
     .await;
-    // spec.install is ignored in this mode: no helm at all (the binary does not exist).
+    create_namespace(&env, "cattle-fleet-system").await;
+    create_config_map(
+        &env,
+        "cattle-fleet-system",
+        "fleet-controller",
+        json!({"config": "{\"apiServerURL\": \"\", \"apiServerCA\": \"\"}"}),
+    )
+    .await;
+    // spec.install is ignored in this mode: no helm at all (the binary does not exist), and
+    // the server settings go into Fleet's own ConfigMap, as for a Fleet installed by others.
     let generation = env
         .set_spec(json!({
             "install": {"followLatest": true},
-            "config": {"featureGates": {
-                "experimentalOciStorage": false,
-                "experimentalHelmOps": false,
-                "configMap": {"ref": {"name": "rancher-config", "namespace": "cattle-system"}},
-            }},
+            "config": {
+                "featureGates": {
+                    "experimentalOciStorage": false,
+                    "experimentalHelmOps": false,
+                    "configMap": {"ref": {"name": "rancher-config", "namespace": "cattle-system"}},
+                },
+                "server": {"custom": {"apiServerUrl": "https://rancher.example.com"}},
+            },
         }))
         .await;
     let object = env.wait_ready(generation, "True").await;
+    let fleet_controller = wait_config_map(
+        &env,
+        "cattle-fleet-system",
+        "fleet-controller",
+        "server URL",
+        |cm| fleet_config(cm)["apiServerURL"] == "https://rancher.example.com",
+    )
+    .await;
+    assert_eq!(
+        fleet_config(&fleet_controller)["apiServerCA"],
+        "",
+        "CA left alone"
+    );
     assert_condition(&object, "FlagsUpdate", "True");
     assert_eq!(
         assert_condition(&object, "Installed", "False").reason,

@@ -180,32 +180,38 @@ pub async fn run(
         }
     }
 
-    // 4. Fleet itself.
+    // 4. Fleet itself: installed by us, or by someone else.
     match (&config.install, &config.fleet.feature_gates_config_map) {
-        (None, _) => {
+        (Some(install), None) => {
+            install_fleet(ctx, helm, object, config, install, &server, &mut report).await;
+        }
+        (install, gates_config_map) => {
+            if let (Some(_), Some(reference)) = (install, gates_config_map) {
+                report.set(ConditionSpec::failed(
+                    INSTALLED,
+                    "Skipped",
+                    format!(
+                        "spec.install is ignored while spec.config.featureGates.configMap.ref is set ({}/{}): Fleet is managed by whoever reads that ConfigMap",
+                        reference.namespace.as_deref().unwrap_or_default(),
+                        reference.name.as_deref().unwrap_or_default()
+                    ),
+                ));
+            }
             if config.fleet.server.is_some()
                 && let Err(err) = sync_fleet_controller(client, &server).await
             {
                 report.fail(Step::FleetControllerConfig, None, err);
             }
         }
-        (Some(_), Some(reference)) => {
-            report.set(ConditionSpec::failed(
-                INSTALLED,
-                "Skipped",
-                format!(
-                    "spec.install is ignored while spec.config.featureGates.configMap.ref is set ({}/{}): Fleet is managed by whoever reads that ConfigMap",
-                    reference.namespace.as_deref().unwrap_or_default(),
-                    reference.name.as_deref().unwrap_or_default()
-                ),
-            ));
-        }
-        (Some(install), None) => {
-            install_fleet(ctx, helm, object, config, install, &server, &mut report).await;
-        }
     }
     set_ready(&mut report, config);
     report
+}
+
+/// Whether this provider installs Fleet with helm for `config` (otherwise someone else does,
+/// and the API server settings go into Fleet's `fleet-controller` ConfigMap).
+pub fn installs_fleet(config: &EffectiveConfig) -> bool {
+    config.install.is_some() && config.fleet.feature_gates_config_map.is_none()
 }
 
 fn set_ready(report: &mut Report, config: &EffectiveConfig) {

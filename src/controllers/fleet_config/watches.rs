@@ -79,9 +79,9 @@ pub fn watch_targets(config: &EffectiveConfig) -> BTreeSet<WatchTarget> {
         }
         _ => {}
     }
-    // Without spec.install the settings go into Fleet's own ConfigMap, which Fleet's chart
-    // rewrites on upgrade: watch it to put them back.
-    if config.fleet.server.is_some() && config.install.is_none() {
+    // When someone else installs Fleet the settings go into Fleet's own ConfigMap, which
+    // Fleet's chart rewrites on upgrade: watch it to put them back.
+    if config.fleet.server.is_some() && !super::steps::installs_fleet(config) {
         targets.insert(WatchTarget::ConfigMap {
             namespace: names::DEFAULT_FLEET_NAMESPACE.to_string(),
             name: names::FLEET_CONTROLLER_CONFIG_MAP.to_string(),
@@ -244,6 +244,16 @@ mod tests {
                 "config: {featureGates: {configMap: {ref: {name: rancher-config, namespace: cattle-system}}}}"
             ),
             [cm("cattle-system", "rancher-config")]
+        );
+        // spec.install is ignored in the values-ConfigMap mode: Fleet's ConfigMap is watched.
+        assert_eq!(
+            targets(
+                "install: {followLatest: true}\nconfig: {server: {custom: {apiServerUrl: \"https://x:6443\"}}, featureGates: {configMap: {ref: {name: rancher-config, namespace: cattle-system}}}}"
+            ),
+            [
+                cm("cattle-fleet-system", "fleet-controller"),
+                cm("cattle-system", "rancher-config"),
+            ]
         );
     }
 }
