@@ -121,6 +121,11 @@ pub struct ManagerFlags {
     #[arg(long, default_value_t = 9443)]
     pub webhook_port: u16,
 
+    /// Address the Runtime SDK extension listens on (controller-runtime's `webhook.host`).
+    /// Empty: every interface.
+    #[arg(long, default_value = "")]
+    pub webhook_host: String,
+
     /// Directory holding `tls.crt` and `tls.key` for the Runtime SDK extension.
     #[arg(long, default_value = "/tmp/k8s-webhook-server/serving-certs")]
     pub webhook_cert_dir: String,

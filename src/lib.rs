@@ -6,12 +6,14 @@
 
 pub mod api;
 pub mod apply;
+pub mod bootstrap;
 pub mod cleanup;
 pub mod cli;
 pub mod context;
 pub mod controllers;
 pub mod error;
 pub mod helm;
+pub mod hooks;
 pub mod manager;
 pub mod metrics;
 pub mod model;

@@ -1,6 +1,7 @@
 //! The manager: connects to the API server, serves health and metrics, and runs the
 //! controllers until SIGTERM/SIGINT.
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use kube::Client;
@@ -10,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::ManagerFlags;
 use crate::context::Context;
 use crate::controllers::{config_watch, fleet_config, import};
-use crate::server;
 use crate::{Error, Result};
+use crate::{hooks, server};
 
 /// Runs the manager until it is asked to stop (or a component fails).
 pub async fn run(flags: ManagerFlags) -> Result<()> {
@@ -40,6 +41,8 @@ pub struct Manager {
     pub health_address: Option<std::net::SocketAddr>,
     /// Where `/metrics` is served, when enabled.
     pub metrics_address: Option<std::net::SocketAddr>,
+    /// Where the Runtime SDK extension is served (HTTPS).
+    pub webhook_address: std::net::SocketAddr,
     tasks: JoinSet<()>,
     /// Tasks that stop by themselves on `shutdown` and must not be aborted: the Fleet
     /// controller lets a running helm command finish (bounded), so no release is left
@@ -71,6 +74,24 @@ impl Manager {
         )
         .await?;
 
+        // The Runtime SDK extension runs on every replica (not only the leader): CAPI calls any
+        // endpoint of the Service, and the hooks are stateless.
+        let webhook_host: IpAddr = match ctx.flags.webhook_host.trim() {
+            "" => IpAddr::from([0, 0, 0, 0]),
+            host => host.parse().map_err(|err| {
+                Error::InvalidConfig(format!(
+                    "--webhook-host {host:?}: {err} (expected an IP address)"
+                ))
+            })?,
+        };
+        let webhook_address = hooks::server::serve(
+            ctx.clone(),
+            SocketAddr::new(webhook_host, ctx.flags.webhook_port),
+            ctx.flags.webhook_cert_dir.clone(),
+            hooks::server::ServerOptions::default(),
+        )
+        .await?;
+
         let mut tasks = JoinSet::new();
         tasks.spawn(config_watch::run(client, config_tx, ctx.readiness.clone()));
         tasks.spawn(import::run(ctx.clone()));
@@ -80,6 +101,7 @@ impl Manager {
             ctx,
             health_address,
             metrics_address,
+            webhook_address,
             tasks,
             graceful,
         })

@@ -49,6 +49,10 @@ pub const CAPI_WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
 /// Field manager for Fleet Clusters and ClusterGroups (CAAPF's name).
 pub const FIELD_MANAGER: &str = "addon-provider-fleet";
 
+/// Field manager of the first, minimal write of an agent-initiated Fleet Cluster by the import
+/// controller (name and client ID only; see [`crate::model::fleet::registration_stub`]).
+pub const REGISTRATION_FIELD_MANAGER: &str = "addon-provider-fleet-registration";
+
 /// Field manager for namespace annotations (CAAPF's name).
 pub const NAMESPACE_FIELD_MANAGER: &str = "namespace-addon-provider-fleet";
 
@@ -95,3 +99,15 @@ pub const EXPERIMENTAL_HELM_OPS: &str = "EXPERIMENTAL_HELM_OPS";
 pub fn kubeconfig_secret_name(capi_cluster_name: &str) -> String {
     format!("{capi_cluster_name}-kubeconfig")
 }
+
+/// Field manager of the Runtime SDK extension (BeforeClusterCreate creates the Fleet Cluster, its
+/// ClusterRegistrationToken and the bootstrap Secret with it). Distinct from [`FIELD_MANAGER`] so
+/// the import controller's server-side apply never conflicts with, or removes, what the hook set.
+pub const RUNTIME_EXTENSION_FIELD_MANAGER: &str = "caapf-runtime-extension";
+
+/// CAPI's label naming the Cluster an object belongs to (`clusterctl move` follows it).
+pub const CAPI_CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+
+/// Name of Fleet's controller ConfigMap (key `config`: agent image, TLS mode, …), in Fleet's
+/// namespace.
+pub const FLEET_CONTROLLER_CONFIGMAP: &str = "fleet-controller";

@@ -36,6 +36,10 @@ impl Harness {
         let flags = ManagerFlags {
             health_probe_bind_address: "0".into(),
             metrics_bind_address: "0".into(),
+            // The Runtime SDK extension starts with every manager: a free port on loopback, so
+            // tests run in parallel (no certificate: it stays not ready, which they ignore).
+            webhook_host: "127.0.0.1".into(),
+            webhook_port: 0,
             ..Default::default()
         };
         Self {

@@ -315,6 +315,9 @@ impl Env {
         let flags = ManagerFlags {
             health_probe_bind_address: "0".to_string(),
             metrics_bind_address: "0".to_string(),
+            // The Runtime SDK extension listens too: a free loopback port per test.
+            webhook_host: "127.0.0.1".to_string(),
+            webhook_port: 0,
             helm_binary: options.helm_binary.display().to_string(),
             helm_kubeconfig: Some(self.kubeconfig()),
             helm_home: Some(self.dir.path().join("helm-home")),

@@ -170,6 +170,7 @@ fn delete_object(st: &mut State, gr: &(String, String), ns: &str, name: &str) {
         subresource: String::new(),
         manager: ops::CONTROLLER_MANAGER.to_string(),
         dry_run: false,
+        validate: false,
     };
     let _ = ops::delete(st, &ctx, &DeleteOpts::default());
 }
@@ -179,6 +180,14 @@ fn garbage_collect(st: &mut State, candidates: std::collections::BTreeSet<crate:
         let Some(obj) = st.get(&gr, &ns, &name) else {
             continue;
         };
+        if meta_str(&obj, "deletionTimestamp").is_some()
+            && crate::util::finalizers_of(&obj)
+                .iter()
+                .any(|f| f == ops::FOREGROUND)
+        {
+            foreground(st, &gr, &obj);
+            continue;
+        }
         let refs = owner_refs(&obj);
         if refs.is_empty() {
             continue;
@@ -200,6 +209,41 @@ fn garbage_collect(st: &mut State, candidates: std::collections::BTreeSet<crate:
             let mut new = (*obj).clone();
             set_owner_refs(&mut new, alive);
             controller_write(st, &gr, &obj, new);
+        }
+    }
+}
+
+/// An owner deleted in the foreground: delete its dependents, and release it (drop the
+/// `foregroundDeletion` finalizer) once none is left.
+fn foreground(st: &mut State, gr: &(String, String), owner: &Arc<Value>) {
+    let uid = meta_str(owner, "uid").unwrap_or("").to_string();
+    let deps: Vec<crate::store::ObjKey> = st
+        .dependents
+        .get(&uid)
+        .map(|d| d.iter().cloned().collect())
+        .unwrap_or_default();
+    if deps.is_empty() {
+        let mut new = (**owner).clone();
+        let kept: Vec<Value> = crate::util::finalizers_of(owner)
+            .into_iter()
+            .filter(|f| f != ops::FOREGROUND)
+            .map(Value::String)
+            .collect();
+        let m = crate::util::meta_mut(&mut new);
+        if kept.is_empty() {
+            m.remove("finalizers");
+        } else {
+            m.insert("finalizers".into(), Value::Array(kept));
+        }
+        controller_write(st, gr, owner, new);
+        return;
+    }
+    for (dgr, dns, dname) in deps {
+        if st
+            .get(&dgr, &dns, &dname)
+            .is_some_and(|d| meta_str(&d, "deletionTimestamp").is_none())
+        {
+            delete_object(st, &dgr, &dns, &dname);
         }
     }
 }

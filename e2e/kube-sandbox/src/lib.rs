@@ -78,6 +78,10 @@ pub struct SandboxOptions {
     /// How long after its deletion a namespace starts being emptied (default 1 s; the real
     /// namespace controller is asynchronous too).
     pub namespace_cleanup_delay: Duration,
+    /// Reject custom resources that do not match their schema (types, required, enum, bounds),
+    /// as a real server does. Off by default for now: some fixtures in this repository are not
+    /// valid against the real CAPI schemas yet (see the README).
+    pub validate_custom_resources: bool,
 }
 
 impl Default for SandboxOptions {
@@ -91,6 +95,7 @@ impl Default for SandboxOptions {
             history_limit: 100_000,
             watch_buffer: 10_000,
             namespace_cleanup_delay: Duration::from_secs(1),
+            validate_custom_resources: false,
         }
     }
 }
@@ -208,6 +213,7 @@ impl Sandbox {
             pages: Default::default(),
             snapshot_dir: opts.snapshot_dir.clone(),
             snapshot_writer: Mutex::new(()),
+            validate: opts.validate_custom_resources,
             periodic_close: Mutex::new(None),
         });
         let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
@@ -416,6 +422,7 @@ fn preload_crd(st: &mut store::State, crd: serde_json::Value) -> Result<(), Sand
         subresource: String::new(),
         manager: "kube-sandbox".into(),
         dry_run: false,
+        validate: false,
     };
     let gr = (
         "apiextensions.k8s.io".to_string(),

@@ -37,6 +37,10 @@ yqbGebdw
 /// Namespaces that exist at start and cannot be deleted.
 pub const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
 
+/// The finalizer that holds an owner deleted with `propagationPolicy: Foreground` until its
+/// dependents are gone.
+pub const FOREGROUND: &str = "foregroundDeletion";
+
 /// Field manager the simulated controllers write as.
 pub const CONTROLLER_MANAGER: &str = "kube-controller-manager";
 
@@ -57,6 +61,8 @@ pub struct Ctx {
     pub manager: String,
     /// `dryRun=All`.
     pub dry_run: bool,
+    /// Validate custom resources against their schema.
+    pub validate: bool,
 }
 
 impl Ctx {
@@ -252,7 +258,7 @@ fn apply(
 /// Options of a DELETE.
 #[derive(Debug, Clone, Default)]
 pub struct DeleteOpts {
-    /// `Orphan`, `Background` or `Foreground` (approximated as `Background`).
+    /// `Orphan`, `Background` or `Foreground`.
     pub propagation: Option<String>,
     /// `preconditions.uid`.
     pub uid: Option<String>,
@@ -307,13 +313,30 @@ pub fn delete(st: &mut State, ctx: &Ctx, opts: &DeleteOpts) -> ApiResult<Written
     {
         orphan_dependents(st, uid);
     }
-    let pending = !finalizers_of(&old).is_empty() || is_namespace;
+    // Foreground: the owner stays (with the `foregroundDeletion` finalizer) until the garbage
+    // collector has deleted its dependents.
+    let foreground = opts.propagation.as_deref() == Some("Foreground")
+        && !is_namespace
+        && meta_str(&old, "deletionTimestamp").is_none()
+        && meta_str(&old, "uid").is_some_and(|u| st.dependents.contains_key(u));
+    let pending = !finalizers_of(&old).is_empty() || is_namespace || foreground;
     if pending {
         if meta_str(&old, "deletionTimestamp").is_some() {
             return Ok(((*old).clone(), 200));
         }
         let mut new = (*old).clone();
         let m = meta_mut(&mut new);
+        if foreground {
+            let fins = m.entry("finalizers").or_insert_with(|| json!([]));
+            if let Some(a) = fins.as_array_mut()
+                && !a.contains(&json!(FOREGROUND))
+            {
+                a.push(json!(FOREGROUND));
+            }
+            st.work
+                .gc
+                .insert((gr.clone(), ctx.namespace.clone(), ctx.name.clone()));
+        }
         m.insert("deletionTimestamp".into(), json!(now_rfc3339()));
         m.insert("deletionGracePeriodSeconds".into(), json!(0));
         let g = m.get("generation").and_then(Value::as_i64).unwrap_or(0);
@@ -744,6 +767,20 @@ fn finish(
         }
     }
 
+    if ctx.validate
+        && let Some(s) = ctx.schema()
+    {
+        let mut causes = crate::schema::validate_value(&new, s);
+        // Ratcheting, as real servers do since 1.30: errors an update did not introduce (the
+        // old object had them too) do not fail it.
+        if let Some(o) = &old {
+            let before = crate::schema::validate_value(o, s);
+            causes.retain(|c| !before.contains(c));
+        }
+        if !causes.is_empty() {
+            return Err(ApiError::invalid(&def.group, &def.kind, &ctx.name, causes));
+        }
+    }
     if def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions" {
         crd::validate(st, &new, old.as_deref())?;
         if ctx.subresource.is_empty() {

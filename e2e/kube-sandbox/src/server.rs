@@ -46,6 +46,8 @@ pub struct App {
     pub pages: Mutex<Pages>,
     /// Where snapshots go, if anywhere.
     pub snapshot_dir: Option<PathBuf>,
+    /// Validate custom resources against their schemas.
+    pub validate: bool,
     /// Serializes snapshot writes.
     pub snapshot_writer: Mutex<()>,
     /// The periodic watch closer configured by fault injection.
@@ -892,6 +894,7 @@ fn write(
         },
         manager: field_manager(q, headers),
         dry_run: dry_run_q,
+        validate: app.validate,
     };
     if def.namespaced && t.namespace.is_none() && verb != Verb::DeleteCollection {
         return Err(not_found_path());

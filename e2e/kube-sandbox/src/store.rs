@@ -236,9 +236,17 @@ impl State {
             .and_then(Value::as_str)
         {
             self.uids.remove(uid);
-            // Its dependents must be looked at by the garbage collector.
+            // Its dependents must be looked at by the garbage collector, and so must its
+            // owners (one may be waiting for its dependents: foreground deletion).
             if let Some(deps) = self.dependents.get(uid) {
                 self.work.gc.extend(deps.iter().cloned());
+            }
+            for owner in owner_uids(&old) {
+                if let Some((ogr, ons, oname)) = self.uids.get(&owner) {
+                    self.work
+                        .gc
+                        .insert((ogr.clone(), ons.clone(), oname.clone()));
+                }
             }
         }
         let rv = self.next_rv();

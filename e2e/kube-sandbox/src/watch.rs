@@ -208,10 +208,22 @@ pub fn start(
     };
     let store2 = store.clone();
     tokio::spawn(async move {
+        // Initial events go out in chunks of up to 64 KiB rather than one chunk per event:
+        // streaming lists of thousands of objects are much faster that way.
+        let mut chunk: Vec<u8> = Vec::new();
         for line in initial {
-            if tx.send(line).await.is_err() {
+            chunk.extend_from_slice(&line);
+            if chunk.len() >= 64 * 1024
+                && tx
+                    .send(Bytes::from(std::mem::take(&mut chunk)))
+                    .await
+                    .is_err()
+            {
                 return;
             }
+        }
+        if !chunk.is_empty() && tx.send(Bytes::from(chunk)).await.is_err() {
+            return;
         }
         if initial_end && tx.send(spec.bookmark(start_rv, true)).await.is_err() {
             return;

@@ -36,8 +36,18 @@ pub enum Lookup {
 }
 
 enum Entry {
-    Watching(Store<DynamicObject>, ApiResource),
+    Watching(Watched),
     Failed { at: Instant, reason: String },
+}
+
+/// A started cache of one referenced kind.
+#[derive(Clone)]
+struct Watched {
+    store: Store<DynamicObject>,
+    resource: ApiResource,
+    /// True once the first list completed (many reconciles may wait on it at once, which
+    /// kube's `Store::wait_until_ready` does not support).
+    listed: tokio::sync::watch::Receiver<bool>,
 }
 
 /// The referenced-object caches.
@@ -68,14 +78,19 @@ impl References {
 
     /// Looks up a referenced object in its cache, starting the cache on first use.
     pub async fn lookup(&self, reference: &CapiRef) -> Lookup {
-        let (store, resource) = match self.store_for(reference).await {
+        let Watched {
+            store,
+            resource,
+            mut listed,
+        } = match self.store_for(reference).await {
             Ok(found) => found,
             Err(reason) => return Lookup::Unavailable(reason),
         };
-        if tokio::time::timeout(FIRST_LIST_WAIT, store.wait_until_ready())
-            .await
-            .is_err()
-        {
+        let first_list = listed.wait_for(|listed| *listed);
+        if !matches!(
+            tokio::time::timeout(FIRST_LIST_WAIT, first_list).await,
+            Ok(Ok(_))
+        ) {
             return Lookup::Unavailable(format!(
                 "{} objects are not readable yet (watch not synced)",
                 reference.kind
@@ -88,23 +103,20 @@ impl References {
         }
     }
 
-    async fn store_for(
-        &self,
-        reference: &CapiRef,
-    ) -> Result<(Store<DynamicObject>, ApiResource), String> {
+    async fn store_for(&self, reference: &CapiRef) -> Result<Watched, String> {
         let key = (reference.group.clone(), reference.kind.clone());
         let mut entries = self.entries.lock().await;
         match entries.get(&key) {
-            Some(Entry::Watching(store, resource)) => return Ok((store.clone(), resource.clone())),
+            Some(Entry::Watching(watched)) => return Ok(watched.clone()),
             Some(Entry::Failed { at, reason }) if at.elapsed() < DISCOVERY_RETRY => {
                 return Err(reason.clone());
             }
             _ => {}
         }
         match self.start(reference).await {
-            Ok((store, resource)) => {
-                entries.insert(key, Entry::Watching(store.clone(), resource.clone()));
-                Ok((store, resource))
+            Ok(watched) => {
+                entries.insert(key, Entry::Watching(watched.clone()));
+                Ok(watched)
             }
             Err(reason) => {
                 entries.insert(
@@ -119,10 +131,7 @@ impl References {
         }
     }
 
-    async fn start(
-        &self,
-        reference: &CapiRef,
-    ) -> Result<(Store<DynamicObject>, ApiResource), String> {
+    async fn start(&self, reference: &CapiRef) -> Result<Watched, String> {
         let group = discovery::group(&self.client, &reference.group)
             .await
             .map_err(|err| format!("API group {} is not served: {err}", reference.group))?;
@@ -133,16 +142,17 @@ impl References {
             )
         })?;
         tracing::info!(group = %resource.group, version = %resource.version, kind = %resource.kind, "watching referenced kind");
-        Ok((self.spawn_watch(resource.clone()), resource))
+        Ok(self.spawn_watch(resource))
     }
 
-    fn spawn_watch(&self, resource: ApiResource) -> Store<DynamicObject> {
+    fn spawn_watch(&self, resource: ApiResource) -> Watched {
         let api: Api<DynamicObject> = match &self.namespace {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
             None => Api::all_with(self.client.clone(), &resource),
         };
         let writer = Writer::new(resource.clone());
         let store = writer.as_reader();
+        let (listed_tx, listed) = tokio::sync::watch::channel(false);
         let triggers = self.triggers.clone();
         let shutdown = self.shutdown.clone();
         let kind = resource.kind.clone();
@@ -182,7 +192,11 @@ impl References {
                         seen.remove(&object.uid().unwrap_or_default());
                         object
                     }
-                    Some(Ok(watcher::Event::Init | watcher::Event::InitDone)) => continue,
+                    Some(Ok(watcher::Event::InitDone)) => {
+                        let _ = listed_tx.send(true);
+                        continue;
+                    }
+                    Some(Ok(watcher::Event::Init)) => continue,
                 };
                 for owner in owning_clusters(&object) {
                     // The receiver only goes away when the controller stops.
@@ -190,7 +204,11 @@ impl References {
                 }
             }
         });
-        store
+        Watched {
+            store,
+            resource,
+            listed,
+        }
     }
 }
 

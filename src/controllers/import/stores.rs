@@ -19,7 +19,7 @@ use kube::runtime::reflector::{Store, store::Writer};
 use kube::runtime::{WatchStreamExt, metadata_watcher, reflector::ObjectRef, watcher};
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
@@ -37,6 +37,10 @@ const OUR_MANAGERS: &[&str] = &[names::FIELD_MANAGER, names::NAMESPACE_FIELD_MAN
 /// Read access to every shared cache.
 #[derive(Clone)]
 pub struct Stores {
+    /// One flag per cache, set when its first list completed. (kube's `Store::wait_until_ready`
+    /// wakes only the last of several concurrent waiters, and each Controller already waits on
+    /// its own store, so our code never calls it.)
+    listed: Vec<watch::Receiver<bool>>,
     pub clusters: Store<CapiCluster>,
     pub classes: Store<CapiClusterClass>,
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
@@ -88,29 +92,34 @@ impl Stores {
         let capi_ns = flags.watch_namespace().map(str::to_string);
         let fleet_ns = capi_ns.clone();
 
+        let mut listed = Vec::new();
         let (clusters, cluster_feeds) = spawn_full(
             api::<CapiCluster>(client, capi_ns.as_deref()),
             capi_config.clone(),
             subscribers.clusters,
             tasks,
+            &mut listed,
         );
         let (classes, class_feeds) = spawn_full(
             api::<CapiClusterClass>(client, capi_ns.as_deref()),
             capi_config,
             subscribers.classes,
             tasks,
+            &mut listed,
         );
         let (fleet_clusters, fleet_feeds) = spawn_full(
             api::<FleetCluster>(client, fleet_ns.as_deref()),
             plain.clone(),
             subscribers.fleet_clusters,
             tasks,
+            &mut listed,
         );
         let (groups, group_feeds) = spawn_full(
             api::<ClusterGroup>(client, fleet_ns.as_deref()),
             plain.clone(),
             subscribers.groups,
             tasks,
+            &mut listed,
         );
         // Mappings live in ClusterClass namespaces, which may be outside --namespace.
         let (mappings, mapping_feeds) = spawn_full(
@@ -118,21 +127,25 @@ impl Stores {
             plain.clone(),
             subscribers.mappings,
             tasks,
+            &mut listed,
         );
         let (namespaces, namespace_feeds) = spawn_metadata(
             Api::<Namespace>::all(client.clone()),
             plain.clone(),
             subscribers.namespaces,
             tasks,
+            &mut listed,
         );
         let (tokens, token_feeds) = spawn_metadata(
             api::<ClusterRegistrationToken>(client, fleet_ns.as_deref()),
             plain,
             subscribers.tokens,
             tasks,
+            &mut listed,
         );
         (
             Stores {
+                listed,
                 clusters,
                 classes,
                 namespaces,
@@ -153,15 +166,14 @@ impl Stores {
         )
     }
 
-    /// Waits until every cache holds its first full list.
+    /// Waits until every cache holds its first full list (any number of waiters).
     pub async fn wait_until_ready(&self) -> bool {
-        self.clusters.wait_until_ready().await.is_ok()
-            && self.classes.wait_until_ready().await.is_ok()
-            && self.namespaces.wait_until_ready().await.is_ok()
-            && self.fleet_clusters.wait_until_ready().await.is_ok()
-            && self.groups.wait_until_ready().await.is_ok()
-            && self.mappings.wait_until_ready().await.is_ok()
-            && self.tokens.wait_until_ready().await.is_ok()
+        for listed in &self.listed {
+            if listed.clone().wait_for(|listed| *listed).await.is_err() {
+                return false;
+            }
+        }
+        true
     }
 
     /// Labels of a namespace (empty when unknown).
@@ -241,6 +253,7 @@ fn spawn_full<K>(
     config: watcher::Config,
     subscribers: usize,
     tasks: &mut JoinSet<()>,
+    listed: &mut Vec<watch::Receiver<bool>>,
 ) -> (Store<K>, Vec<Feed<K>>)
 where
     K: Resource<DynamicType = ()>
@@ -255,6 +268,7 @@ where
         watcher(api, config).default_backoff().modify(slim::<K>),
         subscribers,
         tasks,
+        listed,
     )
 }
 
@@ -263,6 +277,7 @@ fn spawn_metadata<K>(
     config: watcher::Config,
     subscribers: usize,
     tasks: &mut JoinSet<()>,
+    listed: &mut Vec<watch::Receiver<bool>>,
 ) -> (Store<PartialObjectMeta<K>>, Vec<Feed<PartialObjectMeta<K>>>)
 where
     K: Resource<DynamicType = ()>
@@ -279,11 +294,17 @@ where
             .modify(slim::<PartialObjectMeta<K>>),
         subscribers,
         tasks,
+        listed,
     )
 }
 
 /// Drives `events` into a cache and sends every applied or deleted object to each subscriber.
-fn fan_out<K, S>(events: S, subscribers: usize, tasks: &mut JoinSet<()>) -> (Store<K>, Vec<Feed<K>>)
+fn fan_out<K, S>(
+    events: S,
+    subscribers: usize,
+    tasks: &mut JoinSet<()>,
+    listed: &mut Vec<watch::Receiver<bool>>,
+) -> (Store<K>, Vec<Feed<K>>)
 where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     S: futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
@@ -298,6 +319,8 @@ where
         .unzip();
     let reader = store.clone();
     let kind = K::kind(&()).to_string();
+    let (listed_tx, listed_rx) = watch::channel(false);
+    listed.push(listed_rx);
     tasks.spawn(async move {
         let send = |object: Arc<K>| {
             for sender in &senders {
@@ -325,6 +348,7 @@ where
                     send(Arc::new(object));
                 }
                 watcher::Event::InitDone => {
+                    let _ = listed_tx.send(true);
                     let now = reader.state();
                     for object in &now {
                         send(object.clone());
