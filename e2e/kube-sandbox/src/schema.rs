@@ -39,7 +39,9 @@ impl<'a> Node<'a> {
         Node(self.0.and_then(|s| s.get("items")))
     }
 
-    /// The list type of the list held in field `field` under this schema node.
+    /// The list type of the list held in field `field`, this node being the list's schema:
+    /// the schema's `x-kubernetes-list-type` when there is a schema (atomic without one), the
+    /// well-known field names of built-in kinds and metadata otherwise.
     pub fn list_type(&self, field: &str) -> ListType {
         if let Some(s) = self.0 {
             return match s.get("x-kubernetes-list-type").and_then(Value::as_str) {
@@ -54,7 +56,8 @@ impl<'a> Node<'a> {
                         })
                         .unwrap_or_default(),
                 ),
-                _ => hint_list_type(field).unwrap_or(ListType::Atomic),
+                // A list the schema describes without a marker is atomic, as on a real server.
+                _ => ListType::Atomic,
             };
         }
         hint_list_type(field).unwrap_or(ListType::Atomic)

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::{Body, Bytes, to_bytes};
+use axum::body::{Bytes, to_bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -995,11 +995,6 @@ fn write(
         f => render::one(&obj, def, &t.version, f),
     };
     Ok(json_response(code, &out))
-}
-
-/// A `Body` that is empty (used by tests of the router).
-pub fn empty_body() -> Body {
-    Body::empty()
 }
 
 #[cfg(test)]
