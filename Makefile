@@ -2,14 +2,15 @@
 SHELL := /usr/bin/env bash
 CARGO ?= cargo
 HELM_BIN ?= $(CURDIR)/bin/helm
-export HELM_BIN
+HELM3_BIN ?= $(CURDIR)/bin/helm3
+export HELM_BIN HELM3_BIN
 
 .PHONY: test tools lint unit generate crd build playground bench clean
 
 ## test: install tools, check formatting and lints, run every test in the workspace
 test: tools lint unit
 
-## tools: install the pinned helm binary into ./bin
+## tools: install the pinned helm binaries into ./bin (helm 4 as helm, helm 3 as helm3)
 tools:
 	hack/install-helm.sh
 

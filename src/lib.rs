@@ -12,6 +12,7 @@ pub mod cli;
 pub mod context;
 pub mod controllers;
 pub mod error;
+pub mod helm;
 pub mod hooks;
 pub mod manager;
 pub mod metrics;

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::ManagerFlags;
 use crate::context::Context;
-use crate::controllers::{config_watch, import};
+use crate::controllers::{config_watch, fleet_config, import};
 use crate::{Error, Result};
 use crate::{hooks, server};
 
@@ -44,6 +44,10 @@ pub struct Manager {
     /// Where the Runtime SDK extension is served (HTTPS).
     pub webhook_address: std::net::SocketAddr,
     tasks: JoinSet<()>,
+    /// Tasks that stop by themselves on `shutdown` and must not be aborted: the Fleet
+    /// controller lets a running helm command finish (bounded), so no release is left
+    /// `pending-upgrade`.
+    graceful: JoinSet<()>,
 }
 
 impl Manager {
@@ -91,12 +95,15 @@ impl Manager {
         let mut tasks = JoinSet::new();
         tasks.spawn(config_watch::run(client, config_tx, ctx.readiness.clone()));
         tasks.spawn(import::run(ctx.clone()));
+        let mut graceful = JoinSet::new();
+        graceful.spawn(fleet_config::run(ctx.clone()));
         Ok(Self {
             ctx,
             health_address,
             metrics_address,
             webhook_address,
             tasks,
+            graceful,
         })
     }
 
@@ -109,9 +116,11 @@ impl Manager {
                 None
             }
             Some(ended) = self.tasks.join_next() => Some(ended),
+            Some(ended) = self.graceful.join_next() => Some(ended),
         };
         shutdown.cancel();
         self.tasks.shutdown().await;
+        while self.graceful.join_next().await.is_some() {}
         match ended {
             Some(Err(err)) => Err(Error::Io(std::io::Error::other(format!(
                 "a manager task failed: {err}"
@@ -124,6 +133,7 @@ impl Manager {
     pub async fn stop(mut self) {
         self.ctx.shutdown.cancel();
         self.tasks.shutdown().await;
+        while self.graceful.join_next().await.is_some() {}
     }
 }
 

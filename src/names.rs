@@ -79,6 +79,17 @@ pub const FLEET_CRD_RELEASE: &str = "fleet-crd";
 /// Helm release (and chart) name of the Fleet controller.
 pub const FLEET_RELEASE: &str = "fleet";
 
+/// Fleet's own configuration ConfigMap (in the Fleet namespace). Without `spec.install`, this
+/// provider keeps `apiServerURL`/`apiServerCA` of its JSON in line; Fleet reads it.
+pub const FLEET_CONTROLLER_CONFIG_MAP: &str = "fleet-controller";
+
+/// Key of [`FLEET_CONTROLLER_CONFIG_MAP`] holding Fleet's JSON configuration.
+pub const FLEET_CONTROLLER_CONFIG_KEY: &str = "config";
+
+/// Key of a feature-gate values ConfigMap (`featureGates.configMap.ref`) holding Fleet chart
+/// values as YAML; Rancher reads it from `cattle-system/rancher-config` (CAAPF's convention).
+pub const FEATURE_GATES_VALUES_KEY: &str = "fleet";
+
 /// Fleet chart environment variable behind `featureGates.experimentalOciStorage`.
 pub const EXPERIMENTAL_OCI_STORAGE: &str = "EXPERIMENTAL_OCI_STORAGE";
 /// Fleet chart environment variable behind `featureGates.experimentalHelmOps`.
