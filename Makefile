@@ -2,14 +2,15 @@
 SHELL := /usr/bin/env bash
 CARGO ?= cargo
 HELM_BIN ?= $(CURDIR)/bin/helm
-export HELM_BIN
+HELM3_BIN ?= $(CURDIR)/bin/helm3
+export HELM_BIN HELM3_BIN
 
-.PHONY: test tools lint unit generate crd build playground clean
+.PHONY: test tools lint unit generate crd build playground bench clean
 
 ## test: install tools, check formatting and lints, run every test in the workspace
 test: tools lint unit
 
-## tools: install the pinned helm binary into ./bin
+## tools: install the pinned helm binaries into ./bin (helm 4 as helm, helm 3 as helm3)
 tools:
 	hack/install-helm.sh
 
@@ -34,6 +35,10 @@ generate:
 ## playground: run the provider against the sandbox API server with example CAPI objects
 playground:
 	hack/playground.sh
+
+## bench: import benchmark (BENCH_CLUSTERS, BENCH_NAMESPACES); figures in docs/performance.md
+bench:
+	$(CARGO) test --release --locked --test bench_import -- --ignored --nocapture
 
 ## build: debug build of every binary
 build:

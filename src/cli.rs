@@ -121,6 +121,11 @@ pub struct ManagerFlags {
     #[arg(long, default_value_t = 9443)]
     pub webhook_port: u16,
 
+    /// Address the Runtime SDK extension listens on (controller-runtime's `webhook.host`).
+    /// Empty: every interface.
+    #[arg(long, default_value = "")]
+    pub webhook_host: String,
+
     /// Directory holding `tls.crt` and `tls.key` for the Runtime SDK extension.
     #[arg(long, default_value = "/tmp/k8s-webhook-server/serving-certs")]
     pub webhook_cert_dir: String,
@@ -167,9 +172,24 @@ pub struct ManagerFlags {
     #[arg(long, env = "CAAPF_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
-    /// The helm binary used to install Fleet.
+    /// The helm binary used to install Fleet (helm 3.8 or later, or helm 4).
     #[arg(long, env = "HELM_BIN", default_value = "helm")]
     pub helm_binary: String,
+
+    /// Kill a helm command after this long (Go duration). helm itself is told to give up
+    /// waiting somewhat earlier, so it can roll back cleanly.
+    #[arg(long, env = "CAAPF_HELM_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
+    pub helm_timeout: Duration,
+
+    /// Directory for helm's cache, configuration and data (e.g. a registry login in
+    /// `config/registry/config.json`). Default: a private temporary directory.
+    #[arg(long, env = "CAAPF_HELM_HOME")]
+    pub helm_home: Option<std::path::PathBuf>,
+
+    /// Kubeconfig for helm. Default: helm's own resolution (`KUBECONFIG`, then the in-cluster
+    /// service account).
+    #[arg(long, env = "CAAPF_HELM_KUBECONFIG")]
+    pub helm_kubeconfig: Option<std::path::PathBuf>,
 }
 
 impl Default for ManagerFlags {
@@ -344,6 +364,31 @@ mod tests {
         assert_eq!(f.metrics_bind_address, ":8080");
         assert_eq!(f.sync_period, Duration::from_secs(600));
         assert_eq!(f.verbosity, 0);
+        assert_eq!(f.helm_timeout, Duration::from_secs(300));
+        assert_eq!(f.helm_home, None);
+        assert_eq!(f.helm_kubeconfig, None);
+    }
+
+    #[test]
+    fn helm_flags() {
+        let (cli, _) = parse(&[
+            "--helm-timeout=90s",
+            "--helm-home",
+            "/var/lib/caapf/helm",
+            "--helm-kubeconfig=/etc/kube/config",
+            "--helm-binary=/usr/local/bin/helm",
+        ]);
+        let f = cli.manager_flags();
+        assert_eq!(f.helm_timeout, Duration::from_secs(90));
+        assert_eq!(
+            f.helm_home.as_deref(),
+            Some(std::path::Path::new("/var/lib/caapf/helm"))
+        );
+        assert_eq!(
+            f.helm_kubeconfig.as_deref(),
+            Some(std::path::Path::new("/etc/kube/config"))
+        );
+        assert_eq!(f.helm_binary, "/usr/local/bin/helm");
     }
 
     #[test]

@@ -26,6 +26,14 @@ pub enum Error {
         reason: String,
     },
 
+    /// An object we need does not exist (yet); the reason says what to do.
+    #[error("{kind} {name} not found: {reason}")]
+    Missing {
+        kind: &'static str,
+        name: String,
+        reason: String,
+    },
+
     /// Encoding or decoding JSON/YAML failed.
     #[error("serialization: {0}")]
     Serialization(String),
@@ -69,6 +77,7 @@ impl Error {
             Error::KubeConfig(_) => "kubeconfig",
             Error::InvalidConfig(_) => "invalid_config",
             Error::Malformed { .. } => "malformed_object",
+            Error::Missing { .. } => "missing_object",
             Error::Serialization(_) => "serialization",
             Error::Helm { .. } => "helm",
             Error::Timeout { .. } => "timeout",

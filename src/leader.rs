@@ -242,6 +242,9 @@ pub struct Elector {
     observed: Option<(LeaseSpec, Instant)>,
     /// The Lease as last written by us (its resourceVersion guards the release).
     held: Option<Lease>,
+    /// When the request of our last successful write was sent (the renew deadline counts from
+    /// there, across calls to [`Elector::renew`]).
+    renewed_at: Instant,
 }
 
 impl Elector {
@@ -251,6 +254,7 @@ impl Elector {
             config,
             observed: None,
             held: None,
+            renewed_at: Instant::now(),
         }
     }
 
@@ -270,6 +274,8 @@ impl Elector {
 
     /// One read and at most one write (client-go's `tryAcquireOrRenew`).
     pub async fn try_acquire_or_renew(&mut self) -> Result<Tried> {
+        // Conservative: a write "happened" when its read was sent.
+        let started = Instant::now();
         let live = self.api.get_opt(&self.config.name).await?;
         let spec = live.as_ref().map(|l| l.spec.clone().unwrap_or_default());
         if let Some(spec) = &spec
@@ -323,6 +329,7 @@ impl Elector {
                 }
                 self.observed = Some((lease.spec.clone().unwrap_or_default(), Instant::now()));
                 self.held = Some(lease);
+                self.renewed_at = started;
                 Ok(Tried::Leading)
             }
             // Someone else wrote first (create or update race).
@@ -361,23 +368,20 @@ impl Elector {
     /// deadline has passed since the last successful renewal (a hung request counts against it)
     /// or the Lease shows another holder; [`Renewal::Stopped`] when `stop` is cancelled.
     pub async fn renew(&mut self, stop: &CancellationToken) -> Renewal {
-        // Conservative: a renewal "happened" when its request was sent.
-        let mut renewed_at = Instant::now();
         loop {
-            let deadline = renewed_at + self.config.renew_deadline;
+            let deadline = self.renewed_at + self.config.renew_deadline;
             tokio::select! {
                 () = stop.cancelled() => return Renewal::Stopped,
                 () = tokio::time::sleep_until(deadline) => return self.lost_at_deadline(),
                 () = tokio::time::sleep(self.config.retry_period) => {}
             }
-            let started = Instant::now();
             let outcome = tokio::select! {
                 () = stop.cancelled() => return Renewal::Stopped,
                 outcome = tokio::time::timeout_at(deadline, self.try_acquire_or_renew()) => outcome,
             };
             match outcome {
                 Err(_elapsed) => return self.lost_at_deadline(),
-                Ok(Ok(Tried::Leading)) => renewed_at = started,
+                Ok(Ok(Tried::Leading)) => {}
                 Ok(Ok(Tried::HeldByOther)) => {
                     self.held = None;
                     return Renewal::Lost("another candidate holds the lease".into());

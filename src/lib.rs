@@ -6,12 +6,15 @@
 
 pub mod api;
 pub mod apply;
+pub mod bootstrap;
 pub mod cleanup;
 pub mod cli;
 pub mod client;
 pub mod context;
 pub mod controllers;
 pub mod error;
+pub mod helm;
+pub mod hooks;
 pub mod leader;
 pub mod manager;
 pub mod metrics;

@@ -15,6 +15,7 @@
 //! their current work (bounded), then releases the Lease so another replica takes over at its
 //! next retry instead of after the lease duration.
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,13 +27,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::ManagerFlags;
 use crate::context::Context;
-use crate::controllers::{config_watch, import};
+use crate::controllers::{config_watch, fleet_config, import};
 use crate::leader::{ElectionConfig, Elector, Renewal};
-use crate::server;
 use crate::{Error, Result};
+use crate::{hooks, server};
 
-/// How long leader tasks may take to finish after a stop without leader election.
-const DRAIN_WITHOUT_ELECTION: Duration = Duration::from_secs(10);
+/// How long the leader tasks may take to finish after SIGTERM (a reconcile, a running helm
+/// command) before they are aborted. Below the Deployment's terminationGracePeriodSeconds (30).
+pub const GRACEFUL_STOP: Duration = Duration::from_secs(25);
 
 /// Runs the manager until it is asked to stop (or a component fails).
 pub async fn run(flags: ManagerFlags) -> Result<()> {
@@ -61,9 +63,12 @@ pub struct Manager {
     pub health_address: Option<std::net::SocketAddr>,
     /// Where `/metrics` is served, when enabled.
     pub metrics_address: Option<std::net::SocketAddr>,
+    /// Where the Runtime SDK extension is served (HTTPS).
+    pub webhook_address: std::net::SocketAddr,
     /// This replica's `holderIdentity` (None without `--leader-elect`).
     pub identity: Option<String>,
     leading: watch::Receiver<bool>,
+    /// The configuration watch and the leadership task (which runs the leader tasks).
     tasks: JoinSet<Result<()>>,
 }
 
@@ -97,6 +102,24 @@ impl Manager {
         )
         .await?;
 
+        // The Runtime SDK extension runs on every replica (not only the leader): CAPI calls any
+        // endpoint of the Service, and the hooks are stateless.
+        let webhook_host: IpAddr = match ctx.flags.webhook_host.trim() {
+            "" => IpAddr::from([0, 0, 0, 0]),
+            host => host.parse().map_err(|err| {
+                Error::InvalidConfig(format!(
+                    "--webhook-host {host:?}: {err} (expected an IP address)"
+                ))
+            })?,
+        };
+        let webhook_address = hooks::server::serve(
+            ctx.clone(),
+            SocketAddr::new(webhook_host, ctx.flags.webhook_port),
+            ctx.flags.webhook_cert_dir.clone(),
+            hooks::server::ServerOptions::default(),
+        )
+        .await?;
+
         let identity = election.as_ref().map(|e| e.identity.clone());
         let (leading_tx, leading) = watch::channel(false);
         let mut tasks: JoinSet<Result<()>> = JoinSet::new();
@@ -114,6 +137,7 @@ impl Manager {
             ctx,
             health_address,
             metrics_address,
+            webhook_address,
             identity,
             leading,
             tasks,
@@ -185,10 +209,14 @@ impl Manager {
     }
 }
 
-/// The tasks only the leader runs: everything that writes.
+/// The tasks only the leader runs: everything that writes. They stop on `ctx.shutdown`, which
+/// is cancelled on SIGTERM and when this replica stops leading.
 fn spawn_leader_tasks(ctx: Arc<Context>) -> JoinSet<()> {
     let mut tasks = JoinSet::new();
-    tasks.spawn(import::run(ctx));
+    tasks.spawn(import::run(ctx.clone()));
+    // Lets a running helm command finish on a graceful stop (so no release is left
+    // pending-upgrade); killed when leadership is lost.
+    tasks.spawn(fleet_config::run(ctx));
     tasks
 }
 
@@ -208,7 +236,7 @@ async fn lead(
             Some(ended) = tasks.join_next() => Some(ended),
         };
         token.cancel();
-        drain(&mut tasks, DRAIN_WITHOUT_ELECTION).await;
+        drain(&mut tasks, GRACEFUL_STOP).await;
         set_leading(&ctx, &leading, false);
         return leader_task_result(ended);
     };
@@ -243,13 +271,19 @@ async fn lead(
             Err(Error::LeadershipLost(reason))
         }
         Ok(Renewal::Stopped) => {
-            // The Lease stays ours while the tasks finish: bounded well within its validity.
-            let config = elector.config();
-            drain(
-                &mut tasks,
-                config.renew_deadline.saturating_sub(config.retry_period),
-            )
-            .await;
+            // Keep renewing while the tasks finish their current work, so the Lease stays ours
+            // as long as they may write; if it is lost meanwhile, stop them at once.
+            let never = CancellationToken::new();
+            let lost = tokio::select! {
+                () = drain(&mut tasks, GRACEFUL_STOP) => None,
+                renewal = elector.renew(&never) => Some(renewal),
+            };
+            if let Some(Renewal::Lost(reason)) = lost {
+                tasks.shutdown().await;
+                set_leading(&ctx, &leading, false);
+                tracing::error!(%reason, "leadership lost while stopping");
+                return Err(Error::LeadershipLost(reason));
+            }
             set_leading(&ctx, &leading, false);
             elector.release().await
         }

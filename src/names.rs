@@ -49,6 +49,10 @@ pub const CAPI_WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
 /// Field manager for Fleet Clusters and ClusterGroups (CAAPF's name).
 pub const FIELD_MANAGER: &str = "addon-provider-fleet";
 
+/// Field manager of the first, minimal write of an agent-initiated Fleet Cluster by the import
+/// controller (name and client ID only; see [`crate::model::fleet::registration_stub`]).
+pub const REGISTRATION_FIELD_MANAGER: &str = "addon-provider-fleet-registration";
+
 /// Field manager for namespace annotations (CAAPF's name).
 pub const NAMESPACE_FIELD_MANAGER: &str = "namespace-addon-provider-fleet";
 
@@ -75,6 +79,17 @@ pub const FLEET_CRD_RELEASE: &str = "fleet-crd";
 /// Helm release (and chart) name of the Fleet controller.
 pub const FLEET_RELEASE: &str = "fleet";
 
+/// Fleet's own configuration ConfigMap (in the Fleet namespace). Without `spec.install`, this
+/// provider keeps `apiServerURL`/`apiServerCA` of its JSON in line; Fleet reads it.
+pub const FLEET_CONTROLLER_CONFIG_MAP: &str = "fleet-controller";
+
+/// Key of [`FLEET_CONTROLLER_CONFIG_MAP`] holding Fleet's JSON configuration.
+pub const FLEET_CONTROLLER_CONFIG_KEY: &str = "config";
+
+/// Key of a feature-gate values ConfigMap (`featureGates.configMap.ref`) holding Fleet chart
+/// values as YAML; Rancher reads it from `cattle-system/rancher-config` (CAAPF's convention).
+pub const FEATURE_GATES_VALUES_KEY: &str = "fleet";
+
 /// Fleet chart environment variable behind `featureGates.experimentalOciStorage`.
 pub const EXPERIMENTAL_OCI_STORAGE: &str = "EXPERIMENTAL_OCI_STORAGE";
 /// Fleet chart environment variable behind `featureGates.experimentalHelmOps`.
@@ -84,3 +99,15 @@ pub const EXPERIMENTAL_HELM_OPS: &str = "EXPERIMENTAL_HELM_OPS";
 pub fn kubeconfig_secret_name(capi_cluster_name: &str) -> String {
     format!("{capi_cluster_name}-kubeconfig")
 }
+
+/// Field manager of the Runtime SDK extension (BeforeClusterCreate creates the Fleet Cluster, its
+/// ClusterRegistrationToken and the bootstrap Secret with it). Distinct from [`FIELD_MANAGER`] so
+/// the import controller's server-side apply never conflicts with, or removes, what the hook set.
+pub const RUNTIME_EXTENSION_FIELD_MANAGER: &str = "caapf-runtime-extension";
+
+/// CAPI's label naming the Cluster an object belongs to (`clusterctl move` follows it).
+pub const CAPI_CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+
+/// Name of Fleet's controller ConfigMap (key `config`: agent image, TLS mode, …), in Fleet's
+/// namespace.
+pub const FLEET_CONTROLLER_CONFIGMAP: &str = "fleet-controller";

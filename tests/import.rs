@@ -1073,3 +1073,67 @@ async fn failing_writes_back_off_and_recover() {
     );
     h.stop().await;
 }
+
+/// A Fleet Cluster first created by the runtime extension (a minimal POST with its client ID
+/// and mark) keeps that client ID, gets everything else from the import controller, and the
+/// controller can still remove a label later: the first creator co-owns nothing else.
+#[tokio::test]
+async fn runtime_extension_stub_is_completed_and_never_pins_fields() {
+    let mut h = Harness::new().await;
+    h.namespace("edge", json!({})).await;
+    h.cluster("edge", plain_cluster("c1", json!({"team": "a"})))
+        .await;
+    let stub = json!({
+        "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "c1", "namespace": "edge",
+                     "annotations": {names::REGISTRATION_ANNOTATION: names::REGISTRATION_RUNTIME_EXTENSION}},
+        "spec": {"clientID": "from-the-hook"}
+    });
+    let stub: FleetCluster = serde_json::from_value(stub).expect("stub");
+    Api::<FleetCluster>::namespaced(h.client.clone(), "edge")
+        .create(
+            &PostParams {
+                field_manager: Some(names::RUNTIME_EXTENSION_FIELD_MANAGER.into()),
+                ..Default::default()
+            },
+            &stub,
+        )
+        .await
+        .expect("stub created");
+    // Not agent-initiated by configuration: the mark alone makes it so (and it does not wait for
+    // the control plane).
+    h.start().await;
+    let fleet = eventually("stub completed by the import controller", || async {
+        h.fleet_cluster("edge", "c1")
+            .await
+            .filter(|c| c.labels().get("team").is_some_and(|v| v == "a"))
+    })
+    .await;
+    assert_eq!(fleet.spec.client_id.as_deref(), Some("from-the-hook"));
+    assert!(fleet.spec.kube_config_secret.is_none());
+    assert_eq!(
+        fleet.spec.agent_namespace.as_deref(),
+        Some("fleet-addon-agent")
+    );
+    h.merge_cluster(
+        "edge",
+        "c1",
+        json!({"metadata": {"labels": {"team": null}}}),
+    )
+    .await;
+    let fleet = eventually("label removal reaches the Fleet Cluster", || async {
+        h.fleet_cluster("edge", "c1")
+            .await
+            .filter(|c| !c.labels().contains_key("team"))
+    })
+    .await;
+    assert_eq!(fleet.spec.client_id.as_deref(), Some("from-the-hook"));
+    assert_eq!(
+        fleet
+            .annotations()
+            .get(names::REGISTRATION_ANNOTATION)
+            .map(String::as_str),
+        Some(names::REGISTRATION_RUNTIME_EXTENSION)
+    );
+    h.stop().await;
+}

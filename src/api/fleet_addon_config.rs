@@ -55,6 +55,31 @@ pub struct FleetAddonConfigSpec {
     /// removing this section leaves an installed Fleet in place).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub install: Option<FleetInstall>,
+
+    /// Behaviour of the Cluster API Runtime SDK extension (lifecycle hooks). Added by this
+    /// provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_extension: Option<RuntimeExtensionConfig>,
+}
+
+/// Runtime SDK extension settings.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeExtensionConfig {
+    /// The BeforeClusterUpgrade hook.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_cluster_upgrade: Option<BeforeClusterUpgradeConfig>,
+}
+
+/// BeforeClusterUpgrade settings.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BeforeClusterUpgradeConfig {
+    /// Hold a Kubernetes upgrade of a Cluster until every Fleet bundle deployed to it is ready
+    /// (the upgrade waits, with the names of the bundles that are not ready in the Cluster's
+    /// `TopologyReconciled` condition). Default: false (upgrades are never held).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_for_bundles_ready: Option<bool>,
 }
 
 /// ClusterClass → ClusterGroup settings.

@@ -3,4 +3,5 @@
 
 pub mod backoff;
 pub mod config_watch;
+pub mod fleet_config;
 pub mod import;

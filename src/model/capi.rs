@@ -38,6 +38,9 @@ pub struct ClassRef {
 /// The parts of a CAPI `Cluster` the provider acts on.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClusterView {
+    /// `cluster.x-k8s.io/v1beta2` or `/v1beta1`: as sent, or deduced from the shape (owner
+    /// references must name a version the API server serves; CAPI v1.10 has no v1beta2).
+    pub api_version: String,
     pub name: String,
     pub namespace: String,
     pub uid: String,
@@ -67,7 +70,23 @@ impl ClusterView {
         let annotations = string_map(metadata.get("annotations"));
         let topology = spec.get("topology").filter(|t| t.is_object());
         let class = topology.and_then(|t| class_ref(t, &namespace));
+        let api_version = object
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .filter(|v| v.starts_with("cluster.x-k8s.io/"))
+            .map(str::to_string)
+            .unwrap_or_else(|| {
+                let v1beta1 = topology.is_some_and(|t| t.get("class").is_some())
+                    || ["controlPlaneRef", "infrastructureRef"]
+                        .iter()
+                        .any(|r| spec.get(*r).and_then(|r| r.get("apiVersion")).is_some());
+                format!(
+                    "cluster.x-k8s.io/{}",
+                    if v1beta1 { "v1beta1" } else { "v1beta2" }
+                )
+            });
         Some(Self {
+            api_version,
             uid: str_at(metadata, "uid").unwrap_or_default().to_string(),
             labels: string_map(metadata.get("labels")),
             finalizers: metadata
@@ -300,6 +319,7 @@ mod tests {
     #[test]
     fn reads_v1beta2_cluster() {
         let view = ClusterView::from_json(&v1beta2_cluster()).expect("view");
+        assert_eq!(view.api_version, "cluster.x-k8s.io/v1beta2");
         assert_eq!(view.name, "capi-quickstart");
         assert_eq!(view.namespace, "default");
         assert_eq!(view.uid, "u-1");
@@ -349,6 +369,10 @@ mod tests {
             }
         });
         let view = ClusterView::from_json(&cluster).expect("view");
+        assert_eq!(
+            view.api_version, "cluster.x-k8s.io/v1beta1",
+            "deduced from the shape"
+        );
         assert!(view.paused);
         assert!(!view.control_plane_initialized);
         assert_eq!(

@@ -28,6 +28,8 @@ pub struct EffectiveConfig {
     pub fleet: FleetSettings,
     /// Fleet installation; `None` when this provider does not install Fleet.
     pub install: Option<InstallSettings>,
+    /// Runtime SDK extension behaviour.
+    pub runtime_extension: RuntimeExtensionSettings,
     /// Problems in the spec, with field paths (empty when valid).
     pub problems: Vec<FieldError>,
     /// `metadata.generation` of the object it came from (`None` when absent).
@@ -60,6 +62,13 @@ impl ClusterImport {
     pub fn fleet_cluster_name(&self, capi_name: &str) -> String {
         format!("{}{capi_name}{}", self.name_prefix, self.name_suffix)
     }
+}
+
+/// How the Runtime SDK extension behaves.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuntimeExtensionSettings {
+    /// BeforeClusterUpgrade holds upgrades until the Cluster's Fleet bundles are ready.
+    pub wait_for_bundles_ready: bool,
 }
 
 /// How ClusterClasses become ClusterGroups.
@@ -146,6 +155,7 @@ impl Default for EffectiveConfig {
                 server: None,
             },
             install: None,
+            runtime_extension: RuntimeExtensionSettings::default(),
             problems: Vec::new(),
             generation: None,
         }
@@ -197,6 +207,14 @@ impl EffectiveConfig {
                     .and_then(server_source),
             },
             install: spec.install.as_ref().and_then(install_settings),
+            runtime_extension: RuntimeExtensionSettings {
+                wait_for_bundles_ready: spec
+                    .runtime_extension
+                    .as_ref()
+                    .and_then(|r| r.before_cluster_upgrade.as_ref())
+                    .and_then(|b| b.wait_for_bundles_ready)
+                    .unwrap_or(false),
+            },
             problems: validate(spec),
             generation: None,
         }
@@ -581,6 +599,32 @@ clusterClass: {patchResource: true}
             );
             (row.check)(&config);
         }
+    }
+
+    #[test]
+    fn upgrade_gate_is_off_unless_enabled() {
+        assert!(
+            !EffectiveConfig::default()
+                .runtime_extension
+                .wait_for_bundles_ready
+        );
+        assert!(
+            !EffectiveConfig::from_spec(&spec("{}"))
+                .runtime_extension
+                .wait_for_bundles_ready
+        );
+        assert!(
+            !EffectiveConfig::from_spec(&spec("runtimeExtension: {beforeClusterUpgrade: {}}"))
+                .runtime_extension
+                .wait_for_bundles_ready
+        );
+        assert!(
+            EffectiveConfig::from_spec(&spec(
+                "runtimeExtension: {beforeClusterUpgrade: {waitForBundlesReady: true}}"
+            ))
+            .runtime_extension
+            .wait_for_bundles_ready
+        );
     }
 
     #[test]

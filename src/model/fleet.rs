@@ -95,10 +95,11 @@ pub fn template_values(
     values
 }
 
-/// The owner reference of a CAPI Cluster, as CAAPF set it (no controller flag).
+/// The owner reference of a CAPI Cluster, as CAAPF set it (no controller flag), in the API
+/// version the Cluster came in.
 pub fn cluster_owner_reference(cluster: &ClusterView) -> OwnerReference {
     OwnerReference {
-        api_version: "cluster.x-k8s.io/v1beta2".to_string(),
+        api_version: cluster.api_version.clone(),
         kind: "Cluster".to_string(),
         name: cluster.name.clone(),
         uid: cluster.uid.clone(),
@@ -163,6 +164,28 @@ pub fn desired_fleet_cluster(
         ..Default::default()
     };
     fleet
+}
+
+/// The first version of an agent-initiated Fleet Cluster: only its name and client ID. It is
+/// created with a plain POST, so that of two creators (the import controller and the runtime
+/// extension) exactly one wins and the other adopts its client ID — a client ID must never
+/// change. Everything else is applied afterwards by the import controller; keeping the first
+/// write this small also keeps its field manager from co-owning (and so pinning) fields the
+/// import controller may later need to remove.
+pub fn registration_stub(
+    cluster: &ClusterView,
+    import: &ClusterImport,
+    client_id: &str,
+) -> FleetCluster {
+    let mut stub = FleetCluster::new(
+        &import.fleet_cluster_name(&cluster.name),
+        FleetClusterSpec {
+            client_id: Some(client_id.to_string()),
+            ..Default::default()
+        },
+    );
+    stub.metadata.namespace = Some(cluster.namespace.clone());
+    stub
 }
 
 /// The registration token of an agent-initiated Cluster (named after the CAPI Cluster, as CAAPF).
@@ -411,6 +434,21 @@ mod tests {
                     "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c1", "uid": "uid-1"}]
                 },
                 "spec": {"ttl": "24h"}
+            })
+        );
+    }
+
+    #[test]
+    fn registration_stub_holds_only_name_and_client_id() {
+        let mut import = default_import();
+        import.name_prefix = "f-".into();
+        let stub = to_json(&registration_stub(&cluster(json!({})), &import, "id-9"));
+        assert_eq!(
+            stub,
+            json!({
+                "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "Cluster",
+                "metadata": {"name": "f-c1", "namespace": "ns"},
+                "spec": {"clientID": "id-9"}
             })
         );
     }

@@ -1,9 +1,13 @@
 //! Pure decisions: no client, no I/O, no async. Everything here is table-tested.
 
+pub mod api_server;
 pub mod capi;
 pub mod config;
 pub mod diff;
 pub mod fleet;
+pub mod fleet_install;
+pub mod fleet_status;
+pub mod fleet_values;
 pub mod import;
 pub mod namespace;
 pub mod selection;

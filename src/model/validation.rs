@@ -161,6 +161,17 @@ fn validate_server(server: &Server, errors: &mut Vec<FieldError>) {
                     "name is required",
                 ));
             }
+            if reference
+                .namespace
+                .as_deref()
+                .unwrap_or_default()
+                .is_empty()
+            {
+                errors.push(FieldError::new(
+                    format!("{path}.custom.apiServerCaConfigRef.namespace"),
+                    "namespace is required",
+                ));
+            }
         }
     }
 }
@@ -453,10 +464,16 @@ install: {followLatest: true}
                 &["spec.config.server: exactly one of inferLocal or custom must be set"],
             ),
             (
-                "config: {server: {custom: {apiServerUrl: \"fleet.example.com\", apiServerCaConfigRef: {kind: Pod, name: x}}}}",
+                "config: {server: {custom: {apiServerUrl: \"fleet.example.com\", apiServerCaConfigRef: {kind: Pod, name: x, namespace: default}}}}",
                 &[
                     "spec.config.server.custom.apiServerUrl: \"fleet.example.com\" must be an http(s) URL",
                     "spec.config.server.custom.apiServerCaConfigRef.kind: \"Pod\" is not supported: use ConfigMap or Secret",
+                ],
+            ),
+            (
+                "config: {server: {custom: {apiServerCaConfigRef: {name: ca}}}}",
+                &[
+                    "spec.config.server.custom.apiServerCaConfigRef.namespace: namespace is required",
                 ],
             ),
             (

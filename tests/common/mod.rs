@@ -40,6 +40,10 @@ impl Harness {
             metrics_bind_address: "0".into(),
             // No client-side rate limit in tests (src/client.rs tests it on its own).
             kube_api_qps: 0.0,
+            // The Runtime SDK extension starts with every manager: a free port on loopback, so
+            // tests run in parallel (no certificate: it stays not ready, which they ignore).
+            webhook_host: "127.0.0.1".into(),
+            webhook_port: 0,
             ..Default::default()
         };
         Self {

@@ -1,8 +1,9 @@
 //! The few controllers of a real cluster the sandbox simulates, because clients wait on them:
 //!
-//! - **deployment**: sets a ready status (all replicas updated, ready and available,
-//!   `Available` and `Progressing` conditions, `observedGeneration`) after each write, so
-//!   `helm --wait` and `kubectl rollout status` finish;
+//! - **workloads**: Deployments, StatefulSets and DaemonSets get a ready status (all replicas
+//!   updated, ready and available; Deployment `Available`/`Progressing` conditions;
+//!   `observedGeneration`) after each write, and Jobs complete at once, so `helm --wait`, helm
+//!   hooks and `kubectl rollout status` finish;
 //! - **garbage collector**: deletes objects whose owners (by uid) are all gone and drops
 //!   dangling ownerReferences when some owners remain (background propagation);
 //! - **namespace**: deletes everything in a terminating namespace, then the namespace.
@@ -55,9 +56,9 @@ pub fn reconcile(st: &mut State) {
         if !st.work.is_pending() {
             return;
         }
-        let deployments = std::mem::take(&mut st.work.deployments);
-        for (ns, name) in deployments {
-            deployment(st, &ns, &name);
+        let workloads = std::mem::take(&mut st.work.workloads);
+        for (plural, ns, name) in workloads {
+            workload(st, &plural, &ns, &name);
         }
         let candidates = std::mem::take(&mut st.work.gc);
         if !candidates.is_empty() {
@@ -69,44 +70,86 @@ pub fn reconcile(st: &mut State) {
     }
 }
 
-fn deployment(st: &mut State, ns: &str, name: &str) {
-    let gr = ("apps".to_string(), "deployments".to_string());
+/// The status a workload's real controllers converge to when everything goes well.
+fn workload(st: &mut State, plural: &str, ns: &str, name: &str) {
+    let group = if plural == "jobs" { "batch" } else { "apps" };
+    let gr = (group.to_string(), plural.to_string());
     let Some(old) = st.get(&gr, ns, name) else {
         return;
     };
     if meta_str(&old, "deletionTimestamp").is_some() {
         return;
     }
-    let replicas = old
-        .pointer("/spec/replicas")
-        .and_then(Value::as_i64)
-        .unwrap_or(1);
-    let generation = old
-        .pointer("/metadata/generation")
-        .and_then(Value::as_i64)
-        .unwrap_or(1);
+    let int = |p: &str, default: i64| old.pointer(p).and_then(Value::as_i64).unwrap_or(default);
+    let replicas = int("/spec/replicas", 1);
+    let generation = int("/metadata/generation", 1);
+    let now = json!(now_rfc3339());
     let cond_time = |t: &str| {
         old.pointer("/status/conditions")
             .and_then(Value::as_array)
             .and_then(|cs| cs.iter().find(|c| c.get("type") == Some(&json!(t))))
             .and_then(|c| c.get("lastTransitionTime").cloned())
-            .unwrap_or(json!(now_rfc3339()))
+            .unwrap_or(now.clone())
     };
-    let status = json!({
-        "observedGeneration": generation,
-        "replicas": replicas,
-        "updatedReplicas": replicas,
-        "readyReplicas": replicas,
-        "availableReplicas": replicas,
-        "conditions": [
-            {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
-             "message": "Deployment has minimum availability.",
-             "lastUpdateTime": cond_time("Available"), "lastTransitionTime": cond_time("Available")},
-            {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
-             "message": format!("ReplicaSet \"{name}\" has successfully progressed."),
-             "lastUpdateTime": cond_time("Progressing"), "lastTransitionTime": cond_time("Progressing")}
-        ]
-    });
+    let status = match plural {
+        "deployments" => json!({
+            "observedGeneration": generation,
+            "replicas": replicas,
+            "updatedReplicas": replicas,
+            "readyReplicas": replicas,
+            "availableReplicas": replicas,
+            "conditions": [
+                {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
+                 "message": "Deployment has minimum availability.",
+                 "lastUpdateTime": cond_time("Available"), "lastTransitionTime": cond_time("Available")},
+                {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
+                 "message": format!("ReplicaSet \"{name}\" has successfully progressed."),
+                 "lastUpdateTime": cond_time("Progressing"), "lastTransitionTime": cond_time("Progressing")}
+            ]
+        }),
+        "statefulsets" => json!({
+            "observedGeneration": generation,
+            "replicas": replicas,
+            "readyReplicas": replicas,
+            "currentReplicas": replicas,
+            "updatedReplicas": replicas,
+            "availableReplicas": replicas,
+            "currentRevision": format!("{name}-{generation}"),
+            "updateRevision": format!("{name}-{generation}"),
+            "collisionCount": 0
+        }),
+        // As if the cluster had one node.
+        "daemonsets" => json!({
+            "observedGeneration": generation,
+            "currentNumberScheduled": 1,
+            "desiredNumberScheduled": 1,
+            "numberAvailable": 1,
+            "numberReady": 1,
+            "updatedNumberScheduled": 1,
+            "numberMisscheduled": 0
+        }),
+        // Jobs succeed at once (helm hooks and `--wait` wait for completion).
+        "jobs" => {
+            if old.pointer("/status/completionTime").is_some() {
+                return;
+            }
+            let completions = int("/spec/completions", 1);
+            json!({
+                "startTime": now,
+                "completionTime": now,
+                "succeeded": completions,
+                "active": 0,
+                "ready": 0,
+                "conditions": [
+                    {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached",
+                     "message": "Reached expected number of succeeded pods", "lastProbeTime": now, "lastTransitionTime": now},
+                    {"type": "Complete", "status": "True", "reason": "CompletionsReached",
+                     "message": "Reached expected number of succeeded pods", "lastProbeTime": now, "lastTransitionTime": now}
+                ]
+            })
+        }
+        _ => return,
+    };
     if old.get("status") == Some(&status) {
         return;
     }
@@ -127,6 +170,7 @@ fn delete_object(st: &mut State, gr: &(String, String), ns: &str, name: &str) {
         subresource: String::new(),
         manager: ops::CONTROLLER_MANAGER.to_string(),
         dry_run: false,
+        validate: false,
     };
     let _ = ops::delete(st, &ctx, &DeleteOpts::default());
 }
@@ -136,6 +180,14 @@ fn garbage_collect(st: &mut State, candidates: std::collections::BTreeSet<crate:
         let Some(obj) = st.get(&gr, &ns, &name) else {
             continue;
         };
+        if meta_str(&obj, "deletionTimestamp").is_some()
+            && crate::util::finalizers_of(&obj)
+                .iter()
+                .any(|f| f == ops::FOREGROUND)
+        {
+            foreground(st, &gr, &obj);
+            continue;
+        }
         let refs = owner_refs(&obj);
         if refs.is_empty() {
             continue;
@@ -157,6 +209,41 @@ fn garbage_collect(st: &mut State, candidates: std::collections::BTreeSet<crate:
             let mut new = (*obj).clone();
             set_owner_refs(&mut new, alive);
             controller_write(st, &gr, &obj, new);
+        }
+    }
+}
+
+/// An owner deleted in the foreground: delete its dependents, and release it (drop the
+/// `foregroundDeletion` finalizer) once none is left.
+fn foreground(st: &mut State, gr: &(String, String), owner: &Arc<Value>) {
+    let uid = meta_str(owner, "uid").unwrap_or("").to_string();
+    let deps: Vec<crate::store::ObjKey> = st
+        .dependents
+        .get(&uid)
+        .map(|d| d.iter().cloned().collect())
+        .unwrap_or_default();
+    if deps.is_empty() {
+        let mut new = (**owner).clone();
+        let kept: Vec<Value> = crate::util::finalizers_of(owner)
+            .into_iter()
+            .filter(|f| f != ops::FOREGROUND)
+            .map(Value::String)
+            .collect();
+        let m = crate::util::meta_mut(&mut new);
+        if kept.is_empty() {
+            m.remove("finalizers");
+        } else {
+            m.insert("finalizers".into(), Value::Array(kept));
+        }
+        controller_write(st, gr, owner, new);
+        return;
+    }
+    for (dgr, dns, dname) in deps {
+        if st
+            .get(&dgr, &dns, &dname)
+            .is_some_and(|d| meta_str(&d, "deletionTimestamp").is_none())
+        {
+            delete_object(st, &dgr, &dns, &dname);
         }
     }
 }

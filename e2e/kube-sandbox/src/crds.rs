@@ -2,6 +2,7 @@
 //! providers, Fleet, and this project's own CRDs.
 
 use std::str::FromStr;
+use std::sync::OnceLock;
 
 use kube::CustomResourceExt;
 use serde_json::{Value, json};
@@ -33,14 +34,17 @@ impl CrdSet {
         CrdSet::Provider,
     ];
 
-    /// The CRD manifests of this set.
+    /// The CRD manifests of this set (generated once per process: schema generation is the
+    /// slow part of starting a sandbox).
     pub fn crds(&self) -> Vec<Value> {
-        match self {
-            CrdSet::Capi => capi(),
-            CrdSet::Bootstrap => bootstrap(),
-            CrdSet::Fleet => fleet(),
-            CrdSet::Provider => provider(),
-        }
+        static CACHE: [OnceLock<Vec<Value>>; 4] = [const { OnceLock::new() }; 4];
+        let (i, build): (usize, fn() -> Vec<Value>) = match self {
+            CrdSet::Capi => (0, capi),
+            CrdSet::Bootstrap => (1, bootstrap),
+            CrdSet::Fleet => (2, fleet),
+            CrdSet::Provider => (3, provider),
+        };
+        CACHE[i].get_or_init(build).clone()
     }
 }
 
@@ -200,6 +204,50 @@ fn age() -> Value {
     json!({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"})
 }
 
+/// Restores list markers the real CAPI v1beta2 CRDs have and the generated schemas lost:
+/// `conditions` anywhere (by `type`), and the named lists of `paths` (JSON pointers into the
+/// version schema) by the given key.
+fn capi_list_markers(crd: &mut Value, paths: &[(&str, &str)]) {
+    fn conditions(s: &mut Value) {
+        let Some(obj) = s.as_object_mut() else { return };
+        if let Some(props) = obj.get_mut("properties").and_then(Value::as_object_mut) {
+            for (k, p) in props.iter_mut() {
+                if k == "conditions"
+                    && p.get("type").and_then(Value::as_str) == Some("array")
+                    && p.pointer("/items/properties/type").is_some()
+                {
+                    p["x-kubernetes-list-type"] = json!("map");
+                    p["x-kubernetes-list-map-keys"] = json!(["type"]);
+                }
+                conditions(p);
+            }
+        }
+        if let Some(items) = obj.get_mut("items") {
+            conditions(items);
+        }
+    }
+    let Some(vs) = crd
+        .pointer_mut("/spec/versions")
+        .and_then(Value::as_array_mut)
+    else {
+        return;
+    };
+    for v in vs {
+        let Some(schema) = v.pointer_mut("/schema/openAPIV3Schema") else {
+            continue;
+        };
+        conditions(schema);
+        for (path, key) in paths {
+            if let Some(list) = schema.pointer_mut(path)
+                && list.get("type").and_then(Value::as_str) == Some("array")
+            {
+                list["x-kubernetes-list-type"] = json!("map");
+                list["x-kubernetes-list-map-keys"] = json!([key]);
+            }
+        }
+    }
+}
+
 /// Cluster API core CRDs.
 pub fn capi() -> Vec<Value> {
     use cluster_api_rs::{
@@ -241,9 +289,39 @@ pub fn capi() -> Vec<Value> {
         age(),
         {"name": "Version", "type": "string", "jsonPath": ".spec.version"}
     ]);
-    vec![
-        cluster,
-        cc,
+    capi_list_markers(
+        &mut cluster,
+        &[
+            (
+                "/properties/spec/properties/topology/properties/variables",
+                "name",
+            ),
+            (
+                "/properties/spec/properties/topology/properties/workers/properties/machineDeployments",
+                "name",
+            ),
+            (
+                "/properties/spec/properties/topology/properties/workers/properties/machinePools",
+                "name",
+            ),
+        ],
+    );
+    capi_list_markers(
+        &mut cc,
+        &[
+            ("/properties/spec/properties/variables", "name"),
+            ("/properties/spec/properties/patches", "name"),
+            (
+                "/properties/spec/properties/workers/properties/machineDeployments",
+                "class",
+            ),
+            (
+                "/properties/spec/properties/workers/properties/machinePools",
+                "class",
+            ),
+        ],
+    );
+    let mut rest = vec![
         finish(
             Machine::crd(),
             &["ma"],
@@ -281,7 +359,13 @@ pub fn capi() -> Vec<Value> {
             json!([age()]),
             capi_labels(),
         ),
-    ]
+    ];
+    for crd in rest.iter_mut() {
+        capi_list_markers(crd, &[]);
+    }
+    let mut out = vec![cluster, cc];
+    out.append(&mut rest);
+    out
 }
 
 /// Kubeadm/RKE2 bootstrap and control-plane CRDs and Docker infrastructure CRDs, with
@@ -375,10 +459,6 @@ pub fn bootstrap() -> Vec<Value> {
         ),
     ];
     for (group, kind, plural, short, provider) in table {
-        let category = match *group {
-            "controlplane.cluster.x-k8s.io" => "cluster-api",
-            _ => "cluster-api",
-        };
         let provider_label = match *group {
             "controlplane.cluster.x-k8s.io" => format!("control-plane-{provider}"),
             "bootstrap.cluster.x-k8s.io" => format!("bootstrap-{provider}"),
@@ -392,7 +472,7 @@ pub fn bootstrap() -> Vec<Value> {
             "v1beta2",
             true,
             short,
-            &[category],
+            &["cluster-api"],
             true,
             json!({"cluster.x-k8s.io/provider": provider_label, "cluster.x-k8s.io/v1beta2": "v1beta2", "cluster.x-k8s.io/v1beta1": "v1beta1"}),
         ));
@@ -543,6 +623,38 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn capi_schemas_have_the_real_list_markers() {
+        let cluster = capi()
+            .into_iter()
+            .find(|c| c["spec"]["names"]["kind"] == "Cluster")
+            .unwrap();
+        let v = cluster["spec"]["versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "v1beta2")
+            .unwrap();
+        let s = &v["schema"]["openAPIV3Schema"]["properties"];
+        assert_eq!(
+            s["status"]["properties"]["conditions"]["x-kubernetes-list-map-keys"],
+            json!(["type"])
+        );
+        assert_eq!(
+            s["spec"]["properties"]["topology"]["properties"]["variables"]["x-kubernetes-list-type"],
+            "map"
+        );
+        let cc = capi()
+            .into_iter()
+            .find(|c| c["spec"]["names"]["kind"] == "ClusterClass")
+            .unwrap();
+        let s = &cc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+        assert_eq!(
+            s["workers"]["properties"]["machineDeployments"]["x-kubernetes-list-map-keys"],
+            json!(["class"])
+        );
     }
 
     #[test]

@@ -78,6 +78,10 @@ pub struct SandboxOptions {
     /// How long after its deletion a namespace starts being emptied (default 1 s; the real
     /// namespace controller is asynchronous too).
     pub namespace_cleanup_delay: Duration,
+    /// Reject custom resources that do not match their schema (types, required, enum, bounds),
+    /// as a real server does. Off by default for now: some fixtures in this repository are not
+    /// valid against the real CAPI schemas yet (see the README).
+    pub validate_custom_resources: bool,
 }
 
 impl Default for SandboxOptions {
@@ -91,6 +95,7 @@ impl Default for SandboxOptions {
             history_limit: 100_000,
             watch_buffer: 10_000,
             namespace_cleanup_delay: Duration::from_secs(1),
+            validate_custom_resources: false,
         }
     }
 }
@@ -203,9 +208,12 @@ impl Sandbox {
             requests: Default::default(),
             faults: Default::default(),
             close_watches: close_tx,
+            bookmark_now: tokio::sync::watch::channel(0u64).0,
             bookmark_interval: opts.bookmark_interval,
             pages: Default::default(),
             snapshot_dir: opts.snapshot_dir.clone(),
+            snapshot_writer: Mutex::new(()),
+            validate: opts.validate_custom_resources,
             periodic_close: Mutex::new(None),
         });
         let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
@@ -318,6 +326,12 @@ impl Sandbox {
         self.app.close_all_watches();
     }
 
+    /// Makes every open watch that allows bookmarks send one now (with the newest
+    /// resourceVersion it may carry), instead of waiting for the periodic one.
+    pub fn send_bookmarks(&self) {
+        self.app.bookmark_now.send_modify(|g| *g += 1);
+    }
+
     /// Drops the watch history: watches and exact lists from an older resourceVersion answer
     /// 410 Gone.
     pub fn compact_history(&self) {
@@ -408,6 +422,7 @@ fn preload_crd(st: &mut store::State, crd: serde_json::Value) -> Result<(), Sand
         subresource: String::new(),
         manager: "kube-sandbox".into(),
         dry_run: false,
+        validate: false,
     };
     let gr = (
         "apiextensions.k8s.io".to_string(),

@@ -28,6 +28,9 @@ struct Args {
     /// Keep objects across restarts in DIR/snapshot.json.
     #[arg(long)]
     snapshot_dir: Option<PathBuf>,
+    /// Reject custom resources that do not match their CRD schema, as a real server does.
+    #[arg(long)]
+    validate: bool,
     /// Seconds between periodic watch bookmarks.
     #[arg(long, default_value_t = 30.0)]
     bookmark_interval_seconds: f64,
@@ -48,6 +51,7 @@ async fn main() {
         snapshot_dir: args.snapshot_dir,
         addr: args.addr,
         bookmark_interval: Duration::from_secs_f64(args.bookmark_interval_seconds.max(0.05)),
+        validate_custom_resources: args.validate,
         ..SandboxOptions::default()
     };
     let sandbox = match Sandbox::start_with(opts).await {

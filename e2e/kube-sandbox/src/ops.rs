@@ -37,6 +37,10 @@ yqbGebdw
 /// Namespaces that exist at start and cannot be deleted.
 pub const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
 
+/// The finalizer that holds an owner deleted with `propagationPolicy: Foreground` until its
+/// dependents are gone.
+pub const FOREGROUND: &str = "foregroundDeletion";
+
 /// Field manager the simulated controllers write as.
 pub const CONTROLLER_MANAGER: &str = "kube-controller-manager";
 
@@ -57,6 +61,8 @@ pub struct Ctx {
     pub manager: String,
     /// `dryRun=All`.
     pub dry_run: bool,
+    /// Validate custom resources against their schema.
+    pub validate: bool,
 }
 
 impl Ctx {
@@ -252,7 +258,7 @@ fn apply(
 /// Options of a DELETE.
 #[derive(Debug, Clone, Default)]
 pub struct DeleteOpts {
-    /// `Orphan`, `Background` or `Foreground` (approximated as `Background`).
+    /// `Orphan`, `Background` or `Foreground`.
     pub propagation: Option<String>,
     /// `preconditions.uid`.
     pub uid: Option<String>,
@@ -307,13 +313,30 @@ pub fn delete(st: &mut State, ctx: &Ctx, opts: &DeleteOpts) -> ApiResult<Written
     {
         orphan_dependents(st, uid);
     }
-    let pending = !finalizers_of(&old).is_empty() || is_namespace;
+    // Foreground: the owner stays (with the `foregroundDeletion` finalizer) until the garbage
+    // collector has deleted its dependents.
+    let foreground = opts.propagation.as_deref() == Some("Foreground")
+        && !is_namespace
+        && meta_str(&old, "deletionTimestamp").is_none()
+        && meta_str(&old, "uid").is_some_and(|u| st.dependents.contains_key(u));
+    let pending = !finalizers_of(&old).is_empty() || is_namespace || foreground;
     if pending {
         if meta_str(&old, "deletionTimestamp").is_some() {
             return Ok(((*old).clone(), 200));
         }
         let mut new = (*old).clone();
         let m = meta_mut(&mut new);
+        if foreground {
+            let fins = m.entry("finalizers").or_insert_with(|| json!([]));
+            if let Some(a) = fins.as_array_mut()
+                && !a.contains(&json!(FOREGROUND))
+            {
+                a.push(json!(FOREGROUND));
+            }
+            st.work
+                .gc
+                .insert((gr.clone(), ctx.namespace.clone(), ctx.name.clone()));
+        }
         m.insert("deletionTimestamp".into(), json!(now_rfc3339()));
         m.insert("deletionGracePeriodSeconds".into(), json!(0));
         let g = m.get("generation").and_then(Value::as_i64).unwrap_or(0);
@@ -621,6 +644,7 @@ fn finish(
     }
     default_kind(&def, &mut new, old.is_none());
 
+    let mut managed_base: Option<Value> = None;
     match &old {
         None => {
             if def.has_status && op != Op::Apply {
@@ -699,9 +723,18 @@ fn finish(
                 }
             }
             if op == Op::Update {
-                // Clients send back the managedFields they read; ownership is recomputed below.
-                match old_meta.get("managedFields") {
-                    Some(v) => m.insert("managedFields".into(), v.clone()),
+                // Clients usually send back the managedFields they read; ownership is then
+                // recomputed below. A client that changes them (`[{}]` resets them) has its
+                // version taken as the starting point, as on a real server.
+                let incoming = m.get("managedFields").cloned();
+                let previous = old_meta.get("managedFields").cloned();
+                if matches!(&incoming, Some(Value::Array(a)) if !a.is_empty())
+                    && incoming != previous
+                {
+                    managed_base = incoming;
+                }
+                match previous {
+                    Some(v) => m.insert("managedFields".into(), v),
                     None => m.remove("managedFields"),
                 };
             }
@@ -734,6 +767,20 @@ fn finish(
         }
     }
 
+    if ctx.validate
+        && let Some(s) = ctx.schema()
+    {
+        let mut causes = crate::schema::validate_value(&new, s);
+        // Ratcheting, as real servers do since 1.30: errors an update did not introduce (the
+        // old object had them too) do not fail it.
+        if let Some(o) = &old {
+            let before = crate::schema::validate_value(o, s);
+            causes.retain(|c| !before.contains(c));
+        }
+        if !causes.is_empty() {
+            return Err(ApiError::invalid(&def.group, &def.kind, &ctx.name, causes));
+        }
+    }
     if def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions" {
         crd::validate(st, &new, old.as_deref())?;
         if ctx.subresource.is_empty() {
@@ -741,10 +788,18 @@ fn finish(
         }
     }
 
+    let rebased = match (&managed_base, &old) {
+        (Some(base), Some(o)) => {
+            let mut o2 = (**o).clone();
+            meta_mut(&mut o2).insert("managedFields".into(), base.clone());
+            Some(o2)
+        }
+        _ => None,
+    };
     if op != Op::Apply {
         let schema = ctx.schema().cloned();
         ssa::record_update(
-            old.as_deref(),
+            rebased.as_ref().or(old.as_deref()),
             &mut new,
             &ctx.manager,
             &ctx.api_version(),
@@ -846,8 +901,11 @@ fn after_write(
             let ns = crate::util::name_of(stored).to_string();
             publish_root_ca(st, &ns);
         }
-        ("apps", "deployments") if subresource.is_empty() => {
-            st.work.deployments.insert((
+        ("apps", "deployments" | "statefulsets" | "daemonsets") | ("batch", "jobs")
+            if subresource.is_empty() =>
+        {
+            st.work.workloads.insert((
+                def.plural.clone(),
                 crate::util::namespace_of(stored).to_string(),
                 crate::util::name_of(stored).to_string(),
             ));

@@ -1,7 +1,10 @@
-//! Decoding of Kubernetes protobuf request bodies for the few built-in kinds that client-go's
-//! typed clients send as protobuf (helm's release Secrets, `kubectl create namespace`,
-//! `kubectl create configmap|secret|serviceaccount`). Responses are always JSON, which those
-//! clients accept. Other kinds answer 415.
+//! Decoding of Kubernetes protobuf request bodies for the built-in kinds that client-go's typed
+//! clients send as protobuf: helm's release Secrets and the `kubectl create` generators
+//! (namespace, configmap, secret, serviceaccount, deployment, service, role, clusterrole,
+//! rolebinding, clusterrolebinding). Responses are always JSON, which those clients accept.
+//!
+//! Decoding is strict: a field this decoder does not know makes the whole body a 415, so
+//! nothing is silently dropped. Other kinds answer 415 too.
 
 use base64::Engine;
 use serde_json::{Map, Value, json};
@@ -12,7 +15,14 @@ const MAGIC: &[u8] = b"k8s\x00";
 #[derive(Clone, Copy)]
 enum T {
     Str,
+    /// An integer whose zero means "unset" (dropped).
     Int,
+    /// An optional integer (pointer in Go): zero is kept.
+    OptInt,
+    /// `intstr.IntOrString`.
+    IntOrStr,
+    /// Known, and deliberately ignored (read-only or server-managed).
+    Skip,
     Bool,
     Time,
     MapStr,
@@ -37,14 +47,169 @@ const OBJECT_META: &[F] = &[
     (1, "name", T::Str),
     (2, "generateName", T::Str),
     (3, "namespace", T::Str),
+    (4, "selfLink", T::Skip),
     (5, "uid", T::Str),
     (6, "resourceVersion", T::Str),
     (7, "generation", T::Int),
     (8, "creationTimestamp", T::Time),
+    (9, "deletionTimestamp", T::Skip),
+    (10, "deletionGracePeriodSeconds", T::Skip),
     (11, "labels", T::MapStr),
     (12, "annotations", T::MapStr),
     (13, "ownerReferences", T::RepMsg(OWNER_REF)),
     (14, "finalizers", T::RepStr),
+    (15, "clusterName", T::Skip),
+    (17, "managedFields", T::Skip),
+];
+
+const OBJECT_REF: &[F] = &[
+    (1, "kind", T::Str),
+    (2, "namespace", T::Str),
+    (3, "name", T::Str),
+    (4, "uid", T::Str),
+    (5, "apiVersion", T::Str),
+    (6, "resourceVersion", T::Str),
+    (7, "fieldPath", T::Str),
+];
+
+const SELECTOR_REQ: &[F] = &[
+    (1, "key", T::Str),
+    (2, "operator", T::Str),
+    (3, "values", T::RepStr),
+];
+
+const LABEL_SELECTOR: &[F] = &[
+    (1, "matchLabels", T::MapStr),
+    (2, "matchExpressions", T::RepMsg(SELECTOR_REQ)),
+];
+
+const CONTAINER_PORT: &[F] = &[
+    (1, "name", T::Str),
+    (2, "hostPort", T::Int),
+    (3, "containerPort", T::Int),
+    (4, "protocol", T::Str),
+    (5, "hostIP", T::Str),
+];
+
+// Quantities are not decoded: only empty `resources` (what generators send) pass.
+const RESOURCES: &[F] = &[];
+
+const ENV_VAR: &[F] = &[(1, "name", T::Str), (2, "value", T::Str)];
+
+const CONTAINER: &[F] = &[
+    (1, "name", T::Str),
+    (2, "image", T::Str),
+    (3, "command", T::RepStr),
+    (4, "args", T::RepStr),
+    (5, "workingDir", T::Str),
+    (6, "ports", T::RepMsg(CONTAINER_PORT)),
+    (7, "env", T::RepMsg(ENV_VAR)),
+    (8, "resources", T::Msg(RESOURCES)),
+    (14, "imagePullPolicy", T::Str),
+];
+
+const POD_SPEC: &[F] = &[
+    (2, "containers", T::RepMsg(CONTAINER)),
+    (3, "restartPolicy", T::Str),
+    (8, "serviceAccountName", T::Str),
+];
+
+const POD_TEMPLATE: &[F] = &[
+    (1, "metadata", T::Msg(OBJECT_META)),
+    (2, "spec", T::Msg(POD_SPEC)),
+];
+
+const ROLLING_UPDATE: &[F] = &[
+    (1, "maxUnavailable", T::IntOrStr),
+    (2, "maxSurge", T::IntOrStr),
+];
+
+const STRATEGY: &[F] = &[
+    (1, "type", T::Str),
+    (2, "rollingUpdate", T::Msg(ROLLING_UPDATE)),
+];
+
+const DEPLOYMENT_SPEC: &[F] = &[
+    (1, "replicas", T::OptInt),
+    (2, "selector", T::Msg(LABEL_SELECTOR)),
+    (3, "template", T::Msg(POD_TEMPLATE)),
+    (4, "strategy", T::Msg(STRATEGY)),
+    (5, "minReadySeconds", T::Int),
+    (6, "revisionHistoryLimit", T::OptInt),
+    (7, "paused", T::Bool),
+    (9, "progressDeadlineSeconds", T::OptInt),
+];
+
+const DEPLOYMENT: &[F] = &[
+    (1, "metadata", T::Msg(OBJECT_META)),
+    (2, "spec", T::Msg(DEPLOYMENT_SPEC)),
+    (3, "status", T::Skip),
+];
+
+const SERVICE_PORT: &[F] = &[
+    (1, "name", T::Str),
+    (2, "protocol", T::Str),
+    (3, "port", T::Int),
+    (4, "targetPort", T::IntOrStr),
+    (5, "nodePort", T::Int),
+    (6, "appProtocol", T::Str),
+];
+
+const SERVICE_SPEC: &[F] = &[
+    (1, "ports", T::RepMsg(SERVICE_PORT)),
+    (2, "selector", T::MapStr),
+    (3, "clusterIP", T::Str),
+    (4, "type", T::Str),
+    (5, "externalIPs", T::RepStr),
+    (7, "sessionAffinity", T::Str),
+    (10, "externalName", T::Str),
+    (11, "externalTrafficPolicy", T::Str),
+];
+
+const SERVICE: &[F] = &[
+    (1, "metadata", T::Msg(OBJECT_META)),
+    (2, "spec", T::Msg(SERVICE_SPEC)),
+    (3, "status", T::Skip),
+];
+
+const POLICY_RULE: &[F] = &[
+    (1, "verbs", T::RepStr),
+    (2, "apiGroups", T::RepStr),
+    (3, "resources", T::RepStr),
+    (4, "resourceNames", T::RepStr),
+    (5, "nonResourceURLs", T::RepStr),
+];
+
+const ROLE: &[F] = &[
+    (1, "metadata", T::Msg(OBJECT_META)),
+    (2, "rules", T::RepMsg(POLICY_RULE)),
+];
+
+const AGGREGATION_RULE: &[F] = &[(1, "clusterRoleSelectors", T::RepMsg(LABEL_SELECTOR))];
+
+const CLUSTER_ROLE: &[F] = &[
+    (1, "metadata", T::Msg(OBJECT_META)),
+    (2, "rules", T::RepMsg(POLICY_RULE)),
+    (3, "aggregationRule", T::Msg(AGGREGATION_RULE)),
+];
+
+const SUBJECT: &[F] = &[
+    (1, "kind", T::Str),
+    (2, "apiGroup", T::Str),
+    (3, "name", T::Str),
+    (4, "namespace", T::Str),
+];
+
+const ROLE_REF: &[F] = &[
+    (1, "apiGroup", T::Str),
+    (2, "kind", T::Str),
+    (3, "name", T::Str),
+];
+
+const BINDING: &[F] = &[
+    (1, "metadata", T::Msg(OBJECT_META)),
+    (2, "subjects", T::RepMsg(SUBJECT)),
+    (3, "roleRef", T::Msg(ROLE_REF)),
 ];
 
 const SECRET: &[F] = &[
@@ -67,12 +232,14 @@ const NAMESPACE_SPEC: &[F] = &[(1, "finalizers", T::RepStr)];
 const NAMESPACE: &[F] = &[
     (1, "metadata", T::Msg(OBJECT_META)),
     (2, "spec", T::Msg(NAMESPACE_SPEC)),
+    (3, "status", T::Skip),
 ];
 
 const LOCAL_REF: &[F] = &[(1, "name", T::Str)];
 
 const SERVICE_ACCOUNT: &[F] = &[
     (1, "metadata", T::Msg(OBJECT_META)),
+    (2, "secrets", T::RepMsg(OBJECT_REF)),
     (3, "imagePullSecrets", T::RepMsg(LOCAL_REF)),
     (4, "automountServiceAccountToken", T::Bool),
 ];
@@ -85,6 +252,11 @@ const DELETE_OPTIONS: &[F] = &[
     (3, "orphanDependents", T::Bool),
     (4, "propagationPolicy", T::Str),
     (5, "dryRun", T::RepStr),
+    (
+        6,
+        "ignoreStoreReadErrorWithClusterBreakingPotential",
+        T::Bool,
+    ),
 ];
 
 /// Whether a Content-Type is Kubernetes protobuf.
@@ -124,6 +296,11 @@ pub fn decode(body: &[u8]) -> Option<Value> {
         ("v1", "Namespace") => NAMESPACE,
         ("v1", "ServiceAccount") => SERVICE_ACCOUNT,
         (_, "DeleteOptions") => DELETE_OPTIONS,
+        ("apps/v1", "Deployment") => DEPLOYMENT,
+        ("v1", "Service") => SERVICE,
+        ("rbac.authorization.k8s.io/v1", "Role") => ROLE,
+        ("rbac.authorization.k8s.io/v1", "ClusterRole") => CLUSTER_ROLE,
+        ("rbac.authorization.k8s.io/v1", "RoleBinding" | "ClusterRoleBinding") => BINDING,
         _ => return None,
     };
     let mut obj = message(raw, schema)?;
@@ -204,7 +381,19 @@ fn message(b: &[u8], schema: &[F]) -> Option<Map<String, Value>> {
     let mut obj = Map::new();
     for (num, w) in fields(b)? {
         let Some((_, name, t)) = schema.iter().find(|(n, _, _)| *n == num) else {
-            continue;
+            // Unknown fields fail the decode, unless they hold a zero value (the Go encoding
+            // writes every non-pointer field, so `stdin: false` or `hostNetwork: false` arrive
+            // as zeros and carry nothing to lose).
+            match w {
+                Wire::Len([]) | Wire::Varint(0) => continue,
+                _ => {
+                    tracing::info!(
+                        field = num,
+                        "protobuf body has a field the sandbox does not decode"
+                    );
+                    return None;
+                }
+            }
         };
         let name = name.to_string();
         match (t, w) {
@@ -218,6 +407,22 @@ fn message(b: &[u8], schema: &[F]) -> Option<Map<String, Value>> {
                 if v != 0 {
                     obj.insert(name, json!(v as i64));
                 }
+            }
+            (T::OptInt, Wire::Varint(v)) => {
+                obj.insert(name, json!(v as i64));
+            }
+            (T::Skip, _) => {}
+            (T::IntOrStr, Wire::Len(s)) => {
+                let (mut ty, mut int, mut st) = (0, 0i64, String::new());
+                for (n, w) in fields(s)? {
+                    match (n, w) {
+                        (1, Wire::Varint(v)) => ty = v,
+                        (2, Wire::Varint(v)) => int = v as i64,
+                        (3, Wire::Len(b)) => st = string(b)?,
+                        _ => return None,
+                    }
+                }
+                obj.insert(name, if ty == 1 { json!(st) } else { json!(int) });
             }
             (T::Bool, Wire::Varint(v)) => {
                 obj.insert(name, json!(v != 0));
@@ -297,5 +502,25 @@ mod tests {
                    "data": {"release": "AQI="}})
         );
         assert!(decode(b"k8s\x00\xff").is_none());
+    }
+
+    fn configmap_with(extra: &[u8]) -> Vec<u8> {
+        let mut cm = len_field(1, &len_field(1, b"c"));
+        cm.extend_from_slice(extra);
+        let mut tm = len_field(1, b"v1");
+        tm.extend(len_field(2, b"ConfigMap"));
+        let mut body = MAGIC.to_vec();
+        body.extend(len_field(1, &tm));
+        body.extend(len_field(2, &cm));
+        body
+    }
+
+    #[test]
+    fn unknown_fields_fail_unless_zero() {
+        // Field 9 is not in the ConfigMap schema: zero values pass, real content fails.
+        assert!(decode(&configmap_with(&[9 << 3, 0])).is_some());
+        assert!(decode(&configmap_with(&len_field(9, b""))).is_some());
+        assert!(decode(&configmap_with(&[9 << 3, 1])).is_none());
+        assert!(decode(&configmap_with(&len_field(9, b"x"))).is_none());
     }
 }

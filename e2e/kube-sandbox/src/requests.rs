@@ -1,7 +1,7 @@
 //! Request accounting: every API request is recorded, for tests (`Sandbox::requests`) and for
 //! the Prometheus `apiserver_request_total` counter.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write;
 use std::sync::Mutex;
 
@@ -80,72 +80,71 @@ pub struct RequestRecord {
     pub user_agent: String,
 }
 
-/// The request log.
+/// Label set of one `apiserver_request_total` series.
+type SeriesKey = (Verb, String, String, String, String, u16);
+
+/// The request log: the most recent requests (bounded) and cumulative counters.
 #[derive(Debug, Default)]
 pub struct RequestLog {
-    records: Mutex<Vec<RequestRecord>>,
+    inner: Mutex<LogInner>,
 }
 
+#[derive(Debug, Default)]
+struct LogInner {
+    records: VecDeque<RequestRecord>,
+    counts: BTreeMap<SeriesKey, u64>,
+}
+
+/// How many records are kept for `all()`/`count()`; the Prometheus counters are not bounded.
+pub const MAX_RECORDS: usize = 1_000_000;
+
 impl RequestLog {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LogInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Appends a record.
     pub fn push(&self, r: RequestRecord) {
-        self.records
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(r);
+        let mut l = self.lock();
+        *l.counts
+            .entry((
+                r.verb,
+                r.group.clone(),
+                r.version.clone(),
+                r.resource.clone(),
+                r.subresource.clone(),
+                r.code,
+            ))
+            .or_default() += 1;
+        if l.records.len() == MAX_RECORDS {
+            l.records.pop_front();
+        }
+        l.records.push_back(r);
     }
 
-    /// A copy of all records.
+    /// A copy of the retained records, oldest first.
     pub fn all(&self) -> Vec<RequestRecord> {
-        self.records
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.lock().records.iter().cloned().collect()
     }
 
-    /// Counts the records matching a predicate.
+    /// Counts the retained records matching a predicate.
     pub fn count(&self, f: impl Fn(&RequestRecord) -> bool) -> usize {
-        self.records
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .filter(|r| f(r))
-            .count()
+        self.lock().records.iter().filter(|r| f(r)).count()
     }
 
     /// Forgets all records (the Prometheus counters restart from zero too).
     pub fn reset(&self) {
-        self.records
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        let mut l = self.lock();
+        l.records.clear();
+        l.counts.clear();
     }
 
     /// Prometheus text exposition of `apiserver_request_total`.
     pub fn metrics_text(&self) -> String {
-        let mut counts: BTreeMap<(Verb, String, String, String, String, u16), u64> =
-            BTreeMap::new();
-        for r in self
-            .records
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
-            *counts
-                .entry((
-                    r.verb,
-                    r.group.clone(),
-                    r.version.clone(),
-                    r.resource.clone(),
-                    r.subresource.clone(),
-                    r.code,
-                ))
-                .or_default() += 1;
-        }
         let mut out = String::from(
             "# HELP apiserver_request_total Counter of apiserver requests broken out for each verb, group, version, resource, subresource and HTTP response code.\n# TYPE apiserver_request_total counter\n",
         );
-        for ((verb, g, v, res, sub, code), n) in counts {
+        for ((verb, g, v, res, sub, code), n) in &self.lock().counts {
             let _ = writeln!(
                 out,
                 "apiserver_request_total{{code=\"{code}\",group=\"{g}\",resource=\"{res}\",subresource=\"{sub}\",verb=\"{}\",version=\"{v}\"}} {n}",

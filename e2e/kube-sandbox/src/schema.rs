@@ -39,7 +39,9 @@ impl<'a> Node<'a> {
         Node(self.0.and_then(|s| s.get("items")))
     }
 
-    /// The list type of the list held in field `field` under this schema node.
+    /// The list type of the list held in field `field`, this node being the list's schema:
+    /// the schema's `x-kubernetes-list-type` when there is a schema (atomic without one), the
+    /// well-known field names of built-in kinds and metadata otherwise.
     pub fn list_type(&self, field: &str) -> ListType {
         if let Some(s) = self.0 {
             return match s.get("x-kubernetes-list-type").and_then(Value::as_str) {
@@ -54,7 +56,8 @@ impl<'a> Node<'a> {
                         })
                         .unwrap_or_default(),
                 ),
-                _ => hint_list_type(field).unwrap_or(ListType::Atomic),
+                // A list the schema describes without a marker is atomic, as on a real server.
+                _ => ListType::Atomic,
             };
         }
         hint_list_type(field).unwrap_or(ListType::Atomic)
@@ -159,6 +162,221 @@ fn prune_node(v: &mut Value, s: &Value, keep_type_meta: bool) {
                 for it in items {
                     prune_node(it, is, false);
                 }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Validates a custom resource against its structural schema, as far as types, `required`,
+/// `enum`, `nullable`, lengths, bounds and item counts go (no `pattern`, `format` or CEL rules).
+/// `metadata` is not checked here. Returns the causes of a 422.
+pub fn validate_value(obj: &Value, schema: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    if let (Some(o), Some(props)) = (
+        obj.as_object(),
+        schema.get("properties").and_then(Value::as_object),
+    ) {
+        for (k, v) in o {
+            if matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
+                continue;
+            }
+            if let Some(s) = props.get(k) {
+                check_value(v, s, k, &mut causes);
+            }
+        }
+        check_required(o, schema, "", &mut causes);
+    }
+    causes
+}
+
+fn join(path: &str, k: &str) -> String {
+    if path.is_empty() {
+        k.to_string()
+    } else {
+        format!("{path}.{k}")
+    }
+}
+
+fn short(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("\"{s}\""),
+        Value::Object(_) => "\"object\"".into(),
+        Value::Array(_) => "\"array\"".into(),
+        other => other.to_string(),
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn check_required(o: &Map<String, Value>, s: &Value, path: &str, causes: &mut Vec<Cause>) {
+    for r in s
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(r) = r.as_str()
+            && !o.contains_key(r)
+        {
+            causes.push(Cause {
+                reason: "FieldValueRequired".into(),
+                message: "Required value".into(),
+                field: join(path, r),
+            });
+        }
+    }
+}
+
+fn check_value(v: &Value, s: &Value, path: &str, causes: &mut Vec<Cause>) {
+    let flag = |k: &str| s.get(k).and_then(Value::as_bool).unwrap_or(false);
+    let invalid = |causes: &mut Vec<Cause>, msg: String| {
+        causes.push(Cause {
+            reason: "FieldValueInvalid".into(),
+            message: format!("Invalid value: {}: {msg}", short(v)),
+            field: path.to_string(),
+        });
+    };
+    if v.is_null() {
+        if !flag("nullable") && s.get("type").is_some() {
+            invalid(
+                causes,
+                format!(
+                    "{path} in body must be of type {}: \"null\"",
+                    s["type"].as_str().unwrap_or("")
+                ),
+            );
+        }
+        return;
+    }
+    if flag("x-kubernetes-int-or-string") {
+        if !matches!(type_name(v), "integer" | "string") {
+            invalid(
+                causes,
+                format!(
+                    "{path} in body must be of type integer,string: \"{}\"",
+                    type_name(v)
+                ),
+            );
+        }
+        return;
+    }
+    if let Some(ty) = s.get("type").and_then(Value::as_str) {
+        let got = type_name(v);
+        let ok = got == ty || (ty == "number" && got == "integer");
+        if !ok {
+            invalid(
+                causes,
+                format!("{path} in body must be of type {ty}: \"{got}\""),
+            );
+            return;
+        }
+    }
+    if let Some(e) = s.get("enum").and_then(Value::as_array)
+        && !e.contains(v)
+    {
+        let allowed = e.iter().map(short).collect::<Vec<_>>().join(", ");
+        causes.push(Cause {
+            reason: "FieldValueNotSupported".into(),
+            message: format!(
+                "Unsupported value: {}: supported values: {allowed}",
+                short(v)
+            ),
+            field: path.to_string(),
+        });
+    }
+    let num = |k: &str| s.get(k).and_then(Value::as_f64);
+    if let Some(x) = v.as_f64() {
+        if let Some(min) = num("minimum")
+            && x < min
+        {
+            invalid(
+                causes,
+                format!("{path} in body should be greater than or equal to {min}"),
+            );
+        }
+        if let Some(max) = num("maximum")
+            && x > max
+        {
+            invalid(
+                causes,
+                format!("{path} in body should be less than or equal to {max}"),
+            );
+        }
+    }
+    if let Some(st) = v.as_str() {
+        let n = st.chars().count() as f64;
+        if let Some(min) = num("minLength")
+            && n < min
+        {
+            invalid(
+                causes,
+                format!("{path} in body should be at least {min} chars long"),
+            );
+        }
+        if let Some(max) = num("maxLength")
+            && n > max
+        {
+            causes.push(Cause {
+                reason: "FieldValueTooLong".into(),
+                message: format!("Too long: may not be more than {max} bytes"),
+                field: path.to_string(),
+            });
+        }
+    }
+    match v {
+        Value::Object(o) => {
+            let props = s.get("properties").and_then(Value::as_object);
+            let additional = s.get("additionalProperties").filter(|a| a.is_object());
+            for (k, child) in o {
+                let cs = props.and_then(|p| p.get(k)).or(additional);
+                if let Some(cs) = cs {
+                    check_value(child, cs, &join(path, k), causes);
+                }
+            }
+            check_required(o, s, path, causes);
+            if let Some(max) = num("maxProperties")
+                && o.len() as f64 > max
+            {
+                causes.push(Cause {
+                    reason: "FieldValueTooMany".into(),
+                    message: format!("Too many: {}: must have at most {max} items", o.len()),
+                    field: path.to_string(),
+                });
+            }
+        }
+        Value::Array(items) => {
+            if let Some(is) = s.get("items") {
+                for (i, it) in items.iter().enumerate() {
+                    check_value(it, is, &format!("{path}[{i}]"), causes);
+                }
+            }
+            if let Some(max) = num("maxItems")
+                && items.len() as f64 > max
+            {
+                causes.push(Cause {
+                    reason: "FieldValueTooMany".into(),
+                    message: format!("Too many: {}: must have at most {max} items", items.len()),
+                    field: path.to_string(),
+                });
+            }
+            if let Some(min) = num("minItems")
+                && (items.len() as f64) < min
+            {
+                invalid(
+                    causes,
+                    format!("{path} in body should have at least {min} items"),
+                );
             }
         }
         _ => {}
@@ -360,6 +578,46 @@ mod tests {
                          "list": [{"k": "1"}]},
                 "status": {"anything": true}
             })
+        );
+    }
+
+    #[test]
+    fn value_validation() {
+        let s = json!({"type": "object", "required": ["spec"], "properties": {
+            "spec": {"type": "object", "required": ["size"], "properties": {
+                "size": {"type": "integer", "minimum": 1},
+                "mode": {"type": "string", "enum": ["a", "b"]},
+                "port": {"x-kubernetes-int-or-string": true},
+                "opt": {"type": "string", "nullable": true},
+                "list": {"type": "array", "maxItems": 1, "items": {"type": "string"}}
+            }}
+        }});
+        let ok =
+            json!({"spec": {"size": 2, "mode": "a", "port": "http", "opt": null, "list": ["x"]}});
+        assert!(
+            validate_value(&ok, &s).is_empty(),
+            "{:?}",
+            validate_value(&ok, &s)
+        );
+        let bad = json!({"spec": {"size": "2", "mode": "c", "port": true, "list": ["x", 1]}});
+        let fields: Vec<String> = validate_value(&bad, &s)
+            .into_iter()
+            .map(|c| c.field)
+            .collect();
+        assert_eq!(
+            fields,
+            vec![
+                "spec.list[1]",
+                "spec.list",
+                "spec.mode",
+                "spec.port",
+                "spec.size"
+            ]
+        );
+        assert_eq!(validate_value(&json!({}), &s)[0].field, "spec");
+        assert_eq!(
+            validate_value(&json!({"spec": {"size": 0}}), &s)[0].message,
+            "Invalid value: 0: spec.size in body should be greater than or equal to 1"
         );
     }
 

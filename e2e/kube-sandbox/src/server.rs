@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::{Body, Bytes, to_bytes};
+use axum::body::{Bytes, to_bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -38,12 +38,18 @@ pub struct App {
     pub faults: Faults,
     /// Bumped to close every open watch.
     pub close_watches: tokio::sync::watch::Sender<u64>,
+    /// Bumped to make every watch that allows bookmarks send one now.
+    pub bookmark_now: tokio::sync::watch::Sender<u64>,
     /// Interval of periodic watch bookmarks.
     pub bookmark_interval: Duration,
     /// Snapshots of paginated lists, by continue-token id.
     pub pages: Mutex<Pages>,
     /// Where snapshots go, if anywhere.
     pub snapshot_dir: Option<PathBuf>,
+    /// Validate custom resources against their schemas.
+    pub validate: bool,
+    /// Serializes snapshot writes.
+    pub snapshot_writer: Mutex<()>,
     /// The periodic watch closer configured by fault injection.
     pub periodic_close: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -132,10 +138,20 @@ impl App {
         let Some(dir) = &self.snapshot_dir else {
             return Ok(());
         };
-        let mut st = self.store.lock();
-        crate::snapshot::save(&st, dir)?;
-        st.dirty = false;
-        Ok(())
+        // One writer at a time, so an older capture never overwrites a newer one.
+        let _writer = self
+            .snapshot_writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let capture = {
+            let mut st = self.store.lock();
+            st.dirty = false;
+            crate::snapshot::capture(&st)
+        };
+        crate::snapshot::write(&capture, dir).inspect_err(|_| {
+            // Try again on the next tick.
+            self.store.lock().dirty = true;
+        })
     }
 }
 
@@ -405,6 +421,10 @@ fn sandbox_hook(app: &Arc<App>, method: &Method, path: &str, body: &Bytes) -> Re
         ("DELETE", "faults") => {
             app.apply_faults(FaultConfig::default());
             json_response(200, &json!({"rules": []}))
+        }
+        ("POST", "bookmark") => {
+            app.bookmark_now.send_modify(|g| *g += 1);
+            json_response(200, &json!({"sent": true}))
         }
         ("POST", "close-watches") => {
             app.close_all_watches();
@@ -791,7 +811,12 @@ fn start_watch(
         format: fmt,
         bookmark_interval: app.bookmark_interval,
     };
-    watch::start(app.store.clone(), spec, app.close_watches.subscribe())
+    watch::start(
+        app.store.clone(),
+        spec,
+        app.close_watches.subscribe(),
+        app.bookmark_now.subscribe(),
+    )
 }
 
 fn delete_opts(q: &Query, body: &[u8]) -> ApiResult<(DeleteOpts, bool)> {
@@ -875,6 +900,7 @@ fn write(
         },
         manager: field_manager(q, headers),
         dry_run: dry_run_q,
+        validate: app.validate,
     };
     if def.namespaced && t.namespace.is_none() && verb != Verb::DeleteCollection {
         return Err(not_found_path());
@@ -975,11 +1001,6 @@ fn write(
         f => render::one(&obj, def, &t.version, f),
     };
     Ok(json_response(code, &out))
-}
-
-/// A `Body` that is empty (used by tests of the router).
-pub fn empty_body() -> Body {
-    Body::empty()
 }
 
 #[cfg(test)]

@@ -3,24 +3,64 @@
 
 use std::path::Path;
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
+use crate::registry::GroupResource;
 use crate::store::State;
 
 const FILE: &str = "snapshot.json";
 
-/// Writes the store to `dir/snapshot.json` (atomically, through a temporary file).
-pub fn save(st: &State, dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let mut resources = Vec::new();
-    for ((group, plural), objs) in &st.objects {
-        if objs.is_empty() {
-            continue;
-        }
-        let items: Vec<&Value> = objs.values().map(|o| o.as_ref()).collect();
-        resources.push(json!({"group": group, "resource": plural, "objects": items}));
+/// The store's objects at one resourceVersion, captured cheaply (shared object handles) so
+/// serialization can happen outside the store lock.
+pub struct Capture {
+    rv: u64,
+    resources: Vec<(GroupResource, Vec<Arc<Value>>)>,
+}
+
+/// Captures the store for a snapshot.
+pub fn capture(st: &State) -> Capture {
+    Capture {
+        rv: st.rv,
+        resources: st
+            .objects
+            .iter()
+            .filter(|(_, objs)| !objs.is_empty())
+            .map(|(gr, objs)| (gr.clone(), objs.values().cloned().collect()))
+            .collect(),
     }
-    let doc = json!({"resourceVersion": st.rv, "resources": resources});
+}
+
+#[derive(serde::Serialize)]
+struct Doc<'a> {
+    #[serde(rename = "resourceVersion")]
+    rv: u64,
+    resources: Vec<Res<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct Res<'a> {
+    group: &'a str,
+    resource: &'a str,
+    objects: Vec<&'a Value>,
+}
+
+/// Writes a capture to `dir/snapshot.json` (atomically, through a temporary file).
+pub fn write(c: &Capture, dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let doc = Doc {
+        rv: c.rv,
+        resources: c
+            .resources
+            .iter()
+            .map(|((g, r), objs)| Res {
+                group: g,
+                resource: r,
+                objects: objs.iter().map(|o| o.as_ref()).collect(),
+            })
+            .collect(),
+    };
     let tmp = dir.join(format!("{FILE}.tmp"));
     std::fs::write(&tmp, serde_json::to_vec(&doc)?)?;
     std::fs::rename(&tmp, dir.join(FILE))

@@ -215,11 +215,13 @@ pub fn apply(req: &ApplyRequest<'_>) -> Result<Value, ApiError> {
         e.manager == req.manager && e.operation == "Apply" && e.subresource == req.subresource
     };
     let mut conflicts: Vec<(String, String, Vec<String>)> = Vec::new();
+    let mut conflicting = FieldSet::default();
     for e in entries
         .iter()
         .filter(|e| !is_me(e) && e.manager != req.manager)
     {
         let c = e.set.intersect(&changed);
+        conflicting = conflicting.union(&c);
         if !c.is_empty() {
             conflicts.push((
                 e.manager.clone(),
@@ -228,10 +230,22 @@ pub fn apply(req: &ApplyRequest<'_>) -> Result<Value, ApiError> {
             ));
         }
     }
-    if !conflicts.is_empty() && !req.force {
+    let mut force = req.force;
+    // As the real server does for `kubectl apply --server-side` after client-side applies:
+    // conflicts on fields the last-applied annotation set, still at those values, are taken
+    // over without `--force-conflicts`.
+    if !conflicts.is_empty()
+        && !force
+        && req.manager == KUBECTL
+        && let Some(allowed) = last_applied_fields(live, req)
+        && conflicting.minus(&allowed).is_empty()
+    {
+        force = true;
+    }
+    if !conflicts.is_empty() && !force {
         return Err(conflict_error(req, &conflicts));
     }
-    if req.force {
+    if force {
         for e in entries.iter_mut().filter(|e| !is_me(e)) {
             e.set = e.set.minus(&changed);
         }
@@ -307,7 +321,66 @@ pub fn apply(req: &ApplyRequest<'_>) -> Result<Value, ApiError> {
         e.set = e.set.minus(&removed);
     }
     set_entries(&mut new, &entries);
+    if req.manager == KUBECTL {
+        update_last_applied(&mut new, req.applied);
+    }
     Ok(new)
+}
+
+/// The field manager `kubectl apply --server-side` uses.
+const KUBECTL: &str = "kubectl";
+
+/// Client-side apply's annotation.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+fn last_applied_of(obj: &Value) -> Option<&str> {
+    obj.get("metadata")?
+        .get("annotations")?
+        .get(LAST_APPLIED)?
+        .as_str()
+}
+
+/// Fields set by the last-applied annotation whose live values still equal it.
+fn last_applied_fields(live: &Value, req: &ApplyRequest<'_>) -> Option<FieldSet> {
+    let last: Value = serde_json::from_str(last_applied_of(live)?).ok()?;
+    let last_t = tracked(&last, req.has_status, req.subresource);
+    let live_t = tracked(live, req.has_status, req.subresource);
+    let set = FieldSet::of(&last_t, req.schema);
+    Some(FieldSet(
+        set.0
+            .into_iter()
+            .filter(|p| crate::fieldset::get_at(&last_t, p) == crate::fieldset::get_at(&live_t, p))
+            .collect(),
+    ))
+}
+
+/// Keeps the last-applied annotation in step with server-side applies by kubectl, so a later
+/// client-side apply still works (the real server's last-applied updater).
+fn update_last_applied(new: &mut Value, applied: &Value) {
+    if last_applied_of(new).is_none() {
+        return;
+    }
+    let mut cfg = applied.clone();
+    if let Some(ann) = cfg
+        .get_mut("metadata")
+        .and_then(|m| m.get_mut("annotations"))
+        .and_then(Value::as_object_mut)
+    {
+        ann.remove(LAST_APPLIED);
+        if ann.is_empty()
+            && let Some(m) = cfg.get_mut("metadata").and_then(Value::as_object_mut)
+        {
+            m.remove("annotations");
+        }
+    }
+    let text = serde_json::to_string(&cfg).unwrap_or_default();
+    if let Some(ann) = new
+        .get_mut("metadata")
+        .and_then(|m| m.get_mut("annotations"))
+        .and_then(Value::as_object_mut)
+    {
+        ann.insert(LAST_APPLIED.into(), Value::String(text));
+    }
 }
 
 fn conflict_error(req: &ApplyRequest<'_>, conflicts: &[(String, String, Vec<String>)]) -> ApiError {

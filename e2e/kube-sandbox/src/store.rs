@@ -101,8 +101,9 @@ pub struct Work {
     pub gc: std::collections::BTreeSet<ObjKey>,
     /// A namespace is terminating or lost an object.
     pub namespaces: bool,
-    /// Deployments written since their status was last set: (namespace, name).
-    pub deployments: std::collections::BTreeSet<(String, String)>,
+    /// Workloads (deployments, statefulsets, daemonsets, jobs) written since their status was
+    /// last set: (plural, namespace, name).
+    pub workloads: std::collections::BTreeSet<(String, String, String)>,
     /// When the namespace controller starts emptying each terminating namespace (it is
     /// asynchronous on a real cluster: `kubectl delete -f` of a namespace and its objects
     /// still finds the objects).
@@ -114,7 +115,7 @@ pub struct Work {
 impl Work {
     /// Whether anything is pending.
     pub fn is_pending(&self) -> bool {
-        !self.gc.is_empty() || self.namespaces || !self.deployments.is_empty()
+        !self.gc.is_empty() || self.namespaces || !self.workloads.is_empty()
     }
 }
 
@@ -235,9 +236,17 @@ impl State {
             .and_then(Value::as_str)
         {
             self.uids.remove(uid);
-            // Its dependents must be looked at by the garbage collector.
+            // Its dependents must be looked at by the garbage collector, and so must its
+            // owners (one may be waiting for its dependents: foreground deletion).
             if let Some(deps) = self.dependents.get(uid) {
                 self.work.gc.extend(deps.iter().cloned());
+            }
+            for owner in owner_uids(&old) {
+                if let Some((ogr, ons, oname)) = self.uids.get(&owner) {
+                    self.work
+                        .gc
+                        .insert((ogr.clone(), ons.clone(), oname.clone()));
+                }
             }
         }
         let rv = self.next_rv();

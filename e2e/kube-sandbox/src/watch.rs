@@ -157,6 +157,7 @@ pub fn start(
     store: Arc<Store>,
     spec: WatchSpec,
     mut close: tokio::sync::watch::Receiver<u64>,
+    mut bookmark_now: tokio::sync::watch::Receiver<u64>,
 ) -> ApiResult<Response> {
     let gr: GroupResource = (spec.def.group.clone(), spec.def.plural.clone());
     let (tx, rx) = mpsc::channel::<Bytes>(16);
@@ -207,10 +208,22 @@ pub fn start(
     };
     let store2 = store.clone();
     tokio::spawn(async move {
+        // Initial events go out in chunks of up to 64 KiB rather than one chunk per event:
+        // streaming lists of thousands of objects are much faster that way.
+        let mut chunk: Vec<u8> = Vec::new();
         for line in initial {
-            if tx.send(line).await.is_err() {
+            chunk.extend_from_slice(&line);
+            if chunk.len() >= 64 * 1024
+                && tx
+                    .send(Bytes::from(std::mem::take(&mut chunk)))
+                    .await
+                    .is_err()
+            {
                 return;
             }
+        }
+        if !chunk.is_empty() && tx.send(Bytes::from(chunk)).await.is_err() {
+            return;
         }
         if initial_end && tx.send(spec.bookmark(start_rv, true)).await.is_err() {
             return;
@@ -250,12 +263,14 @@ pub fn start(
                     }
                 } => return,
                 _ = tick.tick(), if spec.bookmarks => {
-                    // Everything up to the current rv has been delivered when our queue is
-                    // empty (events are broadcast before the counter moves).
-                    let cur = store2.current_rv();
-                    let rv = if sub.is_empty() { cur.max(last) } else { last };
-                    last = rv;
-                    if tx.send(spec.bookmark(rv, false)).await.is_err() {
+                    last = bookmark_rv(&store2, &sub, last);
+                    if tx.send(spec.bookmark(last, false)).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(()) = bookmark_now.changed(), if spec.bookmarks => {
+                    last = bookmark_rv(&store2, &sub, last);
+                    if tx.send(spec.bookmark(last, false)).await.is_err() {
                         return;
                     }
                 }
@@ -266,6 +281,14 @@ pub fn start(
         rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
     });
     Ok(stream_response(stream))
+}
+
+/// The resourceVersion a bookmark may carry: everything up to the current counter has been
+/// delivered when the watcher's queue is empty (events are broadcast before the counter
+/// moves); otherwise the last delivered event's.
+fn bookmark_rv(store: &Store, sub: &broadcast::Receiver<Arc<Event>>, last: u64) -> u64 {
+    let cur = store.current_rv();
+    if sub.is_empty() { cur.max(last) } else { last }
 }
 
 fn stream_response<S>(s: S) -> Response

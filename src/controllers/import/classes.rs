@@ -28,8 +28,7 @@ pub const GROUP_CONTROLLER: &str = "clustergroup";
 /// Reconciles one ClusterClass.
 pub async fn reconcile(class: Arc<CapiClusterClass>, ctx: Arc<ImportContext>) -> Result<Action> {
     let started = Instant::now();
-    // Decisions need every cache, not just the primary one.
-    ctx.stores.wait_until_ready().await;
+    ctx.caches_ready().await;
     let result = reconcile_class(&class, &ctx).await;
     ctx.base
         .metrics
@@ -131,8 +130,7 @@ pub fn is_class_group(group: &ClusterGroup) -> bool {
 /// outside `--namespace`/`--watch-filter` is never taken for gone).
 pub async fn reconcile_group(group: Arc<ClusterGroup>, ctx: Arc<ImportContext>) -> Result<Action> {
     let started = Instant::now();
-    // Decisions need every cache, not just the primary one.
-    ctx.stores.wait_until_ready().await;
+    ctx.caches_ready().await;
     let result = reconcile_class_group(&group, &ctx).await;
     ctx.base
         .metrics

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
 use fleet_api_rs::fleet_cluster_registration_token::ClusterRegistrationToken;
 use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::PostParams;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
@@ -25,7 +26,7 @@ use crate::model::capi::{ClusterView, ObjectRef as CapiRef};
 use crate::model::config::ClusterImport;
 use crate::model::fleet::{
     Registration, client_id, desired_fleet_cluster, desired_registration_token, random_client_id,
-    template_values,
+    registration_stub, template_values,
 };
 use crate::model::import::{Decision, decide};
 use crate::names;
@@ -44,10 +45,17 @@ pub struct ImportContext {
     pub counts_changed: Notify,
     /// Missing references already reported, so each is reported once, not every reconcile.
     reported: Mutex<HashSet<String>>,
+    /// True once every cache holds its first full list.
+    caches_ready: tokio::sync::watch::Receiver<bool>,
 }
 
 impl ImportContext {
-    pub fn new(base: Arc<Context>, stores: Stores, references: References) -> Self {
+    pub fn new(
+        base: Arc<Context>,
+        stores: Stores,
+        references: References,
+        caches_ready: tokio::sync::watch::Receiver<bool>,
+    ) -> Self {
         Self {
             base,
             stores,
@@ -55,7 +63,17 @@ impl ImportContext {
             backoff: Backoff::default(),
             counts_changed: Notify::new(),
             reported: Mutex::new(HashSet::new()),
+            caches_ready,
         }
+    }
+
+    /// Waits until every cache holds its first full list: decisions need all of them, not just
+    /// the controller's own. (kube's `Store::wait_until_ready` wakes only the last of several
+    /// concurrent waiters, so the caches are awaited once and the result shared here.)
+    pub async fn caches_ready(&self) {
+        let mut ready = self.caches_ready.clone();
+        // An error means the sender is gone: the manager is stopping.
+        let _ = ready.wait_for(|ready| *ready).await;
     }
 
     fn first_report(&self, key: String) -> bool {
@@ -76,8 +94,7 @@ impl ImportContext {
 /// Reconciles one CAPI Cluster.
 pub async fn reconcile(cluster: Arc<CapiCluster>, ctx: Arc<ImportContext>) -> Result<Action> {
     let started = Instant::now();
-    // Decisions need every cache, not just the primary one.
-    ctx.stores.wait_until_ready().await;
+    ctx.caches_ready().await;
     let result = reconcile_cluster(&cluster, &ctx).await;
     ctx.base
         .metrics
@@ -173,6 +190,11 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
                 add_finalizer(&clusters, cluster).await?;
             }
             let values = template_values_for(&json, &view, &regarding, ctx).await;
+            let (live, stub_created) = if agent_initiated && live.is_none() {
+                create_registration_stub(&view, import, &fleet_clusters).await?
+            } else {
+                (live, false)
+            };
             let registration = if agent_initiated {
                 Registration::AgentInitiated {
                     client_id: client_id(live.as_deref(), random_client_id),
@@ -181,7 +203,7 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
                 Registration::ManagerInitiated
             };
             let desired = desired_fleet_cluster(&view, import, &registration, Some(values));
-            let outcome = if import.patch_resource {
+            let outcome = if import.patch_resource || stub_created {
                 apply_if_changed(
                     &fleet_clusters,
                     &desired,
@@ -192,12 +214,41 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
             } else {
                 create_if_missing(&fleet_clusters, &desired, live.as_deref()).await?
             };
+            let outcome = if stub_created {
+                Outcome::Created
+            } else {
+                outcome
+            };
             report(outcome, &desired, &regarding, ctx).await;
             if agent_initiated {
                 ensure_token(&view, import, live.as_deref(), &regarding, ctx).await?;
             }
             Ok(Action::requeue(ctx.base.flags.sync_period))
         }
+    }
+}
+
+/// Creates the minimal first version of an agent-initiated Fleet Cluster (name and a fresh
+/// client ID) unless it exists; returns the live object and whether we created it. Our cache may
+/// not have seen a Fleet Cluster created a moment ago (by us or by the runtime extension), so
+/// existence is decided by the API server: a conflict means someone else's client ID stands.
+async fn create_registration_stub(
+    view: &ClusterView,
+    import: &ClusterImport,
+    api: &Api<FleetCluster>,
+) -> Result<(Option<Arc<FleetCluster>>, bool)> {
+    let stub = registration_stub(view, import, &random_client_id());
+    let params = PostParams {
+        field_manager: Some(names::REGISTRATION_FIELD_MANAGER.to_string()),
+        ..Default::default()
+    };
+    match api.create(&params, &stub).await {
+        Ok(created) => Ok((Some(Arc::new(created)), true)),
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            let name = import.fleet_cluster_name(&view.name);
+            Ok((api.get_opt(&name).await?.map(Arc::new), false))
+        }
+        Err(err) => Err(err.into()),
     }
 }
 

@@ -75,14 +75,21 @@ pub async fn run(base: Arc<Context>) {
         cluster_tx.clone(),
         base.shutdown.clone(),
     );
-    let ctx = Arc::new(ImportContext::new(base.clone(), stores.clone(), references));
+    let (ready_tx, ready_rx) = tokio::sync::watch::channel(false);
+    let ctx = Arc::new(ImportContext::new(
+        base.clone(),
+        stores.clone(),
+        references,
+        ready_rx,
+    ));
 
     let mut tasks = JoinSet::new();
     {
-        let (ctx, readiness) = (ctx.clone(), base.readiness.clone());
+        let (stores, readiness) = (stores.clone(), base.readiness.clone());
         tasks.spawn(async move {
-            if ctx.stores.wait_until_ready().await {
+            if stores.wait_until_ready().await {
                 readiness.set(READY_CHECK, true);
+                let _ = ready_tx.send(true);
             }
         });
     }
@@ -192,10 +199,17 @@ pub async fn run(base: Arc<Context>) {
         )
         .for_each(|_| ready(()));
 
+    // Each controller on its own task, so their reconciles use every worker thread.
+    let mut controllers = JoinSet::new();
+    controllers.spawn(clusters);
+    controllers.spawn(namespaces);
+    controllers.spawn(classes);
+    controllers.spawn(groups);
     tokio::select! {
-        _ = futures::future::join4(clusters, namespaces, classes, groups) => {}
+        _ = controllers.join_next() => {}
         () = base.shutdown.cancelled() => {}
     }
+    controllers.shutdown().await;
     tasks.shutdown().await;
     reflectors.shutdown().await;
 }

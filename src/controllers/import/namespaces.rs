@@ -31,8 +31,7 @@ type NamespaceMeta = PartialObjectMeta<Namespace>;
 /// Reconciles one namespace.
 pub async fn reconcile(namespace: Arc<NamespaceMeta>, ctx: Arc<ImportContext>) -> Result<Action> {
     let started = Instant::now();
-    // Decisions need every cache, not just the primary one.
-    ctx.stores.wait_until_ready().await;
+    ctx.caches_ready().await;
     let result = reconcile_namespace(&namespace, &ctx).await;
     ctx.base
         .metrics
@@ -125,6 +124,8 @@ async fn reconcile_namespace(namespace: &NamespaceMeta, ctx: &ImportContext) -> 
         mappings,
     });
 
+    tracing::debug!(namespace = %name, clusters = views.len(), annotate = plan.workspace_annotation,
+        groups = plan.apply_groups.len(), mappings = plan.apply_mappings.len(), "namespace plan");
     sync_annotation(namespace, plan.workspace_annotation, ctx).await?;
 
     let groups: Api<ClusterGroup> = Api::namespaced(ctx.base.client.clone(), &name);

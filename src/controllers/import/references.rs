@@ -14,7 +14,7 @@ use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
-use tokio::sync::{Mutex, mpsc, watch};
+use tokio::sync::{Mutex, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::CapiCluster;
@@ -35,13 +35,19 @@ pub enum Lookup {
     Unavailable(String),
 }
 
-/// A referenced kind's cache and its first-list flag (many reconciles wait on it at once; see
-/// [`crate::controllers::import::stores::ready_latch`]).
-type Cache = (Store<DynamicObject>, ApiResource, watch::Receiver<bool>);
-
 enum Entry {
-    Watching(Cache),
+    Watching(Watched),
     Failed { at: Instant, reason: String },
+}
+
+/// A started cache of one referenced kind.
+#[derive(Clone)]
+struct Watched {
+    store: Store<DynamicObject>,
+    resource: ApiResource,
+    /// True once the first list completed (many reconciles may wait on it at once, which
+    /// kube's `Store::wait_until_ready` does not support).
+    listed: tokio::sync::watch::Receiver<bool>,
 }
 
 /// The referenced-object caches.
@@ -72,12 +78,17 @@ impl References {
 
     /// Looks up a referenced object in its cache, starting the cache on first use.
     pub async fn lookup(&self, reference: &CapiRef) -> Lookup {
-        let (store, resource, mut ready) = match self.store_for(reference).await {
+        let Watched {
+            store,
+            resource,
+            mut listed,
+        } = match self.store_for(reference).await {
             Ok(found) => found,
             Err(reason) => return Lookup::Unavailable(reason),
         };
+        let first_list = listed.wait_for(|listed| *listed);
         if !matches!(
-            tokio::time::timeout(FIRST_LIST_WAIT, ready.wait_for(|r| *r)).await,
+            tokio::time::timeout(FIRST_LIST_WAIT, first_list).await,
             Ok(Ok(_))
         ) {
             return Lookup::Unavailable(format!(
@@ -92,20 +103,20 @@ impl References {
         }
     }
 
-    async fn store_for(&self, reference: &CapiRef) -> Result<Cache, String> {
+    async fn store_for(&self, reference: &CapiRef) -> Result<Watched, String> {
         let key = (reference.group.clone(), reference.kind.clone());
         let mut entries = self.entries.lock().await;
         match entries.get(&key) {
-            Some(Entry::Watching(cache)) => return Ok(cache.clone()),
+            Some(Entry::Watching(watched)) => return Ok(watched.clone()),
             Some(Entry::Failed { at, reason }) if at.elapsed() < DISCOVERY_RETRY => {
                 return Err(reason.clone());
             }
             _ => {}
         }
         match self.start(reference).await {
-            Ok(cache) => {
-                entries.insert(key, Entry::Watching(cache.clone()));
-                Ok(cache)
+            Ok(watched) => {
+                entries.insert(key, Entry::Watching(watched.clone()));
+                Ok(watched)
             }
             Err(reason) => {
                 entries.insert(
@@ -120,7 +131,7 @@ impl References {
         }
     }
 
-    async fn start(&self, reference: &CapiRef) -> Result<Cache, String> {
+    async fn start(&self, reference: &CapiRef) -> Result<Watched, String> {
         let group = discovery::group(&self.client, &reference.group)
             .await
             .map_err(|err| format!("API group {} is not served: {err}", reference.group))?;
@@ -131,23 +142,20 @@ impl References {
             )
         })?;
         tracing::info!(group = %resource.group, version = %resource.version, kind = %resource.kind, "watching referenced kind");
-        let (store, ready) = self.spawn_watch(resource.clone());
-        Ok((store, resource, ready))
+        Ok(self.spawn_watch(resource))
     }
 
-    fn spawn_watch(&self, resource: ApiResource) -> (Store<DynamicObject>, watch::Receiver<bool>) {
+    fn spawn_watch(&self, resource: ApiResource) -> Watched {
         let api: Api<DynamicObject> = match &self.namespace {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
             None => Api::all_with(self.client.clone(), &resource),
         };
         let writer = Writer::new(resource.clone());
         let store = writer.as_reader();
+        let (listed_tx, listed) = tokio::sync::watch::channel(false);
         let triggers = self.triggers.clone();
         let shutdown = self.shutdown.clone();
         let kind = resource.kind.clone();
-        // Raised at the first full list (not Store::wait_until_ready, which wakes only one of
-        // several concurrent waiters).
-        let (ready_tx, ready) = watch::channel(false);
         let stream = watcher(api, watcher::Config::default().any_semantic())
             .default_backoff()
             .modify(|object: &mut DynamicObject| {
@@ -185,7 +193,7 @@ impl References {
                         object
                     }
                     Some(Ok(watcher::Event::InitDone)) => {
-                        ready_tx.send_replace(true);
+                        let _ = listed_tx.send(true);
                         continue;
                     }
                     Some(Ok(watcher::Event::Init)) => continue,
@@ -196,7 +204,11 @@ impl References {
                 }
             }
         });
-        (store, ready)
+        Watched {
+            store,
+            resource,
+            listed,
+        }
     }
 }
 

@@ -31,17 +31,16 @@ use crate::names;
 /// A stream of changed (applied or deleted) objects of one kind.
 pub type Feed<K> = UnboundedReceiverStream<Arc<K>>;
 
-/// A started cache: the store, its subscriptions and its "first full list applied" flag.
-type Spawned<K> = (Store<K>, Vec<Feed<K>>, watch::Receiver<bool>);
-
 /// Field managers whose `managedFields` entries we keep in caches.
 const OUR_MANAGERS: &[&str] = &[names::FIELD_MANAGER, names::NAMESPACE_FIELD_MANAGER];
 
 /// Read access to every shared cache.
 #[derive(Clone)]
 pub struct Stores {
-    /// True once every cache holds its first full list (see [`ready_latch`]).
-    ready: watch::Receiver<bool>,
+    /// One flag per cache, set when its first list completed. (kube's `Store::wait_until_ready`
+    /// wakes only the last of several concurrent waiters, and each Controller already waits on
+    /// its own store, so our code never calls it.)
+    listed: Vec<watch::Receiver<bool>>,
     pub clusters: Store<CapiCluster>,
     pub classes: Store<CapiClusterClass>,
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
@@ -93,64 +92,60 @@ impl Stores {
         let capi_ns = flags.watch_namespace().map(str::to_string);
         let fleet_ns = capi_ns.clone();
 
-        let (clusters, cluster_feeds, cluster_ready) = spawn_full(
+        let mut listed = Vec::new();
+        let (clusters, cluster_feeds) = spawn_full(
             api::<CapiCluster>(client, capi_ns.as_deref()),
             capi_config.clone(),
             subscribers.clusters,
             tasks,
+            &mut listed,
         );
-        let (classes, class_feeds, class_ready) = spawn_full(
+        let (classes, class_feeds) = spawn_full(
             api::<CapiClusterClass>(client, capi_ns.as_deref()),
             capi_config,
             subscribers.classes,
             tasks,
+            &mut listed,
         );
-        let (fleet_clusters, fleet_feeds, fleet_ready) = spawn_full(
+        let (fleet_clusters, fleet_feeds) = spawn_full(
             api::<FleetCluster>(client, fleet_ns.as_deref()),
             plain.clone(),
             subscribers.fleet_clusters,
             tasks,
+            &mut listed,
         );
-        let (groups, group_feeds, group_ready) = spawn_full(
+        let (groups, group_feeds) = spawn_full(
             api::<ClusterGroup>(client, fleet_ns.as_deref()),
             plain.clone(),
             subscribers.groups,
             tasks,
+            &mut listed,
         );
         // Mappings live in ClusterClass namespaces, which may be outside --namespace.
-        let (mappings, mapping_feeds, mapping_ready) = spawn_full(
+        let (mappings, mapping_feeds) = spawn_full(
             api::<BundleNamespaceMapping>(client, None),
             plain.clone(),
             subscribers.mappings,
             tasks,
+            &mut listed,
         );
-        let (namespaces, namespace_feeds, namespace_ready) = spawn_metadata(
+        let (namespaces, namespace_feeds) = spawn_metadata(
             Api::<Namespace>::all(client.clone()),
             plain.clone(),
             subscribers.namespaces,
             tasks,
+            &mut listed,
         );
-        let (tokens, token_feeds, token_ready) = spawn_metadata(
+        let (tokens, token_feeds) = spawn_metadata(
             api::<ClusterRegistrationToken>(client, fleet_ns.as_deref()),
             plain,
             subscribers.tokens,
             tasks,
-        );
-        let ready = ready_latch(
-            vec![
-                cluster_ready,
-                class_ready,
-                namespace_ready,
-                fleet_ready,
-                group_ready,
-                mapping_ready,
-                token_ready,
-            ],
-            tasks,
+            &mut listed,
         );
         (
             Stores {
-                ready,
+                listed,
                 clusters,
                 classes,
                 namespaces,
@@ -171,9 +166,14 @@ impl Stores {
         )
     }
 
-    /// Waits until every cache holds its first full list (any number of tasks may wait).
+    /// Waits until every cache holds its first full list (any number of waiters).
     pub async fn wait_until_ready(&self) -> bool {
-        self.ready.clone().wait_for(|ready| *ready).await.is_ok()
+        for listed in &self.listed {
+            if listed.clone().wait_for(|listed| *listed).await.is_err() {
+                return false;
+            }
+        }
+        true
     }
 
     /// Labels of a namespace (empty when unknown).
@@ -219,30 +219,6 @@ impl Stores {
     }
 }
 
-/// One flag, set once every per-kind flag is set, that any number of tasks can wait on.
-///
-/// kube's `Store::wait_until_ready` keeps only the waker of the task that polled it last: with
-/// several concurrent waiters the others are never woken, and kube's own Controller waits on the
-/// same stores. So nothing here waits on a Store: each fan-out task raises its own flag when it
-/// has applied its first full list.
-pub fn ready_latch(
-    flags: Vec<watch::Receiver<bool>>,
-    tasks: &mut JoinSet<()>,
-) -> watch::Receiver<bool> {
-    let (tx, rx) = watch::channel(false);
-    tasks.spawn(async move {
-        for mut flag in flags {
-            if flag.wait_for(|ready| *ready).await.is_err() {
-                return;
-            }
-        }
-        tx.send_replace(true);
-        // Keep the sender, so waiters see "ready" rather than an error until shutdown.
-        tx.closed().await;
-    });
-    rx
-}
-
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
 where
     K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
@@ -277,7 +253,8 @@ fn spawn_full<K>(
     config: watcher::Config,
     subscribers: usize,
     tasks: &mut JoinSet<()>,
-) -> Spawned<K>
+    listed: &mut Vec<watch::Receiver<bool>>,
+) -> (Store<K>, Vec<Feed<K>>)
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -291,6 +268,7 @@ where
         watcher(api, config).default_backoff().modify(slim::<K>),
         subscribers,
         tasks,
+        listed,
     )
 }
 
@@ -299,7 +277,8 @@ fn spawn_metadata<K>(
     config: watcher::Config,
     subscribers: usize,
     tasks: &mut JoinSet<()>,
-) -> Spawned<PartialObjectMeta<K>>
+    listed: &mut Vec<watch::Receiver<bool>>,
+) -> (Store<PartialObjectMeta<K>>, Vec<Feed<PartialObjectMeta<K>>>)
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -315,12 +294,17 @@ where
             .modify(slim::<PartialObjectMeta<K>>),
         subscribers,
         tasks,
+        listed,
     )
 }
 
-/// Drives `events` into a cache and sends every applied or deleted object to each subscriber;
-/// the flag is raised once the first full list is in the cache.
-fn fan_out<K, S>(events: S, subscribers: usize, tasks: &mut JoinSet<()>) -> Spawned<K>
+/// Drives `events` into a cache and sends every applied or deleted object to each subscriber.
+fn fan_out<K, S>(
+    events: S,
+    subscribers: usize,
+    tasks: &mut JoinSet<()>,
+    listed: &mut Vec<watch::Receiver<bool>>,
+) -> (Store<K>, Vec<Feed<K>>)
 where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     S: futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
@@ -335,7 +319,8 @@ where
         .unzip();
     let reader = store.clone();
     let kind = K::kind(&()).to_string();
-    let (ready_tx, ready) = watch::channel(false);
+    let (listed_tx, listed_rx) = watch::channel(false);
+    listed.push(listed_rx);
     tasks.spawn(async move {
         let send = |object: Arc<K>| {
             for sender in &senders {
@@ -363,7 +348,7 @@ where
                     send(Arc::new(object));
                 }
                 watcher::Event::InitDone => {
-                    ready_tx.send_replace(true);
+                    let _ = listed_tx.send(true);
                     let now = reader.state();
                     for object in &now {
                         send(object.clone());
@@ -378,5 +363,5 @@ where
             }
         }
     });
-    (store, feeds, ready)
+    (store, feeds)
 }

@@ -451,3 +451,78 @@ async fn free_form_fields_survive_pruning_in_preloaded_crds() {
     .json();
     assert_eq!(st["status"]["secretName"], "t-secret");
 }
+
+#[tokio::test]
+async fn custom_resources_are_validated_with_ratcheting() {
+    let s = kube_sandbox::Sandbox::start_with(SandboxOptions {
+        crds: vec![],
+        validate_custom_resources: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let c = s.client();
+    install_widgets(&c).await;
+    let path = "/apis/example.com/v1/namespaces/default/widgets";
+    let r = post(&c, path, json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "bad"}, "spec": {"size": "three"}})).await;
+    let v = assert_status(&r, 422, "Invalid");
+    assert_eq!(
+        v["message"],
+        "Widget.example.com \"bad\" is invalid: spec.size: Invalid value: \"three\": spec.size in body must be of type integer: \"string\""
+    );
+    assert_eq!(v["details"]["causes"][0]["field"], "spec.size");
+    // Apply and status writes are validated too.
+    let r = raw(
+        &c,
+        "PATCH",
+        &format!("{path}/bad?fieldManager=x"),
+        &[("content-type", "application/apply-patch+yaml")],
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: bad}\nspec: {tags: [1]}\n",
+    )
+    .await;
+    assert_status(&r, 422, "Invalid");
+    post(&c, path, json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 1, "color": "green"}})).await;
+    let r = patch(
+        &c,
+        &format!("{path}/w/status"),
+        "application/merge-patch+json",
+        json!({"status": {"observed": "x"}}),
+    )
+    .await;
+    assert_status(&r, 422, "Invalid");
+    // Tighten the schema: the existing value is allowed to stay (ratcheting), a new bad one is not.
+    let crd = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com";
+    let r = patch(&c, crd, "application/json-patch+json", json!([{"op": "add", "path": "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/color/enum", "value": ["red", "blue"]}])).await;
+    assert_eq!(r.code, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(
+        patch(
+            &c,
+            &format!("{path}/w"),
+            "application/merge-patch+json",
+            json!({"spec": {"size": 2}})
+        )
+        .await
+        .code,
+        200
+    );
+    let r = patch(
+        &c,
+        &format!("{path}/w"),
+        "application/merge-patch+json",
+        json!({"spec": {"color": "pink"}}),
+    )
+    .await;
+    let v = assert_status(&r, 422, "Invalid");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("Unsupported value: \"pink\": supported values: \"red\", \"blue\""),
+        "{v}"
+    );
+    // Without the option (the default for now), nothing is validated.
+    let lax = bare().await;
+    install_widgets(&lax.client()).await;
+    let r = post(&lax.client(), path, json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "bad"}, "spec": {"size": "three"}})).await;
+    assert_eq!(r.code, 201);
+}

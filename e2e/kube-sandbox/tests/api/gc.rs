@@ -59,13 +59,49 @@ async fn background_propagation_deletes_dependents() {
         shared.metadata.owner_references.unwrap()[0].uid,
         other.metadata.uid.unwrap()
     );
-    // Foreground is approximated as background: dependents still go.
-    let o2 = create_cm(&c, "default", "fg-owner", json!({})).await;
-    owned(&c, "default", "fg-child", &[&o2]).await;
+}
+
+#[tokio::test]
+async fn foreground_propagation_waits_for_dependents() {
+    let s = bare().await;
+    let c = s.client();
+    let api: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
+    let owner = create_cm(&c, "default", "fg-owner", json!({})).await;
+    owned(&c, "default", "fg-child", &[&owner]).await;
+    let refs = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "fg-owner", "uid": owner.metadata.uid}]);
+    let held: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "fg-held", "ownerReferences": refs, "finalizers": ["example.com/x"]}})).unwrap();
+    api.create(&PostParams::default(), &held).await.unwrap();
     api.delete("fg-owner", &DeleteParams::foreground())
         .await
         .unwrap();
+    // The owner stays, marked, while a dependent is held by its finalizer.
     gone(&api, "fg-child").await;
+    let o = api.get("fg-owner").await.unwrap();
+    assert!(o.metadata.deletion_timestamp.is_some());
+    assert_eq!(o.metadata.finalizers.unwrap(), vec!["foregroundDeletion"]);
+    assert!(
+        api.get("fg-held")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
+    patch(
+        &c,
+        "/api/v1/namespaces/default/configmaps/fg-held",
+        "application/merge-patch+json",
+        json!({"metadata": {"finalizers": null}}),
+    )
+    .await;
+    gone(&api, "fg-held").await;
+    gone(&api, "fg-owner").await;
+    // Without dependents, foreground deletion is immediate.
+    create_cm(&c, "default", "lonely", json!({})).await;
+    api.delete("lonely", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    assert!(api.get_opt("lonely").await.unwrap().is_none());
 }
 
 #[tokio::test]

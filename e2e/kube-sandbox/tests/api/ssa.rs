@@ -369,3 +369,77 @@ async fn status_ownership_is_separate() {
         serde_yaml::to_string(&json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "st"}, "spec": {"size": 2}})).unwrap()).await;
     assert_eq!(r.code, 200);
 }
+
+#[tokio::test]
+async fn clients_can_rewrite_managed_fields() {
+    let s = bare().await;
+    let c = s.client();
+    apply(&c, CM, "alice", false, cm(json!({"a": "1"}))).await;
+    // Sending back what was read keeps ownership as recorded.
+    let cur = get(&c, CM).await.json();
+    let v = put(&c, CM, cur).await.json();
+    assert!(entry(&v, "alice", "Apply").is_some());
+    // `[{}]` resets it: alice no longer owns data.a, so another manager may change it freely.
+    let v = patch(
+        &c,
+        CM,
+        "application/merge-patch+json",
+        json!({"metadata": {"managedFields": [{}]}}),
+    )
+    .await
+    .json();
+    assert!(v["metadata"].get("managedFields").is_none(), "{v}");
+    assert_eq!(
+        apply(&c, CM, "bob", false, cm(json!({"a": "2"})))
+            .await
+            .code,
+        200
+    );
+}
+
+#[tokio::test]
+async fn list_markers_decide_merging_for_custom_resources() {
+    let s = kube_sandbox::Sandbox::start_with(kube_sandbox::SandboxOptions {
+        crds: vec![kube_sandbox::CrdSet::Capi],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let c = s.client();
+    let path = "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/clusters/c";
+    let cl = |status: Value| json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "c"}, "status": status});
+    post(&c, "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/clusters", json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "c"}, "spec": {}})).await;
+    let cond = |t: &str| json!({"type": t, "status": "True", "reason": "R", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"});
+    // Two controllers own one condition each: CAPI conditions merge by type.
+    apply(
+        &c,
+        &format!("{path}/status"),
+        "cp-controller",
+        false,
+        cl(json!({"conditions": [cond("ControlPlaneAvailable")]})),
+    )
+    .await;
+    let v = apply(
+        &c,
+        &format!("{path}/status"),
+        "infra-controller",
+        false,
+        cl(json!({"conditions": [cond("InfrastructureReady")]})),
+    )
+    .await
+    .json();
+    assert_eq!(
+        v["status"]["conditions"].as_array().unwrap().len(),
+        2,
+        "{v}"
+    );
+    // A described list without a marker is atomic: the widget's `args`.
+    install_widgets(&c).await;
+    let wp = "/apis/example.com/v1/namespaces/default/widgets/w";
+    let w = |spec: Value| json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": spec});
+    apply(&c, wp, "a", false, w(json!({"args": ["1"]}))).await;
+    let v = apply(&c, wp, "b", true, w(json!({"args": ["2"]})))
+        .await
+        .json();
+    assert_eq!(v["spec"]["args"], json!(["2"]));
+}

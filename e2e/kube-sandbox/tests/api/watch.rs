@@ -192,6 +192,44 @@ async fn bookmarks_and_timeouts() {
                 >= now
     })
     .await;
+    // On request (hook), not only periodically.
+    let slow = Sandbox::start_with(SandboxOptions {
+        crds: vec![],
+        bookmark_interval: Duration::from_secs(3600),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let sc = slow.client();
+    let mut b = WatchStream::open(
+        &sc,
+        &format!(
+            "{CMS}?watch=true&resourceVersion={}&allowWatchBookmarks=true",
+            slow.resource_version()
+        ),
+        &[],
+    )
+    .await;
+    create_cm(&sc, "kube-system", "elsewhere", json!({})).await;
+    let want = slow.resource_version();
+    slow.send_bookmarks();
+    let bm = b.next().await.unwrap();
+    assert_eq!(
+        (
+            bm["type"].as_str().unwrap(),
+            bm["object"]["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+        ),
+        ("BOOKMARK", want.to_string().as_str())
+    );
+    assert_eq!(
+        raw(&sc, "POST", "/sandbox/bookmark", &[], Vec::new())
+            .await
+            .code,
+        200
+    );
+    assert_eq!(b.next().await.unwrap()["type"], "BOOKMARK");
     // Without allowWatchBookmarks there are none: the stream stays silent.
     let mut quiet =
         WatchStream::open(&c, &format!("{CMS}?watch=true&resourceVersion={now}"), &[]).await;

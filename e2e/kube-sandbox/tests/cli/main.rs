@@ -234,6 +234,110 @@ fn kubectl_against_the_binary() {
         "demo",
         "--from-literal=p=q",
     ]);
+    s.kubectl(&["create", "serviceaccount", "robot", "-n", "demo"]);
+    s.kubectl(&[
+        "create",
+        "deployment",
+        "gen-deploy",
+        "-n",
+        "demo",
+        "--image=registry.example/app:1",
+        "--replicas=0",
+        "--port=8080",
+    ]);
+    let d: Value = serde_json::from_str(&s.kubectl(&[
+        "get",
+        "deploy",
+        "gen-deploy",
+        "-n",
+        "demo",
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    assert_eq!(d["spec"]["replicas"], 0);
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["image"],
+        "registry.example/app:1"
+    );
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"],
+        8080
+    );
+    assert_eq!(d["spec"]["selector"]["matchLabels"]["app"], "gen-deploy");
+    s.kubectl(&[
+        "create",
+        "service",
+        "clusterip",
+        "gen-svc",
+        "-n",
+        "demo",
+        "--tcp=80:8080",
+    ]);
+    assert_eq!(
+        s.kubectl(&[
+            "get",
+            "svc",
+            "gen-svc",
+            "-n",
+            "demo",
+            "-o",
+            "jsonpath={.spec.ports[0].port}/{.spec.ports[0].targetPort}"
+        ]),
+        "80/8080"
+    );
+    s.kubectl(&[
+        "create",
+        "clusterrole",
+        "reader",
+        "--verb=get,list",
+        "--resource=configmaps",
+    ]);
+    s.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "reader",
+        "--clusterrole=reader",
+        "--serviceaccount=demo:robot",
+    ]);
+    s.kubectl(&[
+        "create",
+        "role",
+        "r",
+        "-n",
+        "demo",
+        "--verb=get",
+        "--resource=secrets",
+    ]);
+    s.kubectl(&[
+        "create",
+        "rolebinding",
+        "r",
+        "-n",
+        "demo",
+        "--role=r",
+        "--user=alice",
+    ]);
+    assert_eq!(
+        s.kubectl(&[
+            "get",
+            "clusterrolebinding",
+            "reader",
+            "-o",
+            "jsonpath={.roleRef.name}/{.subjects[0].name}/{.subjects[0].namespace}"
+        ]),
+        "reader/robot/demo"
+    );
+    assert_eq!(
+        s.kubectl(&[
+            "get",
+            "clusterrole",
+            "reader",
+            "-o",
+            "jsonpath={.rules[0].verbs}"
+        ]),
+        r#"["get","list"]"#
+    );
     let f = write(
         &dir,
         "cm.yaml",
@@ -277,6 +381,27 @@ fn kubectl_against_the_binary() {
         s.kubectl(&["apply", "-f", a.to_str().unwrap()])
             .contains("configured")
     );
+    // Moving from client-side to server-side apply takes over the fields without conflicts
+    // (the server's last-applied handling), and keeps the annotation in step.
+    write(
+        &dir,
+        "apply.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\n  namespace: demo\ndata:\n  v: \"3\"\n",
+    );
+    assert!(
+        s.kubectl(&["apply", "--server-side", "-f", a.to_str().unwrap()])
+            .contains("serverside-applied")
+    );
+    let last = s.kubectl(&[
+        "get",
+        "cm",
+        "applied",
+        "-n",
+        "demo",
+        "-o",
+        "jsonpath={.metadata.annotations.kubectl\\.kubernetes\\.io/last-applied-configuration}",
+    ]);
+    assert!(last.contains(r#""v":"3""#), "{last}");
     let ssa = write(
         &dir,
         "ssa.yaml",
@@ -555,6 +680,46 @@ metadata:
   name: {{ .Release.Name }}-widget
 spec:
   size: 1
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: {{ .Release.Name }}-db
+spec:
+  serviceName: db
+  replicas: 1
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec: {containers: [{name: db, image: registry.example/db:1}]}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: {{ .Release.Name }}-agent
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec: {containers: [{name: agent, image: registry.example/agent:1}]}
+"#,
+    );
+    // A hook Job: helm waits for it to complete, then deletes it.
+    write(
+        &chart,
+        "templates/hook.yaml",
+        r#"apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {{ .Release.Name }}-post-install
+  annotations:
+    helm.sh/hook: post-install
+    helm.sh/hook-delete-policy: hook-succeeded
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: hook, image: registry.example/hook:1}]
 "#,
     );
     let chart = chart.to_str().unwrap();
@@ -581,6 +746,31 @@ spec:
     ]);
     assert_eq!(ready, "2");
     s.kubectl(&["get", "widget", "demo-widget"]);
+    assert_eq!(
+        s.kubectl(&[
+            "get",
+            "sts",
+            "demo-db",
+            "-o",
+            "jsonpath={.status.readyReplicas}"
+        ]),
+        "1"
+    );
+    assert_eq!(
+        s.kubectl(&[
+            "get",
+            "ds",
+            "demo-agent",
+            "-o",
+            "jsonpath={.status.numberReady}"
+        ]),
+        "1"
+    );
+    assert!(
+        s.kubectl_fails(&["get", "job", "demo-post-install"])
+            .contains("NotFound"),
+        "hook job deleted after success"
+    );
     s.helm(&[
         "upgrade",
         "demo",

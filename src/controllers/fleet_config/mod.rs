@@ -1,0 +1,256 @@
+//! The Fleet installation controller: installs and upgrades Fleet with helm (`spec.install`),
+//! keeps Fleet's API server settings and feature gates in line (`spec.config`), and reports in
+//! `FleetAddonConfig` status.
+//!
+//! A thin kube-runtime Controller over the singleton `FleetAddonConfig`:
+//! - it reconciles on spec changes only (generation, or a re-created object): its own status
+//!   writes never trigger it;
+//! - narrow watches of the objects the settings come from ([`watches`]) trigger it too;
+//! - after success it checks again every `--sync-period` (new charts for `followLatest`, drift);
+//! - after a failure it retries with a per-object exponential backoff (5 s doubling to 5 min),
+//!   and triggers from watched objects do not shorten that wait; a spec change does;
+//! - reconciles run one at a time; helm runs one command at a time in the whole process.
+
+pub mod steps;
+pub mod watches;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, predicates, watcher};
+use tokio::sync::{mpsc, watch};
+
+use crate::api::FleetAddonConfig;
+use crate::context::Context;
+use crate::helm::{Helm, HelmSettings};
+use crate::model::config::EffectiveConfig;
+use crate::model::fleet_status;
+use crate::{Error, names};
+use watches::WatchTarget;
+
+/// The controller's name in metrics and logs.
+pub const CONTROLLER: &str = "fleet-config";
+
+/// How long running helm commands may finish after shutdown was asked for, before they are
+/// killed.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
+/// Failures of one object since its last success.
+#[derive(Clone, Debug)]
+struct Failures {
+    count: u32,
+    retry_at: Instant,
+    generation: Option<i64>,
+}
+
+/// What reconciles share.
+struct State {
+    ctx: Arc<Context>,
+    helm: Helm,
+    failures: Mutex<HashMap<ObjectRef<FleetAddonConfig>, Failures>>,
+    targets: watch::Sender<BTreeSet<WatchTarget>>,
+}
+
+impl State {
+    fn failures(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<FleetAddonConfig>, Failures>> {
+        self.failures
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// How long to wait before working again, if the object is in backoff and its spec did not
+    /// change since the failure.
+    fn backoff_remaining(
+        &self,
+        key: &ObjectRef<FleetAddonConfig>,
+        generation: Option<i64>,
+    ) -> Option<Duration> {
+        let failures = self.failures();
+        let entry = failures.get(key)?;
+        if entry.generation != generation {
+            return None;
+        }
+        let now = Instant::now();
+        (entry.retry_at > now).then(|| entry.retry_at - now)
+    }
+}
+
+/// Helm settings from the manager flags.
+pub fn helm_settings(flags: &crate::cli::ManagerFlags) -> HelmSettings {
+    HelmSettings {
+        binary: flags.helm_binary.clone(),
+        kubeconfig: flags.helm_kubeconfig.clone(),
+        home: flags.helm_home.clone(),
+        timeout: flags.helm_timeout,
+    }
+}
+
+/// Runs the controller until `ctx.shutdown` is cancelled.
+pub async fn run(ctx: Arc<Context>) {
+    let helm = match Helm::new(helm_settings(&ctx.flags), ctx.metrics.clone()) {
+        Ok(helm) => helm.stop_when(ctx.shutdown.clone()),
+        Err(err) => {
+            tracing::error!(%err, "cannot prepare helm's home directory; Fleet installation is disabled");
+            ctx.shutdown.cancelled().await;
+            return;
+        }
+    };
+    let (targets_tx, targets_rx) = watch::channel(BTreeSet::new());
+    let (trigger_tx, trigger_rx) = mpsc::channel::<()>(1);
+    let watches = tokio::spawn(watches::run(
+        ctx.client.clone(),
+        targets_rx,
+        trigger_tx,
+        ctx.shutdown.clone(),
+    ));
+    let state = Arc::new(State {
+        ctx: ctx.clone(),
+        helm,
+        failures: Mutex::new(HashMap::new()),
+        targets: targets_tx,
+    });
+
+    let api: Api<FleetAddonConfig> = Api::all(ctx.client.clone());
+    let (reader, writer) = reflector::store();
+    let objects = watcher(
+        api,
+        watcher::Config::default().fields(&format!("metadata.name={}", names::CONFIG_NAME)),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .applied_objects()
+    // Spec changes and re-creation only: status writes (ours and others') do not trigger.
+    .predicate_filter(generation_and_uid, Default::default());
+    let triggers = futures::stream::unfold(trigger_rx, |mut rx| async move {
+        rx.recv().await.map(|()| ((), rx))
+    });
+    let shutdown = ctx.shutdown.clone();
+    let controller = Controller::for_stream(objects, reader)
+        .with_config(ControllerConfig::default().concurrency(1))
+        .reconcile_all_on(triggers)
+        .graceful_shutdown_on(async move { shutdown.cancelled().await })
+        .run(reconcile, error_policy, state)
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                tracing::debug!(%err, "reconcile finished with an error");
+            }
+        });
+    let grace = async {
+        ctx.shutdown.cancelled().await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    tokio::select! {
+        () = controller => {}
+        () = grace => tracing::warn!("helm still running at shutdown; stopped"),
+    }
+    watches.abort();
+}
+
+/// Generation (spec changes) and uid (re-creation with the same generation).
+fn generation_and_uid(object: &FleetAddonConfig) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let generation = predicates::generation(object)?;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    generation.hash(&mut hasher);
+    object.metadata.uid.hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+async fn reconcile(object: Arc<FleetAddonConfig>, state: Arc<State>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let key = ObjectRef::from_obj(object.as_ref());
+    let generation = object.metadata.generation;
+    if let Some(wait) = state.backoff_remaining(&key, generation) {
+        tracing::debug!(?wait, "in backoff after a failure; not retrying yet");
+        return Ok(Action::requeue(wait));
+    }
+    let config = EffectiveConfig::resolve(Some(&object));
+    state.targets.send_if_modified(|current| {
+        let next = watches::watch_targets(&config);
+        let changed = *current != next;
+        *current = next;
+        changed
+    });
+    let ctx = &state.ctx;
+    let report = steps::run(ctx, &state.helm, &object, &config).await;
+    if ctx.shutdown.is_cancelled() {
+        // Steps may have been cut short: report nothing; the next start (or leader) redoes them.
+        return Ok(Action::await_change());
+    }
+
+    let desired = fleet_status::next_status(
+        object.status.as_ref(),
+        &report.updates,
+        &report.version,
+        generation,
+        &Time(k8s_openapi::jiff::Timestamp::now()),
+    );
+    let written = if fleet_status::needs_write(object.status.as_ref(), &desired) {
+        write_status(ctx, &object.name_any(), &desired).await
+    } else {
+        Ok(())
+    };
+
+    let outcome = match (report.failure, written) {
+        (Some((step, err)), _) => {
+            tracing::warn!(step = step.name(), error = %err, "Fleet reconcile step failed");
+            Err(err)
+        }
+        (None, Err(err)) => Err(err),
+        (None, Ok(())) => Ok(Action::requeue(ctx.flags.sync_period)),
+    };
+    ctx.metrics
+        .reconciled(CONTROLLER, started.elapsed(), outcome.as_ref().err());
+    if outcome.is_ok() {
+        state.failures().remove(&key);
+    }
+    outcome
+}
+
+async fn write_status(
+    ctx: &Context,
+    name: &str,
+    desired: &fleet_status::OwnedStatus,
+) -> Result<(), Error> {
+    let api: Api<FleetAddonConfig> = Api::all(ctx.client.clone());
+    let body = fleet_status::apply_body(name, desired);
+    api.patch_status(
+        name,
+        &PatchParams::apply(names::STATUS_FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await?;
+    Ok(())
+}
+
+fn error_policy(object: Arc<FleetAddonConfig>, err: &Error, state: Arc<State>) -> Action {
+    let key = ObjectRef::from_obj(object.as_ref());
+    let generation = object.metadata.generation;
+    let mut failures = state.failures();
+    // A new spec is a new situation: its first failure waits the shortest time again.
+    let count = failures
+        .get(&key)
+        .filter(|f| f.generation == generation)
+        .map_or(0, |f| f.count)
+        + 1;
+    let delay = fleet_status::backoff(count);
+    failures.insert(
+        key,
+        Failures {
+            count,
+            retry_at: Instant::now() + delay,
+            generation,
+        },
+    );
+    tracing::info!(error = %err, failures = count, retry_in = ?delay, "will retry");
+    Action::requeue(delay)
+}

@@ -1,0 +1,313 @@
+//! Argument vectors for every helm command we run. Pure: the same inputs give the same argv, and
+//! no argv ever carries a value (values go in a file, see [`super::Helm::upgrade`]).
+//!
+//! helm 3 and helm 4 differences handled here:
+//! - roll back on failure: `--atomic` (helm 3) vs `--rollback-on-failure` (helm 4);
+//! - `--wait`: a boolean in helm 3, a strategy in helm 4 where a bare `--wait` means `watcher`
+//!   (kstatus readiness), so the bare flag works in both;
+//! - helm 4 applies server-side: on upgrade, `--force-conflicts` takes over fields another
+//!   manager (e.g. CAAPF, which patched `fleet-controller` with server-side apply) owns, as
+//!   helm 3's three-way merge would overwrite them. helm 4 refuses `--force-conflicts` when it
+//!   falls back to client-side apply, which its default `--server-side=auto` does for a release
+//!   last written by helm 3, so upgrades also say `--server-side=true`;
+//! - `helm list --all` is gone in helm 4: we ask for `--deployed --failed --pending`, which both
+//!   accept.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::output::HelmMajor;
+
+/// Where charts come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChartSource {
+    /// A classic chart repository (an `index.yaml` over http(s)), used with `--repo <url>` so no
+    /// `helm repo add` state is kept.
+    Repository { url: String },
+    /// An OCI registry path: charts are `oci://<path>/<chart>`.
+    Oci { base: String },
+}
+
+impl ChartSource {
+    /// `oci://…` is a registry; anything else is a repository URL.
+    pub fn parse(repository: &str) -> Self {
+        let trimmed = repository.trim();
+        if trimmed.starts_with("oci://") {
+            ChartSource::Oci {
+                base: trimmed.trim_end_matches('/').to_string(),
+            }
+        } else {
+            ChartSource::Repository {
+                url: trimmed.to_string(),
+            }
+        }
+    }
+
+    /// The chart reference and the arguments that say where it lives.
+    fn chart_args(&self, chart: &str) -> Vec<String> {
+        match self {
+            ChartSource::Repository { url } => {
+                vec![chart.to_string(), "--repo".to_string(), url.clone()]
+            }
+            ChartSource::Oci { base } => vec![format!("{base}/{chart}")],
+        }
+    }
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+/// `helm version`, printing only the version (`v3.17.0`): works in helm 3 and 4.
+pub fn version() -> Vec<String> {
+    strings(&["version", "--template", "{{.Version}}"])
+}
+
+/// `helm show chart`: the chart's metadata; resolves the latest stable version when `version`
+/// is `None` (helm skips pre-releases unless asked with `--devel`, which we never pass).
+pub fn show_chart(source: &ChartSource, chart: &str, version: Option<&str>) -> Vec<String> {
+    let mut argv = strings(&["show", "chart"]);
+    argv.extend(source.chart_args(chart));
+    if let Some(version) = version {
+        argv.extend(["--version".to_string(), version.to_string()]);
+    }
+    argv
+}
+
+/// `helm list` of the named releases in `namespace`, in every state that blocks or needs an
+/// upgrade, as JSON.
+pub fn list(namespace: &str, releases: &[&str]) -> Vec<String> {
+    let filter = format!("^({})$", releases.join("|"));
+    let mut argv = strings(&["list", "--namespace", namespace, "--filter"]);
+    argv.push(filter);
+    argv.extend(strings(&[
+        "--deployed",
+        "--failed",
+        "--pending",
+        "--output",
+        "json",
+    ]));
+    argv
+}
+
+/// `helm get values`: the values the release was installed or upgraded with, as JSON.
+pub fn get_values(release: &str, namespace: &str) -> Vec<String> {
+    strings(&[
+        "get",
+        "values",
+        release,
+        "--namespace",
+        namespace,
+        "--output",
+        "json",
+    ])
+}
+
+/// Install or upgrade.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    Install,
+    Upgrade,
+}
+
+/// Everything an install or upgrade needs.
+#[derive(Clone, Debug)]
+pub struct Deploy<'a> {
+    pub operation: Operation,
+    pub release: &'a str,
+    pub chart: &'a str,
+    pub source: &'a ChartSource,
+    pub namespace: &'a str,
+    /// The exact chart version, as the chart writes it.
+    pub version: &'a str,
+    /// A values file; `None` installs with the chart's defaults.
+    pub values_file: Option<&'a Path>,
+    /// helm's own `--timeout` for waiting on resources.
+    pub wait_timeout: Duration,
+}
+
+/// `helm install` / `helm upgrade` for `major`.
+pub fn deploy(major: HelmMajor, d: &Deploy<'_>) -> Vec<String> {
+    let mut argv = vec![
+        match d.operation {
+            Operation::Install => "install",
+            Operation::Upgrade => "upgrade",
+        }
+        .to_string(),
+        d.release.to_string(),
+    ];
+    argv.extend(d.source.chart_args(d.chart));
+    argv.extend([
+        "--namespace".to_string(),
+        d.namespace.to_string(),
+        "--version".to_string(),
+        d.version.to_string(),
+    ]);
+    match d.operation {
+        Operation::Install => argv.push("--create-namespace".to_string()),
+        // Our values file is the whole truth: values dropped from the spec are dropped from the
+        // release (helm would otherwise reuse the last values when no file is given).
+        Operation::Upgrade => argv.push("--reset-values".to_string()),
+    }
+    if let Some(file) = d.values_file {
+        argv.extend(["--values".to_string(), file.display().to_string()]);
+    }
+    argv.extend([
+        "--wait".to_string(),
+        "--timeout".to_string(),
+        go_duration(d.wait_timeout),
+    ]);
+    match major {
+        HelmMajor::V3 => argv.push("--atomic".to_string()),
+        HelmMajor::V4 => {
+            argv.push("--rollback-on-failure".to_string());
+            if d.operation == Operation::Upgrade {
+                argv.push("--server-side=true".to_string());
+                argv.push("--force-conflicts".to_string());
+            }
+        }
+    }
+    argv
+}
+
+/// A Go duration helm parses (`300s`).
+pub fn go_duration(duration: Duration) -> String {
+    format!("{}s", duration.as_secs().max(1))
+}
+
+/// helm's own `--timeout`, shorter than the time after which we kill it, so that helm can roll
+/// back cleanly instead of being killed mid-operation (which leaves a `pending-*` release).
+pub fn wait_timeout(kill_after: Duration) -> Duration {
+    let margin = Duration::from_secs(30);
+    let three_quarters = kill_after.mul_f64(0.75);
+    kill_after
+        .checked_sub(margin)
+        .map_or(three_quarters, |t| t.max(three_quarters))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    const REPO: &str = "https://rancher.github.io/fleet-helm-charts/";
+
+    #[test]
+    fn sources() {
+        assert_eq!(
+            ChartSource::parse(REPO),
+            ChartSource::Repository {
+                url: REPO.to_string()
+            }
+        );
+        assert_eq!(
+            ChartSource::parse("oci://ghcr.io/rancher/fleet-charts/"),
+            ChartSource::Oci {
+                base: "oci://ghcr.io/rancher/fleet-charts".to_string()
+            }
+        );
+    }
+
+    #[test]
+    fn read_only_commands() {
+        let https = ChartSource::parse(REPO);
+        let oci = ChartSource::parse("oci://registry.example.com/charts");
+        let rows: Vec<(Vec<String>, &str)> = vec![
+            (version(), "version --template {{.Version}}"),
+            (
+                show_chart(&https, "fleet-crd", None),
+                "show chart fleet-crd --repo https://rancher.github.io/fleet-helm-charts/",
+            ),
+            (
+                show_chart(&https, "fleet", Some("v0.13.1")),
+                "show chart fleet --repo https://rancher.github.io/fleet-helm-charts/ --version v0.13.1",
+            ),
+            (
+                show_chart(&oci, "fleet-crd", None),
+                "show chart oci://registry.example.com/charts/fleet-crd",
+            ),
+            (
+                show_chart(&oci, "fleet", Some("0.14.0-rc.1")),
+                "show chart oci://registry.example.com/charts/fleet --version 0.14.0-rc.1",
+            ),
+            (
+                list("cattle-fleet-system", &["fleet-crd", "fleet"]),
+                "list --namespace cattle-fleet-system --filter ^(fleet-crd|fleet)$ --deployed --failed --pending --output json",
+            ),
+            (
+                get_values("fleet", "cattle-fleet-system"),
+                "get values fleet --namespace cattle-fleet-system --output json",
+            ),
+        ];
+        for (argv, want) in rows {
+            assert_eq!(argv.join(" "), want);
+        }
+    }
+
+    #[test]
+    fn install_and_upgrade_for_each_helm_and_source() {
+        let https = ChartSource::parse(REPO);
+        let oci = ChartSource::parse("oci://registry.example.com/charts");
+        let values = PathBuf::from("/tmp/caapf-values-x/values.json");
+        let base = |operation, source, values_file| Deploy {
+            operation,
+            release: "fleet",
+            chart: "fleet",
+            source,
+            namespace: "cattle-fleet-system",
+            version: "0.13.1",
+            values_file,
+            wait_timeout: Duration::from_secs(270),
+        };
+        let rows = [
+            (
+                HelmMajor::V3,
+                base(Operation::Install, &https, Some(values.as_path())),
+                "install fleet fleet --repo https://rancher.github.io/fleet-helm-charts/ --namespace cattle-fleet-system --version 0.13.1 --create-namespace --values /tmp/caapf-values-x/values.json --wait --timeout 270s --atomic",
+            ),
+            (
+                HelmMajor::V4,
+                base(Operation::Install, &https, Some(values.as_path())),
+                "install fleet fleet --repo https://rancher.github.io/fleet-helm-charts/ --namespace cattle-fleet-system --version 0.13.1 --create-namespace --values /tmp/caapf-values-x/values.json --wait --timeout 270s --rollback-on-failure",
+            ),
+            (
+                HelmMajor::V3,
+                base(Operation::Upgrade, &https, Some(values.as_path())),
+                "upgrade fleet fleet --repo https://rancher.github.io/fleet-helm-charts/ --namespace cattle-fleet-system --version 0.13.1 --reset-values --values /tmp/caapf-values-x/values.json --wait --timeout 270s --atomic",
+            ),
+            (
+                HelmMajor::V4,
+                base(Operation::Upgrade, &https, Some(values.as_path())),
+                "upgrade fleet fleet --repo https://rancher.github.io/fleet-helm-charts/ --namespace cattle-fleet-system --version 0.13.1 --reset-values --values /tmp/caapf-values-x/values.json --wait --timeout 270s --rollback-on-failure --server-side=true --force-conflicts",
+            ),
+            (
+                HelmMajor::V4,
+                base(Operation::Install, &oci, None),
+                "install fleet oci://registry.example.com/charts/fleet --namespace cattle-fleet-system --version 0.13.1 --create-namespace --wait --timeout 270s --rollback-on-failure",
+            ),
+            (
+                HelmMajor::V3,
+                base(Operation::Upgrade, &oci, None),
+                "upgrade fleet oci://registry.example.com/charts/fleet --namespace cattle-fleet-system --version 0.13.1 --reset-values --wait --timeout 270s --atomic",
+            ),
+        ];
+        for (major, deploy_args, want) in rows {
+            assert_eq!(deploy(major, &deploy_args).join(" "), want, "{major:?}");
+        }
+    }
+
+    #[test]
+    fn helm_waits_less_than_we_do() {
+        let rows = [(300, 270), (120, 90), (60, 45), (10, 7), (2, 1)];
+        for (kill, want) in rows {
+            assert_eq!(
+                wait_timeout(Duration::from_secs(kill)).as_secs(),
+                want,
+                "kill after {kill}s"
+            );
+        }
+        assert_eq!(go_duration(Duration::from_millis(1500)), "1s");
+        assert_eq!(go_duration(Duration::ZERO), "1s");
+    }
+}

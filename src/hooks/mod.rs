@@ -1,0 +1,14 @@
+//! The Cluster API Runtime SDK extension: an HTTPS server answering lifecycle and topology
+//! mutation hooks (see `docs/runtime-extension.md`).
+//!
+//! - [`types`]: the wire format (hand-written serde types);
+//! - [`cluster`]: the embedded Cluster, v1beta1 or v1beta2, decoded by shape;
+//! - [`handlers`]: one function per hook;
+//! - [`tls`]: the serving certificate, reloaded when cert-manager rotates it;
+//! - [`server`]: routing, limits, timeouts, metrics.
+
+pub mod cluster;
+pub mod handlers;
+pub mod server;
+pub mod tls;
+pub mod types;

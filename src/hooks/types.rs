@@ -1,0 +1,449 @@
+//! Wire types of the Cluster API Runtime SDK (`hooks.runtime.cluster.x-k8s.io/v1alpha1`),
+//! written by hand from CAPI's Go types (`api/runtime/hooks/v1alpha1`, research A.3–A.6).
+//!
+//! Requests are decoded tolerantly: unknown fields are ignored, `apiVersion`/`kind` may be absent,
+//! the embedded Cluster and the templates stay raw JSON (see [`super::cluster`]). Responses always
+//! carry `apiVersion`, `kind` and `status`; retry responses always carry `retryAfterSeconds`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// API version of every request and response.
+pub const API_VERSION: &str = "hooks.runtime.cluster.x-k8s.io/v1alpha1";
+
+/// The hooks this extension knows. Discovery only advertises hooks every supported CAPI release
+/// (v1.10 onward) has in its catalog: an unknown hook fails the whole discovery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Hook {
+    Discovery,
+    BeforeClusterCreate,
+    AfterControlPlaneInitialized,
+    BeforeClusterUpgrade,
+    BeforeClusterDelete,
+    GeneratePatches,
+    DiscoverVariables,
+}
+
+impl Hook {
+    /// Every hook served.
+    pub const ALL: [Hook; 7] = [
+        Hook::Discovery,
+        Hook::BeforeClusterCreate,
+        Hook::AfterControlPlaneInitialized,
+        Hook::BeforeClusterUpgrade,
+        Hook::BeforeClusterDelete,
+        Hook::GeneratePatches,
+        Hook::DiscoverVariables,
+    ];
+
+    /// The hook name as CAPI spells it (`BeforeClusterCreate`); also the metric label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Hook::Discovery => "Discovery",
+            Hook::BeforeClusterCreate => "BeforeClusterCreate",
+            Hook::AfterControlPlaneInitialized => "AfterControlPlaneInitialized",
+            Hook::BeforeClusterUpgrade => "BeforeClusterUpgrade",
+            Hook::BeforeClusterDelete => "BeforeClusterDelete",
+            Hook::GeneratePatches => "GeneratePatches",
+            Hook::DiscoverVariables => "DiscoverVariables",
+        }
+    }
+
+    /// The hook from the lower-case path segment (`beforeclustercreate`).
+    pub fn from_path_segment(segment: &str) -> Option<Hook> {
+        Hook::ALL
+            .into_iter()
+            .find(|hook| hook.name().eq_ignore_ascii_case(segment))
+    }
+
+    /// `kind` of the request.
+    pub fn request_kind(self) -> String {
+        format!("{}Request", self.name())
+    }
+
+    /// `kind` of the response.
+    pub fn response_kind(self) -> String {
+        format!("{}Response", self.name())
+    }
+
+    /// Whether the response carries `retryAfterSeconds`.
+    pub fn retries(self) -> bool {
+        matches!(
+            self,
+            Hook::BeforeClusterCreate | Hook::BeforeClusterUpgrade | Hook::BeforeClusterDelete
+        )
+    }
+}
+
+/// `status` of a response. Anything but `Success` is a failure for CAPI.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ResponseStatus {
+    Success,
+    Failure,
+}
+
+/// The part every request has. `apiVersion`/`kind` are optional on purpose (tolerant decoding);
+/// a present `kind` must match the hook.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestMeta {
+    #[serde(default)]
+    pub api_version: Option<String>,
+    #[serde(default)]
+    pub kind: Option<String>,
+}
+
+/// A lifecycle hook request (BeforeClusterCreate, AfterControlPlaneInitialized,
+/// BeforeClusterDelete, BeforeClusterUpgrade): the Cluster (raw, v1beta1 or v1beta2 shape) and,
+/// for upgrades, the versions.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LifecycleRequest {
+    #[serde(default)]
+    pub settings: BTreeMap<String, String>,
+    #[serde(default)]
+    pub cluster: Value,
+    /// BeforeClusterUpgrade only.
+    #[serde(default)]
+    pub from_kubernetes_version: Option<String>,
+    /// BeforeClusterUpgrade only.
+    #[serde(default)]
+    pub to_kubernetes_version: Option<String>,
+}
+
+/// A variable in GeneratePatches requests: `value` is any JSON.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Variable {
+    pub name: String,
+    #[serde(default)]
+    pub value: Value,
+}
+
+/// Where a template will be referenced from.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HolderReference {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub namespace: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub field_path: String,
+}
+
+/// One template to patch.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GeneratePatchesRequestItem {
+    pub uid: String,
+    #[serde(default)]
+    pub holder_reference: HolderReference,
+    #[serde(default)]
+    pub object: Value,
+    #[serde(default)]
+    pub variables: Vec<Variable>,
+}
+
+/// GeneratePatches request.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GeneratePatchesRequest {
+    #[serde(default)]
+    pub settings: BTreeMap<String, String>,
+    #[serde(default)]
+    pub variables: Vec<Variable>,
+    #[serde(default)]
+    pub items: Vec<GeneratePatchesRequestItem>,
+}
+
+/// Patch formats CAPI applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PatchType {
+    /// RFC 6902.
+    #[serde(rename = "JSONPatch")]
+    JsonPatch,
+    /// RFC 7386.
+    #[serde(rename = "JSONMergePatch")]
+    JsonMergePatch,
+}
+
+/// One patch: `patch` is the patch document, base64 (standard alphabet, padded) as Go encodes
+/// `[]byte`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GeneratePatchesResponseItem {
+    pub uid: String,
+    pub patch_type: PatchType,
+    pub patch: String,
+}
+
+/// A variable definition returned by DiscoverVariables, valid for both the v1beta1 type
+/// (`required` is a required field, always serialized) and the v1beta2 type.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterClassVariable {
+    pub name: String,
+    pub required: bool,
+    pub schema: VariableSchema,
+}
+
+/// `schema` of a variable definition.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VariableSchema {
+    #[serde(rename = "openAPIV3Schema")]
+    pub open_api_v3_schema: Value,
+}
+
+/// `failurePolicy` of a handler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FailurePolicy {
+    /// Transport errors (timeouts, connection errors, non-200) count as Success. An explicit
+    /// `Failure` answer is never ignored.
+    Ignore,
+    /// Transport errors fail the reconcile (CAPI retries).
+    Fail,
+}
+
+/// `requestHook` of a handler.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupVersionHook {
+    pub api_version: String,
+    pub hook: String,
+}
+
+/// One handler advertised by discovery.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExtensionHandler {
+    pub name: String,
+    pub request_hook: GroupVersionHook,
+    pub timeout_seconds: i32,
+    pub failure_policy: FailurePolicy,
+}
+
+/// The body of every response: the common fields plus the hook-specific ones.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Response {
+    pub api_version: String,
+    pub kind: String,
+    pub status: ResponseStatus,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    #[serde(flatten)]
+    pub body: ResponseBody,
+}
+
+/// Hook-specific response fields.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ResponseBody {
+    /// Blocking lifecycle hooks: `retryAfterSeconds`, always serialized (0 = proceed).
+    Retry {
+        #[serde(rename = "retryAfterSeconds")]
+        retry_after_seconds: i32,
+    },
+    /// GeneratePatches.
+    Patches {
+        items: Vec<GeneratePatchesResponseItem>,
+    },
+    /// DiscoverVariables.
+    Variables {
+        variables: Vec<ClusterClassVariable>,
+    },
+    /// Discovery.
+    Handlers { handlers: Vec<ExtensionHandler> },
+    /// Hooks with only the common fields (AfterControlPlaneInitialized).
+    Empty {},
+}
+
+/// What a handler decided, before it is encoded for a hook.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// Done; proceed.
+    Success { message: String },
+    /// Blocking hooks: ask again after this many seconds (> 0).
+    Retry { after_seconds: i32, message: String },
+    /// Refused, with a message for the user (deterministic, no secrets).
+    Failure { message: String },
+}
+
+impl Outcome {
+    /// The metric label of the outcome.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Success { .. } => "Success",
+            Outcome::Retry { .. } => "Retry",
+            Outcome::Failure { .. } => "Failure",
+        }
+    }
+
+    /// Success without a message.
+    pub fn ok() -> Self {
+        Outcome::Success {
+            message: String::new(),
+        }
+    }
+
+    /// Failure with a message.
+    pub fn failure(message: impl Into<String>) -> Self {
+        Outcome::Failure {
+            message: message.into(),
+        }
+    }
+
+    /// Retry after `after_seconds` (at least 1).
+    pub fn retry(after_seconds: i32, message: impl Into<String>) -> Self {
+        Outcome::Retry {
+            after_seconds: after_seconds.max(1),
+            message: message.into(),
+        }
+    }
+}
+
+impl Response {
+    /// Encodes a lifecycle outcome for `hook`. A retry for a hook that cannot retry is a failure
+    /// (a programming error surfaced, not hidden).
+    pub fn lifecycle(hook: Hook, outcome: Outcome) -> Self {
+        let (status, message, retry) = match outcome {
+            Outcome::Success { message } => (ResponseStatus::Success, message, 0),
+            Outcome::Retry {
+                after_seconds,
+                message,
+            } if hook.retries() => (ResponseStatus::Success, message, after_seconds),
+            Outcome::Retry { message, .. } => (ResponseStatus::Failure, message, 0),
+            Outcome::Failure { message } => (ResponseStatus::Failure, message, 0),
+        };
+        let body = if hook.retries() {
+            ResponseBody::Retry {
+                retry_after_seconds: retry,
+            }
+        } else {
+            Response::empty_body(hook)
+        };
+        Response {
+            api_version: API_VERSION.to_string(),
+            kind: hook.response_kind(),
+            status,
+            message,
+            body,
+        }
+    }
+
+    /// A failure answer for `hook` (or a generic one when the hook is unknown).
+    pub fn failure(hook: Option<Hook>, message: impl Into<String>) -> Self {
+        let body = match hook {
+            Some(hook) if hook.retries() => ResponseBody::Retry {
+                retry_after_seconds: 0,
+            },
+            Some(hook) => Response::empty_body(hook),
+            None => ResponseBody::Empty {},
+        };
+        Response {
+            api_version: API_VERSION.to_string(),
+            kind: hook.map_or_else(|| "Response".to_string(), Hook::response_kind),
+            status: ResponseStatus::Failure,
+            message: message.into(),
+            body,
+        }
+    }
+
+    /// A successful answer with a hook-specific body.
+    pub fn success(hook: Hook, body: ResponseBody) -> Self {
+        Response {
+            api_version: API_VERSION.to_string(),
+            kind: hook.response_kind(),
+            status: ResponseStatus::Success,
+            message: String::new(),
+            body,
+        }
+    }
+
+    /// The empty list body of hooks that return lists, so failures still decode in Go.
+    fn empty_body(hook: Hook) -> ResponseBody {
+        match hook {
+            Hook::GeneratePatches => ResponseBody::Patches { items: Vec::new() },
+            Hook::DiscoverVariables => ResponseBody::Variables {
+                variables: Vec::new(),
+            },
+            Hook::Discovery => ResponseBody::Handlers {
+                handlers: Vec::new(),
+            },
+            _ => ResponseBody::Empty {},
+        }
+    }
+
+    /// The metric label of this answer: `Success`, `Retry` or `Failure`.
+    pub fn label(&self) -> &'static str {
+        match (&self.status, &self.body) {
+            (ResponseStatus::Failure, _) => "Failure",
+            (
+                ResponseStatus::Success,
+                ResponseBody::Retry {
+                    retry_after_seconds,
+                },
+            ) if *retry_after_seconds > 0 => "Retry",
+            (ResponseStatus::Success, _) => "Success",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn hooks_from_path_segments() {
+        for hook in Hook::ALL {
+            assert_eq!(
+                Hook::from_path_segment(&hook.name().to_ascii_lowercase()),
+                Some(hook)
+            );
+        }
+        assert_eq!(Hook::from_path_segment("afterclusterupgrade"), None);
+        assert_eq!(Hook::from_path_segment(""), None);
+    }
+
+    #[test]
+    fn retry_responses_always_carry_retry_after_seconds() {
+        let response = Response::lifecycle(Hook::BeforeClusterDelete, Outcome::ok());
+        assert_eq!(
+            serde_json::to_value(&response).unwrap_or_default(),
+            json!({
+                "apiVersion": API_VERSION,
+                "kind": "BeforeClusterDeleteResponse",
+                "status": "Success",
+                "retryAfterSeconds": 0
+            })
+        );
+        let plain = Response::lifecycle(Hook::AfterControlPlaneInitialized, Outcome::ok());
+        assert_eq!(
+            serde_json::to_value(&plain).unwrap_or_default(),
+            json!({
+                "apiVersion": API_VERSION,
+                "kind": "AfterControlPlaneInitializedResponse",
+                "status": "Success"
+            })
+        );
+    }
+
+    #[test]
+    fn a_retry_is_a_failure_for_hooks_that_cannot_retry() {
+        let response = Response::lifecycle(
+            Hook::AfterControlPlaneInitialized,
+            Outcome::retry(5, "later"),
+        );
+        assert_eq!(response.status, ResponseStatus::Failure);
+        assert_eq!(response.label(), "Failure");
+        let response = Response::lifecycle(Hook::BeforeClusterCreate, Outcome::retry(5, "later"));
+        assert_eq!(response.label(), "Retry");
+    }
+}

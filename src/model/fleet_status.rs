@@ -1,0 +1,369 @@
+//! `FleetAddonConfig` status for the Fleet installation (pure): conditions with stable
+//! transition times, the decision whether a status write is needed, and the retry backoff.
+//!
+//! Condition types are CAAPF's (`RepoAdd`, `RepoUpdate`, `Installed`, `FlagsUpdate`, `Ready`)
+//! plus `ConfigValid`. A True condition has `reason == type`, as in CAAPF; a False one has a
+//! reason naming the cause. `lastTransitionTime` changes only when `status` changes.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::api::FleetAddonConfigStatus;
+
+/// The chart repository could be fetched (http(s): its index; OCI: the registry answered).
+pub const REPO_ADD: &str = "RepoAdd";
+/// The target chart versions were resolved from the freshly fetched repository.
+pub const REPO_UPDATE: &str = "RepoUpdate";
+/// The Fleet releases are installed at the target version with the desired values.
+pub const INSTALLED: &str = "Installed";
+/// The feature gates reached Fleet (its release values, or the values ConfigMap).
+pub const FLAGS_UPDATE: &str = "FlagsUpdate";
+/// The spec has no problems.
+pub const CONFIG_VALID: &str = "ConfigValid";
+/// Everything this controller is asked to do is done.
+pub const READY: &str = "Ready";
+
+/// Every condition type this controller writes (and so owns, under server-side apply).
+pub const OWNED_TYPES: [&str; 6] = [
+    CONFIG_VALID,
+    REPO_ADD,
+    REPO_UPDATE,
+    INSTALLED,
+    FLAGS_UPDATE,
+    READY,
+];
+
+/// A condition as the controller decides it (without times and generation).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConditionSpec {
+    pub type_: &'static str,
+    pub status: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+impl ConditionSpec {
+    /// A True condition (`reason == type`, as CAAPF).
+    pub fn ok(type_: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            type_,
+            status: true,
+            reason: type_.to_string(),
+            message: message.into(),
+        }
+    }
+
+    /// A False condition with a reason.
+    pub fn failed(type_: &'static str, reason: &str, message: impl Into<String>) -> Self {
+        Self {
+            type_,
+            status: false,
+            reason: reason.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// What one reconcile decided about each owned condition type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConditionUpdate {
+    /// Set it.
+    Set(ConditionSpec),
+    /// The step was not reached: keep the previous condition as it is (its
+    /// `observedGeneration` then honestly says it was not evaluated for this generation).
+    Keep,
+    /// Not applicable any more (e.g. `spec.install` was removed): remove it.
+    Remove,
+}
+
+/// The installed version as one reconcile saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VersionUpdate {
+    Set(String),
+    /// Not known this time (helm could not be asked): keep the previous value.
+    Keep,
+    Remove,
+}
+
+/// The status fields this controller owns, ready to apply.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OwnedStatus {
+    pub installed_version: Option<String>,
+    /// In [`OWNED_TYPES`] order.
+    pub conditions: Vec<Condition>,
+}
+
+/// Builds the owned status from the previous status and this reconcile's decisions. Types
+/// missing from `updates` are removed.
+pub fn next_status(
+    previous: Option<&FleetAddonConfigStatus>,
+    updates: &BTreeMap<&'static str, ConditionUpdate>,
+    version: &VersionUpdate,
+    generation: Option<i64>,
+    now: &Time,
+) -> OwnedStatus {
+    let previous_conditions: &[Condition] = previous.map_or(&[], |s| s.conditions.as_slice());
+    let find = |type_: &str| previous_conditions.iter().find(|c| c.type_ == type_);
+    let mut conditions = Vec::new();
+    for type_ in OWNED_TYPES {
+        match updates.get(type_).unwrap_or(&ConditionUpdate::Remove) {
+            ConditionUpdate::Remove => {}
+            ConditionUpdate::Keep => {
+                if let Some(old) = find(type_) {
+                    conditions.push(old.clone());
+                }
+            }
+            ConditionUpdate::Set(spec) => {
+                let status = if spec.status { "True" } else { "False" };
+                let last_transition_time = match find(type_) {
+                    Some(old) if old.status == status => old.last_transition_time.clone(),
+                    _ => now.clone(),
+                };
+                conditions.push(Condition {
+                    type_: type_.to_string(),
+                    status: status.to_string(),
+                    reason: spec.reason.clone(),
+                    message: spec.message.clone(),
+                    observed_generation: generation,
+                    last_transition_time,
+                });
+            }
+        }
+    }
+    let installed_version = match version {
+        VersionUpdate::Set(v) => Some(v.clone()),
+        VersionUpdate::Keep => previous.and_then(|s| s.installed_version.clone()),
+        VersionUpdate::Remove => None,
+    };
+    OwnedStatus {
+        installed_version,
+        conditions,
+    }
+}
+
+/// Whether the object's status differs from `desired` in the fields this controller owns (so a
+/// write is needed). Conditions of other types (other controllers') are ignored.
+pub fn needs_write(current: Option<&FleetAddonConfigStatus>, desired: &OwnedStatus) -> bool {
+    let current_version = current.and_then(|s| s.installed_version.clone());
+    if current_version != desired.installed_version {
+        return true;
+    }
+    let mut owned: Vec<&Condition> = current
+        .map(|s| s.conditions.iter().collect())
+        .unwrap_or_default();
+    owned.retain(|c| OWNED_TYPES.contains(&c.type_.as_str()));
+    if owned.len() != desired.conditions.len() {
+        return true;
+    }
+    desired.conditions.iter().any(|want| !owned.contains(&want))
+}
+
+/// The `status` body of the server-side apply (only the fields this controller owns).
+pub fn apply_body(name: &str, desired: &OwnedStatus) -> serde_json::Value {
+    let mut status = serde_json::Map::new();
+    if let Some(version) = &desired.installed_version {
+        status.insert(
+            "installedVersion".to_string(),
+            serde_json::Value::String(version.clone()),
+        );
+    }
+    status.insert(
+        "conditions".to_string(),
+        serde_json::to_value(&desired.conditions).unwrap_or_default(),
+    );
+    serde_json::json!({
+        "apiVersion": "addons.cluster.x-k8s.io/v1alpha1",
+        "kind": "FleetAddonConfig",
+        "metadata": {"name": name},
+        "status": status,
+    })
+}
+
+/// First retry after a failure.
+pub const BACKOFF_BASE: Duration = Duration::from_secs(5);
+/// Longest wait between retries.
+pub const BACKOFF_CAP: Duration = Duration::from_secs(300);
+
+/// Delay before retry number `failures` (1 = after the first failure): 5 s, 10 s, 20 s, …,
+/// capped at 5 min.
+pub fn backoff(failures: u32) -> Duration {
+    let exponent = failures.saturating_sub(1).min(16);
+    BACKOFF_BASE
+        .saturating_mul(1u32 << exponent)
+        .min(BACKOFF_CAP)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn time(s: &str) -> Time {
+        Time(s.parse().expect("test timestamp"))
+    }
+
+    fn updates(
+        items: &[(&'static str, ConditionUpdate)],
+    ) -> BTreeMap<&'static str, ConditionUpdate> {
+        items.iter().cloned().collect()
+    }
+
+    #[test]
+    fn transition_time_changes_only_with_status() {
+        let t0 = time("2026-01-01T00:00:00Z");
+        let t1 = time("2026-01-01T01:00:00Z");
+        let first = next_status(
+            None,
+            &updates(&[(READY, ConditionUpdate::Set(ConditionSpec::ok(READY, "a")))]),
+            &VersionUpdate::Set("0.1.0".into()),
+            Some(1),
+            &t0,
+        );
+        assert_eq!(first.conditions[0].last_transition_time, t0);
+        let previous = FleetAddonConfigStatus {
+            installed_version: first.installed_version.clone(),
+            conditions: first.conditions.clone(),
+            clusters: None,
+        };
+        // Same status, new message and generation: time kept.
+        let second = next_status(
+            Some(&previous),
+            &updates(&[(READY, ConditionUpdate::Set(ConditionSpec::ok(READY, "b")))]),
+            &VersionUpdate::Keep,
+            Some(2),
+            &t1,
+        );
+        assert_eq!(second.conditions[0].last_transition_time, t0);
+        assert_eq!(second.conditions[0].message, "b");
+        assert_eq!(second.conditions[0].observed_generation, Some(2));
+        assert_eq!(second.installed_version.as_deref(), Some("0.1.0"));
+        // Status flips: time moves.
+        let third = next_status(
+            Some(&previous),
+            &updates(&[(
+                READY,
+                ConditionUpdate::Set(ConditionSpec::failed(READY, "HelmFailed", "x")),
+            )]),
+            &VersionUpdate::Remove,
+            Some(2),
+            &t1,
+        );
+        assert_eq!(third.conditions[0].last_transition_time, t1);
+        assert_eq!(third.conditions[0].status, "False");
+        assert_eq!(third.conditions[0].reason, "HelmFailed");
+        assert_eq!(third.installed_version, None);
+    }
+
+    #[test]
+    fn keep_remove_and_order() {
+        let t0 = time("2026-01-01T00:00:00Z");
+        let old = |type_: &str| Condition {
+            type_: type_.to_string(),
+            status: "True".into(),
+            reason: type_.to_string(),
+            message: "old".into(),
+            observed_generation: Some(1),
+            last_transition_time: t0.clone(),
+        };
+        let previous = FleetAddonConfigStatus {
+            installed_version: Some("0.1.0".into()),
+            conditions: vec![old(INSTALLED), old(REPO_ADD), old("ClustersImported")],
+            clusters: None,
+        };
+        let out = next_status(
+            Some(&previous),
+            &updates(&[
+                (READY, ConditionUpdate::Set(ConditionSpec::ok(READY, "r"))),
+                (INSTALLED, ConditionUpdate::Keep),
+                (REPO_ADD, ConditionUpdate::Remove),
+                (
+                    CONFIG_VALID,
+                    ConditionUpdate::Set(ConditionSpec::ok(CONFIG_VALID, "ok")),
+                ),
+                // Keep of a condition that never existed: nothing.
+                (FLAGS_UPDATE, ConditionUpdate::Keep),
+            ]),
+            &VersionUpdate::Keep,
+            Some(3),
+            &t0,
+        );
+        let types: Vec<&str> = out.conditions.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, [CONFIG_VALID, INSTALLED, READY]);
+        assert_eq!(out.conditions[1], old(INSTALLED), "kept verbatim");
+    }
+
+    #[test]
+    fn writes_only_when_owned_fields_differ() {
+        let t0 = time("2026-01-01T00:00:00Z");
+        let desired = next_status(
+            None,
+            &updates(&[(READY, ConditionUpdate::Set(ConditionSpec::ok(READY, "r")))]),
+            &VersionUpdate::Set("0.1.0".into()),
+            Some(1),
+            &t0,
+        );
+        assert!(needs_write(None, &desired));
+        let mut current = FleetAddonConfigStatus {
+            installed_version: Some("0.1.0".into()),
+            conditions: desired.conditions.clone(),
+            clusters: None,
+        };
+        assert!(!needs_write(Some(&current), &desired));
+        // Another controller's condition and counts do not matter.
+        current.conditions.push(Condition {
+            type_: "ClustersImported".into(),
+            status: "True".into(),
+            reason: "x".into(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: t0.clone(),
+        });
+        current.clusters = Some(Default::default());
+        assert!(!needs_write(Some(&current), &desired));
+        // A stale owned condition must be removed: write.
+        let mut stale = current.clone();
+        stale.conditions.push(Condition {
+            type_: REPO_ADD.into(),
+            ..current.conditions[0].clone()
+        });
+        assert!(needs_write(Some(&stale), &desired));
+        // A different version: write.
+        let mut other = current.clone();
+        other.installed_version = None;
+        assert!(needs_write(Some(&other), &desired));
+    }
+
+    #[test]
+    fn apply_body_has_only_owned_fields() {
+        let t0 = time("2026-01-01T00:00:00Z");
+        let desired = next_status(
+            None,
+            &updates(&[(READY, ConditionUpdate::Set(ConditionSpec::ok(READY, "r")))]),
+            &VersionUpdate::Remove,
+            Some(4),
+            &t0,
+        );
+        let body = apply_body("fleet-addon-config", &desired);
+        assert_eq!(
+            body,
+            serde_json::json!({
+                "apiVersion": "addons.cluster.x-k8s.io/v1alpha1",
+                "kind": "FleetAddonConfig",
+                "metadata": {"name": "fleet-addon-config"},
+                "status": {"conditions": [{
+                    "type": "Ready", "status": "True", "reason": "Ready", "message": "r",
+                    "observedGeneration": 4, "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }]},
+            })
+        );
+    }
+
+    #[test]
+    fn exponential_backoff_capped() {
+        let secs: Vec<u64> = (1..=10).map(|n| backoff(n).as_secs()).collect();
+        assert_eq!(secs, [5, 10, 20, 40, 80, 160, 300, 300, 300, 300]);
+        assert_eq!(backoff(0), Duration::from_secs(5));
+        assert_eq!(backoff(u32::MAX), BACKOFF_CAP);
+    }
+}

@@ -1,0 +1,122 @@
+//! The kustomize pieces of the runtime extension agree with each other and with the server:
+//! Service, Certificate, ExtensionConfig, manager patch, handler names in the docs.
+
+use std::path::Path;
+
+use caapf::hooks::handlers::discovery::{DISCOVER_VARIABLES, GENERATE_PATCHES, HANDLERS};
+use serde_json::Value;
+
+fn documents(relative: &str) -> Vec<Value> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| <Value as serde::Deserialize>::deserialize(doc).expect("yaml"))
+        .collect()
+}
+
+fn one(relative: &str, kind: &str) -> Value {
+    documents(relative)
+        .into_iter()
+        .find(|d| d["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} in {relative}"))
+}
+
+#[test]
+fn service_certificate_and_extension_config_agree() {
+    let service = one("config/runtime-extension/service.yaml", "Service");
+    let certificate = one("config/certmanager/certificate.yaml", "Certificate");
+    let extension = one(
+        "config/runtime-extension/extensionconfig.yaml",
+        "ExtensionConfig",
+    );
+    let patch = one(
+        "config/runtime-extension/manager_webhook_patch.yaml",
+        "Deployment",
+    );
+
+    let (name, ns) = (
+        service["metadata"]["name"].as_str().expect("name"),
+        service["metadata"]["namespace"]
+            .as_str()
+            .expect("namespace"),
+    );
+    assert!(name.starts_with("caapf-") && ns == "caapf-system");
+    assert_eq!(extension["apiVersion"], "runtime.cluster.x-k8s.io/v1alpha1");
+    assert_eq!(extension["spec"]["clientConfig"]["service"]["name"], name);
+    assert_eq!(
+        extension["spec"]["clientConfig"]["service"]["namespace"],
+        ns
+    );
+    assert_eq!(
+        extension["spec"]["clientConfig"]["service"]["port"],
+        service["spec"]["ports"][0]["port"]
+    );
+    assert!(extension["spec"]["namespaceSelector"].is_object());
+
+    let dns: Vec<&str> = certificate["spec"]["dnsNames"]
+        .as_array()
+        .expect("dnsNames")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        dns,
+        [
+            format!("{name}.{ns}.svc"),
+            format!("{name}.{ns}.svc.cluster.local")
+        ]
+    );
+    let secret = certificate["spec"]["secretName"]
+        .as_str()
+        .expect("secretName");
+    assert_eq!(
+        extension["metadata"]["annotations"]["runtime.cluster.x-k8s.io/inject-ca-from-secret"],
+        format!("{ns}/{secret}")
+    );
+
+    let container = &patch["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["name"], "manager");
+    let port = &container["ports"][0];
+    assert_eq!(port["name"], service["spec"]["ports"][0]["targetPort"]);
+    assert_eq!(
+        port["containerPort"],
+        caapf::cli::ManagerFlags::default().webhook_port
+    );
+    assert_eq!(
+        container["volumeMounts"][0]["mountPath"],
+        caapf::cli::ManagerFlags::default().webhook_cert_dir
+    );
+    assert_eq!(
+        patch["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"],
+        secret
+    );
+}
+
+#[test]
+fn the_guide_references_the_served_handlers() {
+    let guide = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/runtime-extension.md"),
+    )
+    .expect("guide");
+    let extension = one(
+        "config/runtime-extension/extensionconfig.yaml",
+        "ExtensionConfig",
+    );
+    let config_name = extension["metadata"]["name"].as_str().expect("name");
+    for field in [
+        "generatePatchesExtension",
+        "generateExtension",
+        "discoverVariablesExtension",
+    ] {
+        assert!(guide.contains(field), "{field}");
+    }
+    assert!(guide.contains(&format!("{GENERATE_PATCHES}.{config_name}")));
+    assert!(guide.contains(&format!("{DISCOVER_VARIABLES}.{config_name}")));
+    for handler in HANDLERS {
+        assert!(
+            guide.contains(&format!("`{}`", handler.name)),
+            "{}",
+            handler.name
+        );
+    }
+}

@@ -1,0 +1,564 @@
+//! The extension's HTTPS server: a client trusting the test CA gets answers over HTTP/1.1 and
+//! HTTP/2; certificates rotated on disk are served without a restart; an invalid new pair keeps
+//! the old one; missing files keep the extension not ready until they appear; plain HTTP is
+//! refused; limits and deadlines answer Failure with HTTP 200. Everything on 127.0.0.1.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use caapf::cli::ManagerFlags;
+use caapf::context::Context;
+use caapf::controllers::config_watch;
+use caapf::hooks::server::{self, READY_CHECK, ServerOptions};
+use caapf::model::config::EffectiveConfig;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_util::sync::CancellationToken;
+
+const DISCOVERY: &str = "/hooks.runtime.cluster.x-k8s.io/v1alpha1/discovery";
+
+struct Ca {
+    issuer: Issuer<'static, KeyPair>,
+    der: CertificateDer<'static>,
+}
+
+impl Ca {
+    fn new() -> Ca {
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "caapf test CA");
+        let key = KeyPair::generate().expect("key");
+        let cert = params.self_signed(&key).expect("CA");
+        Ca {
+            der: cert.der().clone(),
+            issuer: Issuer::new(params, key),
+        }
+    }
+
+    /// A serving certificate for 127.0.0.1 and the Service names, with a distinct CN.
+    fn serving(&self, common_name: &str) -> (String, String, CertificateDer<'static>) {
+        let mut params = CertificateParams::new(vec![
+            "localhost".to_string(),
+            "127.0.0.1".to_string(),
+            "caapf-webhook-service.caapf-system.svc".to_string(),
+        ])
+        .expect("params");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        let key = KeyPair::generate().expect("key");
+        let cert = params.signed_by(&key, &self.issuer).expect("sign");
+        (cert.pem(), key.serialize_pem(), cert.der().clone())
+    }
+}
+
+/// Writes the pair the way the kubelet updates a mounted Secret: new files, then renamed over.
+fn install(dir: &Path, cert: &str, key: &str) {
+    for (name, content) in [("tls.crt", cert), ("tls.key", key)] {
+        let tmp = dir.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, content).expect("write");
+        std::fs::rename(&tmp, dir.join(name)).expect("rename");
+    }
+}
+
+fn context(
+    client_url: &str,
+    config: EffectiveConfig,
+) -> (Arc<Context>, config_watch::ConfigSender) {
+    let client = kube::Client::try_from(kube::Config::new(client_url.parse().expect("url")))
+        .expect("client");
+    let (tx, rx) = config_watch::channel();
+    tx.send_replace(Some(Arc::new(config)));
+    (
+        Arc::new(Context::new(
+            client,
+            ManagerFlags::default(),
+            rx,
+            CancellationToken::new(),
+        )),
+        tx,
+    )
+}
+
+struct Server {
+    addr: SocketAddr,
+    ctx: Arc<Context>,
+    _config: config_watch::ConfigSender,
+    _dir: tempfile::TempDir,
+    dir_path: std::path::PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.ctx.shutdown.cancel();
+    }
+}
+
+async fn start(
+    ca: Option<&Ca>,
+    options: ServerOptions,
+    client_url: &str,
+    config: EffectiveConfig,
+) -> Server {
+    let dir = tempfile::tempdir().expect("tempdir");
+    if let Some(ca) = ca {
+        let (cert, key, _) = ca.serving("serving-1");
+        install(dir.path(), &cert, &key);
+    }
+    let (ctx, tx) = context(client_url, config);
+    let addr = server::serve(
+        ctx.clone(),
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        dir.path(),
+        options,
+    )
+    .await
+    .expect("serve");
+    Server {
+        addr,
+        ctx,
+        _config: tx,
+        dir_path: dir.path().to_path_buf(),
+        _dir: dir,
+    }
+}
+
+fn connector(ca: &Ca, alpn: &[&[u8]]) -> TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.der.clone()).expect("root");
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    TlsConnector::from(Arc::new(config))
+}
+
+struct Answer {
+    status: u16,
+    body: Value,
+    alpn: Option<Vec<u8>>,
+    peer: CertificateDer<'static>,
+}
+
+/// One POST over a fresh TLS connection, without a Content-Type header (as CAPI sends it).
+async fn post(addr: SocketAddr, ca: &Ca, alpn: &[&[u8]], path: &str, body: Vec<u8>) -> Answer {
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    let tls = connector(ca, alpn)
+        .connect(ServerName::try_from("localhost").expect("name"), tcp)
+        .await
+        .expect("TLS handshake");
+    let (_, session) = tls.get_ref();
+    let negotiated = session.alpn_protocol().map(<[u8]>::to_vec);
+    let peer = session
+        .peer_certificates()
+        .and_then(|certs| certs.first().cloned())
+        .expect("peer certificate")
+        .into_owned();
+    let request = hyper::Request::post(path)
+        .header("host", "localhost")
+        .body(Full::new(Bytes::from(body)))
+        .expect("request");
+    let io = TokioIo::new(tls);
+    let response = if negotiated.as_deref() == Some(b"h2") {
+        let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+            .await
+            .expect("h2 handshake");
+        tokio::spawn(conn);
+        sender.send_request(request).await.expect("h2 request")
+    } else {
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+            .await
+            .expect("http1 handshake");
+        tokio::spawn(conn);
+        sender.send_request(request).await.expect("http1 request")
+    };
+    let status = response.status().as_u16();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    Answer {
+        status,
+        body: serde_json::from_slice(&bytes)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {bytes:?}")),
+        alpn: negotiated,
+        peer,
+    }
+}
+
+fn discovery_request() -> Vec<u8> {
+    serde_json::to_vec(&json!({"apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1", "kind": "DiscoveryRequest"}))
+        .expect("json")
+}
+
+fn unused_client() -> &'static str {
+    // Never contacted by these tests (discovery and topology hooks do no I/O).
+    "http://127.0.0.1:9"
+}
+
+#[tokio::test]
+async fn a_client_trusting_the_ca_gets_answers_over_http1_and_http2() {
+    let ca = Ca::new();
+    let server = start(
+        Some(&ca),
+        ServerOptions::default(),
+        unused_client(),
+        EffectiveConfig::default(),
+    )
+    .await;
+    assert!(
+        server.ctx.readiness.pending().is_empty(),
+        "{:?}",
+        server.ctx.readiness.pending()
+    );
+    for (offer, expected) in [
+        (
+            &[b"h2".as_slice(), b"http/1.1".as_slice()][..],
+            b"h2".as_slice(),
+        ),
+        (&[b"http/1.1".as_slice()][..], b"http/1.1".as_slice()),
+    ] {
+        let answer = post(
+            server.addr,
+            &ca,
+            offer,
+            &format!("{DISCOVERY}?timeout=10s"),
+            discovery_request(),
+        )
+        .await;
+        assert_eq!(answer.alpn.as_deref(), Some(expected));
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.body["kind"], "DiscoveryResponse");
+        assert_eq!(answer.body["status"], "Success");
+        assert_eq!(answer.body["handlers"].as_array().map(Vec::len), Some(6));
+    }
+    let metrics = server.ctx.metrics.render();
+    assert!(
+        metrics.contains("caapf_hook_requests_total{hook=\"Discovery\",status=\"Success\"} 2"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn rotated_certificates_are_served_without_a_restart_and_invalid_ones_are_ignored() {
+    let ca = Ca::new();
+    let server = start(
+        Some(&ca),
+        ServerOptions::default(),
+        unused_client(),
+        EffectiveConfig::default(),
+    )
+    .await;
+    let first = post(
+        server.addr,
+        &ca,
+        &[b"http/1.1"],
+        DISCOVERY,
+        discovery_request(),
+    )
+    .await;
+
+    let (cert, key, second_der) = ca.serving("serving-2");
+    assert_ne!(first.peer, second_der);
+    install(&server.dir_path, &cert, &key);
+    let rotated = post(
+        server.addr,
+        &ca,
+        &[b"http/1.1"],
+        DISCOVERY,
+        discovery_request(),
+    )
+    .await;
+    assert_eq!(rotated.peer, second_der, "the new certificate is served");
+    assert_eq!(rotated.body["status"], "Success");
+
+    // A broken pair (a key that does not match the certificate) keeps the previous one.
+    let (cert3, _, _) = ca.serving("serving-3");
+    let (_, other_key, _) = ca.serving("unrelated");
+    install(&server.dir_path, &cert3, &other_key);
+    let kept = post(
+        server.addr,
+        &ca,
+        &[b"http/1.1"],
+        DISCOVERY,
+        discovery_request(),
+    )
+    .await;
+    assert_eq!(
+        kept.peer, second_der,
+        "the previous certificate is still served"
+    );
+    assert!(server.ctx.readiness.pending().is_empty());
+}
+
+#[tokio::test]
+async fn missing_certificates_keep_the_extension_not_ready_until_they_appear() {
+    let ca = Ca::new();
+    let server = start(
+        None,
+        ServerOptions::default(),
+        unused_client(),
+        EffectiveConfig::default(),
+    )
+    .await;
+    assert_eq!(server.ctx.readiness.pending(), [READY_CHECK]);
+    let tcp = TcpStream::connect(server.addr).await.expect("connect");
+    let refused = connector(&ca, &[b"http/1.1"])
+        .connect(ServerName::try_from("localhost").expect("name"), tcp)
+        .await;
+    assert!(refused.is_err(), "no certificate: the handshake fails");
+
+    let (cert, key, der) = ca.serving("late");
+    install(&server.dir_path, &cert, &key);
+    let answer = post(
+        server.addr,
+        &ca,
+        &[b"http/1.1"],
+        DISCOVERY,
+        discovery_request(),
+    )
+    .await;
+    assert_eq!(answer.peer, der);
+    assert!(
+        server.ctx.readiness.pending().is_empty(),
+        "ready once the files loaded"
+    );
+}
+
+#[tokio::test]
+async fn plain_http_is_refused() {
+    let ca = Ca::new();
+    let server = start(
+        Some(&ca),
+        ServerOptions::default(),
+        unused_client(),
+        EffectiveConfig::default(),
+    )
+    .await;
+    let mut tcp = TcpStream::connect(server.addr).await.expect("connect");
+    let body = String::from_utf8(discovery_request()).expect("utf-8");
+    let request = format!(
+        "POST {DISCOVERY} HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    tcp.write_all(request.as_bytes()).await.expect("write");
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "the server closes the connection");
+    assert!(
+        !answer.starts_with(b"HTTP/"),
+        "plain HTTP got an HTTP answer: {:?}",
+        String::from_utf8_lossy(&answer)
+    );
+}
+
+#[tokio::test]
+async fn bad_requests_are_http_200_failures() {
+    let ca = Ca::new();
+    let options = ServerOptions {
+        max_body_bytes: 1024,
+        ..ServerOptions::default()
+    };
+    let server = start(
+        Some(&ca),
+        options,
+        unused_client(),
+        EffectiveConfig::default(),
+    )
+    .await;
+    let prefix = "/hooks.runtime.cluster.x-k8s.io/v1alpha1";
+    let cases: Vec<(String, Vec<u8>, &str)> = vec![
+        (
+            format!("{prefix}/generatepatches/fleet-agent-bootstrap"),
+            vec![b'{'; 2048],
+            "at most 1024 bytes",
+        ),
+        (
+            format!("{prefix}/generatepatches/fleet-agent-bootstrap"),
+            b"{not json".to_vec(),
+            "not valid JSON",
+        ),
+        (
+            format!("{prefix}/afterclusterupgrade/x"),
+            b"{}".to_vec(),
+            "unknown hook",
+        ),
+        (
+            format!("{prefix}/beforeclustercreate/nope"),
+            b"{}".to_vec(),
+            "unknown handler",
+        ),
+        (
+            format!("{prefix}/discovervariables/fleet-agent-variables"),
+            br#"{"kind":"GeneratePatchesRequest"}"#.to_vec(),
+            "expected kind DiscoverVariablesRequest",
+        ),
+        (
+            "/metrics".to_string(),
+            b"{}".to_vec(),
+            "not a Runtime SDK hook path",
+        ),
+    ];
+    for (path, body, message) in cases {
+        let answer = post(server.addr, &ca, &[b"h2", b"http/1.1"], &path, body).await;
+        assert_eq!(answer.status, 200, "{path}");
+        assert_eq!(answer.body["status"], "Failure", "{path}: {}", answer.body);
+        assert!(
+            answer.body["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(message),
+            "{path}: {}",
+            answer.body
+        );
+    }
+}
+
+/// A handler that cannot finish (the API server never answers) is cut at the deadline derived
+/// from the `timeout` parameter and answered with a Failure, not left to CAPI's client timeout.
+#[tokio::test]
+async fn the_timeout_parameter_bounds_handling() {
+    let ca = Ca::new();
+    // An "API server" that accepts connections and never answers.
+    let blackhole = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", blackhole.local_addr().expect("addr"));
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = blackhole.accept().await {
+            held.push(stream);
+        }
+    });
+    let config = EffectiveConfig::from_spec(
+        &serde_yaml::from_str("cluster: {agentInitiated: true}").expect("spec"),
+    );
+    let server = start(Some(&ca), ServerOptions::default(), &url, config).await;
+    let body = serde_json::to_vec(&json!({
+        "apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1", "kind": "BeforeClusterCreateRequest",
+        "cluster": {"metadata": {"name": "c1", "namespace": "ns", "uid": "u"}},
+    }))
+    .expect("json");
+    let started = std::time::Instant::now();
+    let answer = post(
+        server.addr,
+        &ca,
+        &[b"http/1.1"],
+        "/hooks.runtime.cluster.x-k8s.io/v1alpha1/beforeclustercreate/before-cluster-create?timeout=1s",
+        body,
+    )
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.body["status"], "Failure");
+    assert!(
+        answer.body["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("did not finish within"),
+        "{}",
+        answer.body
+    );
+    assert_eq!(answer.body["retryAfterSeconds"], 0);
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+async fn readyz(port: u16) -> Option<String> {
+    let mut tcp = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    tcp.write_all(b"GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .ok()?;
+    let mut answer = Vec::new();
+    tcp.read_to_end(&mut answer).await.ok()?;
+    Some(String::from_utf8_lossy(&answer).into_owned())
+}
+
+/// Polls `/readyz` until `done` holds (bounded): the manager's readiness is only observable
+/// from outside.
+async fn wait_readyz(port: u16, done: impl Fn(&str) -> bool) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(body) = readyz(port).await
+            && done(&body)
+        {
+            return body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "/readyz never satisfied the condition"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The manager starts the extension (on every replica: no leader election involved), keeps it
+/// not ready while the certificate is missing, and serves it once the files appear.
+#[tokio::test]
+async fn the_manager_serves_the_extension() {
+    let sandbox = kube_sandbox::Sandbox::start().await;
+    let ca = Ca::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let health = free_port();
+    let webhook = free_port();
+    let flags = ManagerFlags {
+        health_probe_bind_address: format!("127.0.0.1:{health}"),
+        metrics_bind_address: "0".to_string(),
+        webhook_host: "127.0.0.1".to_string(),
+        webhook_port: webhook,
+        webhook_cert_dir: dir.path().to_string_lossy().into_owned(),
+        ..ManagerFlags::default()
+    };
+    let shutdown = CancellationToken::new();
+    let manager = tokio::spawn(caapf::manager::run_with_client(
+        sandbox.client(),
+        flags,
+        shutdown.clone(),
+    ));
+    let body = wait_readyz(health, |b| b.contains("503")).await;
+    assert!(body.contains(READY_CHECK), "{body}");
+
+    let (cert, key, der) = ca.serving("manager");
+    install(dir.path(), &cert, &key);
+    let addr = SocketAddr::from(([127, 0, 0, 1], webhook));
+    let answer = post(
+        addr,
+        &ca,
+        &[b"h2", b"http/1.1"],
+        DISCOVERY,
+        discovery_request(),
+    )
+    .await;
+    assert_eq!(answer.peer, der);
+    assert_eq!(answer.body["status"], "Success");
+    // Other checks (controllers) may still be pending; the extension's is not.
+    wait_readyz(health, |b| b.contains("200 OK") || !b.contains(READY_CHECK)).await;
+
+    shutdown.cancel();
+    let ended = tokio::time::timeout(Duration::from_secs(10), manager)
+        .await
+        .expect("the manager stops");
+    assert!(matches!(ended, Ok(Ok(()))), "{ended:?}");
+}
