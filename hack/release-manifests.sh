@@ -4,6 +4,7 @@
 #
 #   addon-components.yaml  config/default; ${CAAPF_*} variables kept for clusterctl
 #   fleet-installer.yaml   config/fleet-installer: OPTIONAL rights for installing Fleet with helm
+#   runtime-extension.yaml config/extensionconfig: OPTIONAL ExtensionConfig and the hooks' rights
 #   metadata.yaml          release series and contracts
 #
 #   hack/release-manifests.sh                 # image default ...:dev, as in config/
@@ -40,6 +41,7 @@ render() {
 mkdir -p "$out"
 render "$root/config/default" >"$out/addon-components.yaml"
 render "$root/config/fleet-installer" >"$out/fleet-installer.yaml"
+render "$root/config/extensionconfig" >"$out/runtime-extension.yaml"
 cp "$root/metadata.yaml" "$out/metadata.yaml"
 
 if [[ -n "$tag" ]]; then
@@ -61,5 +63,6 @@ check="$root/hack/check-components.py"
 echo "clusterctl variables in addon-components.yaml:"
 python3 "$check" components "$out/addon-components.yaml"
 python3 "$check" extra "$out/fleet-installer.yaml" >/dev/null
+python3 "$check" extra "$out/runtime-extension.yaml" >/dev/null
 python3 "$check" metadata "$out/metadata.yaml" --tag "$tag"
 echo "release manifests in $out"

@@ -26,7 +26,7 @@ fn service_certificate_and_extension_config_agree() {
     let service = one("config/runtime-extension/service.yaml", "Service");
     let certificate = one("config/certmanager/certificate.yaml", "Certificate");
     let extension = one(
-        "config/runtime-extension/extensionconfig.yaml",
+        "config/extensionconfig/extensionconfig.yaml",
         "ExtensionConfig",
     );
     let patch = one(
@@ -99,7 +99,7 @@ fn the_guide_references_the_served_handlers() {
     )
     .expect("guide");
     let extension = one(
-        "config/runtime-extension/extensionconfig.yaml",
+        "config/extensionconfig/extensionconfig.yaml",
         "ExtensionConfig",
     );
     let config_name = extension["metadata"]["name"].as_str().expect("name");

@@ -48,6 +48,7 @@ fn release_manifests_follow_the_clusterctl_contract() {
     for file in [
         "addon-components.yaml",
         "fleet-installer.yaml",
+        "runtime-extension.yaml",
         "metadata.yaml",
     ] {
         assert!(out.path().join(file).is_file(), "{file} missing");
@@ -296,6 +297,7 @@ fn the_deployment_runs_the_binary_as_its_flags_expect() {
         port(&defaults.health_probe_bind_address)
     );
     assert_eq!(flags.webhook_port, defaults.webhook_port);
+    assert_eq!(ports["webhook-server"], u64::from(defaults.webhook_port));
     for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
         assert_eq!(container[probe]["httpGet"]["path"], path);
         assert_eq!(container[probe]["httpGet"]["port"], "healthz");
@@ -360,6 +362,12 @@ fn the_deployment_runs_the_binary_as_its_flags_expect() {
             .expect("volume declared");
         assert!(declared.get("emptyDir").is_some(), "{volume} is writable");
     }
+    assert!(
+        mounts
+            .iter()
+            .any(|(_, path)| *path == defaults.webhook_cert_dir),
+        "the serving certificate is mounted at --webhook-cert-dir"
+    );
     assert!(container["resources"]["requests"]["memory"].is_string());
     assert!(container["resources"]["limits"]["memory"].is_string());
 

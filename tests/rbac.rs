@@ -1,14 +1,25 @@
 //! Least-privilege RBAC, proven against what the manager actually does.
 //!
-//! The controllers run against the sandbox API server through their scenarios (import of plain,
-//! classy and agent-initiated Clusters, create-only mode, templateValues references, deselection,
-//! deletion and cleanup, legacy finalizers, status, leader election and release). Every request
-//! the manager made (told apart by its User-Agent) is mapped to an RBAC (verb, group, resource,
-//! namespace) and must be allowed by the ClusterRole or the leader-election Role of
-//! `config/default`; every rule and verb of those roles must be used by some request, or be in
-//! [`ALLOWLIST`] with the code path that needs it.
+//! Three scenarios run against sandbox API servers, concurrently:
+//! - import: plain, classy and agent-initiated Clusters, create-only mode, templateValues
+//!   references, deselection, deletion and cleanup, legacy finalizers, status, leader election
+//!   and release;
+//! - Fleet installation with the real helm from a chart repository on 127.0.0.1, and Fleet
+//!   settings (inferLocal with the Endpoints fallback, a CA from a Secret);
+//! - the runtime extension's hooks (BeforeClusterCreate, -Upgrade, -Delete) called on a running
+//!   manager.
+//!
+//! Every request the manager made (told apart by its User-Agent) is mapped to an RBAC (verb,
+//! group, resource, namespace). Requests of the import and Fleet scenarios must be allowed by
+//! `config/default` (ClusterRole and leader-election Role); the hooks may also use the optional
+//! `config/extensionconfig` ClusterRole; what helm does must be allowed by the optional
+//! `config/fleet-installer`. Every rule and verb of the manager's roles and the extension role
+//! must be used by some request, or be in [`ALLOWLIST`] with the code path that needs it.
 
 mod common;
+#[allow(dead_code)]
+#[path = "fleet_common/mod.rs"]
+mod fleet_common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -134,8 +145,8 @@ fn dynamic(group: &str, kind: &str) -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1beta2", kind))
 }
 
-/// Plays every scenario; returns what the manager did.
-async fn exercise() -> Vec<Access> {
+/// Plays the import scenarios; returns the requests.
+async fn import_scenario() -> Vec<RequestRecord> {
     let mut h = Harness::new().await;
     for ns in [NAMESPACE, "team-a", "classes", "apps", "edge"] {
         h.namespace(ns, json!({})).await;
@@ -308,48 +319,309 @@ async fn exercise() -> Vec<Access> {
     .await;
     // Graceful stop: the Lease is released (an update).
     h.stop().await;
+    h.sandbox.requests().all()
+}
 
-    h.sandbox
-        .requests()
-        .all()
+/// Installs Fleet with the real helm from a local chart repository, then changes the server
+/// settings (inferLocal without EndpointSlices, then a CA from a Secret, then without
+/// spec.install, patched into Fleet's ConfigMap); returns the requests.
+async fn fleet_scenario() -> Vec<RequestRecord> {
+    use k8s_openapi::api::core::v1::Secret;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+    let repo = fleet_common::ChartRepo::start(&["0.2.0"]).await;
+    let mut h = Harness::new().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    h.sandbox.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    h.flags.helm_binary = fleet_common::helm_bin().display().to_string();
+    h.flags.helm_kubeconfig = Some(kubeconfig);
+    h.flags.helm_home = Some(dir.path().join("helm-home"));
+    // inferLocal reads the Endpoints only when no EndpointSlice names the API server.
+    Api::<EndpointSlice>::namespaced(h.client.clone(), "default")
+        .delete("kubernetes", &Default::default())
+        .await
+        .expect("delete the kubernetes EndpointSlice");
+    h.start().await;
+
+    h.config(&format!(
+        "install: {{version: 0.2.0, repository: \"{}\"}}\nconfig: {{server: {{inferLocal: true}}}}",
+        repo.url()
+    ))
+    .await;
+    let client = h.client.clone();
+    let ready = |generation: i64| {
+        let client = client.clone();
+        async move { ready_for(client, generation).await }
+    };
+    eventually("Fleet installed with inferLocal settings", || ready(1)).await;
+
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "fleet-ca", "namespace": "default"},
+        "stringData": {"ca.crt": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"},
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(h.client.clone(), "default")
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("CA secret");
+    h.config(&format!(
+        "install: {{version: 0.2.0, repository: \"{}\"}}\nconfig: {{server: {{custom: {{apiServerUrl: \"https://fleet.example.com\", apiServerCaConfigRef: {{kind: Secret, name: fleet-ca, namespace: default}}}}}}}}",
+        repo.url()
+    ))
+    .await;
+    eventually("custom server settings with a Secret CA", || ready(2)).await;
+    // Fleet managed by someone else from now on: the settings go into Fleet's own ConfigMap.
+    h.config("config: {server: {custom: {apiServerUrl: \"https://other.example.com\"}}}")
+        .await;
+    eventually("settings patched into fleet-controller", || ready(3)).await;
+    h.stop().await;
+    h.sandbox.requests().all()
+}
+
+/// `Ready=True` for `generation`.
+async fn ready_for(client: kube::Client, generation: i64) -> Option<()> {
+    let config: Option<caapf::api::FleetAddonConfig> = Api::all(client)
+        .get_opt("fleet-addon-config")
+        .await
+        .expect("config");
+    let config = config?;
+    let condition = fleet_common::condition(&config, "Ready")?;
+    (condition.status == "True" && condition.observed_generation == Some(generation)).then_some(())
+}
+
+/// Calls the lifecycle hooks on a running manager (the test plays Fleet); returns the requests.
+async fn hooks_scenario() -> Vec<RequestRecord> {
+    use caapf::hooks::handlers;
+    use caapf::hooks::types::Hook;
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+
+    let mut h = Harness::new().await;
+    for ns in ["team-a", "cattle-fleet-system", "cluster-team-a-c1"] {
+        h.namespace(ns, json!({})).await;
+    }
+    h.class("team-a", "quick-start", json!({})).await;
+    h.config(
+        "cluster: {agentInitiated: true, setOwnerReferences: true}\n\
+         runtimeExtension: {beforeClusterUpgrade: {waitForBundlesReady: true}}",
+    )
+    .await;
+    let created = h
+        .cluster(
+            "team-a",
+            json!({"metadata": {"name": "c1"}, "spec": {"topology": {
+                "classRef": {"name": "quick-start", "namespace": "team-a"}, "version": "v1.33.1"}}}),
+        )
+        .await;
+    h.start().await;
+    let manager = h.manager.as_ref().expect("manager");
+    let mut cluster = serde_json::to_value(&created).expect("json");
+    if let Some(meta) = cluster["metadata"].as_object_mut() {
+        meta.remove("managedFields");
+    }
+    let call = |hook: Hook| {
+        let body = serde_json::to_vec(&json!({
+            "apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1",
+            "kind": hook.request_kind(),
+            "settings": {},
+            "cluster": cluster.clone(),
+            "fromKubernetesVersion": "v1.33.1",
+            "toKubernetesVersion": "v1.34.0",
+        }))
+        .expect("json");
+        let ctx = manager.ctx.clone();
+        async move { handlers::handle(&ctx, hook, &body).await }
+    };
+    eventually("the configuration is read", || async {
+        manager
+            .ctx
+            .config()
+            .filter(|c| c.cluster.is_some())
+            .map(|_| ())
+    })
+    .await;
+    // First call: the Fleet Cluster and the token are created; Fleet has not issued it yet.
+    call(Hook::BeforeClusterCreate).await;
+    // The test plays Fleet: the token's Secret and status, and the fleet-controller ConfigMap.
+    let values = "clusterNamespace: team-a\napiServerURL: https://fleet.example.com:6443\napiServerCA: |\n  -----BEGIN CERTIFICATE-----\n  MIIB\n  -----END CERTIFICATE-----\ntoken: sa-token-value\n";
+    let token_secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "c1", "namespace": "team-a"},
+        "type": "fleet.cattle.io/cluster-registration-values",
+        "stringData": {"values": values},
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(h.client.clone(), "team-a")
+        .create(&PostParams::default(), &token_secret)
+        .await
+        .expect("token secret");
+    let tokens: Api<DynamicObject> = Api::namespaced_with(
+        h.client.clone(),
+        "team-a",
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "fleet.cattle.io",
+            "v1alpha1",
+            "ClusterRegistrationToken",
+        )),
+    );
+    eventually("the hook created the token", || async {
+        tokens.get_opt("c1").await.expect("get").map(|_| ())
+    })
+    .await;
+    tokens
+        .patch_status(
+            "c1",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"secretName": "c1", "expires": "2030-01-01T00:00:00Z"}}),
+            ),
+        )
+        .await
+        .expect("token status");
+    let controller_config = |image: &str| -> ConfigMap {
+        serde_json::from_value(json!({
+            "metadata": {"name": "fleet-controller", "namespace": "cattle-fleet-system"},
+            "data": {"config": format!("{{\"agentImage\":\"{image}\",\"apiServerURL\":\"https://fleet.example.com:6443\"}}")},
+        }))
+        .expect("configmap")
+    };
+    let config_maps: Api<ConfigMap> = Api::namespaced(h.client.clone(), "cattle-fleet-system");
+    config_maps
+        .create(
+            &PostParams::default(),
+            &controller_config("rancher/fleet-agent:v0.13.1"),
+        )
+        .await
+        .expect("fleet-controller");
+    // Creates the bootstrap Secret; after a Fleet upgrade, updates it.
+    call(Hook::BeforeClusterCreate).await;
+    config_maps
+        .replace("fleet-controller", &PostParams::default(), &{
+            let mut cm = controller_config("rancher/fleet-agent:v0.14.0");
+            cm.metadata.resource_version = config_maps
+                .get("fleet-controller")
+                .await
+                .expect("cm")
+                .metadata
+                .resource_version;
+            cm
+        })
+        .await
+        .expect("fleet upgraded");
+    call(Hook::BeforeClusterCreate).await;
+    // Upgrade gate: the registered Fleet Cluster's BundleDeployments are listed.
+    Api::<DynamicObject>::namespaced_with(
+        h.client.clone(),
+        "team-a",
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "fleet.cattle.io",
+            "v1alpha1",
+            "Cluster",
+        )),
+    )
+    .patch_status(
+        "c1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"namespace": "cluster-team-a-c1"}})),
+    )
+    .await
+    .expect("registered");
+    call(Hook::BeforeClusterUpgrade).await;
+    call(Hook::BeforeClusterDelete).await;
+    h.stop().await;
+    h.sandbox.requests().all()
+}
+
+fn role_rules(objects: &[Value], kind: &str, name: &str, origin: &'static str) -> Vec<Rule> {
+    rules(find(objects, kind, name), origin)
+}
+
+fn denied<'a>(accesses: &'a [Access], rules: &[&Rule]) -> BTreeSet<&'a Access> {
+    accesses
         .iter()
-        .filter(|r| from_manager(r))
-        .map(access)
+        .filter(|a| !rules.iter().any(|rule| matches(rule, a)))
         .collect()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_manager_needs_exactly_the_rights_it_is_given() {
     let objects = kustomize("config/default");
-    let cluster_role = find(&objects, "ClusterRole", "caapf-manager-role");
     let role = find(&objects, "Role", "caapf-leader-election-role");
     assert_eq!(role["metadata"]["namespace"], NAMESPACE);
-    let mut all_rules = rules(cluster_role, "ClusterRole");
-    all_rules.extend(rules(role, "Role"));
-
-    let accesses = exercise().await;
-    assert!(
-        accesses.len() > 50,
-        "too few requests recorded: {accesses:?}"
+    let manager = role_rules(&objects, "ClusterRole", "caapf-manager-role", "ClusterRole");
+    let leader = rules(role, "Role");
+    let extension = role_rules(
+        &kustomize("config/extensionconfig"),
+        "ClusterRole",
+        "caapf-runtime-extension-role",
+        "ExtensionRole",
+    );
+    let installer = role_rules(
+        &kustomize("config/fleet-installer"),
+        "ClusterRole",
+        "caapf-fleet-installer",
+        "InstallerRole",
     );
 
-    // (a) Everything the manager did is allowed.
-    let denied: BTreeSet<&Access> = accesses
-        .iter()
-        .filter(|a| !all_rules.iter().any(|rule| matches(rule, a)))
-        .collect();
+    let (import, fleet, hooks) =
+        tokio::join!(import_scenario(), fleet_scenario(), hooks_scenario());
+    let ours = |records: &[RequestRecord]| -> Vec<Access> {
+        records
+            .iter()
+            .filter(|r| from_manager(r))
+            .map(access)
+            .collect()
+    };
+    let (import, helm, fleet, hooks) = (
+        ours(&import),
+        fleet
+            .iter()
+            .filter(|r| r.user_agent.starts_with("Helm/"))
+            .map(access)
+            .collect::<Vec<_>>(),
+        ours(&fleet),
+        ours(&hooks),
+    );
+    assert!(import.len() > 50, "too few import requests: {import:?}");
     assert!(
-        denied.is_empty(),
-        "requests the roles do not allow: {denied:#?}"
+        fleet
+            .iter()
+            .any(|a| a.resource == "fleetaddonconfigs/status")
+    );
+    assert!(!helm.is_empty(), "helm made no requests");
+    assert!(
+        hooks
+            .iter()
+            .any(|a| a.resource == "secrets" && a.verb == "create")
+    );
+
+    // (a) Everything the manager did is allowed: by the default install, plus the extension's
+    // role for the hooks; helm by the manager's role plus the installer's.
+    let default_rules: Vec<&Rule> = manager.iter().chain(&leader).collect();
+    let mut problems = Vec::new();
+    for (scenario, accesses, extra) in [
+        ("import", &import, Vec::new()),
+        ("fleet", &fleet, Vec::new()),
+        ("hooks", &hooks, extension.iter().collect::<Vec<_>>()),
+        ("helm", &helm, installer.iter().collect::<Vec<_>>()),
+    ] {
+        let allowed: Vec<&Rule> = default_rules.iter().copied().chain(extra).collect();
+        for access in denied(accesses, &allowed) {
+            problems.push(format!("{scenario}: {access:?}"));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "requests the roles do not allow: {problems:#?}"
     );
 
     // (b) Every rule and verb is used, or allowlisted with a reason.
+    let all: Vec<Access> = import.iter().chain(&fleet).chain(&hooks).cloned().collect();
     let mut unused = Vec::new();
-    for rule in &all_rules {
+    for rule in manager.iter().chain(&leader).chain(&extension) {
         for group in &rule.groups {
             for resource in &rule.resources {
                 for verb in &rule.verbs {
-                    let used = accesses.iter().any(|a| {
+                    let used = all.iter().any(|a| {
                         a.verb == verb
                             && a.group == *group
                             && (resource == "*" || a.resource == *resource)
@@ -373,9 +645,7 @@ async fn the_manager_needs_exactly_the_rights_it_is_given() {
         "infrastructure.cluster.x-k8s.io",
     ] {
         assert!(
-            accesses
-                .iter()
-                .any(|a| a.group == group && a.verb == "watch"),
+            import.iter().any(|a| a.group == group && a.verb == "watch"),
             "no watch in {group}"
         );
     }
@@ -444,4 +714,16 @@ fn bindings_name_the_deployment_service_account_and_never_cluster_admin() {
     assert_eq!(binding["subjects"][0]["namespace"], NAMESPACE);
     find(&installer, "ClusterRole", "caapf-fleet-installer");
     assert!(installer.iter().all(|o| o["kind"] != "Namespace"));
+    // So does the optional runtime extension's.
+    let extension = kustomize("config/extensionconfig");
+    let binding = find(
+        &extension,
+        "ClusterRoleBinding",
+        "caapf-runtime-extension-rolebinding",
+    );
+    assert_eq!(binding["roleRef"]["name"], "caapf-runtime-extension-role");
+    assert_eq!(binding["subjects"][0]["name"], account);
+    assert_eq!(binding["subjects"][0]["namespace"], NAMESPACE);
+    find(&extension, "ExtensionConfig", "caapf");
+    assert!(extension.iter().all(|o| o["kind"] != "Namespace"));
 }
