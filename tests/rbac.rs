@@ -17,7 +17,6 @@
 //! must be used by some request, or be in [`ALLOWLIST`] with the code path that needs it.
 
 mod common;
-#[allow(dead_code)]
 #[path = "fleet_common/mod.rs"]
 mod fleet_common;
 
