@@ -352,13 +352,18 @@ pub fn capi() -> Vec<Value> {
             ]),
             capi_labels(),
         ),
-        finish(
-            ExtensionConfig::crd(),
-            &["ext"],
-            &["cluster-api"],
-            json!([age()]),
-            capi_labels(),
-        ),
+        {
+            // CAPI v1.11+ also serves the deprecated v1alpha1 (what providers ship for v1.10).
+            let mut extension = finish(
+                ExtensionConfig::crd(),
+                &["ext"],
+                &["cluster-api"],
+                json!([age()]),
+                capi_labels(),
+            );
+            add_version(&mut extension, "v1alpha1", false, &json!([age()]));
+            extension
+        },
     ];
     for crd in rest.iter_mut() {
         capi_list_markers(crd, &[]);
