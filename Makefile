@@ -5,7 +5,7 @@ HELM_BIN ?= $(CURDIR)/bin/helm
 HELM3_BIN ?= $(CURDIR)/bin/helm3
 export HELM_BIN HELM3_BIN
 
-.PHONY: test tools lint unit generate crd build playground bench clean
+.PHONY: test tools lint unit generate crd build playground bench release-manifests clean
 
 ## test: install tools, check formatting and lints, run every test in the workspace
 test: tools lint unit
@@ -31,6 +31,11 @@ unit:
 ## generate: regenerate checked-in manifests from the code
 generate:
 	$(CARGO) run --quiet --locked -- crd > config/crd/bases/addons.cluster.x-k8s.io_fleetaddonconfigs.yaml
+	cp config/crd/bases/addons.cluster.x-k8s.io_fleetaddonconfigs.yaml charts/cluster-api-addon-provider-fleet/files/fleetaddonconfigs.yaml
+
+## release-manifests: clusterctl release assets into _out/ (TAG=vX.Y.Z sets the image tag), checked
+release-manifests:
+	hack/release-manifests.sh $(if $(TAG),--tag $(TAG))
 
 ## playground: run the provider against the sandbox API server with example CAPI objects
 playground:
