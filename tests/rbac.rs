@@ -48,6 +48,21 @@ const ALLOWLIST: &[(&str, &str, &str, &str, &str)] = &[
          within its cache window; scenarios usually, but not reliably, repeat one",
     ),
     (
+        "ClusterRole",
+        "cluster.x-k8s.io",
+        "clusters",
+        "get",
+        "`caapf cleanup` (run in the pod before uninstalling) re-reads a Cluster whose finalizer \
+         patch conflicted (src/cleanup.rs); list/watch already allow reading every Cluster",
+    ),
+    (
+        "ClusterRole",
+        "fleet.cattle.io",
+        "clustergroups",
+        "get",
+        "`caapf cleanup`, as for Clusters (CAAPF's legacy finalizer on ClusterGroups)",
+    ),
+    (
         "Role",
         "events.k8s.io",
         "events",
@@ -318,6 +333,18 @@ async fn import_scenario() -> Vec<RequestRecord> {
     .await;
     // Graceful stop: the Lease is released (an update).
     h.stop().await;
+    // `caapf cleanup`, as run in the pod before uninstalling (the manager's identity), with a
+    // finalizer left behind.
+    h.merge_cluster(
+        "team-a",
+        "c1",
+        json!({"metadata": {"finalizers": [names::FINALIZER]}}),
+    )
+    .await;
+    let removed = caapf::cleanup::run(&h.manager_client().await)
+        .await
+        .expect("cleanup");
+    assert!(removed.clusters >= 1, "{removed:?}");
     h.sandbox.requests().all()
 }
 
