@@ -429,3 +429,60 @@ where
 fn the_lease_name_is_the_flag_default() {
     assert_eq!(ManagerFlags::default().leader_election_id, LEASE_NAME);
 }
+
+/// The binary as Kubernetes runs it: SIGTERM makes the leader release its Lease and exit 0.
+#[tokio::test]
+async fn sigterm_releases_the_lease_and_exits_cleanly() {
+    let h = setup().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    h.sandbox.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_caapf"))
+        .args([
+            "--leader-elect",
+            "--leader-elect-lease-duration=30s",
+            "--leader-elect-renew-deadline=20s",
+            "--leader-elect-retry-period=1s",
+            "--metrics-bind-address=0",
+            "--health-probe-bind-address=0",
+            "--webhook-host=127.0.0.1",
+            "--webhook-port=0",
+        ])
+        .env("KUBECONFIG", &kubeconfig)
+        .env("POD_NAME", "caapf-controller-manager-abc")
+        .env("POD_NAMESPACE", LEASE_NAMESPACE)
+        .env_remove("RUST_LOG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .kill_on_drop(true)
+        .spawn()
+        .expect("caapf starts");
+    let held = eventually("the binary holds the Lease", || async {
+        lease(&h)
+            .await
+            .and_then(|l| holder(&l))
+            .filter(|holder| holder.starts_with("caapf-controller-manager-abc_"))
+    })
+    .await;
+    eventually("and reconciles", || h.fleet_cluster("fleet", "c1")).await;
+
+    let pid = child.id().expect("pid").to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    let exit = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("exits after SIGTERM")
+        .expect("wait");
+    assert!(exit.success(), "{exit:?}");
+    let released = lease(&h).await.expect("lease");
+    assert_eq!(holder(&released), None, "{held} released the Lease");
+    assert_eq!(
+        released
+            .spec
+            .as_ref()
+            .and_then(|s| s.lease_duration_seconds),
+        Some(1)
+    );
+}

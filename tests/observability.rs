@@ -3,6 +3,8 @@
 //! for leaders and followers, and every registered metric is documented.
 
 mod common;
+#[path = "fleet_common/mod.rs"]
+mod fleet_common;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -65,8 +67,77 @@ fn label_values(text: &str) -> BTreeSet<String> {
     values
 }
 
-#[tokio::test]
+/// A CA and a serving certificate for 127.0.0.1 (the runtime extension's TLS).
+struct Certificates {
+    dir: tempfile::TempDir,
+    ca: rustls::pki_types::CertificateDer<'static>,
+}
+
+fn certificates() -> Certificates {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().expect("key");
+    let ca = params.self_signed(&ca_key).expect("CA");
+    let issuer = Issuer::new(params, ca_key);
+    let key = KeyPair::generate().expect("key");
+    let serving = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+        .expect("params")
+        .signed_by(&key, &issuer)
+        .expect("sign");
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("tls.crt"), serving.pem()).expect("write");
+    std::fs::write(dir.path().join("tls.key"), key.serialize_pem()).expect("write");
+    Certificates {
+        dir,
+        ca: ca.der().clone(),
+    }
+}
+
+/// POSTs `body` to the runtime extension over TLS (HTTP/1.1); returns the status code.
+async fn post_hook(
+    addr: SocketAddr,
+    ca: &rustls::pki_types::CertificateDer<'static>,
+    path: &str,
+    body: &str,
+) -> u16 {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.clone()).expect("root");
+    let mut config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(
+            rustls::pki_types::ServerName::try_from("localhost").expect("name"),
+            tcp,
+        )
+        .await
+        .expect("TLS handshake");
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    tls.write_all(request.as_bytes()).await.expect("write");
+    let mut response = Vec::new();
+    // The server may close without a TLS close_notify; what was read is enough.
+    let _ = tls.read_to_end(&mut response).await;
+    String::from_utf8_lossy(&response)
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_are_scraped_over_http_with_the_documented_series() {
+    let repo = fleet_common::ChartRepo::start(&["0.2.0"]).await;
+    let certs = certificates();
     let mut h = Harness::new().await;
     h.namespace("caapf-system", json!({})).await;
     h.namespace("team-a", json!({})).await;
@@ -80,15 +151,29 @@ async fn metrics_are_scraped_over_http_with_the_documented_series() {
         rules: vec![rule],
         ..Default::default()
     });
-    h.flags = served(&h.flags);
-    h.flags.leader_elect = true;
-    h.flags.leader_election_namespace = Some("caapf-system".into());
+    let helm_dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = helm_dir.path().join("kubeconfig");
+    h.sandbox.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    h.flags = ManagerFlags {
+        leader_elect: true,
+        leader_election_namespace: Some("caapf-system".into()),
+        webhook_cert_dir: certs.dir.path().to_string_lossy().into_owned(),
+        helm_binary: fleet_common::helm_bin().display().to_string(),
+        helm_kubeconfig: Some(kubeconfig),
+        helm_home: Some(helm_dir.path().join("home")),
+        ..served(&h.flags)
+    };
     h.start().await;
-    let metrics_addr = h
+    let (metrics_addr, webhook_addr) = h
         .manager
         .as_ref()
-        .and_then(|m| m.metrics_address)
-        .expect("metrics address");
+        .map(|m| {
+            (
+                m.metrics_address.expect("metrics address"),
+                m.webhook_address,
+            )
+        })
+        .expect("manager");
     eventually("a failed reconcile is counted", || async {
         let (_, text) = http_get(metrics_addr, "/metrics").await;
         sample(
@@ -100,6 +185,30 @@ async fn metrics_are_scraped_over_http_with_the_documented_series() {
     .await;
     h.sandbox.clear_faults();
     eventually("imported", || h.fleet_cluster("team-a", "c1")).await;
+
+    // helm installs Fleet; the runtime extension answers a discovery call.
+    h.config(&format!(
+        "cluster: {{patchResource: true, setOwnerReferences: true}}\ninstall: {{version: 0.2.0, repository: \"{}\"}}",
+        repo.url()
+    ))
+    .await;
+    eventually("Fleet installed", || async {
+        let config: Option<caapf::api::FleetAddonConfig> = kube::Api::all(h.client.clone())
+            .get_opt("fleet-addon-config")
+            .await
+            .expect("config");
+        let installed = config?.status?.installed_version?;
+        (installed == "0.2.0").then_some(())
+    })
+    .await;
+    let status = post_hook(
+        webhook_addr,
+        &certs.ca,
+        "/hooks.runtime.cluster.x-k8s.io/v1alpha1/discovery",
+        r#"{"apiVersion":"hooks.runtime.cluster.x-k8s.io/v1alpha1","kind":"DiscoveryRequest"}"#,
+    )
+    .await;
+    assert_eq!(status, 200);
 
     let text = eventually("the imported-cluster gauge", || async {
         let (code, text) = http_get(metrics_addr, "/metrics").await;
@@ -117,11 +226,24 @@ async fn metrics_are_scraped_over_http_with_the_documented_series() {
             1.0,
         ),
         (
+            "caapf_controller_reconciliations_total{controller=\"fleet-config\"}",
+            1.0,
+        ),
+        (
             "caapf_controller_reconcile_duration_seconds_count{controller=\"cluster\"}",
             2.0,
         ),
         (
             "caapf_controller_reconcile_duration_seconds_bucket{le=\"+Inf\",controller=\"cluster\"}",
+            2.0,
+        ),
+        (
+            "caapf_hook_requests_total{hook=\"Discovery\",status=\"Success\"}",
+            1.0,
+        ),
+        ("caapf_hook_duration_seconds_count{hook=\"Discovery\"}", 1.0),
+        (
+            "caapf_helm_operations_total{operation=\"install\",outcome=\"success\"}",
             2.0,
         ),
         ("caapf_selected_clusters", 1.0),
@@ -136,7 +258,13 @@ async fn metrics_are_scraped_over_http_with_the_documented_series() {
     }
     // No object name or namespace is ever a label value.
     let values = label_values(&text);
-    for name in ["c1", "team-a", "caapf-system", "fleet-addon-config"] {
+    for name in [
+        "c1",
+        "team-a",
+        "caapf-system",
+        "fleet-addon-config",
+        "cattle-fleet-system",
+    ] {
         assert!(!values.contains(name), "{name} used as a label value");
     }
     h.stop().await;
