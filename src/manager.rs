@@ -232,9 +232,12 @@ async fn lead(
         let token = shutdown.child_token();
         let mut tasks = spawn_leader_tasks(Arc::new(ctx.with_shutdown(token.clone())));
         let ended = tokio::select! {
+            biased;
             () = shutdown.cancelled() => None,
             Some(ended) = tasks.join_next() => Some(ended),
         };
+        // A task that ended because the stop signal came is not a failure.
+        let ended = ended.filter(|_| !shutdown.is_cancelled());
         token.cancel();
         drain(&mut tasks, GRACEFUL_STOP).await;
         set_leading(&ctx, &leading, false);
@@ -258,8 +261,14 @@ async fn lead(
     let token = shutdown.child_token();
     let mut tasks = spawn_leader_tasks(Arc::new(ctx.with_shutdown(token.clone())));
     let outcome = tokio::select! {
+        biased;
         renewal = elector.renew(&shutdown) => Ok(renewal),
         Some(ended) = tasks.join_next() => Err(ended),
+    };
+    // A task that ended because the stop signal came is not a failure: stop gracefully.
+    let outcome = match outcome {
+        Err(_) if shutdown.is_cancelled() => Ok(Renewal::Stopped),
+        other => other,
     };
     token.cancel();
     match outcome {

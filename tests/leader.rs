@@ -486,3 +486,38 @@ async fn sigterm_releases_the_lease_and_exits_cleanly() {
         Some(1)
     );
 }
+
+/// The stop signal ends the leader tasks and the leadership task at the same moment; that is a
+/// clean stop, never reported as a failed task (with and without leader election).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_is_never_reported_as_a_failure() {
+    let h = setup().await;
+    for leader_elect in [false, true] {
+        let flags = if leader_elect {
+            elect(
+                &h.flags,
+                Duration::from_secs(4),
+                Duration::from_secs(3),
+                Duration::from_millis(200),
+            )
+        } else {
+            h.flags.clone()
+        };
+        for _ in 0..5 {
+            let shutdown = CancellationToken::new();
+            let manager = Manager::start(h.manager_client().await, flags.clone(), shutdown.clone())
+                .await
+                .expect("manager starts");
+            let mut leading = manager.leadership();
+            tokio::time::timeout(Duration::from_secs(10), leading.wait_for(|l| *l))
+                .await
+                .expect("leads")
+                .expect("channel");
+            shutdown.cancel();
+            let result = tokio::time::timeout(Duration::from_secs(10), manager.wait())
+                .await
+                .expect("stops");
+            assert!(result.is_ok(), "leader_elect={leader_elect}: {result:?}");
+        }
+    }
+}

@@ -30,6 +30,12 @@ use output::{ChartInfo, HelmMajor, ReleaseInfo};
 /// and caches on disk, and two concurrent operations on a release fail or corrupt it.
 static HELM_LOCK: Mutex<()> = Mutex::const_new(());
 
+/// Resolves once no helm command is running in this process. Commands do not start after their
+/// [`Helm::stop_when`] signal, so after it this waits at most for the one running.
+pub async fn idle() {
+    drop(HELM_LOCK.lock().await);
+}
+
 /// Default time after which a helm process is killed.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 

@@ -144,13 +144,20 @@ pub async fn run(ctx: Arc<Context>) {
                 tracing::debug!(%err, "reconcile finished with an error");
             }
         });
+    // On shutdown, a running helm command may finish (bounded); nothing else is waited for
+    // (a reconcile between commands starts no new one, and its steps are redone next time).
     let grace = async {
         ctx.shutdown.cancelled().await;
-        tokio::time::sleep(SHUTDOWN_GRACE).await;
+        if tokio::time::timeout(SHUTDOWN_GRACE, crate::helm::idle())
+            .await
+            .is_err()
+        {
+            tracing::warn!("helm still running at shutdown; stopped");
+        }
     };
     tokio::select! {
         () = controller => {}
-        () = grace => tracing::warn!("helm still running at shutdown; stopped"),
+        () = grace => {}
     }
     watches.abort();
 }
