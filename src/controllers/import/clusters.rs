@@ -153,6 +153,7 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
     match decision {
         Decision::Paused { .. } | Decision::Hold | Decision::Ignore => Ok(Action::await_change()),
         Decision::Cleanup => {
+            let live = confirm_absent(live, &fleet_clusters, &fleet_name).await?;
             cleanup(&view, live.as_deref(), &fleet_clusters, ctx).await?;
             remove_finalizer(&clusters, cluster).await?;
             Ok(Action::await_change())
@@ -160,6 +161,11 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
         Decision::Release {
             delete_fleet_cluster,
         } => {
+            let live = if delete_fleet_cluster {
+                confirm_absent(live, &fleet_clusters, &fleet_name).await?
+            } else {
+                live
+            };
             if delete_fleet_cluster && live.is_some() {
                 delete_if_exists(&fleet_clusters, &fleet_name).await?;
                 delete_token(&view, ctx).await?;
@@ -225,6 +231,20 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
             }
             Ok(Action::requeue(ctx.base.flags.sync_period))
         }
+    }
+}
+
+/// The cached Fleet Cluster, or, when the cache has none, what the API server has: the cache
+/// may not have seen a Fleet Cluster created moments ago, and a deletion decided from it would
+/// leave that Fleet Cluster orphaned.
+async fn confirm_absent(
+    cached: Option<Arc<FleetCluster>>,
+    api: &Api<FleetCluster>,
+    name: &str,
+) -> Result<Option<Arc<FleetCluster>>> {
+    match cached {
+        Some(live) => Ok(Some(live)),
+        None => Ok(api.get_opt(name).await?.map(Arc::new)),
     }
 }
 
@@ -298,10 +318,14 @@ async fn cleanup(
     delete_token(view, ctx).await
 }
 
+/// Deletes the registration token, if there is one (asking the API server when the cache has
+/// none, as [`confirm_absent`] does) — only tokens of agent-initiated Clusters exist.
 async fn delete_token(view: &ClusterView, ctx: &ImportContext) -> Result<()> {
-    if ctx.stores.token(&view.namespace, &view.name).is_some() {
-        let tokens: Api<ClusterRegistrationToken> =
-            Api::namespaced(ctx.base.client.clone(), &view.namespace);
+    let tokens: Api<ClusterRegistrationToken> =
+        Api::namespaced(ctx.base.client.clone(), &view.namespace);
+    if ctx.stores.token(&view.namespace, &view.name).is_some()
+        || tokens.get_metadata_opt(&view.name).await?.is_some()
+    {
         delete_if_exists(&tokens, &view.name).await?;
     }
     Ok(())
