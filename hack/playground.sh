@@ -29,7 +29,7 @@ pids=()
 stop() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap 'stop; exit 1' ERR INT TERM
 
-"$SANDBOX_BIN" --addr 127.0.0.1:0 --kubeconfig "$kubeconfig" >"$dir/sandbox.log" 2>&1 &
+"$SANDBOX_BIN" --addr 127.0.0.1:0 --kubeconfig "$kubeconfig" --validate >"$dir/sandbox.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 300); do
   grep -q "kube-sandbox listening on" "$dir/sandbox.log" 2>/dev/null && break

@@ -86,49 +86,91 @@ where
     }
 }
 
-/// Adds our finalizer, guarded by the object's resourceVersion (a concurrent change makes the
-/// patch fail and the reconcile is retried).
+/// Adds our finalizer, guarded by the object's resourceVersion. The cached object may be behind
+/// our own last write: when the guard fails, the object is read again and the patch retried.
 pub async fn add_finalizer<K>(api: &Api<K>, object: &K) -> Result<()>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
-    let name = object.meta().name.clone().unwrap_or_default();
-    let mut ops = vec![test_resource_version(object)];
-    match &object.meta().finalizers {
-        Some(list) if !list.is_empty() => ops.push(json!({
-            "op": "add", "path": "/metadata/finalizers/-", "value": names::FINALIZER
-        })),
-        _ => ops.push(json!({
-            "op": "add", "path": "/metadata/finalizers", "value": [names::FINALIZER]
-        })),
-    }
-    json_patch(api, &name, ops).await
+    with_fresh_retry(api, object, |current| {
+        if current
+            .meta()
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == names::FINALIZER)
+        {
+            return None;
+        }
+        let mut ops = vec![test_resource_version(current)];
+        match &current.meta().finalizers {
+            Some(list) if !list.is_empty() => ops.push(json!({
+                "op": "add", "path": "/metadata/finalizers/-", "value": names::FINALIZER
+            })),
+            _ => ops.push(json!({
+                "op": "add", "path": "/metadata/finalizers", "value": [names::FINALIZER]
+            })),
+        }
+        Some(ops)
+    })
+    .await
 }
 
-/// Removes our finalizer (a no-op when it is not there), guarded by the resourceVersion.
+/// Removes our finalizer (a no-op when it is not there), guarded by the resourceVersion and
+/// retried on a fresh read like [`add_finalizer`].
 pub async fn remove_finalizer<K>(api: &Api<K>, object: &K) -> Result<()>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
+    with_fresh_retry(api, object, |current| {
+        let index = current
+            .meta()
+            .finalizers
+            .iter()
+            .flatten()
+            .position(|f| f == names::FINALIZER)?;
+        Some(vec![
+            test_resource_version(current),
+            json!({"op": "remove", "path": format!("/metadata/finalizers/{index}")}),
+        ])
+    })
+    .await
+}
+
+/// Applies the JSON patch `ops(object)` computes (`None`: nothing to do); when its
+/// resourceVersion guard fails (our view was stale), reads the object again and retries, a few
+/// times. A vanished object needs no patch.
+async fn with_fresh_retry<K>(
+    api: &Api<K>,
+    object: &K,
+    ops: impl Fn(&K) -> Option<Vec<Value>>,
+) -> Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    const ATTEMPTS: usize = 4;
     let name = object.meta().name.clone().unwrap_or_default();
-    let Some(index) = object
-        .meta()
-        .finalizers
-        .iter()
-        .flatten()
-        .position(|f| f == names::FINALIZER)
-    else {
-        return Ok(());
-    };
-    let ops = vec![
-        test_resource_version(object),
-        json!({"op": "remove", "path": format!("/metadata/finalizers/{index}")}),
-    ];
-    match json_patch(api, &name, ops).await {
-        // Gone already: nothing holds it.
-        Err(Error::Kube(kube::Error::Api(status))) if status.code == 404 => Ok(()),
-        other => other,
+    let mut current = object.clone();
+    for attempt in 1..=ATTEMPTS {
+        let Some(patch) = ops(&current) else {
+            return Ok(());
+        };
+        match json_patch(api, &name, patch).await {
+            Ok(()) => return Ok(()),
+            Err(Error::Kube(kube::Error::Api(status))) if status.code == 404 => return Ok(()),
+            // 422: the `test` of the resourceVersion failed; 409: a conflicting write.
+            Err(Error::Kube(kube::Error::Api(status)))
+                if (status.code == 422 || status.code == 409) && attempt < ATTEMPTS =>
+            {
+                match api.get_opt(&name).await? {
+                    Some(fresh) => current = fresh,
+                    None => return Ok(()),
+                }
+            }
+            Err(err) => return Err(err),
+        }
     }
+    Ok(())
 }
 
 fn test_resource_version<K: Resource>(object: &K) -> Value {

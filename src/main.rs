@@ -22,15 +22,8 @@ fn main() -> ExitCode {
         },
         Some(Command::Cleanup) => {
             caapf::telemetry::init(cli.manager.log_format, cli.manager.verbosity);
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(runtime) => runtime,
-                Err(err) => {
-                    eprintln!("error: starting the async runtime: {err}");
-                    return ExitCode::FAILURE;
-                }
+            let Some(runtime) = runtime(tokio::runtime::Builder::new_current_thread()) else {
+                return ExitCode::FAILURE;
             };
             let result = runtime.block_on(async {
                 let client = caapf::manager::connect(&cli.manager).await?;
@@ -56,15 +49,8 @@ fn main() -> ExitCode {
             for flag in &dropped {
                 tracing::warn!(flag = %flag, "ignoring unknown flag");
             }
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(runtime) => runtime,
-                Err(err) => {
-                    eprintln!("error: starting the async runtime: {err}");
-                    return ExitCode::FAILURE;
-                }
+            let Some(runtime) = runtime(tokio::runtime::Builder::new_multi_thread()) else {
+                return ExitCode::FAILURE;
             };
             match runtime.block_on(caapf::manager::run(flags)) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -75,4 +61,13 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// Builds the async runtime, reporting a failure on stderr.
+fn runtime(mut builder: tokio::runtime::Builder) -> Option<tokio::runtime::Runtime> {
+    builder
+        .enable_all()
+        .build()
+        .map_err(|err| eprintln!("error: starting the async runtime: {err}"))
+        .ok()
 }

@@ -50,7 +50,10 @@ struct Env {
 
 impl Env {
     async fn start(config_yaml: Option<&str>) -> Env {
-        let mut options = SandboxOptions::default();
+        let mut options = SandboxOptions {
+            validate_custom_resources: true,
+            ..SandboxOptions::default()
+        };
         options.extra_crds.push(kube_sandbox::crds::permissive_crd(
             "helm.cattle.io",
             "HelmChart",
@@ -449,7 +452,11 @@ async fn a_class_installing_the_agent_makes_imported_clusters_agent_initiated() 
     let class: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "ClusterClass",
         "metadata": {"name": "fleet-class", "namespace": NS},
-        "spec": {"patches": [{"name": "fleet-agent", "external": {"generatePatchesExtension": "fleet-agent-bootstrap.caapf"}}]},
+        "spec": {
+            "controlPlane": {"templateRef": {"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlaneTemplate", "name": "cp"}},
+            "infrastructure": {"templateRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DockerClusterTemplate", "name": "infra"}},
+            "patches": [{"name": "fleet-agent", "external": {"generatePatchesExtension": "fleet-agent-bootstrap.caapf"}}]
+        },
     }))
     .expect("class");
     classes

@@ -476,7 +476,9 @@ async fn deletion_is_never_held() {
         left.is_empty().then_some(())
     })
     .await;
-    eventually("owned Fleet Clusters collected", || async {
+    // Not owned here (setOwnerReferences is off): cleanup deleted them, even when its cache had
+    // not yet seen them.
+    eventually("Fleet Clusters deleted", || async {
         h.list::<FleetCluster>("ns").await.is_empty().then_some(())
     })
     .await;

@@ -89,17 +89,8 @@ impl ClusterView {
             api_version,
             uid: str_at(metadata, "uid").unwrap_or_default().to_string(),
             labels: string_map(metadata.get("labels")),
-            finalizers: metadata
-                .get("finalizers")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect(),
-            deleting: metadata
-                .get("deletionTimestamp")
-                .is_some_and(|t| !t.is_null()),
+            finalizers: finalizers(metadata),
+            deleting: is_deleting(metadata),
             paused: spec.get("paused").and_then(Value::as_bool) == Some(true)
                 || annotations.contains_key(names::CAPI_PAUSED_ANNOTATION),
             control_plane_initialized: object
@@ -159,17 +150,8 @@ impl ClassView {
             namespace: str_at(metadata, "namespace")?.to_string(),
             uid: str_at(metadata, "uid").unwrap_or_default().to_string(),
             labels: string_map(metadata.get("labels")),
-            finalizers: metadata
-                .get("finalizers")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect(),
-            deleting: metadata
-                .get("deletionTimestamp")
-                .is_some_and(|t| !t.is_null()),
+            finalizers: finalizers(metadata),
+            deleting: is_deleting(metadata),
         })
     }
 }
@@ -264,6 +246,23 @@ fn object_ref(reference: &Value, cluster_namespace: &str) -> Option<ObjectRef> {
             .unwrap_or(cluster_namespace)
             .to_string(),
     })
+}
+
+fn finalizers(metadata: &Value) -> Vec<String> {
+    metadata
+        .get("finalizers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_string)
+        .collect()
+}
+
+fn is_deleting(metadata: &Value) -> bool {
+    metadata
+        .get("deletionTimestamp")
+        .is_some_and(|t| !t.is_null())
 }
 
 fn str_at<'a>(value: &'a Value, key: &str) -> Option<&'a str> {

@@ -220,6 +220,15 @@ impl EffectiveConfig {
         }
     }
 
+    /// Name of the Fleet Cluster of a CAPI Cluster: with the configured naming, or the CAPI name
+    /// when import is disabled (what cleanup looks for).
+    pub fn fleet_cluster_name(&self, capi_name: &str) -> String {
+        self.cluster.as_ref().map_or_else(
+            || capi_name.to_string(),
+            |import| import.fleet_cluster_name(capi_name),
+        )
+    }
+
     /// Problems under a field path prefix (e.g. `spec.cluster`): a controller does not act on a
     /// section with problems, it keeps its last good state and reports them.
     pub fn problems_under<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = &'a FieldError> {

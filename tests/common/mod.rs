@@ -31,9 +31,15 @@ pub struct Harness {
 }
 
 impl Harness {
-    /// A sandbox with every CRD, no manager yet.
+    /// A sandbox with every CRD, validating custom resources against their schemas (so a test
+    /// never relies on an object a real API server would reject), no manager yet.
     pub async fn new() -> Self {
-        let sandbox = Sandbox::start().await;
+        let sandbox = Sandbox::start_with(kube_sandbox::SandboxOptions {
+            validate_custom_resources: true,
+            ..Default::default()
+        })
+        .await
+        .expect("sandbox starts");
         let client = sandbox.client();
         let flags = ManagerFlags {
             health_probe_bind_address: "0".into(),
@@ -176,7 +182,11 @@ impl Harness {
         let class: CapiClusterClass = serde_json::from_value(json!({
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "ClusterClass",
             "metadata": {"name": name, "namespace": namespace, "labels": labels},
-            "spec": {}
+            // The least a real CAPI v1beta2 server accepts.
+            "spec": {
+                "controlPlane": {"templateRef": {"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlaneTemplate", "name": "cp"}},
+                "infrastructure": {"templateRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DockerClusterTemplate", "name": "infra"}}
+            }
         }))
         .expect("class");
         api.create(&PostParams::default(), &class)

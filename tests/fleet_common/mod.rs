@@ -292,6 +292,7 @@ impl Env {
         let sandbox = Sandbox::start_with(SandboxOptions {
             crds: Vec::new(),
             extra_crds: vec![crd],
+            validate_custom_resources: true,
             ..SandboxOptions::default()
         })
         .await

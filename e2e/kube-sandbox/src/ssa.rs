@@ -298,6 +298,9 @@ pub fn apply(req: &ApplyRequest<'_>) -> Result<Value, ApiError> {
             // The tracked view has the object's layout, so its paths address the object.
             remove_at(&mut new, p);
             removed.0.insert(p.clone());
+            // A map emptied by this removal goes too, as structured-merge-diff stores it as null
+            // (kubernetes-sigs/structured-merge-diff#184, #331); top-level fields stay.
+            prune_emptied_parents(&mut new, p);
         }
     }
 
@@ -416,6 +419,19 @@ fn conflict_error(req: &ApplyRequest<'_>, conflicts: &[(String, String, Vec<Stri
     .with_details(req.group, req.plural, req.name);
     e.details.causes = causes;
     e
+}
+
+/// Removes the ancestors of `removed` (below the top level) that are now empty maps.
+fn prune_emptied_parents(object: &mut Value, removed: &[crate::fieldset::Pe]) {
+    for depth in (2..removed.len()).rev() {
+        let parent = &removed[..depth];
+        let empty = crate::fieldset::get_at(object, parent)
+            .is_some_and(|v| v.as_object().is_some_and(serde_json::Map::is_empty));
+        if !empty || !matches!(parent.last(), Some(crate::fieldset::Pe::Field(_))) {
+            return;
+        }
+        remove_at(object, parent);
+    }
 }
 
 #[cfg(test)]

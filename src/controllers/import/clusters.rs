@@ -23,7 +23,7 @@ use crate::controllers::backoff::Backoff;
 use crate::controllers::import::references::{Lookup, References};
 use crate::controllers::import::stores::Stores;
 use crate::model::capi::{ClusterView, ObjectRef as CapiRef};
-use crate::model::config::ClusterImport;
+use crate::model::config::{ClusterImport, EffectiveConfig};
 use crate::model::fleet::{
     Registration, client_id, desired_fleet_cluster, desired_registration_token, random_client_id,
     registration_stub, template_values,
@@ -76,6 +76,21 @@ impl ImportContext {
         let _ = ready.wait_for(|ready| *ready).await;
     }
 
+    /// Reads one Cluster from the caches and decides what to do with it.
+    pub fn decide(&self, cluster: &CapiCluster, config: &EffectiveConfig) -> Option<Decided> {
+        let view = ClusterView::from_json(&cluster.to_json())?;
+        let fleet_name = config.fleet_cluster_name(&view.name);
+        let live = self.stores.fleet_cluster(&view.namespace, &fleet_name);
+        let namespace_labels = self.stores.namespace_labels(&view.namespace);
+        let decision = decide(&view, config, &namespace_labels, live.as_deref());
+        Some(Decided {
+            view,
+            fleet_name,
+            live,
+            decision,
+        })
+    }
+
     fn first_report(&self, key: String) -> bool {
         self.reported
             .lock()
@@ -89,6 +104,14 @@ impl ImportContext {
             .unwrap_or_else(|p| p.into_inner())
             .remove(key);
     }
+}
+
+/// A Cluster, what the caches know about its Fleet Cluster, and the decision.
+pub struct Decided {
+    pub view: ClusterView,
+    pub fleet_name: String,
+    pub live: Option<Arc<FleetCluster>>,
+    pub decision: Decision,
 }
 
 /// Reconciles one CAPI Cluster.
@@ -131,19 +154,18 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
     let Some(config) = ctx.base.config() else {
         return Ok(Action::requeue(Duration::from_secs(1)));
     };
-    let json = cluster.to_json();
-    let view = ClusterView::from_json(&json).ok_or_else(|| Error::Malformed {
-        kind: "Cluster",
-        name: cluster.name_any(),
-        reason: "no name or namespace".into(),
-    })?;
-    let fleet_name = config
-        .cluster
-        .as_ref()
-        .map_or_else(|| view.name.clone(), |i| i.fleet_cluster_name(&view.name));
-    let live = ctx.stores.fleet_cluster(&view.namespace, &fleet_name);
-    let namespace_labels = ctx.stores.namespace_labels(&view.namespace);
-    let decision = decide(&view, &config, &namespace_labels, live.as_deref());
+    let Decided {
+        view,
+        fleet_name,
+        live,
+        decision,
+    } = ctx
+        .decide(cluster, &config)
+        .ok_or_else(|| Error::Malformed {
+            kind: "Cluster",
+            name: cluster.name_any(),
+            reason: "no name or namespace".into(),
+        })?;
     tracing::debug!(cluster = %view.name, namespace = %view.namespace, ?decision, "decided");
 
     let clusters: Api<CapiCluster> = Api::namespaced(ctx.base.client.clone(), &view.namespace);
@@ -153,6 +175,7 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
     match decision {
         Decision::Paused { .. } | Decision::Hold | Decision::Ignore => Ok(Action::await_change()),
         Decision::Cleanup => {
+            let live = confirm_absent(live, &fleet_clusters, &fleet_name).await?;
             cleanup(&view, live.as_deref(), &fleet_clusters, ctx).await?;
             remove_finalizer(&clusters, cluster).await?;
             Ok(Action::await_change())
@@ -160,6 +183,11 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
         Decision::Release {
             delete_fleet_cluster,
         } => {
+            let live = if delete_fleet_cluster {
+                confirm_absent(live, &fleet_clusters, &fleet_name).await?
+            } else {
+                live
+            };
             if delete_fleet_cluster && live.is_some() {
                 delete_if_exists(&fleet_clusters, &fleet_name).await?;
                 delete_token(&view, ctx).await?;
@@ -189,7 +217,7 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
             if !view.has_finalizer() {
                 add_finalizer(&clusters, cluster).await?;
             }
-            let values = template_values_for(&json, &view, &regarding, ctx).await;
+            let values = template_values_for(&cluster.to_json(), &view, &regarding, ctx).await;
             let (live, stub_created) = if agent_initiated && live.is_none() {
                 create_registration_stub(&view, import, &fleet_clusters).await?
             } else {
@@ -225,6 +253,20 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
             }
             Ok(Action::requeue(ctx.base.flags.sync_period))
         }
+    }
+}
+
+/// The cached Fleet Cluster, or, when the cache has none, what the API server has: the cache
+/// may not have seen a Fleet Cluster created moments ago, and a deletion decided from it would
+/// leave that Fleet Cluster orphaned.
+async fn confirm_absent(
+    cached: Option<Arc<FleetCluster>>,
+    api: &Api<FleetCluster>,
+    name: &str,
+) -> Result<Option<Arc<FleetCluster>>> {
+    match cached {
+        Some(live) => Ok(Some(live)),
+        None => Ok(api.get_opt(name).await?.map(Arc::new)),
     }
 }
 
@@ -298,10 +340,14 @@ async fn cleanup(
     delete_token(view, ctx).await
 }
 
+/// Deletes the registration token, if there is one (asking the API server when the cache has
+/// none, as [`confirm_absent`] does) — only tokens of agent-initiated Clusters exist.
 async fn delete_token(view: &ClusterView, ctx: &ImportContext) -> Result<()> {
-    if ctx.stores.token(&view.namespace, &view.name).is_some() {
-        let tokens: Api<ClusterRegistrationToken> =
-            Api::namespaced(ctx.base.client.clone(), &view.namespace);
+    let tokens: Api<ClusterRegistrationToken> =
+        Api::namespaced(ctx.base.client.clone(), &view.namespace);
+    if ctx.stores.token(&view.namespace, &view.name).is_some()
+        || tokens.get_metadata_opt(&view.name).await?.is_some()
+    {
         delete_if_exists(&tokens, &view.name).await?;
     }
     Ok(())

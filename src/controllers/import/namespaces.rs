@@ -18,7 +18,7 @@ use crate::apply::{apply_if_changed, delete_if_exists};
 use crate::controllers::import::clusters::ImportContext;
 use crate::model::capi::{ClassRef, ClassView, ClusterView};
 use crate::model::diff::owned_fields;
-use crate::model::import::{Decision, decide};
+use crate::model::import::Decision;
 use crate::model::namespace::{ExistingGroup, NamespaceFacts, plan};
 use crate::names;
 use crate::{Error, Result};
@@ -69,21 +69,13 @@ async fn reconcile_namespace(namespace: &NamespaceMeta, ctx: &ImportContext) -> 
         return Ok(Action::await_change());
     }
     let name = namespace.name_any();
-    let labels = namespace.labels().clone();
-    let objects = ctx.stores.clusters_in(&name);
-    let mut views: Vec<(ClusterView, Decision)> = Vec::with_capacity(objects.len());
-    for object in &objects {
-        let Some(view) = ClusterView::from_json(&object.to_json()) else {
-            continue;
-        };
-        let fleet_name = config
-            .cluster
-            .as_ref()
-            .map_or_else(|| view.name.clone(), |i| i.fleet_cluster_name(&view.name));
-        let live = ctx.stores.fleet_cluster(&name, &fleet_name);
-        let decision = decide(&view, &config, &labels, live.as_deref());
-        views.push((view, decision));
-    }
+    let views: Vec<(ClusterView, Decision)> = ctx
+        .stores
+        .clusters_in(&name)
+        .iter()
+        .filter_map(|object| ctx.decide(object, &config))
+        .map(|decided| (decided.view, decided.decision))
+        .collect();
     let class_labels = |class: &ClassRef| {
         ctx.stores
             .class(&class.namespace, &class.name)

@@ -11,9 +11,8 @@ use serde_json::json;
 
 use crate::api::{ClusterCounts, FleetAddonConfig};
 use crate::controllers::import::clusters::ImportContext;
-use crate::model::capi::ClusterView;
 use crate::model::config::EffectiveConfig;
-use crate::model::import::{Decision, decide};
+use crate::model::import::Decision;
 use crate::names;
 
 /// Shortest time between two recounts.
@@ -23,16 +22,10 @@ pub const MIN_INTERVAL: Duration = Duration::from_secs(2);
 pub fn count(ctx: &ImportContext, config: &EffectiveConfig) -> ClusterCounts {
     let mut counts = ClusterCounts::default();
     for object in ctx.stores.clusters.state() {
-        let Some(view) = ClusterView::from_json(&object.to_json()) else {
+        let Some(decided) = ctx.decide(&object, config) else {
             continue;
         };
-        let fleet_name = config
-            .cluster
-            .as_ref()
-            .map_or_else(|| view.name.clone(), |i| i.fleet_cluster_name(&view.name));
-        let live = ctx.stores.fleet_cluster(&view.namespace, &fleet_name);
-        let labels = ctx.stores.namespace_labels(&view.namespace);
-        let decision = decide(&view, config, &labels, live.as_deref());
+        let decision = decided.decision;
         if decision.is_selected() {
             counts.selected += 1;
         }

@@ -4,6 +4,7 @@ use crate::common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube_sandbox::Sandbox;
 use serde_json::{Value, json};
 
 fn entry<'a>(obj: &'a Value, manager: &str, op: &str) -> Option<&'a Value> {
@@ -442,4 +443,60 @@ async fn list_markers_decide_merging_for_custom_resources() {
         .await
         .json();
     assert_eq!(v["spec"]["args"], json!(["2"]));
+}
+
+/// A manager that stops applying every field of a nested object loses the object too (the API
+/// server stores the emptied map as null), unless another manager owns something in it; the
+/// top-level field stays.
+#[tokio::test]
+async fn emptied_nested_objects_are_removed() {
+    let s = Sandbox::start().await;
+    let c = s.client();
+    let path = "/apis/addons.cluster.x-k8s.io/v1alpha1/fleetaddonconfigs/fleet-addon-config";
+    let body = |spec: Value| {
+        json!({"apiVersion": "addons.cluster.x-k8s.io/v1alpha1", "kind": "FleetAddonConfig",
+               "metadata": {"name": "fleet-addon-config"}, "spec": spec})
+    };
+    let r = apply(&c, path, "a", true, body(json!({"cluster": {"patchResource": true, "naming": {"prefix": "p-"}}, "install": {"followLatest": true}}))).await;
+    assert_eq!(r.code, 201, "created: {}", String::from_utf8_lossy(&r.body));
+    // Dropping all of `cluster` removes it; a nested map emptied the same way goes too.
+    let r = apply(
+        &c,
+        path,
+        "a",
+        true,
+        body(json!({"install": {"followLatest": true}})),
+    )
+    .await;
+    assert_eq!(r.json()["spec"], json!({"install": {"followLatest": true}}));
+    // Another manager's field keeps its parent.
+    apply(
+        &c,
+        path,
+        "a",
+        true,
+        body(json!({"cluster": {"patchResource": true}, "install": {"followLatest": true}})),
+    )
+    .await;
+    apply(
+        &c,
+        path,
+        "b",
+        true,
+        body(json!({"cluster": {"hostNetwork": true}})),
+    )
+    .await;
+    let r = apply(
+        &c,
+        path,
+        "a",
+        true,
+        body(json!({"install": {"followLatest": true}})),
+    )
+    .await;
+    assert_eq!(r.json()["spec"]["cluster"], json!({"hostNetwork": true}));
+    // Dropping everything leaves the top-level field.
+    let r = apply(&c, path, "a", true, body(json!({}))).await;
+    assert_eq!(r.json()["spec"], json!({"cluster": {"hostNetwork": true}}));
+    s.shutdown().await;
 }
