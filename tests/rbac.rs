@@ -52,15 +52,15 @@ const ALLOWLIST: &[(&str, &str, &str, &str, &str)] = &[
         "cluster.x-k8s.io",
         "clusters",
         "get",
-        "`caapf cleanup` (run in the pod before uninstalling) re-reads a Cluster whose finalizer \
-         patch conflicted (src/cleanup.rs); list/watch already allow reading every Cluster",
+        "a finalizer patch that conflicted re-reads the Cluster (src/apply.rs, also in \
+         `caapf cleanup`); conflicts depend on timing",
     ),
     (
         "ClusterRole",
         "fleet.cattle.io",
         "clustergroups",
         "get",
-        "`caapf cleanup`, as for Clusters (CAAPF's legacy finalizer on ClusterGroups)",
+        "as for Clusters: removing CAAPF's legacy finalizer from a ClusterGroup after a conflict",
     ),
     (
         "Role",
