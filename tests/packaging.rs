@@ -342,3 +342,79 @@ fn documentation_links_resolve() {
     }
     assert!(broken.is_empty(), "broken links: {broken:#?}");
 }
+
+/// The YAML blocks of a Markdown file.
+fn yaml_blocks(markdown: &str) -> Vec<Vec<Value>> {
+    let mut blocks = Vec::new();
+    let mut rest = markdown;
+    while let Some(start) = rest.find("```yaml\n") {
+        let body = &rest[start + "```yaml\n".len()..];
+        let end = body.find("```").expect("closed block");
+        blocks.push(documents(&body[..end]));
+        rest = &body[end..];
+    }
+    blocks
+}
+
+#[test]
+fn installation_examples_are_valid() {
+    let blocks = yaml_blocks(&read("docs/installation.md"));
+    let label = kustomize_text("config/default")
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("cluster.x-k8s.io/provider: "))
+        .expect("provider label")
+        .to_string();
+
+    // clusterctl.yaml: an AddonProvider whose name gives our provider label.
+    let clusterctl = blocks
+        .iter()
+        .flatten()
+        .find(|d| d.get("providers").is_some())
+        .expect("a clusterctl.yaml example");
+    let provider = &clusterctl["providers"][0];
+    assert_eq!(provider["type"], "AddonProvider");
+    assert_eq!(
+        format!("addon-{}", provider["name"].as_str().expect("name")),
+        label
+    );
+    assert!(
+        provider["url"]
+            .as_str()
+            .is_some_and(|u| u.ends_with("/addon-components.yaml"))
+    );
+
+    // The CAPI Operator's AddonProvider, with a variables Secret in the same namespace.
+    let objects: Vec<&Value> = blocks.iter().flatten().collect();
+    let addon = objects
+        .iter()
+        .find(|d| d["kind"] == "AddonProvider")
+        .expect("an AddonProvider example");
+    assert_eq!(addon["apiVersion"], "operator.cluster.x-k8s.io/v1alpha2");
+    assert_eq!(
+        format!(
+            "addon-{}",
+            addon["metadata"]["name"].as_str().expect("name")
+        ),
+        label
+    );
+    let secret = objects
+        .iter()
+        .find(|d| {
+            d["kind"] == "Secret" && d["metadata"]["name"] == addon["spec"]["configSecret"]["name"]
+        })
+        .expect("the configSecret");
+    assert_eq!(
+        secret["metadata"]["namespace"],
+        addon["metadata"]["namespace"]
+    );
+    for (key, _) in secret["stringData"].as_object().expect("stringData") {
+        assert!(
+            key.starts_with("CAAPF_"),
+            "{key} is not one of our variables"
+        );
+        assert!(
+            kustomize_text("config/default").contains(&format!("${{{key}:=")),
+            "{key} is not used by the manifests"
+        );
+    }
+}
