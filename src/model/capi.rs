@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
+use crate::api::{CapiCluster, CapiClusterClass};
 use crate::names;
 
 /// Labels or annotations.
@@ -63,16 +64,38 @@ impl ClusterView {
     /// Extracts the view from a Cluster object (either API version). `None` when the object has
     /// no name or namespace.
     pub fn from_json(object: &Value) -> Option<Self> {
-        let metadata = object.get("metadata")?;
+        Self::from_parts(
+            object.get("apiVersion").and_then(Value::as_str),
+            object.get("metadata")?,
+            object.get("spec").unwrap_or(&Value::Null),
+            object.get("status").unwrap_or(&Value::Null),
+        )
+    }
+
+    /// The view of a watched Cluster, without serialising its spec and status (this runs for
+    /// every Cluster on every namespace reconcile and status recount).
+    pub fn of(cluster: &CapiCluster) -> Option<Self> {
+        let metadata = serde_json::to_value(&cluster.metadata).ok()?;
+        Self::from_parts(
+            Some(cluster.api_version.as_str()),
+            &metadata,
+            cluster.body.get("spec").unwrap_or(&Value::Null),
+            cluster.body.get("status").unwrap_or(&Value::Null),
+        )
+    }
+
+    fn from_parts(
+        api_version: Option<&str>,
+        metadata: &Value,
+        spec: &Value,
+        status: &Value,
+    ) -> Option<Self> {
         let name = str_at(metadata, "name")?.to_string();
         let namespace = str_at(metadata, "namespace")?.to_string();
-        let spec = object.get("spec").unwrap_or(&Value::Null);
         let annotations = string_map(metadata.get("annotations"));
         let topology = spec.get("topology").filter(|t| t.is_object());
         let class = topology.and_then(|t| class_ref(t, &namespace));
-        let api_version = object
-            .get("apiVersion")
-            .and_then(Value::as_str)
+        let api_version = api_version
             .filter(|v| v.starts_with("cluster.x-k8s.io/"))
             .map(str::to_string)
             .unwrap_or_else(|| {
@@ -93,8 +116,8 @@ impl ClusterView {
             deleting: is_deleting(metadata),
             paused: spec.get("paused").and_then(Value::as_bool) == Some(true)
                 || annotations.contains_key(names::CAPI_PAUSED_ANNOTATION),
-            control_plane_initialized: object
-                .pointer("/status/initialization/controlPlaneInitialized")
+            control_plane_initialized: status
+                .pointer("/initialization/controlPlaneInitialized")
                 .and_then(Value::as_bool)
                 == Some(true),
             control_plane_ref: spec
@@ -144,7 +167,15 @@ pub struct ClassView {
 
 impl ClassView {
     pub fn from_json(object: &Value) -> Option<Self> {
-        let metadata = object.get("metadata")?;
+        Self::from_metadata(object.get("metadata")?)
+    }
+
+    /// The view of a watched ClusterClass (only its metadata is read).
+    pub fn of(class: &CapiClusterClass) -> Option<Self> {
+        Self::from_metadata(&serde_json::to_value(&class.metadata).ok()?)
+    }
+
+    fn from_metadata(metadata: &Value) -> Option<Self> {
         Some(Self {
             name: str_at(metadata, "name")?.to_string(),
             namespace: str_at(metadata, "namespace")?.to_string(),
@@ -355,6 +386,13 @@ mod tests {
         );
         assert_eq!(view.variables["imageRepository"], json!("registry.k8s.io"));
         assert_eq!(view.variables["cfg"], json!({"a": 1}));
+    }
+
+    #[test]
+    fn typed_cluster_reads_like_its_json() {
+        let json = v1beta2_cluster();
+        let cluster: CapiCluster = serde_json::from_value(json.clone()).expect("cluster");
+        assert_eq!(ClusterView::of(&cluster), ClusterView::from_json(&json));
     }
 
     #[test]

@@ -61,7 +61,7 @@ async fn reconcile_class(class: &CapiClusterClass, ctx: &ImportContext) -> Resul
     let Some(config) = ctx.base.config() else {
         return Ok(Action::requeue(std::time::Duration::from_secs(1)));
     };
-    let view = ClassView::from_json(&class.to_json()).ok_or_else(|| Error::Malformed {
+    let view = ClassView::of(class).ok_or_else(|| Error::Malformed {
         kind: "ClusterClass",
         name: class.name_any(),
         reason: "no name or namespace".into(),

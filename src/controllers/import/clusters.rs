@@ -78,7 +78,7 @@ impl ImportContext {
 
     /// Reads one Cluster from the caches and decides what to do with it.
     pub fn decide(&self, cluster: &CapiCluster, config: &EffectiveConfig) -> Option<Decided> {
-        let view = ClusterView::from_json(&cluster.to_json())?;
+        let view = ClusterView::of(cluster)?;
         let fleet_name = config.fleet_cluster_name(&view.name);
         let live = self.stores.fleet_cluster(&view.namespace, &fleet_name);
         let namespace_labels = self.stores.namespace_labels(&view.namespace);

@@ -79,7 +79,7 @@ async fn reconcile_namespace(namespace: &NamespaceMeta, ctx: &ImportContext) -> 
     let class_labels = |class: &ClassRef| {
         ctx.stores
             .class(&class.namespace, &class.name)
-            .and_then(|c| ClassView::from_json(&c.to_json()))
+            .and_then(|c| ClassView::of(&c))
             .map(|c| c.labels)
     };
     let groups = ctx
@@ -215,7 +215,7 @@ pub fn namespaces_using_class(ctx: &ImportContext, class: &ClassRef) -> Vec<Stri
         .clusters
         .state()
         .iter()
-        .filter_map(|c| ClusterView::from_json(&c.to_json()))
+        .filter_map(|c| ClusterView::of(c))
         .filter(|v| v.cross_namespace_class() == Some(class))
         .map(|v| v.namespace)
         .collect();
