@@ -59,11 +59,6 @@ pub const NAMESPACE_FIELD_MANAGER: &str = "namespace-addon-provider-fleet";
 /// Field manager for `FleetAddonConfig` status (CAAPF's name).
 pub const STATUS_FIELD_MANAGER: &str = "fleet-addon-controller";
 
-/// Field manager for the per-cluster cross-namespace ClusterGroup and BundleNamespaceMapping
-/// (CAAPF's name: `cluster-<fleet cluster name>-addon-provider-fleet`).
-pub fn cluster_field_manager(fleet_cluster_name: &str) -> String {
-    format!("cluster-{fleet_cluster_name}-addon-provider-fleet")
-}
 
 /// Default namespace of the Fleet agent on workload clusters.
 pub const DEFAULT_AGENT_NAMESPACE: &str = "fleet-addon-agent";

@@ -104,10 +104,6 @@ impl ClusterSelection {
             && self.namespace_regexes.is_none()
     }
 
-    /// Whether selection depends on namespace labels (so namespace label changes matter).
-    pub fn uses_namespace_labels(&self) -> bool {
-        self.namespace_labels.is_some()
-    }
 
     /// Applies the rule to one Cluster.
     pub fn selects(&self, cluster: ClusterFacts<'_>) -> bool {
