@@ -59,7 +59,6 @@ pub const NAMESPACE_FIELD_MANAGER: &str = "namespace-addon-provider-fleet";
 /// Field manager for `FleetAddonConfig` status (CAAPF's name).
 pub const STATUS_FIELD_MANAGER: &str = "fleet-addon-controller";
 
-
 /// Default namespace of the Fleet agent on workload clusters.
 pub const DEFAULT_AGENT_NAMESPACE: &str = "fleet-addon-agent";
 

@@ -104,7 +104,6 @@ impl ClusterSelection {
             && self.namespace_regexes.is_none()
     }
 
-
     /// Applies the rule to one Cluster.
     pub fn selects(&self, cluster: ClusterFacts<'_>) -> bool {
         if self.selects_everything() {
