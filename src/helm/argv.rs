@@ -103,6 +103,34 @@ pub fn get_values(release: &str, namespace: &str) -> Vec<String> {
     ])
 }
 
+/// `helm pull`: downloads the chart archive at exactly `version` into `destination`.
+pub fn pull(source: &ChartSource, chart: &str, version: &str, destination: &Path) -> Vec<String> {
+    let mut argv = strings(&["pull"]);
+    argv.extend(source.chart_args(chart));
+    argv.extend([
+        "--version".to_string(),
+        version.to_string(),
+        "--destination".to_string(),
+        destination.display().to_string(),
+    ]);
+    argv
+}
+
+/// `helm template`: renders a local chart archive offline, without its hooks (Job objects
+/// helm would run around an install; we only create the chart's objects).
+pub fn template(release: &str, archive: &Path, namespace: &str, values_file: &Path) -> Vec<String> {
+    vec![
+        "template".to_string(),
+        release.to_string(),
+        archive.display().to_string(),
+        "--namespace".to_string(),
+        namespace.to_string(),
+        "--no-hooks".to_string(),
+        "--values".to_string(),
+        values_file.display().to_string(),
+    ]
+}
+
 /// Install or upgrade.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Operation {

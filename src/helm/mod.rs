@@ -119,9 +119,19 @@ impl Helm {
 
     /// Runs `helm <args>`, returning stdout. `operation` names the command in metrics and
     /// errors (a bounded set: `version`, `show-chart`, `list`, `get-values`, `install`,
-    /// `upgrade`).
+    /// `upgrade`, `pull`, `template`).
     async fn run(&self, operation: &'static str, args: &[String]) -> Result<String> {
         let _guard = HELM_LOCK.lock().await;
+        self.execute(operation, args).await
+    }
+
+    /// Runs a command that keeps no state in a cluster (`pull`, `template`) without waiting for
+    /// the process-wide lock: an install that takes minutes must not hold up a hook.
+    async fn run_stateless(&self, operation: &'static str, args: &[String]) -> Result<String> {
+        self.execute(operation, args).await
+    }
+
+    async fn execute(&self, operation: &'static str, args: &[String]) -> Result<String> {
         if self.stop.is_cancelled() {
             return Err(Error::Helm {
                 step: operation,
@@ -282,6 +292,59 @@ impl Helm {
     }
 }
 
+impl Helm {
+    /// Downloads the archive of `chart` at exactly `version` into `destination` (created if
+    /// needed) and returns its path.
+    pub async fn pull(
+        &self,
+        source: &ChartSource,
+        chart: &str,
+        version: &str,
+        destination: &Path,
+    ) -> Result<PathBuf> {
+        tokio::fs::create_dir_all(destination).await?;
+        self.run_stateless("pull", &argv::pull(source, chart, version, destination))
+            .await?;
+        let mut entries = tokio::fs::read_dir(destination).await?;
+        while let Some(entry) = entries.next_entry().await? {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with(&format!("{chart}-")) && name.ends_with(".tgz") {
+                return Ok(entry.path());
+            }
+        }
+        Err(Error::Helm {
+            step: "pull",
+            message: format!("helm pull left no {chart} archive"),
+        })
+    }
+
+    /// Renders the chart archive as release `release` in `namespace` with `values` (written to
+    /// a private file), without hooks. Returns the YAML stream.
+    pub async fn template(
+        &self,
+        release: &str,
+        archive: &Path,
+        namespace: &str,
+        values: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String> {
+        let home = self.home.clone();
+        let values = values.clone();
+        // Removed when dropped, after helm has finished (or was killed).
+        let values_file = tokio::task::spawn_blocking(move || ValuesFile::write(&home, &values))
+            .await
+            .map_err(|err| Error::Helm {
+                step: "template",
+                message: format!("writing the values file: {err}"),
+            })??;
+        self.run_stateless(
+            "template",
+            &argv::template(release, archive, namespace, values_file.path()),
+        )
+        .await
+    }
+}
+
 /// A release: its name, chart, where the chart comes from, and its namespace.
 #[derive(Clone, Copy, Debug)]
 pub struct Release<'a> {
@@ -299,6 +362,8 @@ fn operation_what(operation: &'static str) -> &'static str {
         "get-values" => "helm get values",
         "install" => "helm install",
         "upgrade" => "helm upgrade",
+        "pull" => "helm pull",
+        "template" => "helm template",
         _ => "helm",
     }
 }
