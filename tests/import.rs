@@ -85,7 +85,7 @@ async fn imports_an_initialized_cluster_with_caapf_shape() {
         Some("fleet-addon-agent")
     );
     assert_eq!(fleet.spec.host_network, Some(true));
-    assert_eq!(fleet.spec.agent_tolerations.as_ref().map(Vec::len), Some(3));
+    assert_eq!(fleet.spec.agent_tolerations.as_ref().map(Vec::len), Some(4));
     let values = fleet.spec.template_values.clone().unwrap_or_default();
     assert_eq!(
         values["Cluster"]["spec"]["clusterNetwork"]["pods"]["cidrBlocks"],

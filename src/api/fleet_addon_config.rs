@@ -69,6 +69,17 @@ pub struct RuntimeExtensionConfig {
     /// The BeforeClusterUpgrade hook.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub before_cluster_upgrade: Option<BeforeClusterUpgradeConfig>,
+
+    /// Chart repository holding Fleet's `fleet-agent` chart, rendered into the agent bootstrap
+    /// of new clusters at the installed Fleet version: `https://…` or `oci://…` (plain
+    /// `http://` only for loopback addresses). Default: `spec.install.repository` when Fleet is
+    /// installed by this provider, else `https://rancher.github.io/fleet-helm-charts/`. Set it
+    /// to a mirror on air-gapped sites that install Fleet themselves. Added by this provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(
+        pattern = r"^(https://[^\s]+|oci://[^\s]+|http://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]+)?(/[^\s]*)?)$"
+    ))]
+    pub agent_chart_repository: Option<String>,
 }
 
 /// BeforeClusterUpgrade settings.
@@ -131,8 +142,9 @@ pub struct ClusterConfig {
     pub agent_namespace: Option<String>,
 
     /// Tolerations of the Fleet agent. Default: tolerate `node.kubernetes.io/not-ready`,
-    /// `node.cluster.x-k8s.io/uninitialized` and `node.cloudprovider.kubernetes.io/uninitialized`,
-    /// so the agent runs on a fresh control plane.
+    /// `node.cluster.x-k8s.io/uninitialized`, `node.cloudprovider.kubernetes.io/uninitialized`
+    /// and `node-role.kubernetes.io/control-plane`, so the agent runs on a fresh control plane
+    /// and on clusters of control-plane nodes only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_tolerations: Option<Vec<ClusterAgentTolerations>>,
 

@@ -57,6 +57,22 @@ pub struct ClusterImport {
     pub delete_deselected: bool,
 }
 
+impl EffectiveConfig {
+    /// The chart repository of Fleet's `fleet-agent` chart: `spec.runtimeExtension.
+    /// agentChartRepository`, else the repository Fleet is installed from, else Fleet's public
+    /// repository.
+    pub fn agent_chart_repository(&self) -> &str {
+        self.runtime_extension
+            .agent_chart_repository
+            .as_deref()
+            .or(self
+                .install
+                .as_ref()
+                .map(|install| install.repository.as_str()))
+            .unwrap_or(crate::names::DEFAULT_FLEET_REPOSITORY)
+    }
+}
+
 impl ClusterImport {
     /// Name of the Fleet Cluster for a CAPI Cluster.
     pub fn fleet_cluster_name(&self, capi_name: &str) -> String {
@@ -69,6 +85,9 @@ impl ClusterImport {
 pub struct RuntimeExtensionSettings {
     /// BeforeClusterUpgrade holds upgrades until the Cluster's Fleet bundles are ready.
     pub wait_for_bundles_ready: bool,
+    /// Where Fleet's `fleet-agent` chart comes from, if set (`spec.runtimeExtension.
+    /// agentChartRepository`); see [`EffectiveConfig::agent_chart_repository`].
+    pub agent_chart_repository: Option<String>,
 }
 
 /// How ClusterClasses become ClusterGroups.
@@ -214,6 +233,11 @@ impl EffectiveConfig {
                     .and_then(|r| r.before_cluster_upgrade.as_ref())
                     .and_then(|b| b.wait_for_bundles_ready)
                     .unwrap_or(false),
+                agent_chart_repository: spec
+                    .runtime_extension
+                    .as_ref()
+                    .and_then(|r| r.agent_chart_repository.clone())
+                    .filter(|url| !url.trim().is_empty()),
             },
             problems: validate(spec),
             generation: None,
@@ -316,7 +340,10 @@ fn install_settings(install: &FleetInstall) -> Option<InstallSettings> {
     })
 }
 
-/// The three tolerations that let the agent run on a fresh control plane.
+/// The tolerations that let the agent run on a fresh control plane: not ready yet (no CNI),
+/// not initialized by Cluster API or the cloud provider, and kubeadm's control-plane taint
+/// (`node-role.kubernetes.io/control-plane:NoSchedule`, kubeadm `init`'s default), so a cluster
+/// of control-plane nodes only registers too.
 pub fn default_agent_tolerations() -> Vec<ClusterAgentTolerations> {
     let toleration = |key: &str, operator: &str, value: Option<&str>| ClusterAgentTolerations {
         key: Some(key.to_string()),
@@ -333,6 +360,7 @@ pub fn default_agent_tolerations() -> Vec<ClusterAgentTolerations> {
             "Equal",
             Some("true"),
         ),
+        toleration("node-role.kubernetes.io/control-plane", "Exists", None),
     ]
 }
 
@@ -382,7 +410,7 @@ mod tests {
     }
 
     #[test]
-    fn three_default_tolerations() {
+    fn default_tolerations() {
         let tolerations = default_agent_tolerations();
         let keys: Vec<(Option<&str>, Option<&str>, Option<&str>)> = tolerations
             .iter()
@@ -401,6 +429,11 @@ mod tests {
                     Some("node.cloudprovider.kubernetes.io/uninitialized"),
                     Some("Equal"),
                     Some("true")
+                ),
+                (
+                    Some("node-role.kubernetes.io/control-plane"),
+                    Some("Exists"),
+                    None
                 ),
             ]
         );

@@ -352,7 +352,8 @@ mod tests {
                     "agentTolerations": [
                         {"effect": "NoSchedule", "key": "node.kubernetes.io/not-ready", "operator": "Exists"},
                         {"effect": "NoSchedule", "key": "node.cluster.x-k8s.io/uninitialized", "operator": "Exists"},
-                        {"effect": "NoSchedule", "key": "node.cloudprovider.kubernetes.io/uninitialized", "operator": "Equal", "value": "true"}
+                        {"effect": "NoSchedule", "key": "node.cloudprovider.kubernetes.io/uninitialized", "operator": "Equal", "value": "true"},
+                        {"effect": "NoSchedule", "key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}
                     ],
                     "hostNetwork": true,
                     "kubeConfigSecret": "c1-kubeconfig"

@@ -35,6 +35,19 @@ impl fmt::Display for FieldError {
 /// Returns every problem in `spec`, in field order. Empty means valid.
 pub fn validate(spec: &FleetAddonConfigSpec) -> Vec<FieldError> {
     let mut errors = Vec::new();
+    if let Some(repository) = spec
+        .runtime_extension
+        .as_ref()
+        .and_then(|r| r.agent_chart_repository.as_ref())
+        && !is_allowed_repository(repository)
+    {
+        errors.push(FieldError::new(
+            "spec.runtimeExtension.agentChartRepository",
+            format!(
+                "{repository:?} must start with https:// or oci:// (http:// only for 127.0.0.1, localhost or [::1])"
+            ),
+        ));
+    }
     if let Some(cluster) = &spec.cluster {
         if let Some(selector) = &cluster.selector {
             validate_label_selector(selector, "spec.cluster.selector", &mut errors);
@@ -457,6 +470,12 @@ install: {followLatest: true}
                 "install: {followLatest: true, repository: \"http://charts.example.com\"}",
                 &[
                     "spec.install.repository: \"http://charts.example.com\" must start with https:// or oci:// (http:// only for 127.0.0.1, localhost or [::1])",
+                ],
+            ),
+            (
+                "runtimeExtension: {agentChartRepository: \"ftp://charts.example.com\"}",
+                &[
+                    "spec.runtimeExtension.agentChartRepository: \"ftp://charts.example.com\" must start with https:// or oci:// (http:// only for 127.0.0.1, localhost or [::1])",
                 ],
             ),
             (
