@@ -8,6 +8,7 @@ use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tokio_util::sync::CancellationToken;
 
+use crate::bootstrap::chart::AgentChart;
 use crate::cli::ManagerFlags;
 use crate::controllers::config_watch::ConfigReceiver;
 use crate::metrics::Metrics;
@@ -30,6 +31,11 @@ pub struct Context {
     pub recorder: Recorder,
     /// Cancelled when the manager stops.
     pub shutdown: CancellationToken,
+    /// Fleet's `fleet-agent` chart, rendered for bootstrap Secrets (hooks, every replica).
+    pub agent_chart: Arc<AgentChart>,
+    /// Clusters (`namespace/name`) whose bootstrap Secret is being prepared in the background:
+    /// at most one preparation per Cluster; an entry lives only while its preparation runs.
+    pub preparing: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
 }
 
 impl Context {
@@ -43,14 +49,21 @@ impl Context {
             controller: EVENT_REPORTER.to_string(),
             instance: std::env::var("POD_NAME").ok(),
         };
+        let metrics = Arc::new(Metrics::new());
+        let agent_chart = Arc::new(AgentChart::new(
+            crate::controllers::fleet_config::helm_settings(&flags),
+            metrics.clone(),
+        ));
         Self {
             recorder: Recorder::new(client.clone(), reporter),
             client,
             flags,
-            metrics: Arc::new(Metrics::new()),
+            metrics,
             readiness: Readiness::default(),
             config,
             shutdown,
+            agent_chart,
+            preparing: Arc::default(),
         }
     }
 
@@ -65,6 +78,8 @@ impl Context {
             config: self.config.clone(),
             recorder: self.recorder.clone(),
             shutdown,
+            agent_chart: self.agent_chart.clone(),
+            preparing: self.preparing.clone(),
         }
     }
 

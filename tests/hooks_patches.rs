@@ -1,14 +1,14 @@
 //! GeneratePatches against real-shaped kubeadm and RKE2 templates (both API versions): the
 //! returned RFC 6902 patches, applied with the `json-patch` crate as CAPI applies them, produce the
-//! expected templates; they are idempotent, deterministic and one per request item.
+//! expected templates; they are idempotent, deterministic and one per request item; and the
+//! patch follows the bootstrap Secret (no Secret, no patch). The template fixtures only use fields
+//! the real CRDs define (checked below against the property names of the upstream schemas).
 
 use std::path::Path;
 
 use base64::Engine;
-use caapf::bootstrap::{
-    HELM_CHART_KEY, KUBEADM_APPLY_COMMAND, KUBEADM_MANIFEST_PATH, MANIFEST_KEY, RKE2_MANIFEST_PATH,
-};
-use caapf::hooks::handlers::topology::generate_patches;
+use caapf::bootstrap::{MANIFEST_KEY, MANIFEST_PATH, kubeadm_create_command, rke2_create_command};
+use caapf::hooks::handlers::topology;
 use caapf::hooks::types::{
     GeneratePatchesRequest, GeneratePatchesRequestItem, HolderReference, PatchType, Response,
     ResponseBody, ResponseStatus, Variable,
@@ -37,10 +37,18 @@ fn control_plane_holder() -> HolderReference {
     holder("Cluster", "spec.controlPlaneRef")
 }
 
+/// GeneratePatches with the Cluster's bootstrap Secret present.
+fn generate_patches(request: &GeneratePatchesRequest) -> Response {
+    topology::generate_patches(request, true)
+}
+
+/// A request for Cluster `default/c1`; `fleet_agent` `None` is the value Cluster API defaults
+/// from the variable's schema (`{enabled: true}`).
 fn request(
     items: Vec<(&str, HolderReference, Value)>,
     fleet_agent: Option<Value>,
 ) -> GeneratePatchesRequest {
+    let fleet_agent = Some(fleet_agent.unwrap_or_else(|| json!({"enabled": true})));
     let mut variables = vec![Variable {
         name: "builtin".into(),
         value: json!({"cluster": {"name": "c1", "namespace": "default", "uid": "6f1c",
@@ -111,9 +119,9 @@ fn without_bootstrap(mut object: Value, list_pointers: &[&str]) -> Value {
     for pointer in list_pointers {
         if let Some(Value::Array(list)) = object.pointer_mut(pointer) {
             list.retain(|entry| {
-                entry["path"] != KUBEADM_MANIFEST_PATH
-                    && entry["path"] != RKE2_MANIFEST_PATH
-                    && entry != &json!(KUBEADM_APPLY_COMMAND)
+                entry["path"] != MANIFEST_PATH
+                    && entry != &json!(kubeadm_create_command())
+                    && entry != &json!(rke2_create_command())
             });
         }
     }
@@ -153,7 +161,7 @@ fn kubeadm_control_plane_templates_get_the_manifest_file_and_the_create_command(
         assert_eq!(
             files.last(),
             Some(&json!({
-                "path": KUBEADM_MANIFEST_PATH,
+                "path": MANIFEST_PATH,
                 "owner": "root:root",
                 "permissions": "0600",
                 "contentFrom": {"secret": {"name": "c1-fleet-agent-bootstrap", "key": MANIFEST_KEY}},
@@ -167,13 +175,8 @@ fn kubeadm_control_plane_templates_get_the_manifest_file_and_the_create_command(
         assert_eq!(commands.len(), commands_before + 1, "{fixture}");
         assert_eq!(
             commands.last(),
-            Some(&json!(KUBEADM_APPLY_COMMAND)),
+            Some(&json!(kubeadm_create_command())),
             "{fixture}"
-        );
-        assert!(
-            KUBEADM_APPLY_COMMAND.contains("/etc/kubernetes/admin.conf")
-                && KUBEADM_APPLY_COMMAND.contains(KUBEADM_MANIFEST_PATH)
-                && KUBEADM_APPLY_COMMAND.contains("create -f")
         );
 
         // Nothing else changed, existing entries kept in order.
@@ -192,8 +195,9 @@ fn kubeadm_control_plane_templates_get_the_manifest_file_and_the_create_command(
 }
 
 #[test]
-fn rke2_control_plane_templates_get_the_helm_chart_in_the_manifests_directory() {
+fn rke2_control_plane_templates_get_the_manifest_file_and_the_create_command() {
     const FILES: &str = "/spec/template/spec/files";
+    const COMMANDS: &str = "/spec/template/spec/postRKE2Commands";
     for (fixture, files_before) in [
         ("rke2controlplanetemplate-v1beta2.yaml", 1),
         ("rke2controlplanetemplate-v1beta1.yaml", 0),
@@ -209,22 +213,170 @@ fn rke2_control_plane_templates_get_the_helm_chart_in_the_manifests_directory() 
         assert_eq!(
             files.last(),
             Some(&json!({
-                "path": RKE2_MANIFEST_PATH,
+                "path": MANIFEST_PATH,
                 "owner": "root:root",
                 "permissions": "0600",
-                "contentFrom": {"secret": {"name": "c1-fleet-agent-bootstrap", "key": HELM_CHART_KEY}},
+                "contentFrom": {"secret": {"name": "c1-fleet-agent-bootstrap", "key": MANIFEST_KEY}},
             })),
             "{fixture}"
         );
-        assert!(RKE2_MANIFEST_PATH.starts_with("/var/lib/rancher/rke2/server/manifests/"));
+        // Not in RKE2's auto-deploy directory: nothing re-applies the agent objects later.
+        assert!(!MANIFEST_PATH.starts_with("/var/lib/rancher/rke2/server/manifests"));
+        let commands = patched
+            .pointer(COMMANDS)
+            .and_then(Value::as_array)
+            .expect("commands");
+        assert_eq!(commands, &[json!(rke2_create_command())], "{fixture}");
         let rest = drop_empty_lists(
-            without_bootstrap(patched.clone(), &[FILES]),
+            without_bootstrap(patched.clone(), &[FILES, COMMANDS]),
             &original,
-            &[FILES],
+            &[FILES, COMMANDS],
         );
         assert_eq!(rest, original, "{fixture}");
         assert_eq!(apply(&patched, &patch), patched, "{fixture}");
         assert!(single_patch(&patched).0.is_empty(), "{fixture}");
+    }
+}
+
+#[test]
+fn no_bootstrap_secret_or_no_fleet_agent_variable_means_no_patch() {
+    for fixture in [
+        "kubeadmcontrolplanetemplate-v1beta2.yaml",
+        "rke2controlplanetemplate-v1beta2.yaml",
+    ] {
+        let req = request(
+            vec![("u1", control_plane_holder(), template(fixture))],
+            None,
+        );
+        // The Secret does not exist (yet): a patch naming it would roll machines onto bootstrap
+        // data that cannot be generated.
+        let response = topology::generate_patches(&req, false);
+        assert!(patches(&response)[0].1.0.is_empty(), "{fixture}");
+        // The class does not use this extension's variables.
+        let mut without = req.clone();
+        without.variables.retain(|v| v.name != "fleetAgent");
+        assert!(
+            patches(&generate_patches(&without))[0].1.0.is_empty(),
+            "{fixture}"
+        );
+    }
+}
+
+/// The kubeadm command is the one earlier releases wrote: upgrading the provider must not change
+/// the patch of existing kubeadm Clusters (a changed patch rolls their control planes).
+#[test]
+fn the_kubeadm_command_is_unchanged_since_the_first_release() {
+    assert_eq!(
+        kubeadm_create_command(),
+        "/bin/sh -c 'F=/etc/caapf/fleet-agent.yaml; K=\"kubectl --kubeconfig=/etc/kubernetes/admin.conf\"; for i in $(seq 1 60); do $K get -f \"$F\" >/dev/null 2>&1 && exit 0; $K create -f \"$F\" >/dev/null 2>&1; sleep 5; done; echo \"caapf: the Fleet agent bootstrap objects were not created\" >&2'"
+    );
+}
+
+/// Property names of the upstream schemas at the paths our fixtures and patches use
+/// (rancher/cluster-api-provider-rke2 v0.25.0 `controlplane/config/crd/bases/
+/// controlplane.cluster.x-k8s.io_rke2controlplanetemplates.yaml`; kubernetes-sigs/cluster-api
+/// (the same schema for both template versions at these paths).
+#[test]
+fn template_fixtures_only_use_fields_of_the_real_schemas() {
+    const RKE2_SPEC_V1BETA1: &[&str] = &[
+        "agentConfig",
+        "files",
+        "gzipUserData",
+        "infrastructureRef",
+        "machineTemplate",
+        "manifestsConfigMapReference",
+        "nodeDrainTimeout",
+        "postRKE2Commands",
+        "preRKE2Commands",
+        "privateRegistriesConfig",
+        "registrationAddress",
+        "registrationMethod",
+        "remediationStrategy",
+        "replicas",
+        "rolloutStrategy",
+        "serverConfig",
+        "version",
+    ];
+    const RKE2_SPEC_V1BETA2: &[&str] = &[
+        "agentConfig",
+        "files",
+        "gzipUserData",
+        "machineTemplate",
+        "manifestsConfigMapReference",
+        "postRKE2Commands",
+        "preRKE2Commands",
+        "privateRegistriesConfig",
+        "registrationAddress",
+        "registrationMethod",
+        "remediationStrategy",
+        "rolloutStrategy",
+        "serverConfig",
+    ];
+    const RKE2_AGENT_CONFIG: &[&str] = &[
+        "additionalUserData",
+        "airGapped",
+        "airGappedChecksum",
+        "cisProfile",
+        "containerRuntimeEndpoint",
+        "dataDir",
+        "enableContainerdSElinux",
+        "format",
+        "imageCredentialProviderConfigMap",
+        "kubeProxy",
+        "kubelet",
+        "kubeletPath",
+        "loadBalancerPort",
+        "nodeAnnotations",
+        "nodeLabels",
+        "nodeName",
+        "nodeTaints",
+        "ntp",
+        "podSecurityAdmissionConfigFile",
+        "protectKernelDefaults",
+        "resolvConf",
+        "runtimeImage",
+        "snapshotter",
+        "systemDefaultRegistry",
+    ];
+    const FILE: &[&str] = &[
+        "content",
+        "contentFrom",
+        "encoding",
+        "owner",
+        "path",
+        "permissions",
+    ];
+    let keys = |object: &Value, pointer: &str| -> Vec<String> {
+        object
+            .pointer(pointer)
+            .and_then(Value::as_object)
+            .map(|map| map.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    for (fixture, spec_fields) in [
+        ("rke2controlplanetemplate-v1beta1.yaml", RKE2_SPEC_V1BETA1),
+        ("rke2controlplanetemplate-v1beta2.yaml", RKE2_SPEC_V1BETA2),
+    ] {
+        let object = template(fixture);
+        let patched = apply(&object, &single_patch(&object));
+        for (pointer, allowed) in [
+            ("/spec/template/spec", spec_fields),
+            ("/spec/template/spec/agentConfig", RKE2_AGENT_CONFIG),
+            ("/spec/template/spec/files/0", FILE),
+        ] {
+            for key in keys(&patched, pointer) {
+                assert!(
+                    allowed.contains(&key.as_str()),
+                    "{fixture}: {pointer}/{key} is not a field of the real schema"
+                );
+            }
+        }
+        assert!(
+            patched
+                .pointer("/spec/template/spec/rolloutStrategy")
+                .is_some(),
+            "{fixture}: rolloutStrategy is required"
+        );
     }
 }
 
@@ -386,7 +538,7 @@ fn bad_inputs_are_failures_with_a_message() {
         )],
         None,
     );
-    no_builtin.variables.clear();
+    no_builtin.variables.retain(|v| v.name != "builtin");
     let response = generate_patches(&no_builtin);
     assert_eq!(response.status, ResponseStatus::Failure);
     assert!(response.message.contains("builtin"), "{}", response.message);

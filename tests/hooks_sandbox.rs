@@ -1,18 +1,25 @@
 //! Lifecycle hooks against the sandbox API server: BeforeClusterCreate prepares agent-initiated
-//! registration (the test plays Fleet), is idempotent and keeps the client ID; BeforeClusterDelete
-//! cleans up; BeforeClusterUpgrade holds upgrades until bundles are ready; the rendered agent
-//! manifest is accepted by the API server.
+//! registration (the test plays Fleet), is idempotent and keeps the client ID, and never holds a
+//! Cluster that does not use the bootstrap; GeneratePatches patches only once the bootstrap
+//! Secret exists and prepares it for Clusters that never went through BeforeClusterCreate;
+//! BeforeClusterDelete cleans up; BeforeClusterUpgrade holds upgrades until bundles are ready;
+//! the agent objects are what Fleet's `fleet-agent` chart renders (a test double of it served from
+//! a chart repository on 127.0.0.1), are accepted by the API server and pass Pod Security.
+
+mod common;
+mod fleet_common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use caapf::bootstrap::{HELM_CHART_KEY, MANIFEST_KEY};
+use caapf::bootstrap::MANIFEST_KEY;
 use caapf::cli::ManagerFlags;
 use caapf::context::Context;
 use caapf::controllers::config_watch;
 use caapf::hooks::handlers;
 use caapf::hooks::types::{Hook, Response, ResponseBody, ResponseStatus};
 use caapf::model::config::EffectiveConfig;
+use caapf::model::pod_security::Admission;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -42,13 +49,21 @@ fn token() -> ApiResource {
     )
 }
 
+/// The agent image the played Fleet publishes, and so the `fleet-agent` chart version rendered.
+const AGENT_IMAGE: &str = "rancher/fleet-agent:v0.13.1";
+const AGENT_CHART_VERSION: &str = "0.13.1";
+
 struct Env {
     sandbox: Sandbox,
     ctx: Arc<Context>,
+    charts: fleet_common::ChartRepo,
     _config: config_watch::ConfigSender,
 }
 
 impl Env {
+    /// A sandbox, a chart repository with Fleet's `fleet-agent` chart at [`AGENT_CHART_VERSION`],
+    /// and a context whose FleetAddonConfig is `config_yaml` (`None`: no FleetAddonConfig) with
+    /// `runtimeExtension.agentChartRepository` pointing at that repository.
     async fn start(config_yaml: Option<&str>) -> Env {
         let mut options = SandboxOptions {
             validate_custom_resources: true,
@@ -68,10 +83,19 @@ impl Env {
         ));
         let sandbox = Sandbox::start_with(options).await.expect("sandbox");
         let client = sandbox.client();
+        let charts = fleet_common::ChartRepo::start(&[]).await;
+        charts.add_agent_version(AGENT_CHART_VERSION);
         let (tx, rx) = config_watch::channel();
         let config = match config_yaml {
             None => EffectiveConfig::default(),
-            Some(yaml) => EffectiveConfig::from_spec(&serde_yaml::from_str(yaml).expect("spec")),
+            Some(yaml) => {
+                let mut spec: Value = serde_yaml::from_str(yaml).expect("spec");
+                if spec.is_null() {
+                    spec = json!({});
+                }
+                spec["runtimeExtension"]["agentChartRepository"] = json!(charts.url());
+                EffectiveConfig::from_spec(&serde_json::from_value(spec).expect("spec"))
+            }
         };
         assert!(config.problems.is_empty(), "{:?}", config.problems);
         tx.send_replace(Some(Arc::new(config)));
@@ -84,6 +108,7 @@ impl Env {
         let env = Env {
             sandbox,
             ctx,
+            charts,
             _config: tx,
         };
         env.create_namespace(NS, json!({"fleet": "yes"})).await;
@@ -105,9 +130,22 @@ impl Env {
     }
 
     /// Creates a CAPI Cluster (so owner references resolve) and returns it as CAPI sends it in
-    /// requests (`v1beta1` converts the topology fields).
+    /// requests (`v1beta1` converts the topology fields). Its class uses this extension, so it
+    /// carries `fleetAgent: {enabled: true}` (Cluster API defaults it from the variable's schema).
     async fn capi_cluster(&self, name: &str, labels: Value, class: &str, v1beta1: bool) -> Value {
         self.capi_cluster_in(NS, name, labels, class, v1beta1).await
+    }
+
+    /// A Cluster whose class does not use this extension (no `fleetAgent` variable).
+    async fn plain_cluster(&self, name: &str) -> Value {
+        let mut cluster = self
+            .capi_cluster(name, json!({}), "plain-class", false)
+            .await;
+        cluster["spec"]["topology"]
+            .as_object_mut()
+            .expect("topology")
+            .remove("variables");
+        cluster
     }
 
     /// Same, in namespace `ns`, with a class from [`NS`].
@@ -124,7 +162,8 @@ impl Env {
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
             "metadata": {"name": name, "namespace": ns, "labels": labels},
             "spec": {"topology": {"classRef": {"name": class, "namespace": NS}, "version": "v1.33.1",
-                     "controlPlane": {"replicas": 1}}},
+                     "controlPlane": {"replicas": 1},
+                     "variables": [{"name": "fleetAgent", "value": {"enabled": true}}]}},
         }))
         .expect("cluster");
         let created = api
@@ -139,22 +178,19 @@ impl Env {
         if v1beta1 {
             value["apiVersion"] = json!("cluster.x-k8s.io/v1beta1");
             value["spec"]["topology"] = json!({"class": class, "classNamespace": NS,
-                "version": "v1.33.1", "controlPlane": {"replicas": 1}});
+                "version": "v1.33.1", "controlPlane": {"replicas": 1},
+                "variables": [{"name": "fleetAgent", "value": {"enabled": true}}]});
         }
         value
     }
 
-    async fn call(&self, hook: Hook, cluster: &Value) -> Response {
-        let body = json!({
-            "apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1",
-            "kind": hook.request_kind(),
-            "settings": {},
-            "cluster": cluster,
-            "fromKubernetesVersion": "v1.33.1",
-            "toKubernetesVersion": "v1.34.0",
-        });
-        let bytes = serde_json::to_vec(&body).expect("json");
+    async fn call_raw(&self, hook: Hook, body: &Value) -> Response {
+        let bytes = serde_json::to_vec(body).expect("json");
         handlers::handle(&self.ctx, hook, &bytes).await
+    }
+
+    async fn call(&self, hook: Hook, cluster: &Value) -> Response {
+        call_with(&self.ctx, hook, cluster).await
     }
 
     async fn get(&self, resource: &ApiResource, ns: &str, name: &str) -> Option<Value> {
@@ -168,7 +204,7 @@ impl Env {
     /// Plays Fleet's token controller: fills the token status and writes its Secret.
     async fn issue_token(&self, name: &str) {
         let secrets: Api<Secret> = Api::namespaced(self.client(), NS);
-        let values = "clusterNamespace: team-a\napiServerURL: https://fleet.example.com:6443\napiServerCA: |\n  -----BEGIN CERTIFICATE-----\n  MIIB\n  -----END CERTIFICATE-----\ntoken: sa-token-value\nsystemRegistrationNamespace: cattle-fleet-clusters-system\n";
+        let values = TOKEN_VALUES;
         let secret: Secret = serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": NS, "labels": {"fleet.cattle.io/managed": "true"}},
             "type": "fleet.cattle.io/cluster-registration-values",
@@ -199,7 +235,7 @@ impl Env {
         let api: Api<ConfigMap> = Api::namespaced(self.client(), "cattle-fleet-system");
         let cm: ConfigMap = serde_json::from_value(json!({
             "metadata": {"name": "fleet-controller", "namespace": "cattle-fleet-system"},
-            "data": {"config": r#"{"agentImage":"rancher/fleet-agent:v0.13.1","agentImagePullPolicy":"IfNotPresent","agentTLSMode":"system-store","apiServerURL":"https://fleet.example.com:6443"}"#},
+            "data": {"config": format!(r#"{{"agentImage":"{AGENT_IMAGE}","agentImagePullPolicy":"IfNotPresent","agentTLSMode":"system-store","apiServerURL":"https://fleet.example.com:6443"}}"#)},
         }))
         .expect("configmap");
         api.create(&PostParams::default(), &cm)
@@ -211,6 +247,24 @@ impl Env {
         self.sandbox.requests().count(|r| r.verb.is_write())
     }
 }
+
+/// Calls a lifecycle hook for `cluster` with `ctx`, as Cluster API does.
+async fn call_with(ctx: &Context, hook: Hook, cluster: &Value) -> Response {
+    let body = json!({
+        "apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1",
+        "kind": hook.request_kind(),
+        "settings": {},
+        "cluster": cluster,
+        "fromKubernetesVersion": "v1.33.1",
+        "toKubernetesVersion": "v1.34.0",
+    });
+    let bytes = serde_json::to_vec(&body).expect("json");
+    handlers::handle(ctx, hook, &bytes).await
+}
+
+/// The registration values the played Fleet writes into a token's Secret (Fleet 0.13's keys:
+/// no `tokenName`, which Fleet writes from 0.16.0).
+const TOKEN_VALUES: &str = "clusterNamespace: team-a\napiServerURL: https://fleet.example.com:6443\napiServerCA: |\n  -----BEGIN CERTIFICATE-----\n  MIIB\n  -----END CERTIFICATE-----\ntoken: sa-token-value\nsystemRegistrationNamespace: cattle-fleet-clusters-system\n";
 
 fn retry_after(response: &Response) -> i32 {
     match response.body {
@@ -330,9 +384,18 @@ async fn before_cluster_create_prepares_agent_initiated_registration_then_succee
         assert_eq!(secret["metadata"]["ownerReferences"][0]["kind"], "Cluster");
         let manifest = secret_text(&secret, MANIFEST_KEY);
         assert!(manifest.contains(&id), "the manifest carries the client ID");
-        assert!(manifest.contains("rancher/fleet-agent:v0.13.1"));
-        let chart = secret_text(&secret, HELM_CHART_KEY);
-        assert!(chart.contains("kind: HelmChart") && chart.contains(&id));
+        assert!(manifest.contains(AGENT_IMAGE));
+        // Fleet 0.12+'s agent: one container running `fleetagent`, nothing else.
+        let deployment = documents(&manifest)
+            .into_iter()
+            .find(|o| o["kind"] == "Deployment")
+            .expect("Deployment");
+        let pod = &deployment["spec"]["template"]["spec"];
+        assert!(pod.get("initContainers").is_none(), "{pod}");
+        assert_eq!(pod["containers"].as_array().map(Vec::len), Some(1));
+        assert_eq!(pod["containers"][0]["name"], "fleet-agent");
+        assert_eq!(pod["containers"][0]["command"], json!(["fleetagent"]));
+        assert_eq!(secret["data"].as_object().map(|d| d.len()), Some(1));
 
         // A second call creates nothing and writes nothing; the client ID is unchanged.
         env.sandbox.requests().reset();
@@ -418,56 +481,30 @@ impl Env {
 }
 
 #[tokio::test]
-async fn a_class_installing_the_agent_makes_imported_clusters_agent_initiated() {
+async fn the_bootstrap_makes_imported_clusters_agent_initiated_and_holds_no_other() {
     let env = Env::start(Some(
         "cluster: {namespaceSelector: {matchLabels: {fleet: \"yes\"}}, agentInitiatedSelector: {matchLabels: {nat: \"true\"}}}",
     ))
     .await;
-    // A class without our patch, manager-initiated by configuration: Success, no writes.
-    let plain = env
-        .capi_cluster("plain", json!({}), "plain-class", false)
-        .await;
+    // A class without this extension (no fleetAgent variable): Success, no request at all.
+    let plain = env.plain_cluster("plain").await;
     env.sandbox.requests().reset();
     let response = env.call(Hook::BeforeClusterCreate, &plain).await;
     assert_success(&response);
     assert!(
-        response.message.contains("manager-initiated"),
+        response.message.contains("no fleetAgent variable"),
         "{}",
         response.message
     );
-    assert_eq!(env.writes(), 0);
+    assert_eq!(env.sandbox.requests().all().len(), 0);
 
-    // A class using the fleet-agent-bootstrap patch: installing the agent at boot asks for
-    // agent-initiated registration, so the Cluster is prepared and marked for the controller.
-    let classes: Api<DynamicObject> = Api::namespaced_with(
-        env.client(),
-        NS,
-        &resource(
-            "cluster.x-k8s.io",
-            "v1beta2",
-            "ClusterClass",
-            "clusterclasses",
-        ),
-    );
-    let class: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "ClusterClass",
-        "metadata": {"name": "fleet-class", "namespace": NS},
-        "spec": {
-            "controlPlane": {"templateRef": {"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlaneTemplate", "name": "cp"}},
-            "infrastructure": {"templateRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DockerClusterTemplate", "name": "infra"}},
-            "patches": [{"name": "fleet-agent", "external": {"generatePatchesExtension": "fleet-agent-bootstrap.caapf"}}]
-        },
-    }))
-    .expect("class");
-    classes
-        .create(&PostParams::default(), &class)
-        .await
-        .expect("class");
-    let uses_patch = env
+    // The bootstrap asks for agent-initiated registration even though the configuration says
+    // manager-initiated for this Cluster: prepared and marked for the import controller.
+    let booted = env
         .capi_cluster("booted", json!({}), "fleet-class", true)
         .await;
     assert_retry(
-        &env.call(Hook::BeforeClusterCreate, &uses_patch).await,
+        &env.call(Hook::BeforeClusterCreate, &booted).await,
         "ClusterRegistrationToken team-a/booted",
     );
     let fleet = env
@@ -480,7 +517,7 @@ async fn a_class_installing_the_agent_makes_imported_clusters_agent_initiated() 
     );
     assert_eq!(client_id(&fleet).len(), 64);
 
-    // The same class with fleetAgent.enabled=false: manager-initiated, nothing written.
+    // fleetAgent.enabled=false: nothing read, nothing written.
     let mut disabled = env
         .capi_cluster("disabled", json!({}), "fleet-class", false)
         .await;
@@ -488,31 +525,183 @@ async fn a_class_installing_the_agent_makes_imported_clusters_agent_initiated() 
         json!([{"name": "fleetAgent", "value": {"enabled": false}}]);
     env.sandbox.requests().reset();
     assert_success(&env.call(Hook::BeforeClusterCreate, &disabled).await);
-    assert_eq!(env.writes(), 0);
+    assert_eq!(env.sandbox.requests().all().len(), 0);
 
-    // Not imported (namespace not selected) but the class installs the agent: the machines
-    // would wait for a Secret nobody writes, so the hook refuses and says what to change.
+    // A control-plane override true under a Cluster-level false: the control plane is patched,
+    // so the Secret is prepared.
+    let mut overridden = disabled.clone();
+    overridden["metadata"]["name"] = json!("overridden");
+    overridden["spec"]["topology"]["controlPlane"]["variables"] =
+        json!({"overrides": [{"name": "fleetAgent", "value": {"enabled": true}}]});
+    assert_retry(
+        &env.call(Hook::BeforeClusterCreate, &overridden).await,
+        "ClusterRegistrationToken team-a/overridden",
+    );
+
+    // Not imported (namespace not selected): Success without a Secret; GeneratePatches then
+    // leaves its templates alone, so its machines never wait for a Secret nobody writes.
     env.create_namespace("outside", json!({})).await;
     let outside = env
         .capi_cluster_in("outside", "lost", json!({}), "fleet-class", false)
         .await;
-    let refused = env.call(Hook::BeforeClusterCreate, &outside).await;
-    assert_eq!(refused.status, ResponseStatus::Failure, "{refused:?}");
+    env.sandbox.requests().reset();
+    let answered = env.call(Hook::BeforeClusterCreate, &outside).await;
+    assert_success(&answered);
     assert!(
-        refused.message.contains("ClusterClass team-a/fleet-class"),
+        answered.message.contains("not selected"),
         "{}",
-        refused.message
+        answered.message
     );
-    assert!(
-        refused.message.contains("not selected"),
-        "{}",
-        refused.message
+    assert_eq!(env.writes(), 0);
+}
+
+/// A Cluster that does not use the bootstrap is answered Success with the API server gone and
+/// with an invalid FleetAddonConfig; one that uses it is told to retry, never failed.
+#[tokio::test]
+async fn outages_and_bad_configuration_never_fail_a_cluster() {
+    let env = Env::start(None).await;
+    let plain = env.plain_cluster("plain").await;
+    let mut disabled = env
+        .capi_cluster("disabled", json!({}), "fleet-class", false)
+        .await;
+    disabled["spec"]["topology"]["variables"] =
+        json!([{"name": "fleetAgent", "value": {"enabled": false}}]);
+    let enabled = env
+        .capi_cluster("enabled", json!({}), "fleet-class", false)
+        .await;
+
+    // An invalid regex in spec.cluster.
+    let invalid: caapf::api::FleetAddonConfigSpec =
+        serde_yaml::from_str("cluster: {namespaceRegexes: [\"team-(\"]}").expect("spec");
+    let config = EffectiveConfig::from_spec(&invalid);
+    assert!(!config.problems.is_empty());
+    env._config.send_replace(Some(Arc::new(config)));
+    for cluster in [&plain, &disabled] {
+        assert_success(&env.call(Hook::BeforeClusterCreate, cluster).await);
+    }
+    assert_retry(
+        &env.call(Hook::BeforeClusterCreate, &enabled).await,
+        "spec.cluster",
     );
-    assert!(
-        refused.message.contains("fleetAgent.enabled"),
-        "{}",
-        refused.message
+
+    // The API server is gone.
+    env._config
+        .send_replace(Some(Arc::new(EffectiveConfig::default())));
+    let Env {
+        sandbox,
+        ctx,
+        _config,
+        ..
+    } = env;
+    sandbox.shutdown().await;
+    for cluster in [&plain, &disabled] {
+        assert_success(&call_with(&ctx, Hook::BeforeClusterCreate, cluster).await);
+    }
+    for hook in [
+        Hook::BeforeClusterCreate,
+        Hook::BeforeClusterDelete,
+        Hook::BeforeClusterUpgrade,
+    ] {
+        let response = call_with(&ctx, hook, &enabled).await;
+        if hook == Hook::BeforeClusterUpgrade {
+            // Not configured to hold upgrades: nothing to read.
+            assert_success(&response);
+        } else {
+            assert_eq!(
+                response.status,
+                ResponseStatus::Success,
+                "{hook:?}: {response:?}"
+            );
+            assert!(retry_after(&response) > 0, "{hook:?}: {response:?}");
+        }
+    }
+}
+
+/// A Cluster created before its class used the bootstrap (it never went through
+/// BeforeClusterCreate): GeneratePatches leaves its control plane alone while the Secret does
+/// not exist, prepares it in the background, and patches once it exists.
+#[tokio::test]
+async fn a_cluster_that_never_went_through_before_cluster_create_gets_a_working_bootstrap() {
+    let env = Env::start(Some("cluster: {}")).await;
+    env.install_fleet().await;
+    env.capi_cluster("old", json!({}), "fleet-class", false)
+        .await;
+    let request = generate_patches_request("old");
+    let patch_count = |response: &Response| -> usize {
+        let ResponseBody::Patches { items } = &response.body else {
+            panic!("{response:?}");
+        };
+        let bytes =
+            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, &items[0].patch)
+                .expect("base64");
+        serde_json::from_slice::<Vec<Value>>(&bytes)
+            .expect("patch")
+            .len()
+    };
+    let first = env.call_raw(Hook::GeneratePatches, &request).await;
+    assert_eq!(first.status, ResponseStatus::Success, "{first:?}");
+    assert_eq!(patch_count(&first), 0, "no Secret yet: no patch");
+    // The background preparation created the Fleet Cluster and the token; the test plays Fleet.
+    common::eventually("the token of Cluster old", || async {
+        env.get(&token(), NS, "old").await
+    })
+    .await;
+    env.issue_token("old").await;
+    let patched = common::eventually("a patch naming the bootstrap Secret", || async {
+        let response = env.call_raw(Hook::GeneratePatches, &request).await;
+        (patch_count(&response) > 0).then_some(response)
+    })
+    .await;
+    assert_eq!(patched.status, ResponseStatus::Success);
+    let secret = env
+        .get(
+            &resource("", "v1", "Secret", "secrets"),
+            NS,
+            "old-fleet-agent-bootstrap",
+        )
+        .await
+        .expect("the Secret the patch names exists");
+    assert!(secret_text(&secret, MANIFEST_KEY).contains("kind: Deployment"));
+    // The same answer every time from now on.
+    assert_eq!(
+        serde_json::to_value(env.call_raw(Hook::GeneratePatches, &request).await).expect("json"),
+        serde_json::to_value(&patched).expect("json")
     );
+    // With the API server gone the hook cannot tell: a Failure (CAPI keeps the templates),
+    // never an answer without the patch.
+    let Env { sandbox, ctx, .. } = env;
+    sandbox.shutdown().await;
+    let bytes = serde_json::to_vec(&request).expect("json");
+    let down = handlers::handle(&ctx, Hook::GeneratePatches, &bytes).await;
+    assert_eq!(down.status, ResponseStatus::Failure, "{down:?}");
+}
+
+fn generate_patches_request(cluster: &str) -> Value {
+    let template: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/templates/kubeadmcontrolplanetemplate-v1beta2.yaml"),
+        )
+        .expect("fixture"),
+    )
+    .expect("yaml");
+    json!({
+        "apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1",
+        "kind": "GeneratePatchesRequest",
+        "variables": [
+            {"name": "builtin", "value": {"cluster": {"name": cluster, "namespace": NS}}},
+            {"name": "fleetAgent", "value": {"enabled": true}}
+        ],
+        "items": [{"uid": "cp", "holderReference": {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "namespace": NS, "name": cluster, "fieldPath": "spec.controlPlaneRef"}, "object": template}]
+    })
+}
+
+fn documents(yaml: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(yaml)
+        .map(|doc| <Value as serde::Deserialize>::deserialize(doc).expect("yaml"))
+        .filter(|doc| !doc.is_null())
+        .collect()
 }
 
 #[tokio::test]
@@ -597,10 +786,12 @@ async fn before_cluster_upgrade_waits_for_ready_bundles_only_when_configured() {
     assert_success(&off.call(Hook::BeforeClusterUpgrade, &cluster).await);
 }
 
-/// Every document of the rendered agent manifest is accepted by the API server, and so is the
-/// RKE2 HelmChart (with the HelmChart CRD registered).
+/// The agent objects are exactly what Fleet's `fleet-agent` chart renders for the Cluster's
+/// values (placed in the agent namespace, which is added and labelled), every one is accepted
+/// by the API server, and the agent pod is admitted under Cluster API's quick-start Pod Security
+/// configuration.
 #[tokio::test]
-async fn rendered_bootstrap_objects_are_accepted_by_the_api_server() {
+async fn the_agent_is_fleet_s_chart_accepted_by_the_api_server_and_pod_security() {
     let env = Env::start(Some("cluster: {agentInitiated: true, hostNetwork: true}")).await;
     let cluster = env
         .capi_cluster("c4", json!({}), "quick-start", false)
@@ -614,37 +805,113 @@ async fn rendered_bootstrap_objects_are_accepted_by_the_api_server() {
         )
         .await
         .expect("bootstrap secret");
+    let ours = documents(&secret_text(&secret, MANIFEST_KEY));
+    let fleet = env
+        .get(&fleet_cluster(), NS, "c4")
+        .await
+        .expect("Fleet Cluster");
+
+    // What the chart renders, with values the test writes from what it played (the token's
+    // values, the client ID, the configuration's agent settings and Fleet's agent image).
+    let mut values: serde_json::Map<String, Value> =
+        serde_yaml::from_str(TOKEN_VALUES).expect("token values");
+    for (key, value) in [
+        ("clientID", json!(client_id(&fleet))),
+        ("agentTLSMode", json!("system-store")),
+        (
+            "fleetAgent",
+            json!({"hostNetwork": true, "tolerations": [
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "node.cluster.x-k8s.io/uninitialized", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "node.cloudprovider.kubernetes.io/uninitialized", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+                {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
+            ]}),
+        ),
+        (
+            "internal",
+            json!({"systemNamespace": "fleet-addon-agent", "managedReleaseName": "fleet-agent"}),
+        ),
+        (
+            "image",
+            json!({"repository": "rancher/fleet-agent", "tag": "v0.13.1"}),
+        ),
+    ] {
+        values.insert(key.to_string(), value);
+    }
+    let values_file = tempfile::NamedTempFile::new().expect("values file");
+    std::fs::write(
+        values_file.path(),
+        serde_json::to_vec(&values).expect("json"),
+    )
+    .expect("write");
+    let archive = fleet_common::package_agent_chart(AGENT_CHART_VERSION);
+    let rendered = fleet_common::helm(
+        &tempfile::tempdir().expect("home").keep(),
+        None,
+        &[
+            "template",
+            "fleet-agent",
+            archive.to_str().expect("path"),
+            "--namespace",
+            "fleet-addon-agent",
+            "--no-hooks",
+            "--values",
+            values_file.path().to_str().expect("path"),
+        ],
+    );
+    let chart = documents(&rendered);
+    assert!(
+        !chart.iter().any(|o| o["kind"] == "Job"),
+        "hooks are not rendered"
+    );
+    assert_eq!(
+        ours.len(),
+        chart.len() + 1,
+        "the chart's objects and the Namespace"
+    );
+    assert_eq!(ours[0]["kind"], "Namespace");
+    assert_eq!(ours[0]["metadata"]["name"], "fleet-addon-agent");
+    for (mine, theirs) in ours[1..].iter().zip(&chart) {
+        let mut expected = theirs.clone();
+        if !["ClusterRole", "ClusterRoleBinding"]
+            .contains(&theirs["kind"].as_str().unwrap_or_default())
+        {
+            expected["metadata"]["namespace"] = json!("fleet-addon-agent");
+        }
+        if theirs["kind"] == "Deployment" {
+            // The one agent setting the chart has no value for.
+            expected["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] =
+                json!("IfNotPresent");
+        }
+        assert_eq!(mine, &expected, "{}", theirs["kind"]);
+    }
+
+    // Accepted by the API server, in order.
     let discovery = Discovery::new(env.client()).run().await.expect("discovery");
     let mut created = BTreeMap::new();
-    for key in [MANIFEST_KEY, HELM_CHART_KEY] {
-        let text = secret_text(&secret, key);
-        for document in serde_yaml::Deserializer::from_str(&text) {
-            let value = <Value as serde::Deserialize>::deserialize(document).expect("yaml");
-            let object: DynamicObject = serde_json::from_value(value.clone()).expect("object");
-            let types = object.types.clone().expect("apiVersion and kind");
-            let gvk = GroupVersionKind::try_from(&types).expect("gvk");
-            let (resource, capabilities) = discovery
-                .resolve_gvk(&gvk)
-                .unwrap_or_else(|| panic!("{gvk:?} is not served"));
-            let api: Api<DynamicObject> = match capabilities.scope {
-                kube::discovery::Scope::Namespaced => Api::namespaced_with(
-                    env.client(),
-                    object
-                        .metadata
-                        .namespace
-                        .as_deref()
-                        .expect("namespaced object has a namespace"),
-                    &resource,
-                ),
-                kube::discovery::Scope::Cluster => Api::all_with(env.client(), &resource),
-            };
-            api.create(&PostParams::default(), &object)
-                .await
-                .unwrap_or_else(|e| {
-                    panic!("{} {:?} rejected: {e}", types.kind, object.metadata.name)
-                });
-            *created.entry(types.kind.clone()).or_insert(0) += 1;
-        }
+    for value in &ours {
+        let object: DynamicObject = serde_json::from_value(value.clone()).expect("object");
+        let types = object.types.clone().expect("apiVersion and kind");
+        let gvk = GroupVersionKind::try_from(&types).expect("gvk");
+        let (resource, capabilities) = discovery
+            .resolve_gvk(&gvk)
+            .unwrap_or_else(|| panic!("{gvk:?} is not served"));
+        let api: Api<DynamicObject> = match capabilities.scope {
+            kube::discovery::Scope::Namespaced => Api::namespaced_with(
+                env.client(),
+                object
+                    .metadata
+                    .namespace
+                    .as_deref()
+                    .expect("namespaced object has a namespace"),
+                &resource,
+            ),
+            kube::discovery::Scope::Cluster => Api::all_with(env.client(), &resource),
+        };
+        api.create(&PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|e| panic!("{} {:?} rejected: {e}", types.kind, object.metadata.name));
+        *created.entry(types.kind.clone()).or_insert(0) += 1;
     }
     assert_eq!(
         created.keys().cloned().collect::<Vec<_>>(),
@@ -653,12 +920,144 @@ async fn rendered_bootstrap_objects_are_accepted_by_the_api_server() {
             "ClusterRoleBinding",
             "ConfigMap",
             "Deployment",
-            "HelmChart",
             "Namespace",
+            "NetworkPolicy",
             "Secret",
             "ServiceAccount"
         ]
     );
+
+    // Pod Security as Cluster API's quick-start ClusterClass configures it (kubernetes-sigs/
+    // cluster-api v1.11.0 test/infrastructure/docker/templates/clusterclass-quick-start.yaml:
+    // enforce baseline, kube-system exempt). Host network needs the namespace label.
+    let admission = Admission::from_configuration(&json!({
+        "apiVersion": "pod-security.admission.config.k8s.io/v1", "kind": "PodSecurityConfiguration",
+        "defaults": {"enforce": "baseline", "enforce-version": "latest", "audit": "restricted", "warn": "restricted"},
+        "exemptions": {"usernames": [], "runtimeClasses": [], "namespaces": ["kube-system"]}
+    }))
+    .expect("admission");
+    let labels: BTreeMap<String, String> =
+        serde_json::from_value(ours[0]["metadata"]["labels"].clone()).expect("labels");
+    let pod = &ours
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .expect("Deployment")["spec"]["template"]["spec"];
+    assert_eq!(admission.admits("fleet-addon-agent", &labels, pod), Ok(()));
+    assert!(
+        admission
+            .admits("fleet-addon-agent", &BTreeMap::new(), pod)
+            .is_err(),
+        "without the label, baseline refuses the host-network agent"
+    );
+}
+
+/// The supported Fleet releases differ in their `fleet-agent` chart: before 0.16.0 a hook Job
+/// (not rendered), from 0.16.0 `tokenName` required (Fleet 0.16 writes it into the token values;
+/// a value set without it is refused by the chart, and the hook says so and retries).
+#[tokio::test]
+async fn the_chart_of_the_installed_fleet_version_is_rendered() {
+    let env = Env::start(Some("cluster: {agentInitiated: true}")).await;
+    env.charts.add_agent_version("0.16.1");
+    // The provider installed Fleet 0.16.1: status.installedVersion picks the chart.
+    let configs: Api<caapf::api::FleetAddonConfig> = Api::all(env.client());
+    let config: caapf::api::FleetAddonConfig = serde_json::from_value(json!({
+        "apiVersion": "addons.cluster.x-k8s.io/v1alpha1", "kind": "FleetAddonConfig",
+        "metadata": {"name": "fleet-addon-config"}, "spec": {}
+    }))
+    .expect("config");
+    configs
+        .create(&PostParams::default(), &config)
+        .await
+        .expect("create");
+    configs
+        .patch_status(
+            "fleet-addon-config",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"installedVersion": "0.16.1"}})),
+        )
+        .await
+        .expect("status");
+    let cluster = env
+        .capi_cluster("c6", json!({}), "quick-start", false)
+        .await;
+    assert_retry(
+        &env.call(Hook::BeforeClusterCreate, &cluster).await,
+        "ClusterRegistrationToken",
+    );
+    env.issue_token("c6").await;
+    env.install_fleet().await;
+    // Fleet 0.13-style values (no tokenName) against the 0.16 chart: refused, retried.
+    let refused = env.call(Hook::BeforeClusterCreate, &cluster).await;
+    assert_retry(&refused, "tokenName must be set");
+    assert!(
+        refused.message.contains("fleet-agent chart 0.16.1"),
+        "{}",
+        refused.message
+    );
+    // Fleet 0.16 writes tokenName.
+    let secrets: Api<Secret> = Api::namespaced(env.client(), NS);
+    secrets
+        .patch(
+            "c6",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"values": base64::Engine::encode(
+                &base64::engine::general_purpose::STANDARD,
+                format!("{TOKEN_VALUES}tokenName: c6\n"),
+            )}})),
+        )
+        .await
+        .expect("values");
+    let done = env.call(Hook::BeforeClusterCreate, &cluster).await;
+    assert_success(&done);
+    assert!(
+        done.message.contains("fleet-agent chart 0.16.1"),
+        "{}",
+        done.message
+    );
+    let secret = env
+        .get(
+            &resource("", "v1", "Secret", "secrets"),
+            NS,
+            "c6-fleet-agent-bootstrap",
+        )
+        .await
+        .expect("bootstrap secret");
+    let objects = documents(&secret_text(&secret, MANIFEST_KEY));
+    let bootstrap = objects
+        .iter()
+        .find(|o| o["kind"] == "Secret")
+        .expect("fleet-agent-bootstrap");
+    assert!(bootstrap["data"]["tokenName"].is_string());
+
+    // Before 0.16: the hook Job patching the default ServiceAccount is not rendered.
+    let before = env
+        .capi_cluster("c7", json!({}), "quick-start", false)
+        .await;
+    configs
+        .patch_status(
+            "fleet-addon-config",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"installedVersion": AGENT_CHART_VERSION}})),
+        )
+        .await
+        .expect("status");
+    assert_retry(
+        &env.call(Hook::BeforeClusterCreate, &before).await,
+        "ClusterRegistrationToken",
+    );
+    env.issue_token("c7").await;
+    assert_success(&env.call(Hook::BeforeClusterCreate, &before).await);
+    let secret = env
+        .get(
+            &resource("", "v1", "Secret", "secrets"),
+            NS,
+            "c7-fleet-agent-bootstrap",
+        )
+        .await
+        .expect("bootstrap secret");
+    let objects = documents(&secret_text(&secret, MANIFEST_KEY));
+    assert!(!objects.iter().any(|o| o["kind"] == "Job"));
+    assert!(objects.iter().any(|o| o["kind"] == "Deployment"));
 }
 
 fn context_with(
@@ -684,6 +1083,19 @@ fn context_with(
 #[tokio::test]
 async fn golden_requests_and_responses() {
     let sandbox = Sandbox::start().await;
+    // The bootstrap Secret of Cluster team-a/dev-2 exists (BeforeClusterCreate wrote it), so
+    // its control-plane templates get the patch.
+    Api::<Namespace>::all(sandbox.client())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "team-a"}})).expect("namespace"),
+        )
+        .await
+        .expect("namespace");
+    let bootstrap_secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "dev-2-fleet-agent-bootstrap"},
+        "stringData": {"fleet-agent.yaml": "---\n"}}))
+    .expect("secret");
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hooks");
     let update = std::env::var_os("UPDATE_GOLDEN").is_some();
     let mut paths: Vec<_> = std::fs::read_dir(&dir)
@@ -706,6 +1118,10 @@ async fn golden_requests_and_responses() {
             None => EffectiveConfig::default(),
         };
         let (ctx, _tx) = context_with(sandbox.client(), config);
+        // Before every case: the BeforeClusterDelete cases delete it.
+        let _ = Api::<Secret>::namespaced(sandbox.client(), "team-a")
+            .create(&PostParams::default(), &bootstrap_secret)
+            .await;
         let body = match case["requestRaw"].as_str() {
             Some(raw) => raw.as_bytes().to_vec(),
             None => serde_json::to_vec(&case["request"]).expect("json"),

@@ -427,16 +427,21 @@ async fn hooks_scenario() -> Vec<RequestRecord> {
         h.namespace(ns, json!({})).await;
     }
     h.class("team-a", "quick-start", json!({})).await;
-    h.config(
-        "cluster: {agentInitiated: true, setOwnerReferences: true}\n\
-         runtimeExtension: {beforeClusterUpgrade: {waitForBundlesReady: true}}",
-    )
+    let charts = fleet_common::ChartRepo::start(&[]).await;
+    charts.add_agent_version("0.13.1");
+    h.flags.helm_binary = fleet_common::helm_bin().display().to_string();
+    h.config(&format!(
+        "cluster: {{agentInitiated: true, setOwnerReferences: true}}\n\
+         runtimeExtension: {{beforeClusterUpgrade: {{waitForBundlesReady: true}}, agentChartRepository: \"{}\"}}",
+        charts.url()
+    ))
     .await;
     let created = h
         .cluster(
             "team-a",
             json!({"metadata": {"name": "c1"}, "spec": {"topology": {
-                "classRef": {"name": "quick-start", "namespace": "team-a"}, "version": "v1.33.1"}}}),
+                "classRef": {"name": "quick-start", "namespace": "team-a"}, "version": "v1.33.1",
+                "variables": [{"name": "fleetAgent", "value": {"enabled": true}}]}}}),
         )
         .await;
     h.start().await;
@@ -518,22 +523,40 @@ async fn hooks_scenario() -> Vec<RequestRecord> {
         )
         .await
         .expect("fleet-controller");
-    // Creates the bootstrap Secret; after a Fleet upgrade, updates it.
+    // Creates the bootstrap Secret (read by GeneratePatches from then on).
     call(Hook::BeforeClusterCreate).await;
-    config_maps
-        .replace("fleet-controller", &PostParams::default(), &{
-            let mut cm = controller_config("rancher/fleet-agent:v0.14.0");
-            cm.metadata.resource_version = config_maps
-                .get("fleet-controller")
-                .await
-                .expect("cm")
-                .metadata
-                .resource_version;
-            cm
-        })
-        .await
-        .expect("fleet upgraded");
-    call(Hook::BeforeClusterCreate).await;
+    eventually("the hook created the bootstrap Secret", || async {
+        Api::<Secret>::namespaced(h.client.clone(), "team-a")
+            .get_opt("c1-fleet-agent-bootstrap")
+            .await
+            .expect("get")
+            .map(|_| ())
+    })
+    .await;
+    // GeneratePatches for a Cluster without a Secret reads it and prepares its bootstrap.
+    h.cluster(
+        "team-a",
+        json!({"metadata": {"name": "c2"}, "spec": {"topology": {
+            "classRef": {"name": "quick-start", "namespace": "team-a"}, "version": "v1.33.1",
+            "variables": [{"name": "fleetAgent", "value": {"enabled": true}}]}}}),
+    )
+    .await;
+    let patches = serde_json::to_vec(&json!({
+        "apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1", "kind": "GeneratePatchesRequest",
+        "variables": [{"name": "builtin", "value": {"cluster": {"name": "c2", "namespace": "team-a"}}},
+                      {"name": "fleetAgent", "value": {"enabled": true}}],
+        "items": [{"uid": "cp", "holderReference": {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                   "namespace": "team-a", "name": "c2", "fieldPath": "spec.controlPlaneRef"},
+                   "object": {"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlaneTemplate",
+                              "metadata": {"name": "cp"}, "spec": {"template": {"spec": {}}}}}]
+    }))
+    .expect("json");
+    handlers::handle(&manager.ctx, Hook::GeneratePatches, &patches).await;
+    eventually(
+        "the background preparation created the token of c2",
+        || async { tokens.get_opt("c2").await.expect("get").map(|_| ()) },
+    )
+    .await;
     // Upgrade gate: the registered Fleet Cluster's BundleDeployments are listed.
     Api::<DynamicObject>::namespaced_with(
         h.client.clone(),

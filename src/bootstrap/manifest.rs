@@ -1,30 +1,32 @@
 //! What a new cluster runs to register with Fleet by itself (agent-initiated registration).
 //!
-//! Inputs are what Fleet itself provides, so the bootstrap agent is the agent Fleet would deploy:
-//! - the ClusterRegistrationToken's Secret (`values`: API server URL and CA, token, namespaces),
-//! - the `fleet-controller` ConfigMap (`config`: agent image, pull policy, TLS mode, check-in
-//!   interval) — the same image Fleet's agent bundle uses, so taking over does not restart the
-//!   agent with another version,
-//! - the Fleet Cluster's agent settings (namespace, tolerations, host network, environment).
+//! The agent is Fleet's own: the `fleet-agent` chart (the chart Fleet documents for
+//! agent-initiated registration), at the version of the Fleet that is installed, rendered with
+//! `helm template` by [`crate::bootstrap::chart`]. This module is the pure part around it:
+//! - the chart values, from what Fleet itself provides: the ClusterRegistrationToken's Secret
+//!   (`values`: API server URL and CA, token, namespaces, and from Fleet 0.16 `tokenName`), the
+//!   `fleet-controller` ConfigMap (`config`: agent image, pull policy, TLS mode), and the Fleet
+//!   Cluster's agent settings (namespace, tolerations, host network, environment);
+//! - [`finish`]: what `kubectl create -f` needs that the chart leaves to helm (a namespace on
+//!   every namespaced object, the Namespace itself with the Pod Security level the agent needs),
+//!   and the two agent settings the chart has no value for (the exact image reference with its
+//!   pull policy, and the Fleet Cluster's `agentEnvVars`), so the bootstrap agent is the agent
+//!   Fleet deploys when it takes over.
 //!
-//! The kubeadm manifest mirrors Fleet's own agent manifest
-//! (`internal/cmd/controller/agentmanagement/agent/manifest.go`) plus the registration inputs
-//! Fleet's `fleet-agent` chart adds (Secret `fleet-agent-bootstrap`, ConfigMap `fleet-agent`).
-//! Same names and namespace as Fleet's agent bundle, which deploys with `takeOwnership`, so Fleet
-//! adopts these objects after registration. The NetworkPolicy and the `default` ServiceAccount
-//! change of Fleet's manifest are left to that bundle: neither is needed to register.
+//! Chart facts follow rancher/fleet `charts/fleet-agent` v0.12.0–v0.16.1 (values.yaml,
+//! templates/deployment.yaml, validate.yaml): one Deployment `fleet-agent` with one container
+//! `fleet-agent` (v0.11 had a StatefulSet with a `fleetagent register` init container); the chart
+//! refuses a release that is not `internal.managedReleaseName` in `internal.systemNamespace`,
+//! and from v0.16.0 one without `tokenName`; chart objects carry no namespace (helm adds it at
+//! install). Before v0.16.0 the chart also has a post-install hook Job patching the `default`
+//! ServiceAccount with a `rancher/kubectl` image; hooks are not rendered (no registry pull is
+//! needed to register, and Fleet's agent bundle manages that ServiceAccount once it takes over).
 
 use std::collections::BTreeMap;
 
-use base64::Engine;
 use serde_json::{Map, Value, json};
 
-use crate::bootstrap::safe_concat_name;
-
-/// Fleet's chart repository, for the RKE2 `HelmChart`.
-pub const FLEET_CHART_REPOSITORY: &str = "https://rancher.github.io/fleet-helm-charts/";
-
-/// Name of the agent Deployment, ServiceAccount, ConfigMap and Helm release (fixed by Fleet).
+/// Name of Fleet's agent chart, its Helm release, and its Deployment (fixed by Fleet).
 pub const AGENT_NAME: &str = "fleet-agent";
 
 /// Name of the Secret the agent registers with (fixed by Fleet).
@@ -183,232 +185,112 @@ pub struct BootstrapInput {
     pub fleet: FleetAgentDefaults,
 }
 
-/// The agent objects for a cluster without helm-controller (kubeadm), as a multi-document YAML
-/// stream in creation order.
-pub fn render_manifest(input: &BootstrapInput) -> Result<String, String> {
-    to_yaml_stream(&agent_objects(input))
-}
-
-/// The agent objects as JSON, in creation order.
-pub fn agent_objects(input: &BootstrapInput) -> Vec<Value> {
-    let ns = input.agent.namespace.as_str();
-    let b64 = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
-    let role = safe_concat_name(&[ns, AGENT_NAME, "role"]);
-    let mut secret_data = Map::new();
-    for (key, value) in [
-        (
-            "systemRegistrationNamespace",
-            input.token.system_registration_namespace.as_str(),
-        ),
-        ("clusterNamespace", input.token.cluster_namespace.as_str()),
-        ("token", input.token.token.as_str()),
-        ("apiServerURL", input.token.api_server_url.as_str()),
-        ("apiServerCA", input.token.api_server_ca.as_str()),
-    ] {
-        secret_data.insert(key.to_string(), json!(b64(value)));
-    }
-    if let Some(token_name) = &input.token.token_name {
-        secret_data.insert("tokenName".to_string(), json!(b64(token_name)));
-    }
-    let agent_config = json!({
-        "clientID": input.client_id,
-        "agentTLSMode": input.fleet.tls_mode,
-    });
-    vec![
-        json!({
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {"name": ns},
-        }),
-        json!({
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": AGENT_NAME, "namespace": ns},
-        }),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": role},
-            "rules": [
-                {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
-                {"nonResourceURLs": ["*"], "verbs": ["*"]},
-            ],
-        }),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": safe_concat_name(&[ns, AGENT_NAME, "role", "binding"])},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": [{"kind": "ServiceAccount", "name": AGENT_NAME, "namespace": ns}],
-        }),
-        json!({
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": AGENT_BOOTSTRAP_SECRET, "namespace": ns},
-            "type": "Opaque",
-            "data": secret_data,
-        }),
-        json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": AGENT_NAME, "namespace": ns},
-            "data": {"config": agent_config.to_string()},
-        }),
-        agent_deployment(input),
-    ]
-}
-
-fn agent_deployment(input: &BootstrapInput) -> Value {
-    let agent = &input.agent;
-    let namespace_env = json!({
-        "name": "NAMESPACE",
-        "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
-    });
-    let container = |name: &str, command: &[&str], mut env: Vec<Value>, mounts: Value| {
-        env.extend(agent.env.iter().cloned());
-        let mut container = json!({
-            "name": name,
-            "image": input.fleet.image,
-            "command": command,
-            "env": env,
-            "securityContext": {
-                "allowPrivilegeEscalation": false,
-                "readOnlyRootFilesystem": true,
-                "privileged": false,
-                "capabilities": {"drop": ["ALL"]},
-            },
-        });
-        if let Some(policy) = &input.fleet.pull_policy {
-            container["imagePullPolicy"] = json!(policy);
-        }
-        if !mounts.is_null() {
-            container["volumeMounts"] = mounts;
-        }
-        container
+/// The values of Fleet's `fleet-agent` chart for this cluster: every key Fleet put in the
+/// token's values (so a key a newer Fleet adds is passed on), the client ID, the TLS mode, the
+/// agent's tolerations and host network, and the release location the chart insists on.
+pub fn chart_values(input: &BootstrapInput) -> Result<Map<String, Value>, String> {
+    let mut values = match serde_json::to_value(&input.token.all) {
+        Ok(Value::Object(map)) => map,
+        Ok(_) => return Err("the token values are not a map".to_string()),
+        Err(err) => return Err(format!("the token values: {err}")),
     };
-    let mut status_env = vec![namespace_env.clone()];
-    if let Some(interval) = &input.fleet.checkin_interval {
-        status_env.push(json!({"name": "CHECKIN_INTERVAL", "value": interval}));
-    }
-    let mut tolerations = vec![
-        json!({"key": "node.cloudprovider.kubernetes.io/uninitialized", "operator": "Equal", "value": "true", "effect": "NoSchedule"}),
-        json!({"key": "cattle.io/os", "operator": "Equal", "value": "linux", "effect": "NoSchedule"}),
-    ];
-    tolerations.extend(agent.tolerations.iter().cloned());
-    let mut pod_spec = json!({
-        "serviceAccountName": AGENT_NAME,
-        "initContainers": [container(
-            "fleet-agent-register",
-            &["fleetagent", "register"],
-            vec![namespace_env.clone()],
-            Value::Null,
-        )],
-        "containers": [
-            container(
-                AGENT_NAME,
-                &["fleetagent"],
-                vec![namespace_env.clone(), json!({"name": "AGENT_SCOPE", "value": agent.scope})],
-                json!([{"name": "kube", "mountPath": "/.kube"}, {"name": "tmp", "mountPath": "/tmp"}]),
-            ),
-            container(
-                "fleet-agent-clusterstatus",
-                &["fleetagent", "clusterstatus"],
-                status_env,
-                Value::Null,
-            ),
-        ],
-        "volumes": [{"name": "kube", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}],
-        "nodeSelector": {"kubernetes.io/os": "linux"},
-        "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
-            "weight": 1,
-            "preference": {"matchExpressions": [{"key": "fleet.cattle.io/agent", "operator": "In", "values": ["true"]}]},
-        }]}},
-        "tolerations": tolerations,
-        "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "runAsGroup": 1000},
-    });
-    if agent.host_network {
-        pod_spec["hostNetwork"] = json!(true);
-    }
-    json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": AGENT_NAME, "namespace": agent.namespace},
-        "spec": {
-            "selector": {"matchLabels": {"app": AGENT_NAME}},
-            "template": {
-                "metadata": {"labels": {"app": AGENT_NAME}},
-                "spec": pod_spec,
-            },
-        },
-    })
-}
-
-/// The RKE2 `HelmChart` (helm.cattle.io/v1) installing Fleet's `fleet-agent` chart with the
-/// token's values, the client ID and the agent settings. `bootstrap: true` runs the install job
-/// on the host network with the not-ready tolerations, so it works before a CNI exists.
-///
-/// The chart has no value for extra environment variables: Fleet adds the Fleet Cluster's
-/// `agentEnvVars` when its agent bundle takes over.
-pub fn render_helm_chart(input: &BootstrapInput) -> Result<String, String> {
-    let mut values = input.token.all.clone();
-    let set = |values: &mut serde_yaml::Mapping, key: &str, value: Value| -> Result<(), String> {
-        let value = serde_yaml::to_value(value).map_err(|err| err.to_string())?;
-        values.insert(serde_yaml::Value::String(key.to_string()), value);
-        Ok(())
-    };
-    set(&mut values, "clientID", json!(input.client_id))?;
-    set(&mut values, "agentTLSMode", json!(input.fleet.tls_mode))?;
-    set(
-        &mut values,
-        "fleetAgent",
+    values.insert("clientID".into(), json!(input.client_id));
+    values.insert("agentTLSMode".into(), json!(input.fleet.tls_mode));
+    values.insert(
+        "fleetAgent".into(),
         json!({"tolerations": input.agent.tolerations, "hostNetwork": input.agent.host_network}),
-    )?;
-    // The chart insists on being release `fleet-agent` in `internal.systemNamespace`.
-    set(
-        &mut values,
-        "internal",
+    );
+    values.insert(
+        "internal".into(),
         json!({"systemNamespace": input.agent.namespace, "managedReleaseName": AGENT_NAME}),
-    )?;
+    );
     if let (repository, Some(tag)) = input.fleet.image_parts() {
-        set(
-            &mut values,
-            "image",
+        values.insert(
+            "image".into(),
             json!({"repository": repository, "tag": tag}),
-        )?;
+        );
     }
-    let values_content = serde_yaml::to_string(&values).map_err(|err| err.to_string())?;
-    let mut spec = json!({
-        "repo": FLEET_CHART_REPOSITORY,
-        "chart": AGENT_NAME,
-        "targetNamespace": input.agent.namespace,
-        "createNamespace": true,
-        "bootstrap": true,
-        "valuesContent": values_content,
-    });
-    if let Some(version) = input.fleet.chart_version() {
-        spec["version"] = json!(version);
-    }
-    to_yaml_stream(&[json!({
-        "apiVersion": "helm.cattle.io/v1",
-        "kind": "HelmChart",
-        "metadata": {"name": AGENT_NAME, "namespace": "kube-system"},
-        "spec": spec,
-    })])
+    Ok(values)
 }
 
-/// The bootstrap Secret's data: both renderings, so the Secret does not depend on the control
-/// plane provider (unknown when BeforeClusterCreate runs).
-pub fn bootstrap_files(input: &BootstrapInput) -> Result<BTreeMap<String, String>, String> {
-    Ok(BTreeMap::from([
-        (
-            crate::bootstrap::MANIFEST_KEY.to_string(),
-            render_manifest(input)?,
-        ),
-        (
-            crate::bootstrap::HELM_CHART_KEY.to_string(),
-            render_helm_chart(input)?,
-        ),
-    ]))
+/// Kinds in the chart that are cluster-scoped; every other object gets the agent namespace.
+const CLUSTER_SCOPED_KINDS: [&str; 3] = ["Namespace", "ClusterRole", "ClusterRoleBinding"];
+
+/// The objects `kubectl create -f` runs on the new cluster, in creation order, from the chart's
+/// rendering: the agent Namespace first (labelled with the Pod Security level the agent pod
+/// needs), then the chart's objects in the agent namespace, with the exact agent image, its pull
+/// policy and the Fleet Cluster's `agentEnvVars` on the agent containers.
+pub fn finish(rendered: &str, input: &BootstrapInput) -> Result<Vec<Value>, String> {
+    let namespace = input.agent.namespace.as_str();
+    let mut objects = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(rendered) {
+        let object = <Value as serde::Deserialize>::deserialize(document)
+            .map_err(|err| format!("the fleet-agent chart rendered invalid YAML: {err}"))?;
+        if object.is_null() {
+            continue;
+        }
+        let kind = object["kind"].as_str().unwrap_or_default().to_string();
+        if kind.is_empty() || !object["metadata"]["name"].is_string() {
+            return Err("the fleet-agent chart rendered an object without kind or name".into());
+        }
+        objects.push(object);
+    }
+    let mut pod_level = None;
+    for object in &mut objects {
+        let kind = object["kind"].as_str().unwrap_or_default().to_string();
+        if !CLUSTER_SCOPED_KINDS.contains(&kind.as_str()) {
+            object["metadata"]["namespace"] = json!(namespace);
+        }
+        if kind == "Deployment" && object["metadata"]["name"] == AGENT_NAME {
+            let pod = &mut object["spec"]["template"]["spec"];
+            for container in pod["containers"].as_array_mut().into_iter().flatten() {
+                if container["name"] != AGENT_NAME {
+                    continue;
+                }
+                container["image"] = json!(input.fleet.image);
+                if let Some(policy) = &input.fleet.pull_policy {
+                    container["imagePullPolicy"] = json!(policy);
+                }
+                if !input.agent.env.is_empty() {
+                    let env = container["env"].as_array().cloned().unwrap_or_default();
+                    let mut env: Vec<Value> = env
+                        .into_iter()
+                        .filter(|e| !input.agent.env.iter().any(|a| a["name"] == e["name"]))
+                        .collect();
+                    env.extend(input.agent.env.iter().cloned());
+                    container["env"] = json!(env);
+                }
+            }
+            pod_level = Some(crate::model::pod_security::required_level(pod));
+        }
+    }
+    let Some(level) = pod_level else {
+        return Err(format!(
+            "the fleet-agent chart rendered no Deployment {AGENT_NAME}: is this Fleet's fleet-agent chart?"
+        ));
+    };
+    objects.retain(|object| {
+        !(object["kind"] == "Namespace" && object["metadata"]["name"] == namespace)
+    });
+    let mut labels = Map::new();
+    labels.insert(
+        crate::model::pod_security::ENFORCE_LABEL.to_string(),
+        json!(level.as_str()),
+    );
+    objects.insert(
+        0,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": labels}}),
+    );
+    Ok(objects)
+}
+
+/// The bootstrap Secret's data: the agent objects as one YAML stream (both control-plane
+/// providers create them with `kubectl create -f`).
+pub fn bootstrap_files(objects: &[Value]) -> Result<BTreeMap<String, String>, String> {
+    Ok(BTreeMap::from([(
+        crate::bootstrap::MANIFEST_KEY.to_string(),
+        to_yaml_stream(objects)?,
+    )]))
 }
 
 fn to_yaml_stream(objects: &[Value]) -> Result<String, String> {
@@ -423,11 +305,9 @@ fn to_yaml_stream(objects: &[Value]) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::apps::v1::Deployment;
-    use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use crate::model::pod_security::{ENFORCE_LABEL, Level};
 
-    pub(crate) const TOKEN_VALUES: &str = "clusterNamespace: fleet-default\napiServerURL: https://fleet.example.com:6443\napiServerCA: |\n  -----BEGIN CERTIFICATE-----\n  MIIB\n  -----END CERTIFICATE-----\ntoken: eyJhbGciOi.secret-token\nsystemRegistrationNamespace: cattle-fleet-clusters-system\n";
+    pub(crate) const TOKEN_VALUES: &str = "clusterNamespace: fleet-default\napiServerURL: https://fleet.example.com:6443\napiServerCA: |\n  -----BEGIN CERTIFICATE-----\n  MIIB\n  -----END CERTIFICATE-----\ntoken: eyJhbGciOi.secret-token\nsystemRegistrationNamespace: cattle-fleet-clusters-system\ntokenName: c1-token\n";
 
     pub(crate) fn input() -> BootstrapInput {
         BootstrapInput {
@@ -437,204 +317,215 @@ mod tests {
                 "agentNamespace": "fleet-addon-agent",
                 "agentTolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoSchedule"}],
                 "hostNetwork": true,
-                "agentEnvVars": [{"name": "KUBERNETES_SERVICE_HOST", "value": "10.0.0.1"}],
+                "agentEnvVars": [{"name": "KUBERNETES_SERVICE_HOST", "value": "10.0.0.1"}, {"name": "NAMESPACE", "value": "overridden"}],
             })),
             fleet: FleetAgentDefaults::from_controller_config(
-                r#"{"agentImage":"rancher/fleet-agent:v0.13.1","agentImagePullPolicy":"IfNotPresent","agentTLSMode":"strict","agentCheckinInterval":"15m","apiServerURL":"https://x"}"#,
+                r#"{"agentImage":"registry.local:5000/rancher/fleet-agent:v0.16.1","agentImagePullPolicy":"IfNotPresent","agentTLSMode":"strict","agentCheckinInterval":"15m","apiServerURL":"https://x"}"#,
             )
             .expect("controller config"),
         }
     }
 
-    fn documents(yaml: &str) -> Vec<Value> {
-        serde_yaml::Deserializer::from_str(yaml)
-            .map(|doc| {
-                <Value as serde::Deserialize>::deserialize(doc)
-                    .unwrap_or_else(|e| panic!("document: {e}"))
-            })
-            .collect()
-    }
+    /// What `helm template` prints for Fleet's fleet-agent chart v0.16 (objects without a
+    /// namespace but the NetworkPolicy; a `# Source` comment before each).
+    const RENDERED: &str = r#"---
+# Source: fleet-agent/templates/network_policy_allow_all.yaml
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: default-allow-all
+  namespace: fleet-addon-agent
+spec:
+  podSelector: {}
+  policyTypes: [Ingress, Egress]
+---
+# Source: fleet-agent/templates/serviceaccount.yaml
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: fleet-agent
+---
+# Source: fleet-agent/templates/rbac.yaml
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: fleet-agent-system-fleet-agent-role
+rules:
+- apiGroups: ['*']
+  resources: ['*']
+  verbs: ['*']
+---
+# Source: fleet-agent/templates/deployment.yaml
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: fleet-agent
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: fleet-agent}
+  template:
+    metadata:
+      labels: {app: fleet-agent}
+    spec:
+      containers:
+      - env:
+        - name: NAMESPACE
+          valueFrom:
+            fieldRef: {fieldPath: metadata.namespace}
+        image: 'registry.local:5000/rancher/fleet-agent:v0.16.1'
+        name: fleet-agent
+        command: [fleetagent]
+        securityContext:
+          allowPrivilegeEscalation: false
+          readOnlyRootFilesystem: true
+          privileged: false
+          capabilities: {drop: [ALL]}
+        volumeMounts:
+        - {mountPath: /tmp, name: tmp}
+        - {mountPath: /.kube, name: kube}
+      volumes:
+      - {name: tmp, emptyDir: {}}
+      - {name: kube, emptyDir: {}}
+      serviceAccountName: fleet-agent
+      hostNetwork: true
+      nodeSelector: {kubernetes.io/os: linux}
+      tolerations:
+      - {key: cattle.io/os, value: linux, effect: NoSchedule, operator: Equal}
+      - {key: node.kubernetes.io/not-ready, operator: Exists, effect: NoSchedule}
+      securityContext: {runAsNonRoot: true, runAsUser: 1000, runAsGroup: 1000}
+"#;
 
     #[test]
-    fn manifest_documents_are_kubernetes_objects_of_the_expected_types() {
-        let yaml = render_manifest(&input()).expect("renders");
-        let docs = documents(&yaml);
-        let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
-        assert_eq!(
-            kinds,
-            [
-                "Namespace",
-                "ServiceAccount",
-                "ClusterRole",
-                "ClusterRoleBinding",
-                "Secret",
-                "ConfigMap",
-                "Deployment"
-            ]
-        );
-        for doc in &docs {
-            assert!(doc["apiVersion"].is_string(), "{doc}");
-            assert!(doc["metadata"]["name"].is_string(), "{doc}");
-            let parsed = match doc["kind"].as_str() {
-                Some("Namespace") => serde_json::from_value::<Namespace>(doc.clone()).map(|_| ()),
-                Some("ServiceAccount") => {
-                    serde_json::from_value::<ServiceAccount>(doc.clone()).map(|_| ())
-                }
-                Some("ClusterRole") => {
-                    serde_json::from_value::<ClusterRole>(doc.clone()).map(|_| ())
-                }
-                Some("ClusterRoleBinding") => {
-                    serde_json::from_value::<ClusterRoleBinding>(doc.clone()).map(|_| ())
-                }
-                Some("Secret") => serde_json::from_value::<Secret>(doc.clone()).map(|_| ()),
-                Some("ConfigMap") => serde_json::from_value::<ConfigMap>(doc.clone()).map(|_| ()),
-                Some("Deployment") => serde_json::from_value::<Deployment>(doc.clone()).map(|_| ()),
-                other => panic!("unexpected kind {other:?}"),
-            };
-            assert!(parsed.is_ok(), "{:?}: {parsed:?}", doc["kind"]);
+    fn chart_values_pass_every_token_value_and_the_agent_settings() {
+        let values = chart_values(&input()).expect("values");
+        for (key, expected) in [
+            ("token", json!("eyJhbGciOi.secret-token")),
+            ("tokenName", json!("c1-token")),
+            ("apiServerURL", json!("https://fleet.example.com:6443")),
+            ("clusterNamespace", json!("fleet-default")),
+            (
+                "systemRegistrationNamespace",
+                json!("cattle-fleet-clusters-system"),
+            ),
+            ("clientID", json!("client-123")),
+            ("agentTLSMode", json!("strict")),
+            (
+                "internal",
+                json!({"systemNamespace": "fleet-addon-agent", "managedReleaseName": "fleet-agent"}),
+            ),
+            (
+                "image",
+                json!({"repository": "registry.local:5000/rancher/fleet-agent", "tag": "v0.16.1"}),
+            ),
+        ] {
+            assert_eq!(values[key], expected, "{key}");
         }
-        for doc in docs.iter().filter(|d| {
-            d["kind"] != "Namespace"
-                && d["kind"] != "ClusterRole"
-                && d["kind"] != "ClusterRoleBinding"
-        }) {
-            assert_eq!(doc["metadata"]["namespace"], "fleet-addon-agent", "{doc}");
-        }
-    }
-
-    #[test]
-    fn manifest_carries_registration_inputs_and_agent_settings() {
-        let docs = documents(&render_manifest(&input()).expect("renders"));
-        let secret: Secret = serde_json::from_value(docs[4].clone()).expect("secret");
-        assert_eq!(
-            secret.metadata.name.as_deref(),
-            Some("fleet-agent-bootstrap")
+        assert!(
+            values["apiServerCA"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("-----BEGIN")
         );
-        let data = secret.data.expect("data");
-        let text = |key: &str| String::from_utf8(data[key].0.clone()).expect("utf-8");
-        assert_eq!(text("apiServerURL"), "https://fleet.example.com:6443");
-        assert_eq!(text("token"), "eyJhbGciOi.secret-token");
-        assert_eq!(text("clusterNamespace"), "fleet-default");
-        assert!(text("apiServerCA").starts_with("-----BEGIN CERTIFICATE-----"));
-        assert!(!data.contains_key("tokenName"));
-
-        let config: ConfigMap = serde_json::from_value(docs[5].clone()).expect("configmap");
-        let config: Value =
-            serde_json::from_str(&config.data.expect("data")["config"]).expect("config JSON");
-        assert_eq!(
-            config,
-            json!({"clientID": "client-123", "agentTLSMode": "strict"})
-        );
-
-        let deployment: Deployment = serde_json::from_value(docs[6].clone()).expect("deployment");
-        let pod = deployment
-            .spec
-            .expect("spec")
-            .template
-            .spec
-            .expect("pod spec");
-        assert_eq!(pod.host_network, Some(true));
-        let tolerations: Vec<_> = pod
-            .tolerations
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|t| t.key)
-            .collect();
-        assert_eq!(
-            tolerations,
-            [
-                "node.cloudprovider.kubernetes.io/uninitialized",
-                "cattle.io/os",
-                "node.kubernetes.io/not-ready"
-            ]
-        );
-        for container in pod
-            .containers
-            .iter()
-            .chain(pod.init_containers.iter().flatten())
-        {
-            assert_eq!(
-                container.image.as_deref(),
-                Some("rancher/fleet-agent:v0.13.1")
-            );
-            assert_eq!(container.image_pull_policy.as_deref(), Some("IfNotPresent"));
-            let env: Vec<&str> = container
-                .env
-                .iter()
-                .flatten()
-                .map(|e| e.name.as_str())
-                .collect();
-            assert!(env.contains(&"KUBERNETES_SERVICE_HOST"), "{env:?}");
-        }
-        let agent = &pod.containers[0];
-        let scope = agent
-            .env
-            .iter()
-            .flatten()
-            .find(|e| e.name == "AGENT_SCOPE")
-            .and_then(|e| e.value.clone());
-        assert_eq!(scope.as_deref(), Some("fleet-addon-agent"));
-    }
-
-    #[test]
-    fn no_host_network_and_default_namespace_when_unset() {
-        let mut input = input();
-        input.agent = AgentSettings::from_fleet_cluster_spec(&json!({}));
-        let docs = documents(&render_manifest(&input).expect("renders"));
-        assert_eq!(docs[0]["metadata"]["name"], "cattle-fleet-system");
-        assert!(docs[6]["spec"]["template"]["spec"]["hostNetwork"].is_null());
-        assert_eq!(
-            docs[2]["metadata"]["name"],
-            "cattle-fleet-system-fleet-agent-role"
-        );
-    }
-
-    #[test]
-    fn token_name_is_passed_when_fleet_provides_it() {
-        let mut input = input();
-        input.token =
-            TokenValues::parse(&format!("{TOKEN_VALUES}tokenName: c1-token\n")).expect("values");
-        let docs = documents(&render_manifest(&input).expect("renders"));
-        assert!(docs[4]["data"]["tokenName"].is_string());
-    }
-
-    #[test]
-    fn helm_chart_installs_the_matching_chart_with_the_token_values() {
-        let docs = documents(&render_helm_chart(&input()).expect("renders"));
-        assert_eq!(docs.len(), 1);
-        let chart = &docs[0];
-        assert_eq!(chart["apiVersion"], "helm.cattle.io/v1");
-        assert_eq!(chart["kind"], "HelmChart");
-        assert_eq!(chart["metadata"]["name"], "fleet-agent");
-        assert_eq!(chart["metadata"]["namespace"], "kube-system");
-        let spec = &chart["spec"];
-        assert_eq!(spec["chart"], "fleet-agent");
-        assert_eq!(spec["repo"], FLEET_CHART_REPOSITORY);
-        assert_eq!(spec["version"], "0.13.1");
-        assert_eq!(spec["targetNamespace"], "fleet-addon-agent");
-        assert_eq!(spec["bootstrap"], true);
-        let values: Value =
-            serde_yaml::from_str(spec["valuesContent"].as_str().expect("valuesContent"))
-                .expect("values YAML");
-        assert_eq!(values["clientID"], "client-123");
-        assert_eq!(values["token"], "eyJhbGciOi.secret-token");
-        assert_eq!(values["apiServerURL"], "https://fleet.example.com:6443");
         assert_eq!(values["fleetAgent"]["hostNetwork"], true);
         assert_eq!(
             values["fleetAgent"]["tolerations"][0]["key"],
             "node.kubernetes.io/not-ready"
         );
-        assert_eq!(values["internal"]["systemNamespace"], "fleet-addon-agent");
-        assert_eq!(values["internal"]["managedReleaseName"], "fleet-agent");
+    }
+
+    #[test]
+    fn finish_namespaces_the_objects_and_labels_the_namespace_for_the_pod() {
+        let objects = finish(RENDERED, &input()).expect("finished");
+        let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
         assert_eq!(
-            values["image"],
-            json!({"repository": "rancher/fleet-agent", "tag": "v0.13.1"})
+            kinds,
+            [
+                "Namespace",
+                "NetworkPolicy",
+                "ServiceAccount",
+                "ClusterRole",
+                "Deployment"
+            ]
+        );
+        assert_eq!(objects[0]["metadata"]["name"], "fleet-addon-agent");
+        // Host network needs `privileged` (baseline forbids host namespaces).
+        assert_eq!(
+            objects[0]["metadata"]["labels"][ENFORCE_LABEL],
+            Level::Privileged.as_str()
+        );
+        for object in &objects[1..] {
+            let namespace = &object["metadata"]["namespace"];
+            if object["kind"] == "ClusterRole" {
+                assert!(namespace.is_null(), "{object}");
+            } else {
+                assert_eq!(namespace, "fleet-addon-agent", "{object}");
+            }
+        }
+        let container = &objects[4]["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(
+            container["image"],
+            "registry.local:5000/rancher/fleet-agent:v0.16.1"
+        );
+        assert_eq!(container["imagePullPolicy"], "IfNotPresent");
+        let env: Vec<(&str, &Value)> = container["env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .map(|e| (e["name"].as_str().unwrap_or_default(), &e["value"]))
+            .collect();
+        assert_eq!(
+            env,
+            [
+                ("KUBERNETES_SERVICE_HOST", &json!("10.0.0.1")),
+                ("NAMESPACE", &json!("overridden"))
+            ]
         );
     }
 
     #[test]
-    fn rendering_is_deterministic() {
-        assert_eq!(bootstrap_files(&input()), bootstrap_files(&input()));
+    fn without_host_network_the_namespace_enforces_baseline() {
+        let mut input = input();
+        input.agent.host_network = false;
+        let rendered = RENDERED.replace("      hostNetwork: true\n", "");
+        let objects = finish(&rendered, &input).expect("finished");
+        assert_eq!(
+            objects[0]["metadata"]["labels"][ENFORCE_LABEL],
+            Level::Baseline.as_str()
+        );
+    }
+
+    #[test]
+    fn a_digest_image_is_kept_exactly() {
+        let mut input = input();
+        input.fleet.image = "rancher/fleet-agent@sha256:0123".into();
+        assert!(chart_values(&input).expect("values").get("image").is_none());
+        let objects = finish(RENDERED, &input).expect("finished");
+        assert_eq!(
+            objects[4]["spec"]["template"]["spec"]["containers"][0]["image"],
+            "rancher/fleet-agent@sha256:0123"
+        );
+    }
+
+    #[test]
+    fn a_chart_without_the_agent_deployment_is_refused() {
+        let err = finish(
+            "---\napiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: x\n",
+            &input(),
+        )
+        .expect_err("no Deployment");
+        assert!(err.contains("no Deployment fleet-agent"), "{err}");
+        assert!(finish("kind: [", &input()).is_err());
+    }
+
+    #[test]
+    fn bootstrap_files_are_one_yaml_stream() {
+        let objects = finish(RENDERED, &input()).expect("finished");
+        let files = bootstrap_files(&objects).expect("files");
+        assert_eq!(files.len(), 1);
+        let text = &files[crate::bootstrap::MANIFEST_KEY];
+        assert_eq!(text.matches("\n---\n").count() + 1, objects.len());
+        assert_eq!(bootstrap_files(&objects), bootstrap_files(&objects));
     }
 
     #[test]

@@ -1,15 +1,17 @@
-//! The Fleet agent bootstrap of agent-initiated clusters, as pure functions.
+//! The Fleet agent bootstrap of agent-initiated clusters.
 //!
-//! - [`manifest`]: what a new cluster needs to register with Fleet by itself: the agent objects
-//!   for kubeadm (applied with `kubectl create` from `postKubeadmCommands`) and a `HelmChart` for
-//!   RKE2's helm-controller. Both are stored in one Secret per cluster, written by
-//!   BeforeClusterCreate.
-//! - [`patch`]: the GeneratePatches patches that make control-plane machines pick that Secret up
-//!   (kubeadm and RKE2 control-plane templates, `v1beta1` and `v1beta2`).
+//! - [`manifest`] (pure): the values of Fleet's `fleet-agent` chart for a cluster and the
+//!   objects made from its rendering; [`chart`] renders the chart with `helm template`. The
+//!   objects are stored in one Secret per cluster (`<cluster>-fleet-agent-bootstrap`), written
+//!   before the patch that reads it is ever answered (see [`crate::hooks::handlers::topology`]).
+//! - [`patch`] (pure): the GeneratePatches patches that make every control-plane machine create
+//!   those objects once, with `kubectl create` (kubeadm and RKE2 control-plane templates,
+//!   `v1beta1` and `v1beta2`).
 //!
 //! The patches only reference the Secret by a name derived from the Cluster name, never its
 //! content, so they do not change when the token does (a changed patch rolls the machines).
 
+pub mod chart;
 pub mod manifest;
 pub mod patch;
 
@@ -18,59 +20,41 @@ pub fn secret_name(cluster_name: &str) -> String {
     format!("{cluster_name}-fleet-agent-bootstrap")
 }
 
-/// Key of the bootstrap Secret holding the agent objects (kubeadm).
+/// Key of the bootstrap Secret holding the agent objects.
 pub const MANIFEST_KEY: &str = "fleet-agent.yaml";
 
-/// Key of the bootstrap Secret holding the RKE2 `HelmChart`.
-pub const HELM_CHART_KEY: &str = "fleet-agent-helmchart.yaml";
+/// Where control-plane machines get the agent objects (kubeadm and RKE2 alike).
+pub const MANIFEST_PATH: &str = "/etc/caapf/fleet-agent.yaml";
 
-/// Where kubeadm control-plane machines get the agent objects.
-pub const KUBEADM_MANIFEST_PATH: &str = "/etc/caapf/fleet-agent.yaml";
-
-/// Where RKE2 server machines get the `HelmChart` (RKE2 applies every file of this directory).
-pub const RKE2_MANIFEST_PATH: &str =
-    "/var/lib/rancher/rke2/server/manifests/caapf-fleet-agent.yaml";
-
-/// The kubeadm `postKubeadmCommands` entry: creates the agent objects that do not exist yet with
-/// the admin kubeconfig, retrying while the API server settles (bounded: never fails the node).
+/// The command a control-plane machine runs after its Kubernetes started: creates the agent
+/// objects that do not exist yet, retrying while the API server settles (bounded: at most five
+/// minutes, and it never fails the node).
 ///
-/// `kubectl create`, not `apply`: once Fleet manages the agent (its agent bundle takes ownership of
-/// these objects and may change image, tolerations or environment), a control-plane machine that
-/// joins later must not put the bootstrap version back. Objects that exist are left alone; the
-/// loop ends as soon as every object exists.
-pub const KUBEADM_APPLY_COMMAND: &str = concat!(
-    "/bin/sh -c 'F=/etc/caapf/fleet-agent.yaml; ",
-    "K=\"kubectl --kubeconfig=/etc/kubernetes/admin.conf\"; ",
-    "for i in $(seq 1 60); do ",
-    "$K get -f \"$F\" >/dev/null 2>&1 && exit 0; ",
-    "$K create -f \"$F\" >/dev/null 2>&1; ",
-    "sleep 5; ",
-    "done; ",
-    "echo \"caapf: the Fleet agent bootstrap objects were not created\" >&2'"
-);
+/// `kubectl create`, not `apply`: once Fleet manages the agent (its agent bundle takes ownership
+/// of these objects and may change image, tolerations or environment), a control-plane machine
+/// that joins later, or a restarted one, must not put the bootstrap version back. Objects that
+/// exist are left alone; the loop ends as soon as every object exists. Unlike a manifest in
+/// RKE2's auto-deploy directory or a helm-controller `HelmChart`, nothing re-applies it later.
+fn create_command(kubectl: &str) -> String {
+    format!(
+        "/bin/sh -c 'F={MANIFEST_PATH}; K=\"{kubectl}\"; for i in $(seq 1 60); do $K get -f \"$F\" >/dev/null 2>&1 && exit 0; $K create -f \"$F\" >/dev/null 2>&1; sleep 5; done; echo \"caapf: the Fleet agent bootstrap objects were not created\" >&2'"
+    )
+}
 
-/// Fleet's `names.SafeConcatName`: joins with `-`; names of 64 characters or more are cut and
-/// suffixed with a hash, so the names we give agent objects are the names Fleet's own agent
-/// manifest uses (its agent bundle then adopts them instead of creating twins).
-pub fn safe_concat_name(parts: &[&str]) -> String {
-    let full = parts.join("-");
-    if full.len() < 64 {
-        return full;
-    }
-    let digest = ring::digest::digest(&ring::digest::SHA256, full.as_bytes());
-    let hex: String = digest
-        .as_ref()
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect();
-    // Names are ASCII here (DNS labels), so byte indexing is character indexing.
-    let bytes = full.as_bytes();
-    let last = bytes.get(56).copied().unwrap_or(b'-');
-    if last.is_ascii_lowercase() || last.is_ascii_digit() {
-        format!("{}-{}", &full[..57], &hex[..5])
-    } else {
-        format!("{}-{}", &full[..56], &hex[..6])
-    }
+/// kubeadm's admin kubeconfig and the `kubectl` kubeadm nodes have on their `PATH`
+/// (kubernetes-sigs/cluster-api `bootstrap/kubeadm`: `postKubeadmCommands` run after `kubeadm
+/// init`/`join`, with `/etc/kubernetes/admin.conf` written by `kubeadm init` on control-plane
+/// nodes).
+pub fn kubeadm_create_command() -> String {
+    create_command("kubectl --kubeconfig=/etc/kubernetes/admin.conf")
+}
+
+/// RKE2 extracts `kubectl` to `/var/lib/rancher/rke2/bin` and writes the admin kubeconfig to
+/// `/etc/rancher/rke2/rke2.yaml` on servers (docs.rke2.io, "Cluster Access", "CLI Tools");
+/// CAPRKE2 runs `postRKE2Commands` after starting `rke2-server` (rancher/cluster-api-provider-rke2
+/// v0.25.0 `bootstrap/api/v1beta2/rke2config_types.go`).
+pub fn rke2_create_command() -> String {
+    create_command("/var/lib/rancher/rke2/bin/kubectl --kubeconfig=/etc/rancher/rke2/rke2.yaml")
 }
 
 #[cfg(test)]
@@ -78,25 +62,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn safe_concat_name_matches_fleet() {
-        assert_eq!(
-            safe_concat_name(&["cattle-fleet-system", "fleet-agent", "role"]),
-            "cattle-fleet-system-fleet-agent-role"
-        );
-        let long = "a".repeat(50);
-        let name = safe_concat_name(&[&long, "fleet-agent", "role", "binding"]);
-        assert_eq!(name.len(), 63);
-        assert!(name.starts_with(&format!("{long}-fleet-")));
-        // Deterministic.
-        assert_eq!(
-            name,
-            safe_concat_name(&[&long, "fleet-agent", "role", "binding"])
-        );
-        // A cut that ends on '-' drops it and uses a 6-character hash.
-        let dash = format!("{}-{}", "b".repeat(56), "c".repeat(20));
-        let name = safe_concat_name(&[&dash]);
-        assert_eq!(name.len(), 63);
-        assert_eq!(&name[..56], &dash[..56]);
+    fn create_commands_use_each_distribution_s_kubectl_and_admin_kubeconfig() {
+        let kubeadm = kubeadm_create_command();
+        assert!(kubeadm.contains("K=\"kubectl --kubeconfig=/etc/kubernetes/admin.conf\""));
+        let rke2 = rke2_create_command();
+        assert!(rke2.contains(
+            "K=\"/var/lib/rancher/rke2/bin/kubectl --kubeconfig=/etc/rancher/rke2/rke2.yaml\""
+        ));
+        for command in [kubeadm, rke2] {
+            assert!(command.contains("F=/etc/caapf/fleet-agent.yaml"));
+            assert!(command.contains("$K create -f"));
+            assert!(!command.contains("apply"));
+        }
     }
 
     #[test]

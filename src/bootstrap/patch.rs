@@ -2,10 +2,12 @@
 //! bootstrap Secret of its Cluster.
 //!
 //! - `KubeadmControlPlaneTemplate` (`v1beta1`, `v1beta2`): a `files` entry with the agent objects
-//!   (`contentFrom.secret`) and a `postKubeadmCommands` entry creating them with the admin
-//!   kubeconfig.
-//! - `RKE2ControlPlaneTemplate` (`v1beta1`, `v1beta2`): a `files` entry with the `HelmChart` in
-//!   RKE2's auto-deploy directory.
+//!   (`contentFrom.secret`) under `spec.template.spec.kubeadmConfigSpec`, and a
+//!   `postKubeadmCommands` entry creating them with the admin kubeconfig (kubernetes-sigs/
+//!   cluster-api v1.10–v1.11 `KubeadmConfigSpec.files`, `postKubeadmCommands`).
+//! - `RKE2ControlPlaneTemplate` (`v1beta1`, `v1beta2`): the same file and a `postRKE2Commands`
+//!   entry under `spec.template.spec` (rancher/cluster-api-provider-rke2 v0.25.0: both template
+//!   versions inline `RKE2ConfigSpec` with `files` and `postRKE2Commands`).
 //!
 //! Patches are computed by mutating a copy of the template and diffing it into an RFC 6902 patch
 //! whose operations are `add`s of whole values (objects that are missing, lists that changed):
@@ -16,9 +18,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::bootstrap::{
-    HELM_CHART_KEY, KUBEADM_APPLY_COMMAND, KUBEADM_MANIFEST_PATH, MANIFEST_KEY, RKE2_MANIFEST_PATH,
-};
+use crate::bootstrap::{MANIFEST_KEY, MANIFEST_PATH, kubeadm_create_command, rke2_create_command};
 
 /// API group of both control-plane templates.
 pub const CONTROL_PLANE_GROUP: &str = "controlplane.cluster.x-k8s.io";
@@ -60,36 +60,29 @@ pub fn classify(object: &Value) -> Result<Option<Template>, String> {
 /// The template with the bootstrap added (unchanged if it is already there).
 pub fn patched(object: &Value, template: Template, secret_name: &str) -> Value {
     let mut copy = object.clone();
-    match template {
-        Template::KubeadmControlPlane => {
-            let config = object_at(
-                &mut copy,
-                &["spec", "template", "spec", "kubeadmConfigSpec"],
-            );
-            push_file(
-                config,
-                json!({
-                    "path": KUBEADM_MANIFEST_PATH,
-                    "owner": "root:root",
-                    "permissions": "0600",
-                    "contentFrom": {"secret": {"name": secret_name, "key": MANIFEST_KEY}},
-                }),
-            );
-            push_unique(config, "postKubeadmCommands", json!(KUBEADM_APPLY_COMMAND));
-        }
-        Template::Rke2ControlPlane => {
-            let spec = object_at(&mut copy, &["spec", "template", "spec"]);
-            push_file(
-                spec,
-                json!({
-                    "path": RKE2_MANIFEST_PATH,
-                    "owner": "root:root",
-                    "permissions": "0600",
-                    "contentFrom": {"secret": {"name": secret_name, "key": HELM_CHART_KEY}},
-                }),
-            );
-        }
-    }
+    let (path, commands_key, command): (&[&str], _, _) = match template {
+        Template::KubeadmControlPlane => (
+            &["spec", "template", "spec", "kubeadmConfigSpec"],
+            "postKubeadmCommands",
+            kubeadm_create_command(),
+        ),
+        Template::Rke2ControlPlane => (
+            &["spec", "template", "spec"],
+            "postRKE2Commands",
+            rke2_create_command(),
+        ),
+    };
+    let config = object_at(&mut copy, path);
+    push_file(
+        config,
+        json!({
+            "path": MANIFEST_PATH,
+            "owner": "root:root",
+            "permissions": "0600",
+            "contentFrom": {"secret": {"name": secret_name, "key": MANIFEST_KEY}},
+        }),
+    );
+    push_unique(config, commands_key, json!(command));
     copy
 }
 

@@ -9,6 +9,8 @@ use std::ops::Deref;
 
 use serde_json::Value;
 
+use crate::hooks::handlers::topology::FLEET_AGENT_VARIABLE;
+use crate::model::agent_bootstrap::FleetAgentSetting;
 use crate::model::capi::ClusterView;
 
 /// Which Cluster API version the object has the shape of.
@@ -27,6 +29,8 @@ pub enum ClusterShape {
 pub struct ClusterInfo {
     pub view: ClusterView,
     pub shape: ClusterShape,
+    /// The control plane's `fleetAgent` setting (override over Cluster-level variable).
+    pub fleet_agent: FleetAgentSetting,
 }
 
 impl Deref for ClusterInfo {
@@ -57,9 +61,14 @@ impl ClusterInfo {
         }
         let view = ClusterView::from_json(cluster)
             .ok_or_else(|| "cluster.metadata is not an object".to_string())?;
+        let fleet_agent = FleetAgentSetting::of(
+            view.variables.get(FLEET_AGENT_VARIABLE),
+            control_plane_override(cluster, FLEET_AGENT_VARIABLE),
+        );
         Ok(ClusterInfo {
             view,
             shape: detect_shape(&cluster["spec"]),
+            fleet_agent,
         })
     }
 
@@ -67,6 +76,17 @@ impl ClusterInfo {
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
+}
+
+/// The value of `variable` in `spec.topology.controlPlane.variables.overrides` (the same path in
+/// v1beta1 and v1beta2).
+fn control_plane_override<'a>(cluster: &'a Value, variable: &str) -> Option<&'a Value> {
+    cluster
+        .pointer("/spec/topology/controlPlane/variables/overrides")?
+        .as_array()?
+        .iter()
+        .find(|entry| entry["name"] == variable)
+        .map(|entry| &entry["value"])
 }
 
 fn detect_shape(spec: &Value) -> ClusterShape {
@@ -120,6 +140,21 @@ mod tests {
                 name: "quick-start".into(),
                 namespace: "ns".into()
             })
+        );
+    }
+
+    #[test]
+    fn the_control_plane_override_wins_over_the_cluster_variable() {
+        let cluster = json!({"metadata": {"name": "c1", "namespace": "ns"},
+            "spec": {"topology": {"classRef": {"name": "quick-start"},
+                "variables": [{"name": "fleetAgent", "value": {"enabled": false}}],
+                "controlPlane": {"variables": {"overrides": [{"name": "fleetAgent", "value": {"enabled": true}}]}}}}});
+        let info = ClusterInfo::decode(&cluster).expect("decodes");
+        assert_eq!(info.fleet_agent, FleetAgentSetting::Enabled);
+        let plain = json!({"metadata": {"name": "c1", "namespace": "ns"}, "spec": {"topology": {"classRef": {"name": "x"}}}});
+        assert_eq!(
+            ClusterInfo::decode(&plain).map(|c| c.fleet_agent),
+            Ok(FleetAgentSetting::NotUsed)
         );
     }
 

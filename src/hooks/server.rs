@@ -31,11 +31,14 @@ use tokio_util::sync::CancellationToken;
 use crate::context::Context;
 use crate::hooks::handlers::{self, discovery};
 use crate::hooks::tls::CertStore;
-use crate::hooks::types::{Hook, Response};
+use crate::hooks::types::{Hook, Outcome, Response};
 use crate::{Error, Result};
 
 /// Readiness check: the extension serves a valid certificate.
 pub const READY_CHECK: &str = "runtime-extension";
+
+/// When a lifecycle hook that ran out of time asks to be called again.
+const DEADLINE_RETRY_SECONDS: i32 = 10;
 
 /// The path segment every hook path contains.
 pub const HOOKS_PATH: &str = "/hooks.runtime.cluster.x-k8s.io/v1alpha1/";
@@ -314,6 +317,19 @@ pub async fn respond(
     let limit = deadline(uri.query(), options);
     match tokio::time::timeout(limit, handlers::handle(ctx, hook, &bytes)).await {
         Ok(response) => (label, response),
+        // A lifecycle hook that runs out of time (a slow or unreachable API server) asks to be
+        // called again: only a hold we intend may fail a Cluster's lifecycle. The others cannot
+        // retry; their Failure makes Cluster API keep the current state and call again.
+        Err(_) if hook.retries() => (
+            label,
+            Response::lifecycle(
+                hook,
+                Outcome::retry(
+                    DEADLINE_RETRY_SECONDS,
+                    format!("{} did not finish within {limit:?}; retrying", hook.name()),
+                ),
+            ),
+        ),
         Err(_) => (
             label,
             Response::failure(

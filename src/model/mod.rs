@@ -1,5 +1,6 @@
 //! Pure decisions: no client, no I/O, no async. Everything here is table-tested.
 
+pub mod agent_bootstrap;
 pub mod api_server;
 pub mod capi;
 pub mod config;
@@ -10,6 +11,7 @@ pub mod fleet_status;
 pub mod fleet_values;
 pub mod import;
 pub mod namespace;
+pub mod pod_security;
 pub mod selection;
 pub mod validation;
 pub mod version;

@@ -138,6 +138,56 @@ fn packaged_charts() -> &'static Path {
     .path()
 }
 
+/// The test double of Fleet's `fleet-agent` chart packaged at `version` (its `before-0.16/`
+/// or `from-0.16/` templates added by version, as Fleet's chart changed at 0.16.0).
+pub fn package_agent_chart(version: &str) -> PathBuf {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    let dir = DIR
+        .get_or_init(|| tempfile::tempdir().expect("tempdir"))
+        .path();
+    let out = dir.join("packages");
+    let archive = out.join(format!("fleet-agent-{version}.tgz"));
+    if archive.exists() {
+        return archive;
+    }
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/charts/fleet-agent");
+    let chart = dir.join(format!("src/{version}/fleet-agent"));
+    std::fs::create_dir_all(chart.join("templates")).expect("mkdir");
+    let modern = semver::Version::parse(version).expect("semver") >= semver::Version::new(0, 16, 0);
+    let extra = if modern { "from-0.16" } else { "before-0.16" };
+    for source in [fixture.join("templates"), fixture.join(extra)] {
+        for entry in std::fs::read_dir(&source).expect("templates") {
+            let path = entry.expect("entry").path();
+            std::fs::copy(
+                &path,
+                chart
+                    .join("templates")
+                    .join(path.file_name().expect("name")),
+            )
+            .expect("copy template");
+        }
+    }
+    std::fs::copy(fixture.join("values.yaml"), chart.join("values.yaml")).expect("values");
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        format!(
+            "apiVersion: v2\nname: fleet-agent\nversion: {version}\nappVersion: \"{version}\"\n"
+        ),
+    )
+    .expect("Chart.yaml");
+    helm(
+        &dir.join("home"),
+        None,
+        &[
+            "package",
+            chart.to_str().expect("utf-8 path"),
+            "--destination",
+            out.to_str().expect("utf-8 path"),
+        ],
+    );
+    archive
+}
+
 /// How the chart repository answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -205,6 +255,29 @@ impl ChartRepo {
             )
             .expect("copy package");
         }
+        let home = self.dir.path().join(".home");
+        helm(
+            &home,
+            None,
+            &[
+                "repo",
+                "index",
+                self.dir.path().to_str().expect("utf-8 path"),
+            ],
+        );
+    }
+
+    /// Publishes the test double of Fleet's `fleet-agent` chart
+    /// (`tests/fixtures/charts/fleet-agent`) at `version` and re-indexes.
+    pub fn add_agent_version(&self, version: &str) {
+        let archive = package_agent_chart(version);
+        std::fs::copy(
+            &archive,
+            self.dir
+                .path()
+                .join(archive.file_name().expect("file name")),
+        )
+        .expect("copy package");
         let home = self.dir.path().join(".home");
         helm(
             &home,

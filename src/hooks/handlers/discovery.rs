@@ -5,7 +5,7 @@
 //!
 //! | hook | handler | timeout | failure policy | why |
 //! |---|---|---|---|---|
-//! | BeforeClusterCreate | `before-cluster-create` | 10 s | `Fail` | an unreachable extension must block creation: the control-plane patch references the bootstrap Secret this hook writes, and machines must never boot without it |
+//! | BeforeClusterCreate | `before-cluster-create` | 10 s | `Ignore` | Cluster API calls it for every Cluster of the selected namespaces, so an outage of ours must not block them all; the control-plane patch follows the bootstrap Secret (GeneratePatches adds it only once the Secret exists), so a Cluster created while this hook was unreachable gets its bootstrap one reconcile later, never a patch naming a missing Secret |
 //! | AfterControlPlaneInitialized | `after-control-plane-initialized` | 5 s | `Ignore` | informational only; the import controller does not depend on it |
 //! | BeforeClusterUpgrade | `before-cluster-upgrade` | 10 s | `Ignore` | an optional gate: an unreachable extension must not stop upgrades (an answer "retry" still holds them) |
 //! | BeforeClusterDelete | `before-cluster-delete` | 10 s | `Ignore` | an uninstalled extension must not block every deletion; what it would clean up is owned by the CAPI Cluster (garbage-collected) or expires (the token's TTL) |
@@ -46,7 +46,7 @@ pub const HANDLERS: [HandlerSpec; 6] = [
         hook: Hook::BeforeClusterCreate,
         name: BEFORE_CLUSTER_CREATE,
         timeout_seconds: 10,
-        failure_policy: FailurePolicy::Fail,
+        failure_policy: FailurePolicy::Ignore,
     },
     HandlerSpec {
         hook: Hook::AfterControlPlaneInitialized,

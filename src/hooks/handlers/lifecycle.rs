@@ -1,26 +1,31 @@
 //! Lifecycle hooks: BeforeClusterCreate, BeforeClusterDelete, BeforeClusterUpgrade,
-//! AfterControlPlaneInitialized. Only BeforeClusterCreate and BeforeClusterDelete write.
+//! AfterControlPlaneInitialized. Only BeforeClusterCreate (and the background preparation
+//! GeneratePatches asks for) and BeforeClusterDelete write.
 //!
-//! # Which Clusters BeforeClusterCreate acts on
+//! # What BeforeClusterCreate does
 //!
-//! 1. Until the FleetAddonConfig has been read: retry in 5 s.
-//! 2. The Cluster must be imported — Cluster import enabled (`spec.cluster` present, or no
-//!    FleetAddonConfig), no problems in `spec.cluster`, the Cluster within `--namespace` and
-//!    `--watch-filter`, and selected by the selection rule. Otherwise nothing is written: Success,
-//!    unless its ClusterClass uses the `fleet-agent-bootstrap` patch with `fleetAgent.enabled` not
-//!    `false` — then its machines would wait forever for a bootstrap Secret nobody writes, and the
-//!    hook answers Failure saying what to change.
-//! 3. An imported Cluster registers agent-initiated when FleetAddonConfig says so
-//!    (`agentInitiated: true`, or `agentInitiatedSelector` matches its labels) **or** its
-//!    ClusterClass uses the `fleet-agent-bootstrap` patch and `fleetAgent.enabled` is not `false`
-//!    (installing the agent at boot is asking for agent-initiated registration). For it the hook
-//!    creates, if absent, the Fleet Cluster (client ID generated once, annotated
+//! 1. A Cluster whose control plane does not use the Fleet agent bootstrap (no `fleetAgent`
+//!    variable, or `fleetAgent.enabled: false`, the control-plane override winning): Success at
+//!    once, whatever the state of Fleet, the FleetAddonConfig or the API server.
+//! 2. Until the FleetAddonConfig has been read: retry in 5 s.
+//! 3. The Cluster must be imported: Cluster import enabled (`spec.cluster` present, or no
+//!    FleetAddonConfig), no problems in `spec.cluster` (otherwise: retry, naming them), within
+//!    `--namespace` and `--watch-filter`, and selected by the selection rule. A Cluster that is
+//!    not imported gets Success and no Secret: GeneratePatches leaves its templates alone (the
+//!    patch follows the Secret, [`crate::model::agent_bootstrap`]).
+//! 4. An imported Cluster using the bootstrap registers agent-initiated: the hook creates, if
+//!    absent, the Fleet Cluster (client ID generated once, annotated
 //!    `fleet.addons.cluster.x-k8s.io/registration: runtime-extension` so the import controller
 //!    keeps it agent-initiated) and the ClusterRegistrationToken, waits ("retry") until Fleet has
-//!    issued the token, writes the bootstrap Secret and answers Success.
-//! 4. Any other imported Cluster registers manager-initiated later: Success, nothing written.
+//!    issued the token, renders Fleet's `fleet-agent` chart into the bootstrap Secret and answers
+//!    Success. A Fleet Cluster that already registers manager-initiated is left so: Success, no
+//!    Secret.
+//!
+//! Our own API, RBAC or rendering errors are answered "retry" with the cause, never Failure:
+//! a Failure is for a hold we intend, and it is never masked by a failure policy.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
 use fleet_api_rs::fleet_cluster_registration_token::ClusterRegistrationToken;
@@ -31,24 +36,30 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind, ObjectMeta};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
+use crate::api::FleetAddonConfig;
 use crate::bootstrap;
+use crate::bootstrap::chart::ChartLocation;
 use crate::bootstrap::manifest::{
     AgentSettings, BootstrapInput, FleetAgentDefaults, TokenValues, bootstrap_files,
 };
 use crate::context::Context;
 use crate::hooks::cluster::ClusterInfo;
-use crate::hooks::handlers::discovery::GENERATE_PATCHES;
 use crate::hooks::handlers::registration::{
     cluster_owner, desired_fleet_cluster, desired_token, new_client_id, token_name,
 };
-use crate::hooks::handlers::topology::{FLEET_AGENT_VARIABLE, fleet_agent_enabled};
+use crate::hooks::handlers::topology::FLEET_AGENT_VARIABLE;
 use crate::hooks::types::Outcome;
+use crate::model::agent_bootstrap::FleetAgentSetting;
 use crate::model::config::{ClusterImport, EffectiveConfig};
 use crate::model::selection::ClusterFacts;
 use crate::names;
 
 /// Retry interval while Fleet issues the token or writes its Secret.
 const RETRY_FLEET: i32 = 5;
+/// Retry interval after an API error of ours.
+const RETRY_API: i32 = 10;
+/// Retry interval while a configuration (ours or Fleet's) stops us.
+const RETRY_CONFIG: i32 = 30;
 /// Retry interval of a held upgrade.
 const RETRY_UPGRADE: i32 = 30;
 /// At most this many bundle names in a message.
@@ -123,17 +134,142 @@ pub fn registration<'a>(
     }
 }
 
+/// How long BeforeClusterCreate waits for the preparation before answering "retry" (below
+/// every hook timeout; the preparation goes on and its result is there at the next call).
+const PREPARE_WAIT: Duration = Duration::from_secs(5);
+
 /// BeforeClusterCreate.
 pub async fn before_cluster_create(ctx: &Context, cluster: &ClusterInfo) -> Outcome {
-    match before_cluster_create_steps(ctx, cluster).await {
-        Ok(outcome) | Err(outcome) => outcome,
+    match cluster.fleet_agent {
+        FleetAgentSetting::NotUsed => Outcome::Success {
+            message: format!(
+                "nothing to prepare: the Cluster has no {FLEET_AGENT_VARIABLE} variable (its class does not use the Fleet agent bootstrap)"
+            ),
+        },
+        FleetAgentSetting::Disabled => Outcome::Success {
+            message: format!("nothing to prepare: {FLEET_AGENT_VARIABLE}.enabled is false"),
+        },
+        FleetAgentSetting::Enabled => prepare_in_background(ctx, cluster, PREPARE_WAIT).await,
     }
 }
 
-async fn before_cluster_create_steps(
+/// Removes a Cluster from [`Context::preparing`] when its preparation ends, however it ends.
+struct Preparing {
+    set: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    key: String,
+}
+
+impl Drop for Preparing {
+    fn drop(&mut self) {
+        self.set
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.key);
+    }
+}
+
+/// Runs [`prepare_bootstrap`] for `cluster` in a task of its own (at most one per Cluster at a
+/// time), waiting at most `wait` for its answer: pulling a chart or a slow API server never
+/// makes a hook miss its deadline, and the work is not lost when it does.
+pub async fn prepare_in_background(
     ctx: &Context,
     cluster: &ClusterInfo,
-) -> Result<Outcome, Outcome> {
+    wait: Duration,
+) -> Outcome {
+    let key = cluster.key();
+    {
+        let mut preparing = ctx
+            .preparing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !preparing.insert(key.clone()) {
+            return Outcome::retry(
+                RETRY_FLEET,
+                format!("the Fleet agent bootstrap of Cluster {key} is being prepared"),
+            );
+        }
+    }
+    let guard = Preparing {
+        set: ctx.preparing.clone(),
+        key: key.clone(),
+    };
+    let owned = ctx.with_shutdown(ctx.shutdown.clone());
+    let cluster = cluster.clone();
+    let task = tokio::spawn(async move {
+        let _guard = guard;
+        let outcome = match prepare_bootstrap(&owned, &cluster).await {
+            Ok(outcome) | Err(outcome) => outcome,
+        };
+        tracing::debug!(cluster = %cluster.name, namespace = %cluster.namespace, ?outcome, "bootstrap preparation ended");
+        outcome
+    });
+    match tokio::time::timeout(wait, task).await {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(err)) => Outcome::retry(
+            RETRY_API,
+            format!("preparing the Fleet agent bootstrap of Cluster {key}: {err}"),
+        ),
+        Err(_) => Outcome::retry(
+            RETRY_FLEET,
+            format!("the Fleet agent bootstrap of Cluster {key} is being prepared"),
+        ),
+    }
+}
+
+/// For a Cluster that never went through BeforeClusterCreate (created before its class used the
+/// bootstrap, rebased onto such a class, switched to `fleetAgent.enabled: true`): reads the
+/// Cluster and prepares its bootstrap Secret in the background.
+pub fn prepare_existing(ctx: &Context, namespace: &str, name: &str) {
+    let owned = ctx.with_shutdown(ctx.shutdown.clone());
+    let (namespace, name) = (namespace.to_string(), name.to_string());
+    tokio::spawn(async move {
+        match read_cluster(&owned, &namespace, &name).await {
+            Ok(Some(cluster)) if cluster.fleet_agent.enabled() => {
+                let outcome = prepare_in_background(&owned, &cluster, Duration::ZERO).await;
+                tracing::debug!(cluster = %name, %namespace, ?outcome, "bootstrap preparation started");
+            }
+            Ok(_) => {}
+            Err(message) => {
+                tracing::warn!(cluster = %name, %namespace, %message, "cannot prepare the Fleet agent bootstrap");
+            }
+        }
+    });
+}
+
+/// The CAPI Cluster as the hooks see it, in whichever version the API server serves
+/// (`v1beta2` from Cluster API v1.11, `v1beta1` before).
+async fn read_cluster(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<ClusterInfo>, String> {
+    for version in ["v1beta2", "v1beta1"] {
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("cluster.x-k8s.io", version, "Cluster"),
+            "clusters",
+        );
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(ctx.client.clone(), namespace, &resource);
+        match api.get_opt(name).await {
+            Ok(Some(object)) => {
+                let value = serde_json::to_value(&object)
+                    .map_err(|err| format!("encoding Cluster {namespace}/{name}: {err}"))?;
+                return ClusterInfo::decode(&value).map(Some);
+            }
+            // Absent, or this API version is not served (Cluster API v1.10 has no v1beta2: the
+            // API server answers 404 NotFound for both).
+            Ok(None) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(err) => return Err(format!("reading Cluster {namespace}/{name}: {err}")),
+        }
+    }
+    Ok(None)
+}
+
+/// Prepares the bootstrap Secret of a Cluster whose control plane uses the bootstrap (for
+/// BeforeClusterCreate, and for existing Clusters when GeneratePatches finds no Secret).
+/// Success when the Secret exists or the Cluster will not get one; retry while waiting.
+pub async fn prepare_bootstrap(ctx: &Context, cluster: &ClusterInfo) -> Result<Outcome, Outcome> {
     let Some(config) = ctx.config() else {
         return Ok(Outcome::retry(
             RETRY_FLEET,
@@ -141,32 +277,17 @@ async fn before_cluster_create_steps(
         ));
     };
     let namespace_labels = namespace_labels(ctx, &cluster.namespace).await?;
-    let decision =
-        registration(&config, &ctx.flags, cluster, &namespace_labels).map_err(Outcome::failure)?;
-    let enabled = fleet_agent_enabled(cluster.variables.get(FLEET_AGENT_VARIABLE));
+    let decision = registration(&config, &ctx.flags, cluster, &namespace_labels)
+        .map_err(|message| Outcome::retry(RETRY_CONFIG, message))?;
     match decision {
-        Registration::AgentInitiated(import) => {
+        Registration::AgentInitiated(import) | Registration::ManagerInitiated(import) => {
             prepare_agent_initiated(ctx, &config, import, cluster).await
         }
-        Registration::ManagerInitiated(import) => {
-            if enabled && class_using_bootstrap_patch(ctx, cluster).await?.is_some() {
-                return prepare_agent_initiated(ctx, &config, import, cluster).await;
-            }
-            Ok(Outcome::Success {
-                message: "nothing to prepare: the Cluster registers manager-initiated".to_string(),
-            })
-        }
-        Registration::NotImported(reason) => {
-            if enabled && let Some(class) = class_using_bootstrap_patch(ctx, cluster).await? {
-                return Ok(Outcome::failure(format!(
-                    "Cluster {}: ClusterClass {class} installs the Fleet agent at boot ({GENERATE_PATCHES} patch), but {reason}; select it for import in FleetAddonConfig spec.cluster or set the topology variable {FLEET_AGENT_VARIABLE}.enabled to false",
-                    cluster.key()
-                )));
-            }
-            Ok(Outcome::Success {
-                message: format!("nothing to prepare: {reason}"),
-            })
-        }
+        Registration::NotImported(reason) => Ok(Outcome::Success {
+            message: format!(
+                "nothing to prepare: {reason}; the Fleet agent is not installed at boot (GeneratePatches adds the bootstrap only once its Secret exists)"
+            ),
+        }),
     }
 }
 
@@ -177,6 +298,18 @@ async fn prepare_agent_initiated(
     cluster: &ClusterInfo,
 ) -> Result<Outcome, Outcome> {
     let ns = cluster.namespace.as_str();
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let secret_name = bootstrap::secret_name(&cluster.name);
+    // Written once: a later token or chart must not change what joining machines create (and
+    // the patch only names the Secret).
+    if get_opt(&secrets, &secret_name, "Secret", ns)
+        .await?
+        .is_some()
+    {
+        return Ok(Outcome::Success {
+            message: format!("bootstrap Secret {ns}/{secret_name} exists"),
+        });
+    }
     let fleet_clusters: Api<FleetCluster> = Api::namespaced(ctx.client.clone(), ns);
     let fleet_name = import.fleet_cluster_name(&cluster.name);
     let fleet_cluster = match get_opt(&fleet_clusters, &fleet_name, "Fleet Cluster", ns).await? {
@@ -192,10 +325,11 @@ async fn prepare_agent_initiated(
         .as_deref()
         .is_some_and(|s| !s.is_empty())
     {
-        return Err(Outcome::failure(format!(
-            "Fleet Cluster {ns}/{fleet_name} registers manager-initiated (spec.kubeConfigSecret is set); delete it to register Cluster {} agent-initiated",
-            cluster.key()
-        )));
+        return Ok(Outcome::Success {
+            message: format!(
+                "Fleet Cluster {ns}/{fleet_name} registers manager-initiated (spec.kubeConfigSecret is set): the Fleet agent is not installed at boot"
+            ),
+        });
     }
     let mut fleet_spec = fleet_cluster.spec.clone();
     let client_id = match fleet_spec.client_id.clone().filter(|id| !id.is_empty()) {
@@ -211,7 +345,7 @@ async fn prepare_agent_initiated(
                 )
                 .await
                 .map_err(|err| {
-                    api_failure(
+                    api_retry(
                         "setting the client ID of Fleet Cluster",
                         ns,
                         &fleet_name,
@@ -248,7 +382,6 @@ async fn prepare_agent_initiated(
             format!("waiting for Fleet to issue ClusterRegistrationToken {ns}/{token_name}"),
         ));
     };
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     let values = get_opt(&secrets, &values_secret, "Secret", ns)
         .await?
         .and_then(|secret| secret.data)
@@ -262,12 +395,14 @@ async fn prepare_agent_initiated(
         ));
     };
     let values = String::from_utf8(values.0).map_err(|_| {
-        Outcome::failure(format!(
-            "Secret {ns}/{values_secret}: the registration values are not UTF-8"
-        ))
+        Outcome::retry(
+            RETRY_CONFIG,
+            format!("Secret {ns}/{values_secret}: the registration values are not UTF-8"),
+        )
     })?;
-    let token_values = TokenValues::parse(&values)
-        .map_err(|err| Outcome::failure(format!("Secret {ns}/{values_secret}: {err}")))?;
+    let token_values = TokenValues::parse(&values).map_err(|err| {
+        Outcome::retry(RETRY_CONFIG, format!("Secret {ns}/{values_secret}: {err}"))
+    })?;
 
     let fleet_ns = config
         .install
@@ -296,11 +431,15 @@ async fn prepare_agent_initiated(
     };
     let defaults =
         FleetAgentDefaults::from_controller_config(&controller_config).map_err(|err| {
-            Outcome::failure(format!(
-                "ConfigMap {fleet_ns}/{}: {err}",
-                names::FLEET_CONTROLLER_CONFIGMAP
-            ))
+            Outcome::retry(
+                RETRY_CONFIG,
+                format!(
+                    "ConfigMap {fleet_ns}/{}: {err}",
+                    names::FLEET_CONTROLLER_CONFIGMAP
+                ),
+            )
         })?;
+    let location = agent_chart_location(ctx, config, &defaults).await?;
 
     // The agent settings the import controller applies to the Fleet Cluster (the live object may
     // still be the minimal first version): the bootstrap agent must match what Fleet manages.
@@ -312,24 +451,70 @@ async fn prepare_agent_initiated(
         },
         None,
     );
-    let spec = serde_json::to_value(&full.spec).unwrap_or(Value::Null);
+    let spec = serde_json::to_value(&full.spec).map_err(|err| {
+        Outcome::retry(
+            RETRY_CONFIG,
+            format!("encoding the Fleet Cluster's agent settings: {err}"),
+        )
+    })?;
     let input = BootstrapInput {
         token: token_values,
         client_id,
         agent: AgentSettings::from_fleet_cluster_spec(&spec),
         fleet: defaults,
     };
-    let files = bootstrap_files(&input)
-        .map_err(|err| Outcome::failure(format!("rendering the Fleet agent bootstrap: {err}")))?;
+    let objects = ctx
+        .agent_chart
+        .render(&location, &input)
+        .await
+        .map_err(|err| Outcome::retry(RETRY_CONFIG, err))?;
+    let files = bootstrap_files(&objects).map_err(|err| {
+        Outcome::retry(
+            RETRY_CONFIG,
+            format!("encoding the Fleet agent bootstrap: {err}"),
+        )
+    })?;
     let secret_name = ensure_bootstrap_secret(&secrets, cluster, files).await?;
     Ok(Outcome::Success {
         message: format!(
-            "Fleet Cluster {ns}/{fleet_name} and bootstrap Secret {ns}/{secret_name} are ready"
+            "Fleet Cluster {ns}/{fleet_name} and bootstrap Secret {ns}/{secret_name} are ready (fleet-agent chart {})",
+            location.version
         ),
     })
 }
 
-/// Creates or updates the bootstrap Secret; writes nothing when it is up to date.
+/// Where Fleet's `fleet-agent` chart comes from: the configured chart repository
+/// ([`EffectiveConfig::agent_chart_repository`]), at the version this provider installed (`status.installedVersion`), else the version of the
+/// running Fleet's agent image (Fleet releases the image and the chart with one version).
+async fn agent_chart_location(
+    ctx: &Context,
+    config: &EffectiveConfig,
+    defaults: &FleetAgentDefaults,
+) -> Result<ChartLocation, Outcome> {
+    let repository = config.agent_chart_repository().to_string();
+    let api: Api<FleetAddonConfig> = Api::all(ctx.client.clone());
+    let installed = get_opt(&api, names::CONFIG_NAME, "FleetAddonConfig", "")
+        .await?
+        .and_then(|config| config.status)
+        .and_then(|status| status.installed_version)
+        .filter(|version| !version.is_empty());
+    let Some(version) = installed.or_else(|| defaults.chart_version()) else {
+        return Err(Outcome::retry(
+            RETRY_CONFIG,
+            format!(
+                "cannot tell which fleet-agent chart to render: FleetAddonConfig has no status.installedVersion and the agent image {} has no version tag",
+                defaults.image
+            ),
+        ));
+    };
+    Ok(ChartLocation {
+        repository,
+        version,
+    })
+}
+
+/// Creates the bootstrap Secret (labelled with the Cluster name and owned by the Cluster, so
+/// `clusterctl move` and garbage collection follow it); another replica's copy wins.
 async fn ensure_bootstrap_secret(
     secrets: &Api<Secret>,
     cluster: &ClusterInfo,
@@ -341,33 +526,22 @@ async fn ensure_bootstrap_secret(
         .into_iter()
         .map(|(key, text)| (key, ByteString(text.into_bytes())))
         .collect();
-    match get_opt(secrets, &name, "Secret", ns).await? {
-        Some(existing) if existing.data.as_ref() == Some(&data) => {}
-        Some(_) => {
-            secrets
-                .patch(&name, &patch_params(), &Patch::Merge(json!({"data": data})))
-                .await
-                .map_err(|err| api_failure("updating Secret", ns, &name, &err))?;
-        }
-        None => {
-            let secret = Secret {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    namespace: Some(ns.to_string()),
-                    labels: Some(BTreeMap::from([(
-                        names::CAPI_CLUSTER_NAME_LABEL.to_string(),
-                        cluster.name.clone(),
-                    )])),
-                    owner_references: cluster_owner(cluster).map(|owner| vec![owner]),
-                    ..Default::default()
-                },
-                type_: Some("Opaque".to_string()),
-                data: Some(data),
-                ..Default::default()
-            };
-            create_or_get(secrets, &secret, &name, "Secret", ns).await?;
-        }
-    }
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(ns.to_string()),
+            labels: Some(BTreeMap::from([(
+                names::CAPI_CLUSTER_NAME_LABEL.to_string(),
+                cluster.name.clone(),
+            )])),
+            owner_references: cluster_owner(cluster).map(|owner| vec![owner]),
+            ..Default::default()
+        },
+        type_: Some("Opaque".to_string()),
+        data: Some(data),
+        ..Default::default()
+    };
+    create_or_get(secrets, &secret, &name, "Secret", ns).await?;
     Ok(name)
 }
 
@@ -472,7 +646,7 @@ async fn before_cluster_upgrade_steps(
     let listed = fleet_clusters
         .list(&ListParams::default())
         .await
-        .map_err(|err| api_failure("listing Fleet Clusters in", ns, "", &err))?;
+        .map_err(|err| api_retry("listing Fleet Clusters in", ns, "", &err))?;
     let expected_name = config.cluster.as_ref().map_or_else(
         || cluster.name.clone(),
         |import| import.fleet_cluster_name(&cluster.name),
@@ -521,7 +695,7 @@ async fn before_cluster_upgrade_steps(
     let listed = deployments
         .list(&ListParams::default())
         .await
-        .map_err(|err| api_failure("listing BundleDeployments in", &fleet_ns, "", &err))?;
+        .map_err(|err| api_retry("listing BundleDeployments in", &fleet_ns, "", &err))?;
     let objects: Vec<Value> = listed
         .items
         .iter()
@@ -604,60 +778,6 @@ pub fn after_control_plane_initialized(_cluster: &ClusterInfo) -> Outcome {
     Outcome::ok()
 }
 
-/// The ClusterClass of `cluster` (`namespace/name`) if it uses this extension's GeneratePatches
-/// handler (any ExtensionConfig name), in the v1beta2 or v1beta1 field names.
-async fn class_using_bootstrap_patch(
-    ctx: &Context,
-    cluster: &ClusterInfo,
-) -> Result<Option<String>, Outcome> {
-    let Some(class) = &cluster.class else {
-        return Ok(None);
-    };
-    let key = format!("{}/{}", class.namespace, class.name);
-    for version in ["v1beta2", "v1beta1"] {
-        let resource = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("cluster.x-k8s.io", version, "ClusterClass"),
-            "clusterclasses",
-        );
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(ctx.client.clone(), &class.namespace, &resource);
-        match api.get_opt(&class.name).await {
-            Ok(Some(object)) => {
-                let object = serde_json::to_value(&object).unwrap_or(Value::Null);
-                return Ok(uses_bootstrap_patch(&object).then_some(key));
-            }
-            Ok(None) => return Ok(None),
-            // This API version is not served (CAPI v1.10 has no v1beta2): try the next one.
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(err) => {
-                return Err(api_failure(
-                    "reading ClusterClass",
-                    &class.namespace,
-                    &class.name,
-                    &err,
-                ));
-            }
-        }
-    }
-    Ok(None)
-}
-
-/// Whether a ClusterClass has an external patch generated by this extension.
-pub fn uses_bootstrap_patch(class: &Value) -> bool {
-    let prefix = format!("{GENERATE_PATCHES}.");
-    class["spec"]["patches"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|patch| {
-            let external = &patch["external"];
-            ["generatePatchesExtension", "generateExtension"]
-                .iter()
-                .filter_map(|field| external[*field].as_str())
-                .any(|handler| handler.starts_with(&prefix))
-        })
-}
-
 async fn namespace_labels(
     ctx: &Context,
     namespace: &str,
@@ -689,13 +809,17 @@ fn object_key(ns: &str, name: &str) -> String {
     }
 }
 
-/// A Failure naming what failed; API errors by their message (deterministic, no secrets).
-fn api_failure(what: &str, ns: &str, name: &str, err: &kube::Error) -> Outcome {
+/// A retry naming what failed; API errors by their message (deterministic, no secrets). Never a
+/// Failure: an outage or a missing RBAC rule of ours must not fail a Cluster's lifecycle.
+fn api_retry(what: &str, ns: &str, name: &str, err: &kube::Error) -> Outcome {
     let cause = match err {
         kube::Error::Api(status) => format!("{} ({})", status.message, status.code),
         other => other.to_string(),
     };
-    Outcome::failure(format!("{what} {}: {cause}", object_key(ns, name)))
+    Outcome::retry(
+        RETRY_API,
+        format!("{what} {}: {cause}", object_key(ns, name)),
+    )
 }
 
 async fn get_opt<K>(api: &Api<K>, name: &str, kind: &str, ns: &str) -> Result<Option<K>, Outcome>
@@ -704,7 +828,7 @@ where
 {
     api.get_opt(name)
         .await
-        .map_err(|err| api_failure(&format!("reading {kind}"), ns, name, &err))
+        .map_err(|err| api_retry(&format!("reading {kind}"), ns, name, &err))
 }
 
 /// Creates `object`; when someone else created it first (another replica, the import
@@ -724,8 +848,8 @@ where
         Err(kube::Error::Api(status)) if status.code == 409 => api
             .get(name)
             .await
-            .map_err(|err| api_failure(&format!("reading {kind}"), ns, name, &err)),
-        Err(err) => Err(api_failure(&format!("creating {kind}"), ns, name, &err)),
+            .map_err(|err| api_retry(&format!("reading {kind}"), ns, name, &err)),
+        Err(err) => Err(api_retry(&format!("creating {kind}"), ns, name, &err)),
     }
 }
 
@@ -736,7 +860,7 @@ where
     match api.delete(name, &DeleteParams::background()).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(err) => Err(api_failure(&format!("deleting {kind}"), ns, name, &err)),
+        Err(err) => Err(api_retry(&format!("deleting {kind}"), ns, name, &err)),
     }
 }
 
@@ -871,17 +995,5 @@ mod tests {
             (0..12).map(|i| (format!("b{i:02}"), "NotReady")).collect();
         let text = describe_bundles(&bundles);
         assert!(text.ends_with("b09 (NotReady), and 2 more"), "{text}");
-    }
-
-    #[test]
-    fn recognises_classes_using_the_bootstrap_patch_in_both_versions() {
-        let beta2 = json!({"spec": {"patches": [{"name": "fleet", "external": {"generatePatchesExtension": "fleet-agent-bootstrap.caapf"}}]}});
-        let beta1 = json!({"spec": {"patches": [{"name": "fleet", "external": {"generateExtension": "fleet-agent-bootstrap.my-ext"}}]}});
-        let other = json!({"spec": {"patches": [{"name": "x", "external": {"generatePatchesExtension": "generate-patches.test-extension"}},
-                                                 {"name": "y", "definitions": []}]}});
-        assert!(uses_bootstrap_patch(&beta2));
-        assert!(uses_bootstrap_patch(&beta1));
-        assert!(!uses_bootstrap_patch(&other));
-        assert!(!uses_bootstrap_patch(&json!({})));
     }
 }

@@ -50,7 +50,7 @@ pub async fn handle(ctx: &Context, hook: Hook, body: &[u8]) -> Response {
         Hook::Discovery => discovery::handle(),
         Hook::DiscoverVariables => topology::discover_variables(),
         Hook::GeneratePatches => match serde_json::from_value::<GeneratePatchesRequest>(value) {
-            Ok(request) => topology::generate_patches(&request),
+            Ok(request) => topology::serve_generate_patches(ctx, &request).await,
             Err(err) => Response::failure(
                 Some(hook),
                 format!("malformed GeneratePatchesRequest: {err}"),

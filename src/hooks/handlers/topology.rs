@@ -1,21 +1,37 @@
-//! Topology mutation hooks: GeneratePatches and DiscoverVariables. Pure and deterministic: the
-//! same request always gives the same answer (CAPI calls GeneratePatches on every reconcile, and
-//! a changed patch rolls machines).
+//! Topology mutation hooks: GeneratePatches and DiscoverVariables. Deterministic: the same
+//! request and the same bootstrap Secret always give the same answer (CAPI calls
+//! GeneratePatches on every reconcile, and a changed patch rolls machines).
+//!
+//! The patch follows the Secret ([`crate::model::agent_bootstrap`]): a control-plane template
+//! names the bootstrap Secret only once it exists, so a Cluster that never went through
+//! BeforeClusterCreate never rolls onto machines whose bootstrap data cannot be generated; its
+//! Secret is prepared in the background and CAPI's next topology reconcile adds the patch.
 
 use base64::Engine;
 use serde_json::{Value, json};
 
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+
 use crate::bootstrap;
 use crate::bootstrap::patch::{classify, json_patch};
+use crate::context::Context;
+use crate::hooks::handlers::lifecycle;
 use crate::hooks::types::{
     ClusterClassVariable, GeneratePatchesRequest, GeneratePatchesResponseItem, Hook, PatchType,
     Response, ResponseBody, Variable, VariableSchema,
 };
+use crate::model::agent_bootstrap::{FleetAgentSetting, PatchPlan, patch_plan};
 
 /// Name of the variable this extension defines.
 pub const FLEET_AGENT_VARIABLE: &str = "fleetAgent";
 
 /// The `fleetAgent` variable: a static schema, valid for the v1beta1 and v1beta2 variable types.
+///
+/// The top-level default makes Cluster API write `fleetAgent: {enabled: true}` into every Cluster
+/// of a class using it (v1.11 `internal/topology/variables/cluster_variable_defaulting.go`
+/// creates a missing variable only when its schema has a top-level default): a Cluster without
+/// the variable does not use this extension, and BeforeClusterCreate can answer it at once.
 ///
 /// Only `enabled`: the agent settings (namespace, tolerations, host network, environment) come
 /// from FleetAddonConfig and land on the Fleet Cluster, so the bootstrap agent is the agent Fleet
@@ -27,6 +43,7 @@ pub fn fleet_agent_variable() -> ClusterClassVariable {
         schema: VariableSchema {
             open_api_v3_schema: json!({
                 "type": "object",
+                "default": {"enabled": true},
                 "description": "Fleet agent bootstrap by the Cluster API add-on provider for Fleet.",
                 "properties": {
                     "enabled": {
@@ -50,21 +67,51 @@ pub fn discover_variables() -> Response {
     )
 }
 
-/// Whether `fleetAgent.enabled` (absent: true) allows the bootstrap.
-pub fn fleet_agent_enabled(value: Option<&Value>) -> bool {
-    value
-        .and_then(|v| v.get("enabled"))
-        .and_then(Value::as_bool)
-        .unwrap_or(true)
+/// GeneratePatches as served: finds whether the Cluster's bootstrap Secret exists (only when a
+/// control-plane template would be patched), prepares it in the background when it does not,
+/// and answers [`generate_patches`]. An API error is a Failure (policy `Fail`: CAPI keeps the
+/// current templates and retries), never an answer without the patch, which would roll machines.
+pub async fn serve_generate_patches(ctx: &Context, request: &GeneratePatchesRequest) -> Response {
+    let wanted = request.items.iter().any(|item| {
+        let variables = merged_variables(&request.variables, &item.variables);
+        matches!(classify(&item.object), Ok(Some(_))) && variables.setting().enabled()
+    });
+    if !wanted {
+        return generate_patches(request, false);
+    }
+    let global = merged_variables(&request.variables, &[]);
+    let (Some(name), Some(namespace)) = (
+        global.cluster_field("name"),
+        global.cluster_field("namespace"),
+    ) else {
+        return Response::failure(
+            Some(Hook::GeneratePatches),
+            "the builtin variable has no cluster.name or cluster.namespace",
+        );
+    };
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    let secret = bootstrap::secret_name(name);
+    match secrets.get_metadata_opt(&secret).await {
+        Ok(Some(_)) => generate_patches(request, true),
+        Ok(None) => {
+            lifecycle::prepare_existing(ctx, namespace, name);
+            generate_patches(request, false)
+        }
+        Err(err) => Response::failure(
+            Some(Hook::GeneratePatches),
+            format!("reading Secret {namespace}/{secret}: {err}"),
+        ),
+    }
 }
 
-/// GeneratePatches: one item per request item; control-plane templates get the bootstrap, the
-/// others an empty JSON patch.
-pub fn generate_patches(request: &GeneratePatchesRequest) -> Response {
+/// GeneratePatches: one item per request item; control-plane templates get the bootstrap when
+/// the control plane uses it and its Secret exists (`secret_exists`), the others an empty JSON
+/// patch.
+pub fn generate_patches(request: &GeneratePatchesRequest, secret_exists: bool) -> Response {
     let mut items = Vec::with_capacity(request.items.len());
     for item in &request.items {
         let variables = merged_variables(&request.variables, &item.variables);
-        let patch = match item_patch(&item.object, &variables) {
+        let patch = match item_patch(&item.object, &variables, secret_exists) {
             Ok(patch) => patch,
             Err(message) => {
                 let kind = item.object["kind"].as_str().unwrap_or("template");
@@ -93,11 +140,15 @@ pub fn generate_patches(request: &GeneratePatchesRequest) -> Response {
     Response::success(Hook::GeneratePatches, ResponseBody::Patches { items })
 }
 
-fn item_patch(object: &Value, variables: &Variables) -> Result<json_patch::Patch, String> {
+fn item_patch(
+    object: &Value,
+    variables: &Variables,
+    secret_exists: bool,
+) -> Result<json_patch::Patch, String> {
     let Some(template) = classify(object)? else {
         return Ok(json_patch::Patch::default());
     };
-    if !fleet_agent_enabled(variables.fleet_agent.as_ref()) {
+    if patch_plan(variables.setting(), secret_exists) != PatchPlan::Patch {
         return Ok(json_patch::Patch::default());
     }
     let cluster_name = variables.builtin["cluster"]["name"]
@@ -116,6 +167,19 @@ fn item_patch(object: &Value, variables: &Variables) -> Result<json_patch::Patch
 struct Variables {
     builtin: Value,
     fleet_agent: Option<Value>,
+}
+
+impl Variables {
+    /// The item's `fleetAgent` (item values are the control plane's overrides, if any).
+    fn setting(&self) -> FleetAgentSetting {
+        FleetAgentSetting::of(self.fleet_agent.as_ref(), None)
+    }
+
+    fn cluster_field(&self, field: &str) -> Option<&str> {
+        self.builtin["cluster"][field]
+            .as_str()
+            .filter(|value| !value.is_empty())
+    }
 }
 
 fn merged_variables(global: &[Variable], item: &[Variable]) -> Variables {
@@ -167,14 +231,6 @@ mod tests {
     }
 
     #[test]
-    fn enabled_defaults_to_true() {
-        assert!(fleet_agent_enabled(None));
-        assert!(fleet_agent_enabled(Some(&json!({}))));
-        assert!(fleet_agent_enabled(Some(&json!({"enabled": true}))));
-        assert!(!fleet_agent_enabled(Some(&json!({"enabled": false}))));
-    }
-
-    #[test]
     fn variable_schema_is_static_and_serializes_required() {
         let a = serde_json::to_value(fleet_agent_variable()).unwrap_or_default();
         let b = serde_json::to_value(fleet_agent_variable()).unwrap_or_default();
@@ -183,6 +239,11 @@ mod tests {
         assert_eq!(
             a["schema"]["openAPIV3Schema"]["properties"]["enabled"]["default"],
             true
+        );
+        // Without a top-level default Cluster API never creates the variable on a Cluster.
+        assert_eq!(
+            a["schema"]["openAPIV3Schema"]["default"],
+            json!({"enabled": true})
         );
     }
 }

@@ -1,0 +1,144 @@
+//! Fleet's `fleet-agent` chart, rendered with `helm template` for the bootstrap Secret.
+//!
+//! The chart comes from the configured chart repository (FleetAddonConfig
+//! `spec.install.repository`, default Fleet's public one; HTTP or OCI) at the version of the
+//! Fleet that is installed, so the agent a new cluster starts is the agent of that Fleet release
+//! (Fleet publishes `fleet`, `fleet-crd` and `fleet-agent` with one version). Each archive is
+//! pulled once per process and version (at most [`MAX_CACHED_ARCHIVES`] kept), then rendered
+//! offline for each cluster: rendering runs beside a Fleet install, never behind it.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::Mutex;
+
+use crate::bootstrap::manifest::{AGENT_NAME, BootstrapInput, chart_values, finish};
+use crate::helm::argv::ChartSource;
+use crate::helm::{Helm, HelmSettings};
+use crate::metrics::Metrics;
+
+/// Chart archives kept on disk (one per repository and version; older ones are dropped).
+pub const MAX_CACHED_ARCHIVES: usize = 8;
+
+/// Where the chart is and which version to render.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ChartLocation {
+    /// `oci://…` or a chart repository URL.
+    pub repository: String,
+    /// The chart version (Fleet's version without `v`).
+    pub version: String,
+}
+
+/// Renders the agent chart; shared by every hook and controller of the process.
+pub struct AgentChart {
+    settings: HelmSettings,
+    metrics: Arc<Metrics>,
+    state: Mutex<Option<State>>,
+}
+
+struct State {
+    helm: Arc<Helm>,
+    /// Keeps the archives' directory alive (removed on drop).
+    dir: tempfile::TempDir,
+    archives: BTreeMap<ChartLocation, PathBuf>,
+}
+
+impl AgentChart {
+    pub fn new(settings: HelmSettings, metrics: Arc<Metrics>) -> Self {
+        Self {
+            settings,
+            metrics,
+            state: Mutex::new(None),
+        }
+    }
+
+    /// The agent objects for `input`, from the chart at `location`. Errors say what failed
+    /// (pulling or rendering, with helm's scrubbed message), never a value.
+    pub async fn render(
+        &self,
+        location: &ChartLocation,
+        input: &BootstrapInput,
+    ) -> Result<Vec<Value>, String> {
+        let values = chart_values(input)?;
+        let (archive, helm) = self.archive(location).await?;
+        let rendered = helm
+            .template(AGENT_NAME, &archive, &input.agent.namespace, &values)
+            .await
+            .map_err(|err| {
+                format!(
+                    "rendering the {AGENT_NAME} chart {} from {}: {err}",
+                    location.version, location.repository
+                )
+            })?;
+        finish(&rendered, input)
+    }
+
+    /// The archive of `location` (pulled on first use) and the helm to render it with.
+    async fn archive(&self, location: &ChartLocation) -> Result<(PathBuf, Arc<Helm>), String> {
+        // One pull at a time: concurrent first requests for a version wait for the same pull.
+        let mut state = self.state.lock().await;
+        if state.is_none() {
+            let helm = Helm::new(self.settings.clone(), self.metrics.clone())
+                .map_err(|err| format!("preparing helm: {err}"))?;
+            let dir = tempfile::Builder::new()
+                .prefix("caapf-agent-chart-")
+                .tempdir()
+                .map_err(|err| format!("preparing the chart cache: {err}"))?;
+            *state = Some(State {
+                helm: Arc::new(helm),
+                dir,
+                archives: BTreeMap::new(),
+            });
+        }
+        let Some(state) = state.as_mut() else {
+            unreachable!("initialised above")
+        };
+        let helm = state.helm.clone();
+        if let Some(path) = state.archives.get(location)
+            && path.exists()
+        {
+            return Ok((path.clone(), helm));
+        }
+        if state.archives.len() >= MAX_CACHED_ARCHIVES {
+            for (_, path) in std::mem::take(&mut state.archives) {
+                if let Some(dir) = path.parent() {
+                    let _ = tokio::fs::remove_dir_all(dir).await;
+                }
+            }
+        }
+        let destination = state
+            .dir
+            .path()
+            .join(format!("{}", state.archives.len()))
+            .join(sanitize(&location.version));
+        let _ = tokio::fs::remove_dir_all(&destination).await;
+        let source = ChartSource::parse(&location.repository);
+        let path = helm
+            .pull(&source, AGENT_NAME, &location.version, &destination)
+            .await
+            .map_err(|err| {
+                format!(
+                    "pulling the {AGENT_NAME} chart {} from {}: {err}",
+                    location.version, location.repository
+                )
+            })?;
+        state.archives.insert(location.clone(), path.clone());
+        Ok((path, helm))
+    }
+}
+
+/// A version as a directory name.
+fn sanitize(version: &str) -> String {
+    version
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
