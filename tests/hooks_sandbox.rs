@@ -65,22 +65,10 @@ impl Env {
     /// and a context whose FleetAddonConfig is `config_yaml` (`None`: no FleetAddonConfig) with
     /// `runtimeExtension.agentChartRepository` pointing at that repository.
     async fn start(config_yaml: Option<&str>) -> Env {
-        let mut options = SandboxOptions {
+        let options = SandboxOptions {
             validate_custom_resources: true,
             ..SandboxOptions::default()
         };
-        options.extra_crds.push(kube_sandbox::crds::permissive_crd(
-            "helm.cattle.io",
-            "HelmChart",
-            "helmcharts",
-            &["v1"],
-            "v1",
-            true,
-            &[],
-            &[],
-            true,
-            Value::Null,
-        ));
         let sandbox = Sandbox::start_with(options).await.expect("sandbox");
         let client = sandbox.client();
         let charts = fleet_common::ChartRepo::start(&[]).await;
