@@ -231,6 +231,13 @@ impl Env {
             .expect("fleet-controller");
     }
 
+    /// The bootstrap Secret of Cluster `cluster` in [`NS`], if any.
+    async fn bootstrap_secret(&self, cluster: &str) -> Option<Value> {
+        let name = format!("{cluster}-fleet-agent-bootstrap");
+        self.get(&resource("", "v1", "Secret", "secrets"), NS, &name)
+            .await
+    }
+
     fn writes(&self) -> usize {
         self.sandbox.requests().count(|r| r.verb.is_write())
     }
@@ -357,14 +364,7 @@ async fn before_cluster_create_prepares_agent_initiated_registration_then_succee
             done.message
         );
 
-        let secret = env
-            .get(
-                &resource("", "v1", "Secret", "secrets"),
-                NS,
-                "c1-fleet-agent-bootstrap",
-            )
-            .await
-            .expect("bootstrap secret");
+        let secret = env.bootstrap_secret("c1").await.expect("bootstrap secret");
         assert_eq!(
             secret["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"],
             "c1"
@@ -398,15 +398,7 @@ async fn before_cluster_create_prepares_agent_initiated_registration_then_succee
         // BeforeClusterDelete removes the Secret, the token and the owned Fleet Cluster.
         let deleted = env.call(Hook::BeforeClusterDelete, &cluster).await;
         assert_success(&deleted);
-        assert!(
-            env.get(
-                &resource("", "v1", "Secret", "secrets"),
-                NS,
-                "c1-fleet-agent-bootstrap"
-            )
-            .await
-            .is_none()
-        );
+        assert!(env.bootstrap_secret("c1").await.is_none());
         assert!(env.get(&token(), NS, "c1").await.is_none());
         assert!(env.get(&fleet_cluster(), NS, "c1").await.is_none());
         // Again: nothing left, still Success.
@@ -438,14 +430,7 @@ async fn an_existing_client_id_is_kept_and_fleet_clusters_not_owned_survive_dele
         .await
         .expect("Fleet Cluster");
     assert_eq!(client_id(&fleet), "kept-forever");
-    let secret = env
-        .get(
-            &resource("", "v1", "Secret", "secrets"),
-            NS,
-            "c2-fleet-agent-bootstrap",
-        )
-        .await
-        .expect("bootstrap secret");
+    let secret = env.bootstrap_secret("c2").await.expect("bootstrap secret");
     assert!(secret_text(&secret, MANIFEST_KEY).contains("kept-forever"));
 
     assert_success(&env.call(Hook::BeforeClusterDelete, &cluster).await);
@@ -642,11 +627,7 @@ async fn a_cluster_that_never_went_through_before_cluster_create_gets_a_working_
     .await;
     assert_eq!(patched.status, ResponseStatus::Success);
     let secret = env
-        .get(
-            &resource("", "v1", "Secret", "secrets"),
-            NS,
-            "old-fleet-agent-bootstrap",
-        )
+        .bootstrap_secret("old")
         .await
         .expect("the Secret the patch names exists");
     assert!(secret_text(&secret, MANIFEST_KEY).contains("kind: Deployment"));
@@ -785,14 +766,7 @@ async fn the_agent_is_fleet_s_chart_accepted_by_the_api_server_and_pod_security(
         .capi_cluster("c4", json!({}), "quick-start", false)
         .await;
     env.issue_token_later_and_finish(&cluster, "c4").await;
-    let secret = env
-        .get(
-            &resource("", "v1", "Secret", "secrets"),
-            NS,
-            "c4-fleet-agent-bootstrap",
-        )
-        .await
-        .expect("bootstrap secret");
+    let secret = env.bootstrap_secret("c4").await.expect("bootstrap secret");
     let ours = documents(&secret_text(&secret, MANIFEST_KEY));
     let fleet = env
         .get(&fleet_cluster(), NS, "c4")
@@ -1002,14 +976,7 @@ async fn the_chart_of_the_installed_fleet_version_is_rendered() {
         "{}",
         done.message
     );
-    let secret = env
-        .get(
-            &resource("", "v1", "Secret", "secrets"),
-            NS,
-            "c6-fleet-agent-bootstrap",
-        )
-        .await
-        .expect("bootstrap secret");
+    let secret = env.bootstrap_secret("c6").await.expect("bootstrap secret");
     let objects = documents(&secret_text(&secret, MANIFEST_KEY));
     let bootstrap = objects
         .iter()
@@ -1035,14 +1002,7 @@ async fn the_chart_of_the_installed_fleet_version_is_rendered() {
     );
     env.issue_token("c7").await;
     assert_success(&env.call(Hook::BeforeClusterCreate, &before).await);
-    let secret = env
-        .get(
-            &resource("", "v1", "Secret", "secrets"),
-            NS,
-            "c7-fleet-agent-bootstrap",
-        )
-        .await
-        .expect("bootstrap secret");
+    let secret = env.bootstrap_secret("c7").await.expect("bootstrap secret");
     let objects = documents(&secret_text(&secret, MANIFEST_KEY));
     assert!(!objects.iter().any(|o| o["kind"] == "Job"));
     assert!(objects.iter().any(|o| o["kind"] == "Deployment"));

@@ -120,17 +120,7 @@ fn packaged_charts() -> &'static Path {
                 .expect("Chart.yaml");
                 std::fs::write(chart.join("values.yaml"), values).expect("values.yaml");
                 std::fs::write(chart.join("templates/all.yaml"), template).expect("template");
-                let out = dir.path().join("packages");
-                helm(
-                    &home,
-                    None,
-                    &[
-                        "package",
-                        chart.to_str().expect("utf-8 path"),
-                        "--destination",
-                        out.to_str().expect("utf-8 path"),
-                    ],
-                );
+                package(&home, &chart, &dir.path().join("packages"));
             }
         }
         dir
@@ -175,8 +165,14 @@ pub fn package_agent_chart(version: &str) -> PathBuf {
         ),
     )
     .expect("Chart.yaml");
+    package(&dir.join("home"), &chart, &out);
+    archive
+}
+
+/// `helm package` of the chart directory `chart` into `out`.
+fn package(home: &Path, chart: &Path, out: &Path) {
     helm(
-        &dir.join("home"),
+        home,
         None,
         &[
             "package",
@@ -185,7 +181,6 @@ pub fn package_agent_chart(version: &str) -> PathBuf {
             out.to_str().expect("utf-8 path"),
         ],
     );
-    archive
 }
 
 /// How the chart repository answers.
