@@ -50,8 +50,12 @@ impl Context {
             instance: std::env::var("POD_NAME").ok(),
         };
         let metrics = Arc::new(Metrics::new());
+        // A private helm home: pulls for the hooks never share helm's caches with an install.
         let agent_chart = Arc::new(AgentChart::new(
-            crate::controllers::fleet_config::helm_settings(&flags),
+            crate::helm::HelmSettings {
+                home: None,
+                ..crate::controllers::fleet_config::helm_settings(&flags)
+            },
             metrics.clone(),
         ));
         Self {

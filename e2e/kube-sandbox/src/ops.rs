@@ -641,6 +641,7 @@ fn finish(
             m.remove("namespace");
         }
         m.remove("selfLink");
+        drop_empty_metadata(m);
     }
     default_kind(&def, &mut new, old.is_none());
 
@@ -832,6 +833,25 @@ fn finish(
 }
 
 /// Defaults a real server (or its admission chain) fills in.
+/// ObjectMeta's list and map fields are `omitempty` in Kubernetes (k8s.io/apimachinery
+/// `pkg/apis/meta/v1/types.go`): a real server never stores or returns an empty or null
+/// `labels`, `annotations`, `ownerReferences` or `finalizers`. Clients rely on it: kube-runtime's
+/// `finalizer()` adds the first finalizer with a JSON patch that tests `/metadata/finalizers`
+/// against `null`.
+fn drop_empty_metadata(meta: &mut Map<String, Value>) {
+    for key in ["labels", "annotations", "ownerReferences", "finalizers"] {
+        let empty = match meta.get(key) {
+            Some(Value::Null) => true,
+            Some(Value::Array(items)) => items.is_empty(),
+            Some(Value::Object(map)) => map.is_empty(),
+            _ => false,
+        };
+        if empty {
+            meta.remove(key);
+        }
+    }
+}
+
 fn default_kind(def: &ResourceDef, obj: &mut Value, creating: bool) {
     match (def.group.as_str(), def.plural.as_str()) {
         ("", "namespaces") => {

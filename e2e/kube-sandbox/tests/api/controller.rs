@@ -200,3 +200,114 @@ async fn controller_with_finalizer_survives_watch_drops_and_410() {
     assert!(api.get_opt("w11").await.unwrap().is_none());
     task.abort();
 }
+
+/// A real API server drops empty `finalizers`, `labels`, `annotations` and `ownerReferences`
+/// (Go's `omitempty`): after the last finalizer is removed, kube-runtime's `finalizer()` helper
+/// (a JSON patch testing `/metadata/finalizers` against null, then adding) must work again.
+#[tokio::test]
+async fn empty_metadata_lists_and_maps_are_dropped_as_a_real_server_does() {
+    let s = Sandbox::start().await;
+    let c = s.client();
+    install_widgets(&c).await;
+    let api = widgets(&c, "default");
+    let mut body = widget("w", json!({"size": 1}));
+    body.metadata.finalizers = Some(vec![]);
+    body.metadata.labels = Some(Default::default());
+    body.metadata.annotations = Some(Default::default());
+    body.metadata.owner_references = Some(vec![]);
+    let created = api.create(&PostParams::default(), &body).await.unwrap();
+    assert!(created.metadata.finalizers.is_none());
+    assert!(created.metadata.labels.is_none());
+    assert!(created.metadata.annotations.is_none());
+    assert!(created.metadata.owner_references.is_none());
+
+    let json_patch = |ops: serde_json::Value| {
+        Patch::<()>::Json(serde_json::from_value(ops).expect("json patch"))
+    };
+    api.patch(
+        "w",
+        &PatchParams::default(),
+        &json_patch(json!([{"op": "add", "path": "/metadata/finalizers", "value": ["other/x"]}])),
+    )
+    .await
+    .unwrap();
+    let out = api
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &json_patch(json!([{"op": "remove", "path": "/metadata/finalizers/0"}])),
+        )
+        .await
+        .unwrap();
+    assert!(out.metadata.finalizers.is_none(), "{:?}", out.metadata);
+    // kube-runtime's first-finalizer patch.
+    api.patch(
+        "w",
+        &PatchParams::default(),
+        &json_patch(json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]}
+        ])),
+    )
+    .await
+    .unwrap();
+    let got = api.get("w").await.unwrap();
+    assert_eq!(got.metadata.finalizers, Some(vec![FINALIZER.to_string()]));
+    // Emptied by a merge patch too.
+    let out = api
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": [], "labels": {}}})),
+        )
+        .await
+        .unwrap();
+    assert!(out.metadata.finalizers.is_none() && out.metadata.labels.is_none());
+}
+
+/// An unmodified kube-runtime controller using `finalizer()` runs many objects through create,
+/// finalize and delete, where another controller's finalizer came and went first (so each
+/// object had its finalizer list emptied before ours is added).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kube_runtime_finalizer_helper_converges_on_many_objects() {
+    let s = Sandbox::start().await;
+    let c = s.client();
+    install_widgets(&c).await;
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("example.com", "v1", "Widget"),
+        "widgets",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(c.clone(), "default", &ar);
+    let names: Vec<String> = (0..40).map(|i| format!("m{i}")).collect();
+    for n in &names {
+        let mut body = widget(n, json!({"size": 1}));
+        body.metadata.finalizers = Some(vec!["other/x".to_string()]);
+        api.create(&PostParams::default(), &body).await.unwrap();
+        api.patch(
+            n,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": []}})),
+        )
+        .await
+        .unwrap();
+    }
+    let ctx = Arc::new(Ctx {
+        api: api.clone(),
+        cleaned: Mutex::new(BTreeSet::new()),
+    });
+    let controller = Controller::new_with(api.clone(), watcher::Config::default(), ar.clone())
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|_| async {});
+    let task = tokio::spawn(controller);
+    converged(&api, &names).await;
+    for n in &names {
+        api.delete(n, &DeleteParams::default()).await.unwrap();
+    }
+    converged(&api, &[]).await;
+    let want: BTreeSet<String> = names.iter().cloned().collect();
+    eventually(Duration::from_secs(20), "every widget cleaned up", || async {
+        (ctx.cleaned.lock().unwrap().clone() == want).then_some(())
+    })
+    .await;
+    task.abort();
+}
