@@ -425,9 +425,9 @@ fn bounded(text: &str, max: usize) -> String {
 /// `15m`, `1h`, `90s`: how Fleet's settings spell durations.
 fn short_duration(duration: Duration) -> String {
     let secs = duration.as_secs();
-    if secs > 0 && secs % 3600 == 0 {
+    if secs > 0 && secs.is_multiple_of(3600) {
         format!("{}h", secs / 3600)
-    } else if secs > 0 && secs % 60 == 0 {
+    } else if secs > 0 && secs.is_multiple_of(60) {
         format!("{}m", secs / 60)
     } else {
         format!("{secs}s")
