@@ -177,13 +177,13 @@ async fn reconcile_condition(cluster: &CapiCluster, ctx: &ImportContext) -> Resu
                             type_,
                             reason,
                             "Reporting",
-                            format!(
+                            event_note(&format!(
                                 "{} is {} ({}): {}",
                                 names::FLEET_READY_CONDITION,
                                 if health.ready { "True" } else { "False" },
                                 health.reason,
                                 health.message
-                            ),
+                            )),
                         )
                         .await;
                 }
@@ -193,6 +193,21 @@ async fn reconcile_condition(cluster: &CapiCluster, ctx: &ImportContext) -> Resu
                 .map_or_else(Action::await_change, Action::requeue))
         }
     }
+}
+
+/// Longest Event note the API server accepts (`events.k8s.io/v1` `note`: 1 kB).
+const MAX_EVENT_NOTE_BYTES: usize = 1024;
+
+/// `note` cut on a character boundary to fit an Event.
+fn event_note(note: &str) -> String {
+    if note.len() <= MAX_EVENT_NOTE_BYTES {
+        return note.to_string();
+    }
+    let mut end = MAX_EVENT_NOTE_BYTES - '…'.len_utf8();
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &note[..end])
 }
 
 /// Whether our field manager owns anything in the Cluster's status (the cache keeps our
@@ -232,5 +247,19 @@ async fn apply_status(api: &Api<CapiCluster>, name: &str, condition: Option<Valu
         // Gone meanwhile: nothing to report on.
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
         Err(err) => Err(err.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_notes_fit_the_api_limit() {
+        assert_eq!(event_note("short"), "short");
+        let long = "é".repeat(2000);
+        let note = event_note(&long);
+        assert!(note.len() <= MAX_EVENT_NOTE_BYTES, "{}", note.len());
+        assert!(note.ends_with('…'));
     }
 }
