@@ -20,7 +20,10 @@
 //! - `internal/cmd/controller/agentmanagement/controllers/cluster/import.go`: for a
 //!   manager-initiated cluster the `Imported` condition turns False with the error when the
 //!   kubeconfig Secret cannot be read (a Kubernetes "not found" error naming the Secret) or the
-//!   agent cannot be deployed through it.
+//!   agent cannot be deployed through it. The condition is written by rancher/wrangler v3.7
+//!   (`pkg/condition/condition.go` `SetError`: status False, reason `Error`, the error as
+//!   message), and the Secret lookup goes through wrangler's cache (`pkg/generic/cache.go`:
+//!   `secrets "<name>" not found`).
 
 use std::time::Duration;
 
