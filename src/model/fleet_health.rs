@@ -408,11 +408,15 @@ pub fn condition_to_apply(
     Some(condition)
 }
 
-/// Whether writing `health` changes the condition's status (absent counts as a change): the
-/// moments an Event is worth publishing.
+/// Whether writing `health` is worth an Event: the condition's status changes, or it appears
+/// True. (A new Cluster's first, False, condition is not news: it would double the requests of
+/// an import.)
 pub fn status_changes(live: Option<&Value>, health: &Health) -> bool {
     let status = if health.ready { "True" } else { "False" };
-    live.and_then(|c| c.get("status")).and_then(Value::as_str) != Some(status)
+    match live.and_then(|c| c.get("status")).and_then(Value::as_str) {
+        Some(live) => live != status,
+        None => health.ready,
+    }
 }
 
 /// `text` cut to at most `max` characters (on a character boundary), marked with `…`.
@@ -790,7 +794,7 @@ mod tests {
         assert_eq!(first["lastTransitionTime"], "2026-11-23T10:00:00Z");
         assert_eq!(first["observedGeneration"], 3);
         assert_eq!(first["type"], "FleetReady");
-        assert!(status_changes(None, &health));
+        assert!(!status_changes(None, &health), "a first False is not news");
 
         let later = at("2026-11-23T11:00:00Z");
         assert_eq!(
@@ -819,6 +823,8 @@ mod tests {
         assert_eq!(flipped["status"], "True");
         assert_eq!(flipped["lastTransitionTime"], "2026-11-23T11:00:00Z");
         assert!(status_changes(Some(&first), &ready));
+        assert!(status_changes(None, &ready), "a first True is");
+        assert!(status_changes(Some(&flipped), &health), "True to False is");
 
         let status = json!({"conditions": [{"type": "Available", "status": "True"}, first]});
         assert_eq!(

@@ -40,7 +40,7 @@ use crate::{Error, Result};
 pub const CONTROLLER: &str = "health";
 
 /// Concurrent reconciles.
-const CONCURRENCY: u16 = 4;
+const CONCURRENCY: u16 = 8;
 
 /// The controller, ready to run: every Cluster change, Fleet Cluster change (mapped to its CAPI
 /// Cluster by `owner`), namespace change and configuration change re-evaluates the condition.
@@ -166,10 +166,12 @@ async fn reconcile_condition(cluster: &CapiCluster, ctx: &ImportContext) -> Resu
                         .and_then(|c| c.get("status"))
                         .and_then(Value::as_str)
                         == Some("True");
-                    let (type_, reason) = match (health.ready, was_ready) {
-                        (true, _) => (EventType::Normal, "FleetReady"),
-                        (false, true) => (EventType::Warning, "FleetNotReady"),
-                        (false, false) => (EventType::Normal, "FleetNotReady"),
+                    let (type_, reason) = if health.ready {
+                        (EventType::Normal, "FleetReady")
+                    } else if was_ready {
+                        (EventType::Warning, "FleetNotReady")
+                    } else {
+                        (EventType::Normal, "FleetNotReady")
                     };
                     ctx.base
                         .event(
