@@ -197,7 +197,7 @@ async fn every_reason_follows_the_played_fleet_status() {
 async fn a_silent_agent_is_noticed_when_its_check_in_is_overdue() {
     let mut h = Harness::new().await;
     h.namespace(NS, json!({})).await;
-    h.config("cluster: {patchResource: true, agentCheckinInterval: 2s}")
+    h.config("cluster: {patchResource: true, agentCheckinInterval: 4s}")
         .await;
     h.cluster(NS, cluster("c1", json!({}))).await;
     h.initialize(NS, "c1").await;
@@ -205,7 +205,7 @@ async fn a_silent_agent_is_noticed_when_its_check_in_is_overdue() {
     wait_reason(&h, "c1", reason::AGENT_NOT_REGISTERED).await;
     play_fleet(&h, "c1", seen("status-ready.yaml", Duration::ZERO)).await;
     wait_reason(&h, "c1", reason::READY).await;
-    // Nothing else changes; twice the interval (4s) later the agent counts as not seen.
+    // Nothing else changes; twice the interval (8s) later the agent counts as not seen.
     wait_reason(&h, "c1", reason::AGENT_NOT_SEEN).await;
     h.stop().await;
 }
