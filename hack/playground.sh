@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs the provider without a cluster: starts the sandbox API server, runs `caapf` against it,
-# applies example CAPI objects (examples/playground), marks their control planes initialized
-# and prints the Fleet objects the provider created. Both processes keep running; use the
+# applies example CAPI objects and a HelmOp (examples/playground), marks their control planes
+# initialized, prints the Fleet objects the provider created, plays Fleet's status for one
+# Cluster (agent checked in, the HelmOp's bundle ready) and prints the CAPI Clusters with their
+# FleetReady condition. Both processes keep running; use the
 # printed KUBECONFIG with kubectl, and the printed command to stop them.
 #
 # Environment: CAAPF_BIN / SANDBOX_BIN (prebuilt binaries; built with cargo otherwise),
@@ -71,6 +73,25 @@ kubectl get clusters.fleet.cattle.io,clustergroups.fleet.cattle.io,bundlenamespa
 echo
 echo "Namespace default annotations:"
 kubectl get namespace default -o jsonpath='{.metadata.annotations}'; echo
+echo
+
+# Play Fleet for capi-quickstart: its agent checked in just now and the HelmOp's bundle is ready.
+now="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+kubectl patch clusters.fleet.cattle.io capi-quickstart -n default --subresource=status --type=json -p "[{\"op\":\"add\",\"path\":\"/status\",\"value\":{
+  \"namespace\":\"cluster-default-capi-quickstart-1a2b3c4d5e6f\",
+  \"agent\":{\"lastSeen\":\"$now\",\"namespace\":\"fleet-addon-agent\"},
+  \"summary\":{\"ready\":1,\"desiredReady\":1},\"display\":{\"readyBundles\":\"1/1\"},
+  \"readyHelmOps\":1,\"desiredReadyHelmOps\":1}}]" >/dev/null
+fleet_ready() {
+  kubectl get clusters.cluster.x-k8s.io "$1" -n default \
+    -o jsonpath='{.status.conditions[?(@.type=="FleetReady")].reason}' 2>/dev/null
+}
+until [[ "$(fleet_ready capi-quickstart)" == "Ready" && -n "$(fleet_ready docker-demo)" ]]; do
+  if ((SECONDS > deadline)); then echo "timed out waiting for FleetReady; see $dir/caapf.log" >&2; stop; exit 1; fi
+  sleep 0.2
+done
+echo "CAPI Clusters and their FleetReady condition:"
+kubectl get clusters.cluster.x-k8s.io -A -o custom-columns='NAMESPACE:.metadata.namespace,NAME:.metadata.name,FLEETREADY:.status.conditions[?(@.type=="FleetReady")].status,REASON:.status.conditions[?(@.type=="FleetReady")].reason,MESSAGE:.status.conditions[?(@.type=="FleetReady")].message'
 echo
 if [[ "${PLAYGROUND_EXIT:-0}" == "1" ]]; then
   stop

@@ -44,6 +44,12 @@ pub struct HelmLabels {
     pub outcome: &'static str,
 }
 
+/// Label: a `FleetReady` condition reason (one of [`crate::model::fleet_health::reason::ALL`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
 /// Every metric the provider exports.
 pub struct Metrics {
     registry: Registry,
@@ -55,6 +61,7 @@ pub struct Metrics {
     pub helm_operations: Family<HelmLabels, Counter>,
     pub selected_clusters: Gauge<i64, AtomicI64>,
     pub imported_clusters: Gauge<i64, AtomicI64>,
+    pub fleet_ready_clusters: Family<ReasonLabels, Gauge<i64, AtomicI64>>,
     pub leader: Gauge<i64, AtomicI64>,
 }
 
@@ -120,6 +127,12 @@ impl Metrics {
             "CAPI Clusters with a Fleet Cluster",
             imported_clusters.clone(),
         );
+        let fleet_ready_clusters = Family::<ReasonLabels, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "caapf_fleet_ready_clusters",
+            "Imported and waiting CAPI Clusters by the reason of their FleetReady condition",
+            fleet_ready_clusters.clone(),
+        );
         let leader = Gauge::<i64, AtomicI64>::default();
         registry.register(
             "caapf_leader",
@@ -136,6 +149,7 @@ impl Metrics {
             helm_operations,
             selected_clusters,
             imported_clusters,
+            fleet_ready_clusters,
             leader,
         }
     }

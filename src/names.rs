@@ -105,3 +105,13 @@ pub const CAPI_CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 /// Name of Fleet's controller ConfigMap (key `config`: agent image, TLS mode, …), in Fleet's
 /// namespace.
 pub const FLEET_CONTROLLER_CONFIGMAP: &str = "fleet-controller";
+
+/// Condition type this provider sets on CAPI Clusters it imports (`status.conditions`), reporting
+/// whether Fleet can deploy to the cluster and its bundles are ready. Users list it in a
+/// Cluster's or ClusterClass's `spec.availabilityGates`, so renaming it breaks their Clusters.
+pub const FLEET_READY_CONDITION: &str = "FleetReady";
+
+/// Field manager of the [`FLEET_READY_CONDITION`] condition (server-side apply on the Cluster's
+/// status subresource, owning only that list item, so Cluster API's own status writes and ours
+/// never overwrite each other).
+pub const HEALTH_FIELD_MANAGER: &str = "addon-provider-fleet-health";

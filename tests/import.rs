@@ -225,9 +225,14 @@ async fn selection_changes_converge_both_ways() {
             .then_some(())
     })
     .await;
-    assert!(!has_finalizer(
-        &h.get::<CapiCluster>("team-x", "c2").await.expect("c2")
-    ));
+    // The finalizer goes after the Fleet Cluster, in the same reconcile.
+    eventually("c2 released", || async {
+        h.get::<CapiCluster>("team-x", "c2")
+            .await
+            .filter(|c| !has_finalizer(c))
+            .map(|_| ())
+    })
+    .await;
 
     // Regex rule: edited to match, then to not match.
     h.config(

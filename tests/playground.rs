@@ -1,5 +1,6 @@
 //! The playground script (`make playground`) works from a checkout: sandbox, manager, example
-//! objects, and the Fleet objects printed.
+//! objects (with a HelmOp), the Fleet objects printed, and the CAPI Clusters with their
+//! FleetReady condition once Fleet's status is played for one of them.
 
 use std::path::Path;
 
@@ -30,6 +31,9 @@ fn playground_creates_the_fleet_objects() {
         "clustergroup.fleet.cattle.io/quick-start.clusterclass",
         "bundlenamespacemapping.fleet.cattle.io/default",
         "allow-fleetworkspace-creation-for-existing-namespace",
+        "CAPI Clusters and their FleetReady condition:",
+        "1 of 1 Fleet bundles ready (HelmOps ready 1/1)",
+        "AgentNotRegistered",
         "playground stopped",
     ] {
         assert!(

@@ -200,6 +200,20 @@ pub struct ClusterConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^(Retain|Delete)$"))]
     pub deselect_policy: Option<String>,
+
+    /// Write the `FleetReady` condition on the status of every imported CAPI Cluster (Fleet agent
+    /// registration and bundle readiness, usable in `spec.availabilityGates`). `false` removes
+    /// the condition this provider wrote and writes none. Default: true. Added by this provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_fleet_ready_condition: Option<bool>,
+
+    /// How often Fleet agents check in (Fleet's `agentCheckinInterval`, a Go duration). An agent
+    /// not seen for more than twice this interval is reported as not seen in `FleetReady`.
+    /// Default: `spec.install.values.agentCheckinInterval` when set, else Fleet's default `15m`.
+    /// Added by this provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    pub agent_checkin_interval: Option<String>,
 }
 
 /// Fleet Cluster naming.
@@ -362,6 +376,10 @@ pub struct ClusterCounts {
     pub imported: i64,
     /// Selected Clusters waiting for their control plane to be initialized.
     pub waiting: i64,
+    /// Imported Clusters whose Fleet agent checks in and whose Fleet bundles are all ready (their
+    /// `FleetReady` condition is, or would be, True). Added by this provider.
+    #[serde(default)]
+    pub ready: i64,
 }
 
 fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {

@@ -8,6 +8,8 @@
 //!   missing boolean is `false` (and a missing `hostNetwork` leaves the Fleet field unset), except
 //!   the agent namespace, the agent tolerations and the feature gates, which keep their defaults.
 
+use std::time::Duration;
+
 use fleet_api_rs::fleet_cluster::{ClusterAgentEnvVars, ClusterAgentTolerations};
 use k8s_openapi::api::core::v1::ObjectReference;
 
@@ -55,6 +57,10 @@ pub struct ClusterImport {
     pub registration_token_ttl: String,
     /// Delete the Fleet Cluster of a Cluster that stops being selected.
     pub delete_deselected: bool,
+    /// Write the `FleetReady` condition on imported Clusters.
+    pub fleet_ready_condition: bool,
+    /// Fleet's agent check-in interval (how often agents update `status.agent.lastSeen`).
+    pub agent_checkin_interval: Duration,
 }
 
 impl EffectiveConfig {
@@ -161,6 +167,8 @@ impl Default for EffectiveConfig {
                 agent_env_vars: None,
                 registration_token_ttl: DEFAULT_REGISTRATION_TOKEN_TTL.to_string(),
                 delete_deselected: false,
+                fleet_ready_condition: true,
+                agent_checkin_interval: DEFAULT_AGENT_CHECKIN_INTERVAL,
             }),
             cluster_class: Some(ClassGroups {
                 patch_resource: true,
@@ -201,7 +209,10 @@ impl EffectiveConfig {
             .as_ref()
             .and_then(|config| config.feature_gates.as_ref());
         Self {
-            cluster: spec.cluster.as_ref().map(cluster_import),
+            cluster: spec
+                .cluster
+                .as_ref()
+                .map(|cluster| cluster_import(cluster, spec.install.as_ref())),
             cluster_class: spec.cluster_class.as_ref().map(|class| ClassGroups {
                 patch_resource: class.patch_resource == Some(true),
                 set_owner_references: class.set_owner_references == Some(true),
@@ -265,7 +276,7 @@ impl EffectiveConfig {
     }
 }
 
-fn cluster_import(config: &ClusterConfig) -> ClusterImport {
+fn cluster_import(config: &ClusterConfig, install: Option<&FleetInstall>) -> ClusterImport {
     let naming = config.naming.clone().unwrap_or_default();
     ClusterImport {
         selection: ClusterSelection::compile(config),
@@ -292,7 +303,30 @@ fn cluster_import(config: &ClusterConfig) -> ClusterImport {
             .filter(|ttl| crate::cli::parse_duration(ttl).is_ok())
             .unwrap_or_else(|| DEFAULT_REGISTRATION_TOKEN_TTL.to_string()),
         delete_deselected: config.deselect_policy.as_deref() == Some("Delete"),
+        fleet_ready_condition: config.set_fleet_ready_condition != Some(false),
+        agent_checkin_interval: agent_checkin_interval(config, install),
     }
+}
+
+/// Fleet's default `agentCheckinInterval` (rancher/fleet v0.16: `charts/fleet/values.yaml`
+/// `agentCheckinInterval: "15m"`, and `pkg/durations` `DefaultClusterCheckInterval`, which
+/// the agent uses when none is configured).
+pub const DEFAULT_AGENT_CHECKIN_INTERVAL: Duration = Duration::from_secs(15 * 60);
+
+/// `spec.cluster.agentCheckinInterval`, else the value we install Fleet with, else Fleet's
+/// default. An unparseable value is reported by validation and ignored here.
+fn agent_checkin_interval(config: &ClusterConfig, install: Option<&FleetInstall>) -> Duration {
+    let from_install = install
+        .and_then(|i| i.values.as_ref())
+        .and_then(|v| v.get("agentCheckinInterval"))
+        .and_then(serde_json::Value::as_str);
+    config
+        .agent_checkin_interval
+        .as_deref()
+        .or(from_install)
+        .and_then(|text| crate::cli::parse_duration(text).ok())
+        .filter(|d| !d.is_zero())
+        .unwrap_or(DEFAULT_AGENT_CHECKIN_INTERVAL)
 }
 
 /// Default TTL of registration tokens: long enough for slow infrastructure to boot the first

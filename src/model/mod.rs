@@ -6,6 +6,7 @@ pub mod capi;
 pub mod config;
 pub mod diff;
 pub mod fleet;
+pub mod fleet_health;
 pub mod fleet_install;
 pub mod fleet_status;
 pub mod fleet_values;

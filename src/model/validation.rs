@@ -91,6 +91,14 @@ pub fn validate(spec: &FleetAddonConfigSpec) -> Vec<FieldError> {
                 format!("{ttl:?} is not a duration such as 24h or 90m"),
             ));
         }
+        if let Some(interval) = &cluster.agent_checkin_interval
+            && crate::cli::parse_duration(interval).is_err()
+        {
+            errors.push(FieldError::new(
+                "spec.cluster.agentCheckinInterval",
+                format!("{interval:?} is not a duration such as 15m or 1h"),
+            ));
+        }
         if let Some(policy) = &cluster.deselect_policy
             && policy != "Retain"
             && policy != "Delete"

@@ -4,12 +4,14 @@
 //! - [`namespaces`]: per namespace, the Fleet workspace annotation, cross-namespace
 //!   ClusterGroups and BundleNamespaceMappings;
 //! - [`classes`]: ClusterClass → ClusterGroup, and orphaned class groups;
-//! - [`status`]: `FleetAddonConfig` `status.clusters`.
+//! - [`status`]: `FleetAddonConfig` `status.clusters`;
+//! - [`health`]: the `FleetReady` condition on imported CAPI Clusters.
 //!
 //! A configuration change re-evaluates every object; so does the periodic resync of Clusters.
 
 pub mod classes;
 pub mod clusters;
+pub mod health;
 pub mod namespaces;
 pub mod references;
 pub mod status;
@@ -56,10 +58,10 @@ pub async fn run(base: Arc<Context>) {
         &base.client,
         &base.flags,
         &Subscribers {
-            clusters: 2,
+            clusters: 3,
             classes: 3,
-            namespaces: 2,
-            fleet_clusters: 1,
+            namespaces: 3,
+            fleet_clusters: 2,
             groups: 3,
             mappings: 1,
             tokens: 1,
@@ -133,6 +135,17 @@ pub async fn run(base: Arc<Context>) {
             .run(clusters::reconcile, clusters::error_policy, ctx.clone())
             .for_each(|_| ready(()));
 
+    // FleetReady condition controller.
+    let health_naming = base.config.clone();
+    let health = health::controller(
+        ctx.clone(),
+        take(&mut feeds.clusters),
+        take(&mut feeds.fleet_clusters),
+        take(&mut feeds.namespaces),
+        move |fleet| owning_cluster(fleet, &health_naming),
+        base.config.clone(),
+    );
+
     // Namespace controller.
     let class_ctx = ctx.clone();
     let namespaces =
@@ -205,6 +218,7 @@ pub async fn run(base: Arc<Context>) {
     controllers.spawn(namespaces);
     controllers.spawn(classes);
     controllers.spawn(groups);
+    controllers.spawn(health);
     tokio::select! {
         _ = controllers.join_next() => {}
         () = base.shutdown.cancelled() => {}

@@ -1,30 +1,51 @@
-//! `FleetAddonConfig` `status.clusters` (selected / imported / waiting) and the matching
+//! `FleetAddonConfig` `status.clusters` (selected / imported / waiting / ready) and the matching
 //! gauges, recounted after Cluster reconciles at most once per [`MIN_INTERVAL`], written only
 //! when the counts change.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 use crate::api::{ClusterCounts, FleetAddonConfig};
 use crate::controllers::import::clusters::ImportContext;
+use crate::metrics::ReasonLabels;
 use crate::model::config::EffectiveConfig;
+use crate::model::fleet_health;
 use crate::model::import::Decision;
 use crate::names;
 
 /// Shortest time between two recounts.
 pub const MIN_INTERVAL: Duration = Duration::from_secs(2);
 
-/// Counts the Clusters in the caches.
-pub fn count(ctx: &ImportContext, config: &EffectiveConfig) -> ClusterCounts {
+/// Counts the Clusters in the caches (and, through `by_reason`, their `FleetReady` reasons).
+pub fn count(
+    ctx: &ImportContext,
+    config: &EffectiveConfig,
+    by_reason: &mut BTreeMap<&'static str, i64>,
+) -> ClusterCounts {
     let mut counts = ClusterCounts::default();
+    let now = Timestamp::now();
     for object in ctx.stores.clusters.state() {
         let Some(decided) = ctx.decide(&object, config) else {
             continue;
         };
+        if let Some(health) = fleet_health::health_of(
+            &decided.decision,
+            &decided.view,
+            config,
+            decided.live.as_deref(),
+            now,
+        ) {
+            *by_reason.entry(health.reason).or_default() += 1;
+            if health.ready {
+                counts.ready += 1;
+            }
+        }
         let decision = decided.decision;
         if decision.is_selected() {
             counts.selected += 1;
@@ -51,9 +72,17 @@ pub async fn run(ctx: Arc<ImportContext>) {
         let Some(config) = ctx.base.config() else {
             continue;
         };
-        let counts = count(&ctx, &config);
+        let mut by_reason = BTreeMap::new();
+        let counts = count(&ctx, &config, &mut by_reason);
         ctx.base.metrics.selected_clusters.set(counts.selected);
         ctx.base.metrics.imported_clusters.set(counts.imported);
+        for reason in fleet_health::reason::ALL {
+            ctx.base
+                .metrics
+                .fleet_ready_clusters
+                .get_or_create(&ReasonLabels { reason })
+                .set(by_reason.get(reason).copied().unwrap_or(0));
+        }
         // Only an existing FleetAddonConfig has a status to write.
         if config.generation.is_some()
             && written.as_ref().is_none_or(|(generation, last)| {

@@ -32,7 +32,11 @@ use crate::names;
 pub type Feed<K> = UnboundedReceiverStream<Arc<K>>;
 
 /// Field managers whose `managedFields` entries we keep in caches.
-const OUR_MANAGERS: &[&str] = &[names::FIELD_MANAGER, names::NAMESPACE_FIELD_MANAGER];
+const OUR_MANAGERS: &[&str] = &[
+    names::FIELD_MANAGER,
+    names::NAMESPACE_FIELD_MANAGER,
+    names::HEALTH_FIELD_MANAGER,
+];
 
 /// Read access to every shared cache.
 #[derive(Clone)]

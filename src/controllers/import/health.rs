@@ -1,0 +1,267 @@
+//! The health controller: keeps the `FleetReady` condition on every imported CAPI Cluster's
+//! status ([`crate::model::fleet_health`] decides; this module reads caches and writes).
+//!
+//! The condition is server-side applied to the `status` subresource with its own field manager
+//! ([`names::HEALTH_FIELD_MANAGER`]), owning only the `FleetReady` item of `status.conditions`
+//! (a list map keyed by `type` in Cluster API v1beta2: `api/core/v1beta2/cluster_types.go`,
+//! kubernetes-sigs/cluster-api v1.14). Cluster API's patch helper (`util/patch/patch.go`,
+//! `patchStatusConditions`) applies its own condition changes on top of the latest object with an
+//! optimistic lock, so neither writer removes the other's conditions. Nothing is written when
+//! the live condition already says the same thing.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use crate::api::CapiCluster;
+use crate::controllers::config_watch::ConfigReceiver;
+use crate::controllers::import::clusters::{Decided, ImportContext};
+use crate::controllers::import::stores::Feed;
+use crate::model::fleet_health::{
+    self, Desired, condition_to_apply, live_condition, status_changes,
+};
+use crate::names;
+use crate::{Error, Result};
+
+/// Controller name in metrics and logs.
+pub const CONTROLLER: &str = "health";
+
+/// Concurrent reconciles.
+const CONCURRENCY: u16 = 8;
+
+/// The controller, ready to run: every Cluster change, Fleet Cluster change (mapped to its CAPI
+/// Cluster by `owner`), namespace change and configuration change re-evaluates the condition.
+pub fn controller(
+    ctx: Arc<ImportContext>,
+    clusters: Feed<CapiCluster>,
+    fleet_clusters: Feed<FleetCluster>,
+    namespaces: Feed<PartialObjectMeta<Namespace>>,
+    owner: impl Fn(&FleetCluster) -> Option<ObjectRef<CapiCluster>> + Send + Sync + 'static,
+    config: ConfigReceiver,
+) -> impl Future<Output = ()> + Send {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let stores = ctx.stores.clone();
+    let shutdown = ctx.base.shutdown.clone();
+    tokio::spawn(requeue_all_on_config_change(ctx.clone(), config, tx));
+    Controller::for_shared_stream(clusters, ctx.stores.clusters.clone())
+        .with_config(Config::default().concurrency(CONCURRENCY))
+        .watches_shared_stream(fleet_clusters, move |fleet: Arc<FleetCluster>| {
+            owner(&fleet)
+        })
+        .watches_shared_stream(
+            namespaces,
+            move |namespace: Arc<PartialObjectMeta<Namespace>>| {
+                stores
+                    .clusters_in(&namespace.name_any())
+                    .iter()
+                    .map(|c| ObjectRef::from_obj(&**c))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .reconcile_on(UnboundedReceiverStream::new(rx))
+        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| std::future::ready(()))
+}
+
+async fn requeue_all_on_config_change(
+    ctx: Arc<ImportContext>,
+    mut config: ConfigReceiver,
+    tx: mpsc::UnboundedSender<ObjectRef<CapiCluster>>,
+) {
+    config.mark_unchanged();
+    loop {
+        tokio::select! {
+            () = ctx.base.shutdown.cancelled() => return,
+            changed = config.changed() => if changed.is_err() { return },
+        }
+        for cluster in ctx.stores.clusters.state() {
+            let _ = tx.send(ObjectRef::from_obj(&*cluster));
+        }
+    }
+}
+
+/// Reconciles the condition of one Cluster.
+pub async fn reconcile(cluster: Arc<CapiCluster>, ctx: Arc<ImportContext>) -> Result<Action> {
+    let started = Instant::now();
+    ctx.caches_ready().await;
+    let result = reconcile_condition(&cluster, &ctx).await;
+    ctx.base
+        .metrics
+        .reconciled(CONTROLLER, started.elapsed(), result.as_ref().err());
+    if result.is_ok() {
+        ctx.backoff.succeeded(&backoff_key(&cluster));
+    }
+    ctx.counts_changed.notify_one();
+    result
+}
+
+/// Retries a failed Cluster with the shared per-object backoff.
+pub fn error_policy(cluster: Arc<CapiCluster>, error: &Error, ctx: Arc<ImportContext>) -> Action {
+    let delay = ctx.backoff.failed(&backoff_key(&cluster));
+    tracing::warn!(
+        cluster = %cluster.name_any(),
+        namespace = %cluster.namespace().unwrap_or_default(),
+        %error,
+        retry_in = ?delay,
+        "writing the FleetReady condition failed"
+    );
+    Action::requeue(delay)
+}
+
+fn backoff_key(cluster: &CapiCluster) -> String {
+    format!(
+        "health/{}/{}",
+        cluster.namespace().unwrap_or_default(),
+        cluster.name_any()
+    )
+}
+
+async fn reconcile_condition(cluster: &CapiCluster, ctx: &ImportContext) -> Result<Action> {
+    let Some(config) = ctx.base.config() else {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    };
+    let Some(Decided {
+        view,
+        live,
+        decision,
+        ..
+    }) = ctx.decide(cluster, &config)
+    else {
+        return Ok(Action::await_change());
+    };
+    let now = Timestamp::now();
+    let status = cluster.body.get("status");
+    let current = live_condition(status);
+    let api: Api<CapiCluster> = Api::namespaced(ctx.base.client.clone(), &view.namespace);
+    match fleet_health::desired(&decision, &view, &config, live.as_deref(), now) {
+        Desired::Keep => Ok(Action::await_change()),
+        Desired::Remove => {
+            if current.is_some() && owns_status_fields(cluster) {
+                apply_status(&api, &view.name, None).await?;
+                tracing::info!(cluster = %view.name, namespace = %view.namespace, "FleetReady condition removed");
+            }
+            Ok(Action::await_change())
+        }
+        Desired::Set(health) => {
+            let generation = cluster.metadata.generation;
+            if let Some(condition) = condition_to_apply(current, &health, generation, now) {
+                apply_status(&api, &view.name, Some(condition)).await?;
+                tracing::debug!(cluster = %view.name, namespace = %view.namespace, reason = health.reason, "FleetReady condition written");
+                if status_changes(current, &health) {
+                    let was_ready = current
+                        .and_then(|c| c.get("status"))
+                        .and_then(Value::as_str)
+                        == Some("True");
+                    let (type_, reason) = if health.ready {
+                        (EventType::Normal, "FleetReady")
+                    } else if was_ready {
+                        (EventType::Warning, "FleetNotReady")
+                    } else {
+                        (EventType::Normal, "FleetNotReady")
+                    };
+                    ctx.base
+                        .event(
+                            &cluster.object_ref(&()),
+                            type_,
+                            reason,
+                            "Reporting",
+                            event_note(&format!(
+                                "{} is {} ({}): {}",
+                                names::FLEET_READY_CONDITION,
+                                if health.ready { "True" } else { "False" },
+                                health.reason,
+                                health.message
+                            )),
+                        )
+                        .await;
+                }
+            }
+            Ok(health
+                .recheck_after
+                .map_or_else(Action::await_change, Action::requeue))
+        }
+    }
+}
+
+/// Longest Event note the API server accepts (`events.k8s.io/v1` `note`: 1 kB).
+const MAX_EVENT_NOTE_BYTES: usize = 1024;
+
+/// `note` cut on a character boundary to fit an Event.
+fn event_note(note: &str) -> String {
+    if note.len() <= MAX_EVENT_NOTE_BYTES {
+        return note.to_string();
+    }
+    let mut end = MAX_EVENT_NOTE_BYTES - '…'.len_utf8();
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &note[..end])
+}
+
+/// Whether our field manager owns anything in the Cluster's status (the cache keeps our
+/// managedFields entries).
+fn owns_status_fields(cluster: &CapiCluster) -> bool {
+    cluster
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .any(|entry| {
+            entry.manager.as_deref() == Some(names::HEALTH_FIELD_MANAGER)
+                && entry.subresource.as_deref() == Some("status")
+        })
+}
+
+/// Server-side applies our part of the Cluster's status: the condition, or nothing (which
+/// removes the condition we applied before, unless another manager also owns it).
+async fn apply_status(api: &Api<CapiCluster>, name: &str, condition: Option<Value>) -> Result<()> {
+    let mut body = json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": "Cluster",
+        "metadata": {"name": name},
+    });
+    if let Some(condition) = condition {
+        body["status"] = json!({"conditions": [condition]});
+    }
+    match api
+        .patch_status(
+            name,
+            &PatchParams::apply(names::HEALTH_FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Gone meanwhile: nothing to report on.
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(err) => Err(err.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_notes_fit_the_api_limit() {
+        assert_eq!(event_note("short"), "short");
+        let long = "é".repeat(2000);
+        let note = event_note(&long);
+        assert!(note.len() <= MAX_EVENT_NOTE_BYTES, "{}", note.len());
+        assert!(note.ends_with('…'));
+    }
+}

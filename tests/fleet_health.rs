@@ -1,0 +1,375 @@
+//! The `FleetReady` condition on CAPI Clusters against the sandbox API server. The tests play
+//! Cluster API (control plane initialized, its own status conditions) and Fleet (the Fleet
+//! Cluster's status, from `tests/fixtures/fleet/`, as Fleet's controllers and agent write it).
+
+mod common;
+
+use std::time::Duration;
+
+use caapf::api::{CapiCluster, FleetAddonConfig};
+use caapf::model::fleet_health::reason;
+use caapf::names::FLEET_READY_CONDITION;
+use common::{Harness, eventually, from_manager};
+use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::{Value, json};
+
+const NS: &str = "clusters";
+
+fn fixture(name: &str) -> Value {
+    let path = format!("{}/tests/fixtures/fleet/{name}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).expect("fixture");
+    serde_yaml::from_str(&text).expect("fixture YAML")
+}
+
+/// A fixture with the agent's `lastSeen` moved to `ago` before now.
+fn seen(name: &str, ago: Duration) -> Value {
+    let mut status = fixture(name);
+    let at = Timestamp::now() - SignedDuration::try_from(ago).expect("duration");
+    status["agent"]["lastSeen"] = json!(at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+    status
+}
+
+fn cluster(name: &str, labels: Value) -> Value {
+    json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"clusterNetwork": {"pods": {"cidrBlocks": ["10.1.0.0/16"]}}}
+    })
+}
+
+/// Plays Fleet: replaces the Fleet Cluster's status (as Fleet's status updates do).
+async fn play_fleet(h: &Harness, name: &str, status: Value) {
+    eventually(&format!("Fleet Cluster {name}"), || async {
+        h.fleet_cluster(NS, name).await.map(|_| ())
+    })
+    .await;
+    let api: Api<FleetCluster> = Api::namespaced(h.client.clone(), NS);
+    let patch: json_patch::Patch =
+        serde_json::from_value(json!([{"op": "add", "path": "/status", "value": status}]))
+            .expect("patch");
+    api.patch_status(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+        .expect("write Fleet Cluster status");
+}
+
+async fn condition(h: &Harness, name: &str) -> Option<Value> {
+    let cluster: CapiCluster = h.get(NS, name).await?;
+    cluster
+        .body
+        .get("status")?
+        .get("conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == FLEET_READY_CONDITION)
+        .cloned()
+}
+
+/// Waits until the condition has `reason`; returns it.
+async fn wait_reason(h: &Harness, name: &str, want: &str) -> Value {
+    eventually(&format!("{name}: FleetReady reason {want}"), || async {
+        condition(h, name).await.filter(|c| c["reason"] == want)
+    })
+    .await
+}
+
+async fn counts(h: &Harness) -> Option<caapf::api::ClusterCounts> {
+    let config: FleetAddonConfig = Api::all(h.client.clone())
+        .get_opt("fleet-addon-config")
+        .await
+        .expect("config")?;
+    config.status?.clusters
+}
+
+fn metrics(h: &Harness) -> String {
+    h.manager.as_ref().expect("manager").ctx.metrics.render()
+}
+
+async fn events(h: &Harness, name: &str, reason: &str) -> usize {
+    let api: Api<Event> = Api::namespaced(h.client.clone(), NS);
+    api.list(&Default::default())
+        .await
+        .expect("events")
+        .items
+        .iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+        })
+        .count()
+}
+
+/// Every reason is reached by changing what Fleet reports; the transition time only moves when
+/// the status does; the ready count, the metric and the Events follow.
+#[tokio::test]
+async fn every_reason_follows_the_played_fleet_status() {
+    let mut h = Harness::new().await;
+    h.namespace(NS, json!({})).await;
+    h.config(
+        "cluster: {patchResource: true, agentInitiatedSelector: {matchLabels: {registration: agent}}}",
+    )
+    .await;
+    h.cluster(NS, cluster("c1", json!({}))).await;
+    h.cluster(NS, cluster("c2", json!({"registration": "agent"})))
+        .await;
+    h.start().await;
+
+    let waiting = wait_reason(&h, "c1", reason::WAITING_FOR_CONTROL_PLANE).await;
+    assert_eq!(waiting["status"], "False");
+    assert_eq!(waiting["observedGeneration"], 1);
+    let token = wait_reason(&h, "c2", reason::AGENT_NOT_REGISTERED).await;
+    assert!(
+        token["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("ClusterRegistrationToken clusters/c2")),
+        "{token}"
+    );
+
+    h.initialize(NS, "c1").await;
+    let registering = wait_reason(&h, "c1", reason::AGENT_NOT_REGISTERED).await;
+    assert!(
+        registering["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("kubeconfig Secret clusters/c1-kubeconfig")),
+        "{registering}"
+    );
+    let since = registering["lastTransitionTime"].clone();
+    assert_eq!(since, waiting["lastTransitionTime"], "still False: kept");
+
+    play_fleet(&h, "c1", fixture("status-kubeconfig-missing.yaml")).await;
+    wait_reason(&h, "c1", reason::KUBECONFIG_SECRET_MISSING).await;
+    play_fleet(&h, "c1", fixture("status-agent-deploy-failed.yaml")).await;
+    wait_reason(&h, "c1", reason::AGENT_DEPLOYMENT_FAILED).await;
+    play_fleet(
+        &h,
+        "c1",
+        seen("status-bundles-not-ready.yaml", Duration::from_secs(5)),
+    )
+    .await;
+    let bundles = wait_reason(&h, "c1", reason::BUNDLES_NOT_READY).await;
+    let message = bundles["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("2 of 4 Fleet bundles not ready")
+            && message.contains("calico-cni (ErrApplied: chart requires kubeVersion")
+            && message.contains("monitoring-grafana (NotReady: deployment.apps monitoring/grafana"),
+        "{message}"
+    );
+    assert_eq!(bundles["lastTransitionTime"], since);
+
+    play_fleet(&h, "c1", seen("status-ready.yaml", Duration::from_secs(5))).await;
+    let ready = wait_reason(&h, "c1", reason::READY).await;
+    assert_eq!(ready["status"], "True");
+    eventually("ready count and Event", || async {
+        let counts = counts(&h).await?;
+        (counts.ready == 1 && counts.imported == 2 && events(&h, "c1", "FleetReady").await == 1)
+            .then_some(())
+    })
+    .await;
+    eventually("metric by reason", || async {
+        let text = metrics(&h);
+        (text.contains("caapf_fleet_ready_clusters{reason=\"Ready\"} 1")
+            && text.contains("caapf_fleet_ready_clusters{reason=\"AgentNotRegistered\"} 1")
+            && text.contains("caapf_fleet_ready_clusters{reason=\"BundlesNotReady\"} 0"))
+        .then_some(())
+    })
+    .await;
+
+    play_fleet(
+        &h,
+        "c1",
+        seen("status-ready.yaml", Duration::from_secs(31 * 60)),
+    )
+    .await;
+    let silent = wait_reason(&h, "c1", reason::AGENT_NOT_SEEN).await;
+    assert_eq!(silent["status"], "False");
+    eventually("ready count drops, Warning event", || async {
+        let counts = counts(&h).await?;
+        (counts.ready == 0 && events(&h, "c1", "FleetNotReady").await >= 1).then_some(())
+    })
+    .await;
+    h.stop().await;
+}
+
+/// An agent that stops checking in is reported without any further change to watch: the
+/// controller rechecks when the check-in becomes overdue.
+#[tokio::test]
+async fn a_silent_agent_is_noticed_when_its_check_in_is_overdue() {
+    let mut h = Harness::new().await;
+    h.namespace(NS, json!({})).await;
+    h.config("cluster: {patchResource: true, agentCheckinInterval: 4s}")
+        .await;
+    h.cluster(NS, cluster("c1", json!({}))).await;
+    h.initialize(NS, "c1").await;
+    h.start().await;
+    wait_reason(&h, "c1", reason::AGENT_NOT_REGISTERED).await;
+    play_fleet(&h, "c1", seen("status-ready.yaml", Duration::ZERO)).await;
+    wait_reason(&h, "c1", reason::READY).await;
+    // Nothing else changes; twice the interval (8s) later the agent counts as not seen.
+    wait_reason(&h, "c1", reason::AGENT_NOT_SEEN).await;
+    h.stop().await;
+}
+
+/// Cluster API's own status writes (an Update of the whole list, as its patch helper sends, and
+/// a server-side apply by another manager) leave our condition alone; at steady state and after
+/// a restart nothing is written.
+#[tokio::test]
+async fn survives_capi_status_writes_and_steady_state_writes_nothing() {
+    let mut h = Harness::new().await;
+    h.namespace(NS, json!({})).await;
+    h.config("cluster: {patchResource: true}").await;
+    h.cluster(NS, cluster("c1", json!({}))).await;
+    h.initialize(NS, "c1").await;
+    h.flags.sync_period = Duration::from_millis(300);
+    h.start().await;
+    wait_reason(&h, "c1", reason::AGENT_NOT_REGISTERED).await;
+    play_fleet(&h, "c1", seen("status-ready.yaml", Duration::ZERO)).await;
+    let ours = wait_reason(&h, "c1", reason::READY).await;
+
+    // CAPI's patch helper: the latest conditions plus its own, merge-patched as a whole list.
+    h.sandbox.requests().reset();
+    let before = h.reconciles("health");
+    let api: Api<CapiCluster> = Api::namespaced(h.client.clone(), NS);
+    let live = api.get("c1").await.expect("cluster");
+    let mut list = live.body["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    list.push(json!({
+        "type": "Available", "status": "False", "reason": "NotAvailable", "message": "",
+        "lastTransitionTime": "2026-11-23T10:00:00Z", "observedGeneration": 1
+    }));
+    api.patch_status(
+        "c1",
+        &PatchParams {
+            field_manager: Some("manager".into()),
+            ..Default::default()
+        },
+        &Patch::Merge(json!({"status": {"conditions": list}})),
+    )
+    .await
+    .expect("CAPI status update");
+    // Another manager applying its own condition.
+    api.patch_status(
+        "c1",
+        &PatchParams::apply("capi-topology").force(),
+        &Patch::Apply(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "c1"},
+            "status": {"conditions": [{
+                "type": "TopologyReconciled", "status": "True", "reason": "ReconcileSucceeded",
+                "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"
+            }]}
+        })),
+    )
+    .await
+    .expect("another manager's apply");
+    eventually("the health controller saw the writes", || async {
+        (h.reconciles("health") > before).then_some(())
+    })
+    .await;
+    assert_eq!(condition(&h, "c1").await, Some(ours.clone()), "unchanged");
+    let rewritten: Vec<_> = h
+        .sandbox
+        .requests()
+        .all()
+        .into_iter()
+        .filter(|r| r.verb.is_write() && from_manager(r) && r.group == "cluster.x-k8s.io")
+        .collect();
+    assert!(rewritten.is_empty(), "{rewritten:#?}");
+    let types: Vec<String> = api.get("c1").await.expect("cluster").body["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["type"].as_str().map(str::to_string))
+        .collect();
+    for t in ["Available", "TopologyReconciled", FLEET_READY_CONDITION] {
+        assert!(types.iter().any(|x| x == t), "{t} missing in {types:?}");
+    }
+    eventually("ready count written", || async {
+        (counts(&h).await?.ready == 1).then_some(())
+    })
+    .await;
+    h.stop().await;
+
+    h.sandbox.requests().reset();
+    h.start().await;
+    eventually("restart: Cluster reconciled, resynced twice", || async {
+        (h.reconciles("health") >= 1 && h.reconciles("cluster") >= 3).then_some(())
+    })
+    .await;
+    // The status writer recounts after reconciles; let it run once with the same counts.
+    eventually("ready count", || async {
+        (counts(&h).await?.ready == 1).then_some(())
+    })
+    .await;
+    let writes = h.state_writes();
+    assert!(writes.is_empty(), "steady state wrote: {writes:#?}");
+    assert_eq!(condition(&h, "c1").await, Some(ours));
+    h.stop().await;
+}
+
+/// The condition goes when the Cluster stops being imported or the site opts out, and other
+/// conditions stay.
+#[tokio::test]
+async fn removed_on_deselect_and_on_opt_out() {
+    let mut h = Harness::new().await;
+    h.namespace(NS, json!({})).await;
+    let selected = "cluster: {patchResource: true, selector: {matchLabels: {fleet: \"yes\"}}}";
+    h.config(selected).await;
+    h.cluster(NS, cluster("c1", json!({"fleet": "yes"}))).await;
+    h.initialize(NS, "c1").await;
+    h.start().await;
+    wait_reason(&h, "c1", reason::AGENT_NOT_REGISTERED).await;
+    let api: Api<CapiCluster> = Api::namespaced(h.client.clone(), NS);
+    api.patch_status(
+        "c1",
+        &PatchParams::apply("manager").force(),
+        &Patch::Apply(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "c1"},
+            "status": {"conditions": [{
+                "type": "Available", "status": "False", "reason": "NotAvailable",
+                "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"
+            }]}
+        })),
+    )
+    .await
+    .expect("CAPI condition");
+
+    h.merge_cluster(NS, "c1", json!({"metadata": {"labels": {"fleet": "no"}}}))
+        .await;
+    eventually("condition removed on deselect", || async {
+        condition(&h, "c1").await.is_none().then_some(())
+    })
+    .await;
+    let kept: CapiCluster = h.get(NS, "c1").await.expect("cluster");
+    assert_eq!(kept.body["status"]["conditions"][0]["type"], "Available");
+
+    h.merge_cluster(NS, "c1", json!({"metadata": {"labels": {"fleet": "yes"}}}))
+        .await;
+    wait_reason(&h, "c1", reason::AGENT_NOT_REGISTERED).await;
+
+    h.config("cluster: {patchResource: true, selector: {matchLabels: {fleet: \"yes\"}}, setFleetReadyCondition: false}")
+        .await;
+    eventually("condition removed on opt-out", || async {
+        condition(&h, "c1").await.is_none().then_some(())
+    })
+    .await;
+    // Opted out, nothing is written on later changes.
+    h.sandbox.requests().reset();
+    play_fleet(&h, "c1", seen("status-ready.yaml", Duration::ZERO)).await;
+    eventually("ready still counted", || async {
+        (counts(&h).await?.ready == 1).then_some(())
+    })
+    .await;
+    let cluster_writes: Vec<_> = h
+        .sandbox
+        .requests()
+        .all()
+        .into_iter()
+        .filter(|r| r.verb.is_write() && from_manager(r) && r.group == "cluster.x-k8s.io")
+        .collect();
+    assert!(cluster_writes.is_empty(), "{cluster_writes:#?}");
+    h.stop().await;
+}
