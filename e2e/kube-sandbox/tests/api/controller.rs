@@ -305,9 +305,11 @@ async fn the_kube_runtime_finalizer_helper_converges_on_many_objects() {
     }
     converged(&api, &[]).await;
     let want: BTreeSet<String> = names.iter().cloned().collect();
-    eventually(Duration::from_secs(20), "every widget cleaned up", || async {
-        (ctx.cleaned.lock().unwrap().clone() == want).then_some(())
-    })
+    eventually(
+        Duration::from_secs(20),
+        "every widget cleaned up",
+        || async { (ctx.cleaned.lock().unwrap().clone() == want).then_some(()) },
+    )
     .await;
     task.abort();
 }
