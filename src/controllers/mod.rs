@@ -5,3 +5,4 @@ pub mod backoff;
 pub mod config_watch;
 pub mod fleet_config;
 pub mod import;
+pub mod misnamed_config;
