@@ -86,41 +86,56 @@ pub fn patched(object: &Value, template: Template, secret_name: &str) -> Value {
     copy
 }
 
-/// The RFC 6902 patch from `object` to [`patched`] (empty when nothing is missing).
-pub fn json_patch(object: &Value, template: Template, secret_name: &str) -> json_patch::Patch {
+/// The RFC 6902 patch from `object` to [`patched`] (empty when nothing is missing). An error only
+/// if a key cannot be written as a JSON pointer (never silently an `add` at the root, which
+/// would replace the whole template).
+pub fn json_patch(
+    object: &Value,
+    template: Template,
+    secret_name: &str,
+) -> Result<json_patch::Patch, String> {
     let mut operations = Vec::new();
     additions(
         object,
         &patched(object, template, secret_name),
         "",
         &mut operations,
-    );
-    json_patch::Patch(operations)
+    )?;
+    Ok(json_patch::Patch(operations))
 }
 
 /// `add` operations turning `from` into `to`, where `to` only adds to `from`: objects are
 /// descended into, any other changed or new value is added whole.
-fn additions(from: &Value, to: &Value, pointer: &str, out: &mut Vec<json_patch::PatchOperation>) {
+fn additions(
+    from: &Value,
+    to: &Value,
+    pointer: &str,
+    out: &mut Vec<json_patch::PatchOperation>,
+) -> Result<(), String> {
     match (from, to) {
         (Value::Object(from), Value::Object(to)) => {
             for (key, value) in to {
                 let child = format!("{pointer}/{}", key.replace('~', "~0").replace('/', "~1"));
                 match from.get(key) {
-                    Some(existing) => additions(existing, value, &child, out),
-                    None => out.push(add(&child, value)),
+                    Some(existing) => additions(existing, value, &child, out)?,
+                    None => out.push(add(&child, value)?),
                 }
             }
         }
-        (from, to) if from != to => out.push(add(pointer, to)),
+        (from, to) if from != to => out.push(add(pointer, to)?),
         _ => {}
     }
+    Ok(())
 }
 
-fn add(pointer: &str, value: &Value) -> json_patch::PatchOperation {
-    json_patch::PatchOperation::Add(json_patch::AddOperation {
-        path: pointer.parse().unwrap_or_default(),
+fn add(pointer: &str, value: &Value) -> Result<json_patch::PatchOperation, String> {
+    let path = pointer
+        .parse()
+        .map_err(|err| format!("{pointer:?} is not a JSON pointer: {err}"))?;
+    Ok(json_patch::PatchOperation::Add(json_patch::AddOperation {
+        path,
         value: value.clone(),
-    })
+    }))
 }
 
 /// The object at `path`, creating (or replacing non-objects by) empty objects on the way.
@@ -228,11 +243,14 @@ mod tests {
     fn missing_lists_are_added_whole() {
         let template = json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlaneTemplate",
             "spec": {"template": {"spec": {"kubeadmConfigSpec": {}}}}});
-        let patch = serde_json::to_value(json_patch(
-            &template,
-            Template::KubeadmControlPlane,
-            "c1-fleet-agent-bootstrap",
-        ))
+        let patch = serde_json::to_value(
+            json_patch(
+                &template,
+                Template::KubeadmControlPlane,
+                "c1-fleet-agent-bootstrap",
+            )
+            .expect("patch"),
+        )
         .expect("patch");
         let paths: Vec<&str> = patch
             .as_array()

@@ -699,8 +699,14 @@ async fn before_cluster_upgrade_steps(
     let objects: Vec<Value> = listed
         .items
         .iter()
-        .map(|object| serde_json::to_value(object).unwrap_or(Value::Null))
-        .collect();
+        .map(serde_json::to_value)
+        .collect::<Result<_, _>>()
+        .map_err(|err| {
+            Outcome::retry(
+                RETRY_API,
+                format!("reading the BundleDeployments in {fleet_ns}: {err}"),
+            )
+        })?;
     let not_ready = not_ready_bundles(&objects);
     if not_ready.is_empty() {
         return Ok(Outcome::Success {

@@ -155,11 +155,7 @@ fn item_patch(
         .as_str()
         .filter(|name| !name.is_empty())
         .ok_or("the builtin variable has no cluster.name")?;
-    Ok(json_patch(
-        object,
-        template,
-        &bootstrap::secret_name(cluster_name),
-    ))
+    json_patch(object, template, &bootstrap::secret_name(cluster_name))
 }
 
 /// The variables this extension reads, item values over global ones (`builtin` merged field by
