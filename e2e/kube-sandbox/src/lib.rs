@@ -51,7 +51,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use crds::CrdSet;
-pub use faults::{FaultConfig, FaultRule, FaultTarget};
+pub use faults::{FaultConfig, FaultRule, FaultTarget, WatchDelay};
 pub use requests::{RequestRecord, Verb};
 
 use server::App;
