@@ -85,7 +85,8 @@ async fn reconcile_class(class: &CapiClusterClass, ctx: &ImportContext) -> Resul
         apply_if_changed(&groups, &desired, live.as_deref(), names::FIELD_MANAGER).await?
     } else {
         create_if_missing(&groups, &desired, live.as_deref()).await?
-    };
+    }
+    .outcome;
     if outcome != Outcome::Unchanged {
         let (reason, note) = if outcome == Outcome::Created {
             (

@@ -10,6 +10,7 @@
 
 pub mod classes;
 pub mod clusters;
+pub mod expectations;
 pub mod namespaces;
 pub mod references;
 pub mod status;
