@@ -201,9 +201,9 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
         }
     }
 
-    let clusters: Api<CapiCluster> = Api::namespaced(ctx.base.client.clone(), &view.namespace);
+    let clusters: Api<CapiCluster> = Api::namespaced(ctx.base.controllers.clone(), &view.namespace);
     let fleet_clusters: Api<FleetCluster> =
-        Api::namespaced(ctx.base.client.clone(), &view.namespace);
+        Api::namespaced(ctx.base.controllers.clone(), &view.namespace);
     let regarding = cluster.object_ref(&());
     match decision {
         Decision::Paused { .. } | Decision::Hold | Decision::Ignore => Ok(Action::await_change()),
@@ -434,7 +434,7 @@ async fn cleanup(
 /// none, as [`confirm_absent`] does) — only tokens of agent-initiated Clusters exist.
 async fn delete_token(view: &ClusterView, ctx: &ImportContext) -> Result<()> {
     let tokens: Api<ClusterRegistrationToken> =
-        Api::namespaced(ctx.base.client.clone(), &view.namespace);
+        Api::namespaced(ctx.base.controllers.clone(), &view.namespace);
     if ctx.stores.token(&view.namespace, &view.name).is_some()
         || tokens.get_metadata_opt(&view.name).await?.is_some()
     {
@@ -461,7 +461,7 @@ async fn ensure_token(
         return Ok(());
     }
     let tokens: Api<ClusterRegistrationToken> =
-        Api::namespaced(ctx.base.client.clone(), &view.namespace);
+        Api::namespaced(ctx.base.controllers.clone(), &view.namespace);
     let token = desired_registration_token(view, import);
     let written = create_if_missing(&tokens, &token, None).await?;
     if written.outcome == Outcome::Created {

@@ -54,7 +54,7 @@ pub async fn run(base: Arc<Context>) {
     }
     let mut reflectors = JoinSet::new();
     let (stores, mut feeds) = Stores::start(
-        &base.client,
+        &base.controllers,
         &base.flags,
         &Subscribers {
             clusters: 2,
@@ -71,7 +71,7 @@ pub async fn run(base: Arc<Context>) {
     let (namespace_tx, namespace_rx) = mpsc::unbounded_channel();
     let (class_tx, class_rx) = mpsc::unbounded_channel();
     let references = References::new(
-        base.client.clone(),
+        base.controllers.clone(),
         base.flags.watch_namespace().map(str::to_string),
         cluster_tx.clone(),
         base.shutdown.clone(),

@@ -139,7 +139,7 @@ async fn reconcile_namespace(namespace: &NamespaceMeta, ctx: &ImportContext) -> 
     // Objects whose cache does not show our last write yet are left for the reconcile their
     // watch event triggers.
     let mut waiting = false;
-    let groups: Api<ClusterGroup> = Api::namespaced(ctx.base.client.clone(), &name);
+    let groups: Api<ClusterGroup> = Api::namespaced(ctx.base.controllers.clone(), &name);
     for group in &plan.apply_groups {
         let group_name = group.name_any();
         let live = ctx.stores.group(&name, &group_name);
@@ -178,7 +178,7 @@ async fn reconcile_namespace(namespace: &NamespaceMeta, ctx: &ImportContext) -> 
     for mapping in &plan.apply_mappings {
         let class_namespace = mapping.metadata.namespace.clone().unwrap_or_default();
         let mappings: Api<BundleNamespaceMapping> =
-            Api::namespaced(ctx.base.client.clone(), &class_namespace);
+            Api::namespaced(ctx.base.controllers.clone(), &class_namespace);
         let live = ctx.stores.mapping(&class_namespace, &name);
         let key = Key::new("BundleNamespaceMapping", &class_namespace, &name);
         let cached = live
@@ -204,7 +204,7 @@ async fn reconcile_namespace(namespace: &NamespaceMeta, ctx: &ImportContext) -> 
     }
     for class_namespace in &plan.delete_mappings {
         let mappings: Api<BundleNamespaceMapping> =
-            Api::namespaced(ctx.base.client.clone(), class_namespace);
+            Api::namespaced(ctx.base.controllers.clone(), class_namespace);
         if delete_if_exists(&mappings, &name).await? {
             tracing::info!(namespace = %class_namespace, mapping = %name, "deleted BundleNamespaceMapping: no Cluster uses it");
         }
@@ -250,7 +250,7 @@ async fn sync_annotation(
     } else {
         return Ok(None);
     };
-    let namespaces: Api<Namespace> = Api::all(ctx.base.client.clone());
+    let namespaces: Api<Namespace> = Api::all(ctx.base.controllers.clone());
     let applied = namespaces
         .patch(
             &name,

@@ -77,7 +77,7 @@ pub async fn run(ctx: Arc<ImportContext>) {
 
 /// Applies `status.clusters` unless the object already has these counts.
 async fn write(ctx: &ImportContext, counts: &ClusterCounts) -> crate::Result<()> {
-    let api: Api<FleetAddonConfig> = Api::all(ctx.base.client.clone());
+    let api: Api<FleetAddonConfig> = Api::all(ctx.base.controllers.clone());
     let Some(live) = api.get_opt(FleetAddonConfig::NAME).await? else {
         return Ok(());
     };
