@@ -181,8 +181,8 @@ async fn prepare(dir: &Path, clusters: usize, namespaces: usize) -> Duration {
     let (process, client, _) = sandbox(dir, true).await;
     let started = Instant::now();
     let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    for name in std::iter::once("classes".to_string())
-        .chain((0..namespaces).map(|n| format!("ns-{n}")))
+    for name in
+        std::iter::once("classes".to_string()).chain((0..namespaces).map(|n| format!("ns-{n}")))
     {
         let ns = serde_json::from_value(json!({"metadata": {"name": name}})).expect("namespace");
         ns_api
@@ -236,7 +236,10 @@ async fn prepare(dir: &Path, clusters: usize, namespaces: usize) -> Duration {
     .await;
     let took = started.elapsed();
     process.stop();
-    assert!(dir.join("snapshot/snapshot.json").exists(), "snapshot written");
+    assert!(
+        dir.join("snapshot/snapshot.json").exists(),
+        "snapshot written"
+    );
     took
 }
 
@@ -399,10 +402,9 @@ async fn run_mode(dir: &Path, clusters: usize, namespaces: usize, extra: &[Strin
                 l.items
                     .iter()
                     .filter(|n| {
-                        n.metadata
-                            .annotations
-                            .as_ref()
-                            .is_some_and(|a| a.contains_key(caapf::names::FLEET_WORKSPACE_ANNOTATION))
+                        n.metadata.annotations.as_ref().is_some_and(|a| {
+                            a.contains_key(caapf::names::FLEET_WORKSPACE_ANNOTATION)
+                        })
                     })
                     .count()
                     == namespaces
@@ -482,7 +484,9 @@ async fn import_benchmark() {
 
     let per_cluster = |n: usize| n as f64 / clusters as f64;
     println!();
-    println!("| {clusters} Clusters / {namespaces} namespaces | time to all Fleet Clusters | requests per Cluster (by verb) | manager CPU s / peak RSS | sandbox CPU s / peak RSS | restart: all reconciled after | restart: writes / requests | restarted manager CPU s / peak RSS |");
+    println!(
+        "| {clusters} Clusters / {namespaces} namespaces | time to all Fleet Clusters | requests per Cluster (by verb) | manager CPU s / peak RSS | sandbox CPU s / peak RSS | restart: all reconciled after | restart: writes / requests | restarted manager CPU s / peak RSS |"
+    );
     println!("|---|---|---|---|---|---|---|---|");
     println!(
         "| floor: bare client, {CONNECTIONS} connections, POST only | {:.2} s | 1.00 (POST {clusters}) | — | {:.1} s / {:.0} MiB | — | — | — |",
