@@ -18,6 +18,13 @@ use crate::names;
 /// Shortest time between two recounts.
 pub const MIN_INTERVAL: Duration = Duration::from_secs(2);
 
+/// How long to wait after a recount that took `took`: [`MIN_INTERVAL`], or ten times the
+/// recount, whichever is longer. A recount decides every Cluster (O(N)); with tens of thousands
+/// of Clusters it must not take more than a tenth of a core from the import it reports on.
+pub fn interval_after(took: Duration) -> Duration {
+    MIN_INTERVAL.max(took.saturating_mul(10))
+}
+
 /// Counts the Clusters in the caches.
 pub fn count(ctx: &ImportContext, config: &EffectiveConfig) -> ClusterCounts {
     let mut counts = ClusterCounts::default();
@@ -51,7 +58,9 @@ pub async fn run(ctx: Arc<ImportContext>) {
         let Some(config) = ctx.base.config() else {
             continue;
         };
+        let started = std::time::Instant::now();
         let counts = count(&ctx, &config);
+        let pause = interval_after(started.elapsed());
         ctx.base.metrics.selected_clusters.set(counts.selected);
         ctx.base.metrics.imported_clusters.set(counts.imported);
         // Only an existing FleetAddonConfig has a status to write.
@@ -70,7 +79,7 @@ pub async fn run(ctx: Arc<ImportContext>) {
         }
         tokio::select! {
             () = ctx.base.shutdown.cancelled() => return,
-            () = tokio::time::sleep(MIN_INTERVAL) => {}
+            () = tokio::time::sleep(pause) => {}
         }
     }
 }
@@ -97,4 +106,23 @@ async fn write(ctx: &ImportContext, counts: &ClusterCounts) -> crate::Result<()>
     )
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recounts_take_at_most_a_tenth_of_the_time() {
+        let ms = Duration::from_millis;
+        for (took, pause) in [
+            (ms(0), MIN_INTERVAL),
+            (ms(50), MIN_INTERVAL),
+            (ms(200), MIN_INTERVAL),
+            (ms(300), ms(3000)),
+            (ms(1500), ms(15000)),
+        ] {
+            assert_eq!(interval_after(took), pause, "{took:?}");
+        }
+    }
 }
