@@ -41,8 +41,9 @@ release-manifests:
 playground:
 	hack/playground.sh
 
-## bench: import benchmark (BENCH_CLUSTERS, BENCH_NAMESPACES); figures in docs/performance.md
+## bench: import benchmark as separate processes (BENCH_CLUSTERS, BENCH_NAMESPACES, BENCH_MODES); figures in docs/performance.md
 bench:
+	$(CARGO) build --release --locked --workspace --bins
 	$(CARGO) test --release --locked --test bench_import -- --ignored --nocapture
 
 ## build: debug build of every binary

@@ -22,6 +22,29 @@ pub enum Outcome {
     Updated,
 }
 
+/// What a write did, and the resourceVersion it left (`None` when nothing was written): our
+/// cache shows the write once it holds another resourceVersion than before
+/// (see [`crate::controllers::import::expectations`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Written {
+    pub outcome: Outcome,
+    pub resource_version: Option<String>,
+}
+
+impl Written {
+    const UNCHANGED: Written = Written {
+        outcome: Outcome::Unchanged,
+        resource_version: None,
+    };
+
+    fn of<K: Resource>(outcome: Outcome, object: &K) -> Self {
+        Written {
+            outcome,
+            resource_version: object.meta().resource_version.clone(),
+        }
+    }
+}
+
 /// Server-side applies `desired` (forced: Fleet's controllers co-own some fields of these
 /// objects) unless it would not change `live`.
 pub async fn apply_if_changed<K>(
@@ -29,7 +52,7 @@ pub async fn apply_if_changed<K>(
     desired: &K,
     live: Option<&K>,
     manager: &str,
-) -> Result<Outcome>
+) -> Result<Written>
 where
     K: Resource + Serialize + DeserializeOwned + Clone + Debug,
 {
@@ -42,34 +65,36 @@ where
     if let Some(live) = live {
         let live_json = serde_json::to_value(live)?;
         if !apply_would_change(&desired_json, &live_json, owned_fields(&live_json, manager)) {
-            return Ok(Outcome::Unchanged);
+            return Ok(Written::UNCHANGED);
         }
     }
-    api.patch(
-        &name,
-        &PatchParams::apply(manager).force(),
-        &Patch::Apply(&desired_json),
-    )
-    .await?;
-    Ok(if live.is_some() {
+    let applied = api
+        .patch(
+            &name,
+            &PatchParams::apply(manager).force(),
+            &Patch::Apply(&desired_json),
+        )
+        .await?;
+    let outcome = if live.is_some() {
         Outcome::Updated
     } else {
         Outcome::Created
-    })
+    };
+    Ok(Written::of(outcome, &applied))
 }
 
 /// Creates `desired` when `live` is absent; never updates (CAAPF's `patchResource: false`).
-pub async fn create_if_missing<K>(api: &Api<K>, desired: &K, live: Option<&K>) -> Result<Outcome>
+pub async fn create_if_missing<K>(api: &Api<K>, desired: &K, live: Option<&K>) -> Result<Written>
 where
     K: Resource + Serialize + DeserializeOwned + Clone + Debug,
 {
     if live.is_some() {
-        return Ok(Outcome::Unchanged);
+        return Ok(Written::UNCHANGED);
     }
     match api.create(&PostParams::default(), desired).await {
-        Ok(_) => Ok(Outcome::Created),
+        Ok(created) => Ok(Written::of(Outcome::Created, &created)),
         // Our cache was behind: it exists, which is all create-only wants.
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(Outcome::Unchanged),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(Written::UNCHANGED),
         Err(err) => Err(err.into()),
     }
 }
@@ -88,7 +113,8 @@ where
 
 /// Adds our finalizer, guarded by the object's resourceVersion. The cached object may be behind
 /// our own last write: when the guard fails, the object is read again and the patch retried.
-pub async fn add_finalizer<K>(api: &Api<K>, object: &K) -> Result<()>
+/// Returns the resourceVersion the patch left (`None`: nothing patched).
+pub async fn add_finalizer<K>(api: &Api<K>, object: &K) -> Result<Option<String>>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
@@ -118,7 +144,7 @@ where
 
 /// Removes our finalizer (a no-op when it is not there), guarded by the resourceVersion and
 /// retried on a fresh read like [`add_finalizer`].
-pub async fn remove_finalizer<K>(api: &Api<K>, object: &K) -> Result<()>
+pub async fn remove_finalizer<K>(api: &Api<K>, object: &K) -> Result<Option<String>>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
@@ -139,12 +165,12 @@ where
 
 /// Applies the JSON patch `ops(object)` computes (`None`: nothing to do); when its
 /// resourceVersion guard fails (our view was stale), reads the object again and retries, a few
-/// times. A vanished object needs no patch.
+/// times. A vanished object needs no patch. Returns the resourceVersion the patch left.
 async fn with_fresh_retry<K>(
     api: &Api<K>,
     object: &K,
     ops: impl Fn(&K) -> Option<Vec<Value>>,
-) -> Result<()>
+) -> Result<Option<String>>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
@@ -153,24 +179,24 @@ where
     let mut current = object.clone();
     for attempt in 1..=ATTEMPTS {
         let Some(patch) = ops(&current) else {
-            return Ok(());
+            return Ok(None);
         };
         match json_patch(api, &name, patch).await {
-            Ok(()) => return Ok(()),
-            Err(Error::Kube(kube::Error::Api(status))) if status.code == 404 => return Ok(()),
+            Ok(patched) => return Ok(patched.meta().resource_version.clone()),
+            Err(Error::Kube(kube::Error::Api(status))) if status.code == 404 => return Ok(None),
             // 422: the `test` of the resourceVersion failed; 409: a conflicting write.
             Err(Error::Kube(kube::Error::Api(status)))
                 if (status.code == 422 || status.code == 409) && attempt < ATTEMPTS =>
             {
                 match api.get_opt(&name).await? {
                     Some(fresh) => current = fresh,
-                    None => return Ok(()),
+                    None => return Ok(None),
                 }
             }
             Err(err) => return Err(err),
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 fn test_resource_version<K: Resource>(object: &K) -> Value {
@@ -181,12 +207,12 @@ fn test_resource_version<K: Resource>(object: &K) -> Value {
     })
 }
 
-async fn json_patch<K>(api: &Api<K>, name: &str, ops: Vec<Value>) -> Result<()>
+async fn json_patch<K>(api: &Api<K>, name: &str, ops: Vec<Value>) -> Result<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
     let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops))?;
-    api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
-        .await?;
-    Ok(())
+    Ok(api
+        .patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await?)
 }

@@ -57,7 +57,7 @@ where
         let mut current = object;
         for attempt in 0..5 {
             match remove_finalizer(&namespaced, &current).await {
-                Ok(()) => break,
+                Ok(_) => break,
                 Err(_) if attempt < 4 => match namespaced.get_opt(&current.name_any()).await? {
                     Some(fresh) => current = fresh,
                     None => break,

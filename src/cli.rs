@@ -159,13 +159,18 @@ pub struct ManagerFlags {
     #[arg(long)]
     pub feature_gates: Option<String>,
 
-    /// Maximum sustained requests per second to the API server (client-side token bucket, as
-    /// client-go's QPS; 0 or negative: no limit).
-    #[arg(long, default_value_t = 20.0, allow_negative_numbers = true)]
+    /// Maximum sustained requests per second of the controllers to the API server
+    /// (client-side token bucket, as client-go's QPS). 0 or negative: no client-side limit
+    /// (the default, as controller-runtime's since v0.21: the API server's Priority and
+    /// Fairness queues this provider's requests in a flow of their own and answers 429 with
+    /// Retry-After when its share is used, which the client honours; see
+    /// docs/performance.md). The Lease and the Runtime SDK hooks are never limited.
+    #[arg(long, default_value_t = -1.0, allow_negative_numbers = true)]
     pub kube_api_qps: f32,
 
-    /// Maximum burst of requests to the API server (the token bucket's size).
-    #[arg(long, default_value_t = 30)]
+    /// Maximum burst of requests to the API server (the token bucket's size), with a positive
+    /// `--kube-api-qps`; 200 as Cluster API's own managers (v1.13).
+    #[arg(long, default_value_t = 200)]
     pub kube_api_burst: u32,
 
     /// Log format.
@@ -367,6 +372,12 @@ mod tests {
         assert_eq!(f.helm_timeout, Duration::from_secs(300));
         assert_eq!(f.helm_home, None);
         assert_eq!(f.helm_kubeconfig, None);
+        // No client-side limit unless asked (docs/performance.md says why).
+        assert_eq!(f.kube_api_qps, -1.0);
+        assert!(
+            !crate::client::RateLimitLayer::from_flags(f.kube_api_qps, f.kube_api_burst).limits()
+        );
+        assert_eq!(f.kube_api_burst, 200);
     }
 
     #[test]

@@ -1,16 +1,32 @@
-//! The Kubernetes client the manager uses: a `User-Agent` naming this provider (API server audit
-//! logs and request metrics show who called) and a client-side token-bucket rate limit
-//! (`--kube-api-qps`, `--kube-api-burst`), as client-go's `QPS`/`Burst`.
+//! The Kubernetes clients the manager uses, both with a `User-Agent` naming this provider (API
+//! server audit logs and request metrics show who called):
+//!
+//! - the **controllers' client**, with a client-side token-bucket rate limit
+//!   (`--kube-api-qps`, `--kube-api-burst`), as client-go's `QPS`/`Burst`;
+//! - the **priority client**, for the leader election Lease and the Runtime SDK hooks, with no
+//!   client-side limit: a Lease renewal or a hook answer must never wait behind thousands of
+//!   queued import requests (a late renewal loses the Lease; CAPI waits for the hook). Its load
+//!   is bounded by its callers (a Lease request every retry period; hooks at the rate CAPI calls
+//!   them). controller-runtime likewise gives leader election clients of its own
+//!   (`pkg/leaderelection/leader_election.go`, v0.24.1: `NewResourceLock` calls
+//!   `NewForConfig`, and each clientset gets a token bucket of its own).
+//!
+//! Both retry a request the API server turned away with `429 Too Many Requests` (API Priority
+//! and Fairness) or a 5xx carrying `Retry-After`, after the delay the server asks for, up to 10
+//! times — what client-go does (`rest/with_retry.go` `checkWait`, `rest/request.go`
+//! `MaxRetries` default 10, client-go v0.36.3).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::{HeaderName, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use kube::Client;
-use kube::client::ClientBuilder;
+use kube::client::{Body, ClientBuilder};
 use tokio::time::{Instant, Sleep};
+use tower::buffer::BufferLayer;
+use tower::retry::{Policy, RetryLayer};
 use tower::{Layer, Service};
 
 use crate::cli::ManagerFlags;
@@ -21,9 +37,43 @@ pub fn user_agent() -> String {
     format!("caapf/{}", env!("CARGO_PKG_VERSION"))
 }
 
-/// Builds the manager's client from `config`: user agent and, when `--kube-api-qps` is
+/// The manager's two clients (see the module documentation).
+#[derive(Clone)]
+pub struct Clients {
+    /// The controllers' client, rate-limited by `--kube-api-qps`/`--kube-api-burst`.
+    pub controllers: Client,
+    /// The Lease and the Runtime SDK hooks: no client-side limit.
+    pub priority: Client,
+}
+
+impl Clients {
+    /// One client for everything (tests that build their own).
+    pub fn single(client: Client) -> Self {
+        Self {
+            controllers: client.clone(),
+            priority: client,
+        }
+    }
+}
+
+/// Builds the manager's clients from `config`.
+pub fn build_clients(config: kube::Config, flags: &ManagerFlags) -> Result<Clients> {
+    Ok(Clients {
+        controllers: build(config.clone(), flags)?,
+        priority: build_with_limit(config, RateLimitLayer::unlimited())?,
+    })
+}
+
+/// Builds the controllers' client from `config`: user agent and, when `--kube-api-qps` is
 /// positive, the rate limit.
-pub fn build(mut config: kube::Config, flags: &ManagerFlags) -> Result<Client> {
+pub fn build(config: kube::Config, flags: &ManagerFlags) -> Result<Client> {
+    build_with_limit(
+        config,
+        RateLimitLayer::from_flags(flags.kube_api_qps, flags.kube_api_burst),
+    )
+}
+
+fn build_with_limit(mut config: kube::Config, limit: RateLimitLayer) -> Result<Client> {
     let url = config.cluster_url.to_string();
     let agent = HeaderValue::from_str(&user_agent())
         .map_err(|err| Error::KubeConfig(format!("user agent: {err}")))?;
@@ -32,8 +82,73 @@ pub fn build(mut config: kube::Config, flags: &ManagerFlags) -> Result<Client> {
         .push((HeaderName::from_static("user-agent"), agent));
     let builder = ClientBuilder::try_from(config)
         .map_err(|err| Error::KubeConfig(format!("building a client for {url}: {err}")))?;
-    let layer = RateLimitLayer::from_flags(flags.kube_api_qps, flags.kube_api_burst);
-    Ok(builder.with_layer(&layer).build())
+    // Retries go through the token bucket again, as client-go's do.
+    Ok(builder
+        .with_layer(&limit)
+        .with_layer(&BufferLayer::new(1024))
+        .with_layer(&RetryLayer::new(RetryAfter::default()))
+        .build())
+}
+
+/// How often a request is retried when the server asks to wait (client-go's default
+/// `maxRetries`).
+pub const MAX_RETRIES: u32 = 10;
+
+/// Retries a request the server turned away with a `Retry-After` (see [`retry_after`]), after
+/// the delay it asks for, up to [`MAX_RETRIES`] times. A request whose body cannot be replayed
+/// (a stream) is not retried.
+#[derive(Clone, Debug, Default)]
+pub struct RetryAfter {
+    attempts: u32,
+}
+
+impl<Res, E> Policy<Request<Body>, Response<Res>, E> for RetryAfter {
+    type Future = Sleep;
+
+    fn retry(
+        &mut self,
+        _request: &mut Request<Body>,
+        result: &mut std::result::Result<Response<Res>, E>,
+    ) -> Option<Sleep> {
+        let response = result.as_ref().ok()?;
+        let wait = retry_after(response.status(), response.headers())?;
+        if self.attempts >= MAX_RETRIES {
+            return None;
+        }
+        self.attempts += 1;
+        tracing::debug!(status = %response.status(), ?wait, attempt = self.attempts, "the API server asked to retry later");
+        Some(tokio::time::sleep(wait))
+    }
+
+    fn clone_request(&mut self, request: &Request<Body>) -> Option<Request<Body>> {
+        let body = request.body().try_clone()?;
+        let mut copy = Request::builder()
+            .method(request.method().clone())
+            .uri(request.uri().clone())
+            .version(request.version())
+            .body(body)
+            .ok()?;
+        *copy.headers_mut() = request.headers().clone();
+        *copy.extensions_mut() = request.extensions().clone();
+        Some(copy)
+    }
+}
+
+/// How long the server asks to wait before a retry: `429 Too Many Requests` (API Priority and
+/// Fairness rejecting a request) or any 5xx, with a `Retry-After` header in whole seconds —
+/// client-go's `checkWait` (`rest/with_retry.go`, v0.36.3). `None`: not to be retried.
+pub fn retry_after(status: StatusCode, headers: &HeaderMap) -> Option<Duration> {
+    if status != StatusCode::TOO_MANY_REQUESTS && !status.is_server_error() {
+        return None;
+    }
+    let seconds: u64 = headers
+        .get(http::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(seconds))
 }
 
 /// A token bucket: holds up to `capacity` tokens, refilled at `rate` per second; a request
@@ -84,6 +199,16 @@ pub struct RateLimitLayer {
 }
 
 impl RateLimitLayer {
+    /// No limit.
+    pub fn unlimited() -> Self {
+        Self { limit: None }
+    }
+
+    /// Whether requests wait for tokens.
+    pub fn limits(&self) -> bool {
+        self.limit.is_some()
+    }
+
     /// `qps <= 0` disables the limit (as client-go does for a negative QPS).
     pub fn from_flags(qps: f32, burst: u32) -> Self {
         let qps = f64::from(qps);
@@ -160,6 +285,98 @@ mod tests {
     use super::*;
     use std::convert::Infallible;
     use tower::ServiceExt;
+
+    #[test]
+    fn retry_only_when_the_server_says_when() {
+        let with = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                http::header::RETRY_AFTER,
+                HeaderValue::from_str(value).expect("header"),
+            );
+            headers
+        };
+        let none = HeaderMap::new();
+        let cases: &[(u16, &HeaderMap, Option<u64>)] = &[
+            (429, &with("1"), Some(1)),
+            (429, &with("0"), Some(0)),
+            (503, &with("3"), Some(3)),
+            (500, &with("2"), Some(2)),
+            (429, &none, None),
+            (503, &none, None),
+            (409, &with("1"), None),
+            (200, &with("1"), None),
+            (429, &with("Wed, 21 Oct 2026 07:28:00 GMT"), None),
+        ];
+        for (code, headers, expected) in cases {
+            let status = StatusCode::from_u16(*code).expect("status");
+            assert_eq!(
+                retry_after(status, headers),
+                expected.map(Duration::from_secs),
+                "{code} {headers:?}"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn throttled_requests_are_retried_after_the_asked_delay() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU32, Ordering};
+        // The server turns away the first two attempts with 429, Retry-After: 1.
+        let calls = Arc::new(AtomicU32::new(0));
+        let seen = calls.clone();
+        let server = tower::service_fn(move |_: Request<Body>| {
+            let n = seen.fetch_add(1, Ordering::SeqCst);
+            async move {
+                let mut response = Response::new(());
+                if n < 2 {
+                    *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+                    response
+                        .headers_mut()
+                        .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+                }
+                Ok::<_, Infallible>(response)
+            }
+        });
+        let mut service = RetryLayer::new(RetryAfter::default()).layer(server);
+        let start = Instant::now();
+        let request = Request::new(Body::from(b"{}".to_vec()));
+        let response = service
+            .ready()
+            .await
+            .expect("ready")
+            .call(request)
+            .await
+            .expect("call");
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+        assert_eq!(start.elapsed(), Duration::from_secs(2));
+
+        // A server that never relents: given up after MAX_RETRIES retries.
+        let calls = Arc::new(AtomicU32::new(0));
+        let seen = calls.clone();
+        let server = tower::service_fn(move |_: Request<Body>| {
+            seen.fetch_add(1, Ordering::SeqCst);
+            async {
+                let mut response = Response::new(());
+                *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+                response
+                    .headers_mut()
+                    .insert(http::header::RETRY_AFTER, HeaderValue::from_static("0"));
+                Ok::<_, Infallible>(response)
+            }
+        });
+        let mut service = RetryLayer::new(RetryAfter::default()).layer(server);
+        let response = service
+            .ready()
+            .await
+            .expect("ready")
+            .call(Request::new(Body::empty()))
+            .await
+            .expect("call");
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(calls.load(Ordering::SeqCst), 1 + MAX_RETRIES);
+    }
 
     #[test]
     fn bucket_allows_a_burst_then_the_rate() {

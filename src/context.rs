@@ -20,7 +20,12 @@ pub const EVENT_REPORTER: &str = "caapf-controller";
 
 /// Shared state of the manager.
 pub struct Context {
+    /// The priority client: the Runtime SDK hooks, the leader election Lease and the
+    /// configuration watch; no client-side rate limit (see [`crate::client`]).
     pub client: Client,
+    /// The controllers' client, rate-limited by `--kube-api-qps`/`--kube-api-burst`; Events
+    /// go through it too.
+    pub controllers: Client,
     pub flags: ManagerFlags,
     pub metrics: Arc<Metrics>,
     pub readiness: Readiness,
@@ -38,6 +43,13 @@ pub struct Context {
     pub preparing: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
 }
 
+fn reporter() -> Reporter {
+    Reporter {
+        controller: EVENT_REPORTER.to_string(),
+        instance: std::env::var("POD_NAME").ok(),
+    }
+}
+
 impl Context {
     pub fn new(
         client: Client,
@@ -45,10 +57,6 @@ impl Context {
         config: ConfigReceiver,
         shutdown: CancellationToken,
     ) -> Self {
-        let reporter = Reporter {
-            controller: EVENT_REPORTER.to_string(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
         let metrics = Arc::new(Metrics::new());
         // A private helm home: pulls for the hooks never share helm's caches with an install.
         let agent_chart = Arc::new(AgentChart::new(
@@ -59,7 +67,8 @@ impl Context {
             metrics.clone(),
         ));
         Self {
-            recorder: Recorder::new(client.clone(), reporter),
+            recorder: Recorder::new(client.clone(), reporter()),
+            controllers: client.clone(),
             client,
             flags,
             metrics,
@@ -71,11 +80,19 @@ impl Context {
         }
     }
 
+    /// The same context with the controllers on their own client (Events too).
+    pub fn with_controllers_client(mut self, controllers: Client) -> Self {
+        self.recorder = Recorder::new(controllers.clone(), reporter());
+        self.controllers = controllers;
+        self
+    }
+
     /// The same context with another stop signal: the leader tasks get one that is also
     /// cancelled when this replica stops leading.
     pub fn with_shutdown(&self, shutdown: CancellationToken) -> Self {
         Self {
             client: self.client.clone(),
+            controllers: self.controllers.clone(),
             flags: self.flags.clone(),
             metrics: self.metrics.clone(),
             readiness: self.readiness.clone(),

@@ -26,8 +26,8 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             };
             let result = runtime.block_on(async {
-                let client = caapf::manager::connect(&cli.manager).await?;
-                caapf::cleanup::run(&client).await
+                let clients = caapf::manager::connect(&cli.manager).await?;
+                caapf::cleanup::run(&clients.controllers).await
             });
             match result {
                 Ok(report) => {

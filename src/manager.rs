@@ -26,6 +26,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::ManagerFlags;
+use crate::client::Clients;
 use crate::context::Context;
 use crate::controllers::{config_watch, fleet_config, import};
 use crate::leader::{ElectionConfig, Elector, Renewal};
@@ -41,13 +42,16 @@ pub async fn run(flags: ManagerFlags) -> Result<()> {
     for ignored in flags.ignored() {
         tracing::info!(flag = %ignored, "flag accepted but ignored");
     }
-    let client = connect(&flags).await?;
+    let clients = connect(&flags).await?;
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone());
-    run_with_client(client, flags, shutdown).await
+    Manager::start_with_clients(clients, flags, shutdown)
+        .await?
+        .wait()
+        .await
 }
 
-/// Runs the manager with an existing client until `shutdown` is cancelled.
+/// Runs the manager with an existing client (for everything) until `shutdown` is cancelled.
 pub async fn run_with_client(
     client: Client,
     flags: ManagerFlags,
@@ -73,25 +77,35 @@ pub struct Manager {
 }
 
 impl Manager {
-    /// Starts serving health and metrics, the configuration watch and the leader election
-    /// (or, without `--leader-elect`, the leader tasks); returns once listening.
+    /// [`Manager::start_with_clients`] with one client for everything.
     pub async fn start(
         client: Client,
         flags: ManagerFlags,
         shutdown: CancellationToken,
     ) -> Result<Self> {
+        Self::start_with_clients(Clients::single(client), flags, shutdown).await
+    }
+
+    /// Starts serving health and metrics, the configuration watch and the leader election
+    /// (or, without `--leader-elect`, the leader tasks); returns once listening. The Lease, the
+    /// hooks and the configuration watch use `clients.priority`, the controllers
+    /// `clients.controllers`.
+    pub async fn start_with_clients(
+        clients: Clients,
+        flags: ManagerFlags,
+        shutdown: CancellationToken,
+    ) -> Result<Self> {
+        let client = clients.priority;
         let election = if flags.leader_elect {
             Some(ElectionConfig::from_flags(&flags)?)
         } else {
             None
         };
         let (config_tx, config_rx) = config_watch::channel();
-        let ctx = Arc::new(Context::new(
-            client.clone(),
-            flags,
-            config_rx,
-            shutdown.clone(),
-        ));
+        let ctx = Arc::new(
+            Context::new(client.clone(), flags, config_rx, shutdown.clone())
+                .with_controllers_client(clients.controllers),
+        );
 
         let (health_address, metrics_address) = server::serve(
             server::parse_bind_address(&ctx.flags.health_probe_bind_address)?,
@@ -362,19 +376,19 @@ fn spawn_signal_handler(shutdown: CancellationToken) {
     });
 }
 
-/// Builds the manager's client (user agent, `--kube-api-qps`/`--kube-api-burst` rate limit)
-/// from the kubeconfig or the in-cluster configuration, and checks that the API server answers,
-/// so an unreachable cluster fails fast with a clear message.
-pub async fn connect(flags: &ManagerFlags) -> Result<Client> {
+/// Builds the manager's clients (user agent; `--kube-api-qps`/`--kube-api-burst` rate limit on
+/// the controllers' one) from the kubeconfig or the in-cluster configuration, and checks that
+/// the API server answers, so an unreachable cluster fails fast with a clear message.
+pub async fn connect(flags: &ManagerFlags) -> Result<Clients> {
     let config = kube::Config::infer()
         .await
         .map_err(|err| Error::KubeConfig(format!("{err} (set KUBECONFIG or run in a cluster)")))?;
     let url = config.cluster_url.to_string();
-    let client = crate::client::build(config, flags)?;
-    match client.apiserver_version().await {
+    let clients = crate::client::build_clients(config, flags)?;
+    match clients.priority.apiserver_version().await {
         Ok(version) => {
             tracing::info!(api_server = %url, version = %version.git_version, "connected");
-            Ok(client)
+            Ok(clients)
         }
         Err(err) => Err(Error::KubeConfig(format!(
             "the Kubernetes API at {url} is not reachable: {err}"

@@ -1,18 +1,37 @@
-//! Import benchmark (ignored by default; `make bench` runs it): N Clusters in M namespaces,
-//! a fifth of them using a ClusterClass from another namespace. Reports the time to import all
-//! of them, API calls per Cluster by verb, and what a restart costs (time to settle, writes).
+//! Import benchmark, as separate processes (ignored by default; `make bench` builds the release
+//! binaries and runs it).
 //!
-//! `BENCH_CLUSTERS` (default 1000) and `BENCH_NAMESPACES` (default 50) size it. The sandbox API
-//! server and the manager share one process and runtime, as in the other tests.
-
-mod common;
+//! 1. Prepares the input once: a `kube-sandbox` process (validating custom resources, as a real
+//!    server does) with N CAPI Clusters in M namespaces, a fifth of them using a ClusterClass from
+//!    another namespace, all with initialized control planes; saved as a sandbox snapshot.
+//! 2. The floor: a bare client creating the same N Fleet Clusters (8 connections) against a
+//!    sandbox started from the snapshot.
+//! 3. For each manager mode (its defaults, then each of `BENCH_MODES`): a sandbox from the
+//!    snapshot (read-only), the `caapf` binary started against it; time until all N Fleet
+//!    Clusters exist, the manager's requests per Cluster by verb (from the sandbox request log,
+//!    by User-Agent), CPU seconds and peak RSS of the manager and of the sandbox; then a
+//!    restart: time until every Cluster was reconciled again (the manager's own metric) and the
+//!    writes it made.
+//!
+//! Environment: `BENCH_CLUSTERS` (default 1000), `BENCH_NAMESPACES` (default N/20, between 10
+//! and 100), `BENCH_MODES` (`;`-separated extra manager flags, default
+//! `--kube-api-qps=100 --kube-api-burst=200`, Cluster API's own values; empty: defaults only).
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Harness, eventually};
-use kube::api::{Api, ListParams};
-use serde_json::json;
+use futures::{StreamExt, stream};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, Config};
+use serde_json::{Value, json};
+
+/// Concurrent connections of the set-up and floor clients.
+const CONNECTIONS: usize = 8;
+/// How long any phase may take before the benchmark gives up.
+const PHASE_TIMEOUT: Duration = Duration::from_secs(1800);
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -21,120 +40,494 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn by_verb(h: &Harness) -> BTreeMap<String, usize> {
-    let mut counts = BTreeMap::new();
-    // The manager's requests only, not the benchmark's own polling.
-    for r in h.sandbox.requests().all() {
-        if !common::from_manager(&r) {
-            continue;
+/// The release binaries next to the `caapf` this test was built with.
+fn binary(name: &str) -> PathBuf {
+    let caapf = PathBuf::from(env!("CARGO_BIN_EXE_caapf"));
+    let path = caapf.with_file_name(name);
+    assert!(
+        path.exists(),
+        "{} not built: run `make bench` (cargo build --release --workspace --bins)",
+        path.display()
+    );
+    path
+}
+
+/// A running process and where its figures come from.
+struct Process {
+    child: Child,
+    name: &'static str,
+}
+
+/// CPU seconds (user + system) and peak RSS (MiB) of a live process.
+#[derive(Clone, Copy, Debug, Default)]
+struct Usage {
+    cpu_s: f64,
+    peak_rss_mib: f64,
+}
+
+impl Process {
+    fn usage(&self) -> Usage {
+        let pid = self.child.id();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Fields after the command name (which may contain spaces): state is field 3, utime 14,
+        // stime 15.
+        let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let ticks = |i: usize| fields.get(i - 3).and_then(|v| v.parse::<f64>().ok());
+        let cpu_s = (ticks(14).unwrap_or(0.0) + ticks(15).unwrap_or(0.0)) / clock_ticks();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let peak_kib = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        Usage {
+            cpu_s,
+            peak_rss_mib: peak_kib / 1024.0,
         }
-        *counts.entry(format!("{:?}", r.verb)).or_default() += 1;
+    }
+
+    /// SIGTERM, then wait for the exit (the sandbox writes its snapshot on the way out).
+    fn stop(mut self) -> Usage {
+        let usage = self.usage();
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return usage;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        eprintln!("{} did not stop on SIGTERM; killing it", self.name);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        usage
+    }
+}
+
+fn clock_ticks() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// Starts a sandbox process on `dir/snapshot.json` (read-only unless `prepare`).
+async fn sandbox(dir: &Path, prepare: bool) -> (Process, Client, PathBuf) {
+    let kubeconfig = dir.join(if prepare {
+        "prepare.kubeconfig"
+    } else {
+        "run.kubeconfig"
+    });
+    let mut command = Command::new(binary("kube-sandbox"));
+    command
+        .arg("--snapshot-dir")
+        .arg(dir.join("snapshot"))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg("--validate")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if !prepare {
+        command.arg("--snapshot-read-only");
+    }
+    let mut child = command.spawn().expect("start kube-sandbox");
+    let stdout = child.stdout.take().expect("sandbox stdout");
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("sandbox says where it listens");
+    assert!(line.contains("listening on"), "kube-sandbox: {line}");
+    let config = Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig"),
+        &Default::default(),
+    )
+    .await
+    .expect("sandbox config");
+    let client = Client::try_from(config).expect("client");
+    (
+        Process {
+            child,
+            name: "kube-sandbox",
+        },
+        client,
+        kubeconfig,
+    )
+}
+
+async fn run_all<F>(n: usize, f: impl Fn(usize) -> F)
+where
+    F: Future<Output = ()>,
+{
+    stream::iter(0..n)
+        .map(f)
+        .buffer_unordered(CONNECTIONS)
+        .collect::<Vec<()>>()
+        .await;
+}
+
+fn namespace_of(i: usize, namespaces: usize) -> String {
+    format!("ns-{}", i % namespaces)
+}
+
+async fn prepare(dir: &Path, clusters: usize, namespaces: usize) -> Duration {
+    std::fs::create_dir_all(dir.join("snapshot")).expect("snapshot dir");
+    let (process, client, _) = sandbox(dir, true).await;
+    let started = Instant::now();
+    let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    for name in
+        std::iter::once("classes".to_string()).chain((0..namespaces).map(|n| format!("ns-{n}")))
+    {
+        let ns = serde_json::from_value(json!({"metadata": {"name": name}})).expect("namespace");
+        ns_api
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("create namespace");
+    }
+    let classes: Api<caapf::api::CapiClusterClass> = Api::namespaced(client.clone(), "classes");
+    let class = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "ClusterClass",
+        "metadata": {"name": "quick-start", "namespace": "classes", "labels": {"tier": "bench"}},
+        "spec": {
+            "controlPlane": {"templateRef": {"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlaneTemplate", "name": "cp"}},
+            "infrastructure": {"templateRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DockerClusterTemplate", "name": "infra"}}
+        }
+    }))
+    .expect("class");
+    classes
+        .create(&PostParams::default(), &class)
+        .await
+        .expect("create class");
+    run_all(clusters, |i| {
+        let client = client.clone();
+        async move {
+            let ns = namespace_of(i, namespaces);
+            let name = format!("c-{i}");
+            let spec = if i % 5 == 0 {
+                json!({"topology": {"classRef": {"name": "quick-start", "namespace": "classes"}, "version": "v1.35.0"}})
+            } else {
+                json!({})
+            };
+            let api: Api<caapf::api::CapiCluster> = Api::namespaced(client, &ns);
+            let cluster = serde_json::from_value(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": {"name": name, "namespace": ns, "labels": {"bench": "yes"}},
+                "spec": spec,
+            }))
+            .expect("cluster");
+            api.create(&PostParams::default(), &cluster)
+                .await
+                .expect("create cluster");
+            api.patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"initialization": {"controlPlaneInitialized": true}}})),
+            )
+            .await
+            .expect("initialize");
+        }
+    })
+    .await;
+    let took = started.elapsed();
+    process.stop();
+    assert!(
+        dir.join("snapshot/snapshot.json").exists(),
+        "snapshot written"
+    );
+    took
+}
+
+/// A bare client creating the N Fleet Clusters the import creates.
+async fn floor(dir: &Path, clusters: usize, namespaces: usize) -> (Duration, Usage) {
+    let (process, client, _) = sandbox(dir, false).await;
+    let started = Instant::now();
+    run_all(clusters, |i| {
+        let client = client.clone();
+        async move {
+            let ns = namespace_of(i, namespaces);
+            let api: Api<fleet_api_rs::fleet_cluster::Cluster> = Api::namespaced(client, &ns);
+            let fleet = serde_json::from_value(json!({
+                "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "Cluster",
+                "metadata": {"name": format!("c-{i}"), "namespace": ns, "labels": {"bench": "yes"}},
+                "spec": {"kubeConfigSecret": format!("c-{i}-kubeconfig")},
+            }))
+            .expect("fleet cluster");
+            api.create(&PostParams::default(), &fleet)
+                .await
+                .expect("create fleet cluster");
+        }
+    })
+    .await;
+    let took = started.elapsed();
+    (took, process.stop())
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+fn start_manager(kubeconfig: &Path, metrics_port: u16, extra: &[String]) -> Process {
+    let child = Command::new(binary("caapf"))
+        .env("KUBECONFIG", kubeconfig)
+        .arg("--health-probe-bind-address=0")
+        .arg(format!("--metrics-bind-address=127.0.0.1:{metrics_port}"))
+        .arg("--webhook-host=127.0.0.1")
+        .arg(format!("--webhook-port={}", free_port()))
+        .arg("--sync-period=1h")
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start caapf");
+    Process {
+        child,
+        name: "caapf",
+    }
+}
+
+/// `caapf_controller_reconciliations_total{controller="cluster"}` of a running manager.
+fn cluster_reconciles(port: u16) -> u64 {
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return 0;
+    };
+    let _ = stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n");
+    let mut body = String::new();
+    let _ = stream.read_to_string(&mut body);
+    body.lines()
+        .find(|l| {
+            l.starts_with("caapf_controller_reconciliations_total")
+                && l.contains("controller=\"cluster\"")
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .unwrap_or(0)
+}
+
+/// The manager's requests in the sandbox log.
+async fn manager_requests(client: &Client) -> Vec<Value> {
+    let request = http::Request::get("/sandbox/requests")
+        .body(Vec::new())
+        .expect("request");
+    let all: Value = client.request(request).await.expect("request log");
+    let agent = caapf::client::user_agent();
+    all.as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["userAgent"] == agent.as_str())
+        .cloned()
+        .collect()
+}
+
+async fn reset_requests(client: &Client) {
+    let request = http::Request::delete("/sandbox/requests")
+        .body(Vec::new())
+        .expect("request");
+    let _: Value = client.request(request).await.expect("reset request log");
+}
+
+fn by_verb(requests: &[Value]) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for r in requests {
+        *counts
+            .entry(r["verb"].as_str().unwrap_or("?").to_string())
+            .or_default() += 1;
     }
     counts
 }
 
-async fn fleet_clusters(h: &Harness) -> usize {
-    let api: Api<fleet_api_rs::fleet_cluster::Cluster> = Api::all(h.client.clone());
-    api.list_metadata(&ListParams::default())
-        .await
-        .map(|l| l.items.len())
-        .unwrap_or(0)
+fn is_state_write(r: &Value) -> bool {
+    !matches!(r["verb"].as_str(), Some("GET" | "LIST" | "WATCH"))
+        && r["resource"] != "events"
+        && r["resource"] != "leases"
+}
+
+async fn wait_for<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + PHASE_TIMEOUT;
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One manager mode's figures.
+struct Run {
+    mode: String,
+    import: Duration,
+    requests: BTreeMap<String, usize>,
+    manager: Usage,
+    sandbox_cpu_s: f64,
+    sandbox_peak_rss_mib: f64,
+    restart: Duration,
+    restart_writes: usize,
+    restart_requests: BTreeMap<String, usize>,
+    restart_manager: Usage,
+}
+
+async fn run_mode(dir: &Path, clusters: usize, namespaces: usize, extra: &[String]) -> Run {
+    let (sandbox, client, kubeconfig) = sandbox(dir, false).await;
+    let sandbox_before = sandbox.usage();
+    let fleet: Api<fleet_api_rs::fleet_cluster::Cluster> = Api::all(client.clone());
+    // A one-item page says how many there are (remainingItemCount) without the sandbox
+    // serialising all of them ten times a second, which would compete with the manager.
+    let count = || async {
+        fleet
+            .list_metadata(&ListParams::default().limit(1))
+            .await
+            .map(|l| l.items.len() + l.metadata.remaining_item_count.unwrap_or(0) as usize)
+            .unwrap_or(0)
+    };
+    let port = free_port();
+    let started = Instant::now();
+    let manager = start_manager(&kubeconfig, port, extra);
+    wait_for("all Fleet Clusters", || async { count().await == clusters }).await;
+    let import = started.elapsed();
+    let sandbox_import = sandbox.usage();
+    // The namespace-level objects follow; then the manager goes quiet.
+    let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    wait_for("every namespace annotated", || async {
+        ns_api
+            .list_metadata(&ListParams::default())
+            .await
+            .map(|l| {
+                l.items
+                    .iter()
+                    .filter(|n| {
+                        n.metadata.annotations.as_ref().is_some_and(|a| {
+                            a.contains_key(caapf::names::FLEET_WORKSPACE_ANNOTATION)
+                        })
+                    })
+                    .count()
+                    == namespaces
+            })
+            .unwrap_or(false)
+    })
+    .await;
+    let mut last = (manager_requests(&client).await.len(), Instant::now());
+    while last.1.elapsed() < Duration::from_secs(2) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let n = manager_requests(&client).await.len();
+        if n != last.0 {
+            last = (n, Instant::now());
+        }
+    }
+    let requests = by_verb(&manager_requests(&client).await);
+    let manager_usage = manager.stop();
+
+    reset_requests(&client).await;
+    let restarted = Instant::now();
+    let manager = start_manager(&kubeconfig, port, extra);
+    wait_for("every Cluster reconciled after the restart", || async {
+        cluster_reconciles(port) >= clusters as u64
+    })
+    .await;
+    let restart = restarted.elapsed();
+    let logged = manager_requests(&client).await;
+    let restart_writes = logged.iter().filter(|r| is_state_write(r)).count();
+    let restart_manager = manager.stop();
+    let sandbox_end = sandbox.stop();
+    Run {
+        mode: if extra.is_empty() {
+            "defaults".into()
+        } else {
+            extra.join(" ")
+        },
+        import,
+        requests,
+        manager: manager_usage,
+        sandbox_cpu_s: sandbox_import.cpu_s - sandbox_before.cpu_s,
+        sandbox_peak_rss_mib: sandbox_end.peak_rss_mib,
+        restart,
+        restart_writes,
+        restart_requests: by_verb(&logged),
+        restart_manager,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run with `make bench`"]
 async fn import_benchmark() {
     let clusters = env_usize("BENCH_CLUSTERS", 1000);
-    let namespaces = env_usize("BENCH_NAMESPACES", 50);
-    if std::env::var("BENCH_LOG").is_ok() {
-        caapf::telemetry::init(caapf::cli::LogFormat::Text, 4);
-    }
-    let mut h = Harness::new().await;
-    h.namespace("classes", json!({})).await;
-    h.class("classes", "quick-start", json!({"tier": "bench"}))
-        .await;
-    for n in 0..namespaces {
-        h.namespace(&format!("ns-{n}"), json!({})).await;
-    }
-    let setup = Instant::now();
-    for i in 0..clusters {
-        let ns = format!("ns-{}", i % namespaces);
-        let name = format!("c-{i}");
-        let body = if i % 5 == 0 {
-            json!({"metadata": {"name": name, "labels": {"bench": "yes"}},
-                   "spec": {"topology": {"classRef": {"name": "quick-start", "namespace": "classes"}, "version": "v1.35.0"}}})
-        } else {
-            json!({"metadata": {"name": name, "labels": {"bench": "yes"}}, "spec": {}})
-        };
-        h.cluster(&ns, body).await;
-        h.initialize(&ns, &name).await;
-    }
-    println!(
-        "setup: {clusters} Clusters in {namespaces} namespaces created in {:.1?}",
-        setup.elapsed()
-    );
+    let namespaces = env_usize("BENCH_NAMESPACES", (clusters / 20).clamp(10, 100));
+    let modes: Vec<Vec<String>> = std::iter::once(Vec::new())
+        .chain(
+            std::env::var("BENCH_MODES")
+                .unwrap_or_else(|_| "--kube-api-qps=100 --kube-api-burst=200".into())
+                .split(';')
+                .map(|m| m.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+                .filter(|m| !m.is_empty()),
+        )
+        .collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let loadavg = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("load average at start: {}", loadavg().trim());
 
-    h.flags.sync_period = Duration::from_secs(3600);
-    h.sandbox.requests().reset();
-    let started = Instant::now();
-    h.start().await;
-    eventually("all Clusters imported", || async {
-        (fleet_clusters(&h).await == clusters).then_some(())
-    })
-    .await;
-    let import_time = started.elapsed();
-    // Let the namespace-level objects settle too.
-    eventually("namespace annotations", || async {
-        h.namespace_annotation(&format!("ns-{}", namespaces - 1))
-            .await
-            .map(|_| ())
-    })
-    .await;
-    // And the FleetReady condition on every Cluster (its writes are part of the import's cost).
-    eventually("FleetReady on every Cluster", || async {
-        let api: Api<caapf::api::CapiCluster> = Api::all(h.client.clone());
-        let listed = api.list(&Default::default()).await.ok()?;
-        listed
-            .items
+    let setup = prepare(dir.path(), clusters, namespaces).await;
+    println!(
+        "input: {clusters} Clusters in {namespaces} namespaces (a fifth using a ClusterClass from another namespace), prepared in {setup:.1?}"
+    );
+    let (floor_time, floor_sandbox) = floor(dir.path(), clusters, namespaces).await;
+    let mut runs = Vec::new();
+    for extra in &modes {
+        runs.push(run_mode(dir.path(), clusters, namespaces, extra).await);
+    }
+
+    let per_cluster = |n: usize| n as f64 / clusters as f64;
+    println!();
+    println!(
+        "| {clusters} Clusters / {namespaces} namespaces | time to all Fleet Clusters | requests per Cluster (by verb) | manager CPU s / peak RSS | sandbox CPU s / peak RSS | restart: all reconciled after | restart: writes / requests | restarted manager CPU s / peak RSS |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    println!(
+        "| floor: bare client, {CONNECTIONS} connections, POST only | {:.2} s | 1.00 (POST {clusters}) | — | {:.1} s / {:.0} MiB | — | — | — |",
+        floor_time.as_secs_f64(),
+        floor_sandbox.cpu_s,
+        floor_sandbox.peak_rss_mib
+    );
+    for run in &runs {
+        let total: usize = run.requests.values().sum();
+        let verbs: Vec<String> = run
+            .requests
             .iter()
-            .all(|c| {
-                c.body["status"]["conditions"]
-                    .as_array()
-                    .is_some_and(|l| l.iter().any(|c| c["type"] == "FleetReady"))
-            })
-            .then_some(())
-    })
-    .await;
-    let verbs = by_verb(&h);
-    let total: usize = verbs.values().sum();
-    println!(
-        "import: {clusters} Fleet Clusters in {import_time:.2?} ({:.0} Clusters/s)",
-        clusters as f64 / import_time.as_secs_f64()
-    );
-    println!(
-        "import: {total} API requests ({:.2} per Cluster): {verbs:?}",
-        total as f64 / clusters as f64
-    );
-    h.stop().await;
-
-    h.sandbox.requests().reset();
-    let restarted = Instant::now();
-    h.start().await;
-    eventually("every Cluster reconciled after the restart", || async {
-        (h.reconciles("cluster") >= clusters as u64).then_some(())
-    })
-    .await;
-    let settle = restarted.elapsed();
-    let writes = h.state_writes();
-    println!(
-        "restart: {clusters} Clusters re-reconciled in {settle:.2?}, {} writes, requests {:?}",
-        writes.len(),
-        by_verb(&h)
-    );
-    assert!(
-        writes.is_empty(),
-        "restart wrote: {:?}",
-        &writes[..writes.len().min(10)]
-    );
-    h.stop().await;
+            .map(|(verb, n)| format!("{verb} {:.2}", per_cluster(*n)))
+            .collect();
+        let restart_verbs: Vec<String> = run
+            .restart_requests
+            .iter()
+            .map(|(verb, n)| format!("{verb} {n}"))
+            .collect();
+        println!(
+            "| caapf, {} | {:.2} s | {:.2} ({}) | {:.1} s / {:.0} MiB | {:.1} s / {:.0} MiB | {:.2} s | {} / {} | {:.1} s / {:.0} MiB |",
+            run.mode,
+            run.import.as_secs_f64(),
+            per_cluster(total),
+            verbs.join(", "),
+            run.manager.cpu_s,
+            run.manager.peak_rss_mib,
+            run.sandbox_cpu_s,
+            run.sandbox_peak_rss_mib,
+            run.restart.as_secs_f64(),
+            run.restart_writes,
+            restart_verbs.join(", "),
+            run.restart_manager.cpu_s,
+            run.restart_manager.peak_rss_mib,
+        );
+    }
+    println!();
+    println!("load average at end: {}", loadavg().trim());
+    for run in &runs {
+        assert_eq!(run.restart_writes, 0, "{}: a restart wrote", run.mode);
+    }
 }

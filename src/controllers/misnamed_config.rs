@@ -27,7 +27,7 @@ pub fn ignored(name: &str) -> bool {
 
 /// Runs until `ctx.shutdown` (leader only: one warning per object, not one per replica).
 pub async fn run(ctx: Arc<Context>) {
-    let api: Api<FleetAddonConfig> = Api::all(ctx.client.clone());
+    let api: Api<FleetAddonConfig> = Api::all(ctx.controllers.clone());
     let mut stream = metadata_watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();

@@ -64,8 +64,8 @@ impl Harness {
     /// requests carry [`caapf::client::user_agent`], which tells them from the test's own).
     pub async fn start(&mut self) {
         assert!(self.manager.is_none(), "manager already running");
-        let manager = Manager::start(
-            self.manager_client().await,
+        let manager = Manager::start_with_clients(
+            self.manager_clients().await,
             self.flags.clone(),
             CancellationToken::new(),
         )
@@ -77,6 +77,12 @@ impl Harness {
     /// A client for a manager: the sandbox's address, the manager's user agent and rate limit.
     pub async fn manager_client(&self) -> Client {
         manager_client(&self.sandbox, &self.flags).await
+    }
+
+    /// A manager's clients, built as the binary builds them.
+    pub async fn manager_clients(&self) -> caapf::client::Clients {
+        caapf::client::build_clients(sandbox_config(&self.sandbox).await, &self.flags)
+            .expect("manager clients")
     }
 
     /// Stops the manager.

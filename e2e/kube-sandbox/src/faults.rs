@@ -55,6 +55,21 @@ pub struct FaultConfig {
     pub close_watches_every_seconds: Option<f64>,
     /// Drop the watch history now: older resourceVersions answer 410 Gone.
     pub compact_history: bool,
+    /// Events of watches started from now on reach the client this much later than they
+    /// happened: a lagging watch cache, as a loaded API server or network produces.
+    pub watch_delays: Vec<WatchDelay>,
+}
+
+/// A delay on the watch events of one resource.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+pub struct WatchDelay {
+    /// API group ("" for core).
+    pub group: String,
+    /// Resource plural.
+    pub resource: String,
+    /// Milliseconds between an event and its delivery.
+    pub delay_ms: u64,
 }
 
 impl FaultRule {
@@ -93,6 +108,7 @@ impl FaultRule {
 #[derive(Debug, Default)]
 pub struct Faults {
     inner: Mutex<Vec<(FaultRule, u64)>>,
+    watch_delays: Mutex<Vec<WatchDelay>>,
 }
 
 impl Faults {
@@ -100,6 +116,22 @@ impl Faults {
     pub fn set(&self, rules: Vec<FaultRule>) {
         *self.inner.lock().unwrap_or_else(|e| e.into_inner()) =
             rules.into_iter().map(|r| (r, 0)).collect();
+    }
+
+    /// Replaces the watch delays (for watches started from now on).
+    pub fn set_watch_delays(&self, delays: Vec<WatchDelay>) {
+        *self.watch_delays.lock().unwrap_or_else(|e| e.into_inner()) = delays;
+    }
+
+    /// How late the events of a new watch on `group`/`resource` are delivered.
+    pub fn watch_delay(&self, group: &str, resource: &str) -> Duration {
+        self.watch_delays
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|d| d.group == group && d.resource == resource)
+            .map(|d| Duration::from_millis(d.delay_ms))
+            .sum()
     }
 
     /// The current rules.

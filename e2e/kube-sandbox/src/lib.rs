@@ -51,7 +51,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use crds::CrdSet;
-pub use faults::{FaultConfig, FaultRule, FaultTarget};
+pub use faults::{FaultConfig, FaultRule, FaultTarget, WatchDelay};
 pub use requests::{RequestRecord, Verb};
 
 use server::App;
@@ -67,6 +67,9 @@ pub struct SandboxOptions {
     /// Keep objects in `DIR/snapshot.json` across restarts (loaded at start, written after
     /// changes and at shutdown).
     pub snapshot_dir: Option<PathBuf>,
+    /// Load `snapshot_dir` at start but never write it: every run starts from the same
+    /// prepared objects, and no snapshot writing competes with the requests (benchmarks).
+    pub snapshot_read_only: bool,
     /// Listen address (default `127.0.0.1:0`: a free port).
     pub addr: SocketAddr,
     /// Interval of periodic watch bookmarks (default 30 s).
@@ -90,6 +93,7 @@ impl Default for SandboxOptions {
             crds: CrdSet::ALL.to_vec(),
             extra_crds: Vec::new(),
             snapshot_dir: None,
+            snapshot_read_only: false,
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             bookmark_interval: Duration::from_secs(30),
             history_limit: 100_000,
@@ -211,7 +215,10 @@ impl Sandbox {
             bookmark_now: tokio::sync::watch::channel(0u64).0,
             bookmark_interval: opts.bookmark_interval,
             pages: Default::default(),
-            snapshot_dir: opts.snapshot_dir.clone(),
+            snapshot_dir: opts
+                .snapshot_dir
+                .clone()
+                .filter(|_| !opts.snapshot_read_only),
             snapshot_writer: Mutex::new(()),
             validate: opts.validate_custom_resources,
             periodic_close: Mutex::new(None),
@@ -238,7 +245,7 @@ impl Sandbox {
             store.clone(),
             shutdown_rx.clone(),
         )));
-        if opts.snapshot_dir.is_some() {
+        if opts.snapshot_dir.is_some() && !opts.snapshot_read_only {
             let app2 = app.clone();
             let mut rx = shutdown_rx.clone();
             tasks.push(tokio::spawn(async move {

@@ -28,6 +28,9 @@ struct Args {
     /// Keep objects across restarts in DIR/snapshot.json.
     #[arg(long)]
     snapshot_dir: Option<PathBuf>,
+    /// Load the snapshot but never write it (every run starts from the same objects).
+    #[arg(long, requires = "snapshot_dir")]
+    snapshot_read_only: bool,
     /// Reject custom resources that do not match their CRD schema, as a real server does.
     #[arg(long)]
     validate: bool,
@@ -49,6 +52,7 @@ async fn main() {
     let opts = SandboxOptions {
         crds: args.crds,
         snapshot_dir: args.snapshot_dir,
+        snapshot_read_only: args.snapshot_read_only,
         addr: args.addr,
         bookmark_interval: Duration::from_secs_f64(args.bookmark_interval_seconds.max(0.05)),
         validate_custom_resources: args.validate,

@@ -103,6 +103,7 @@ impl App {
     /// Applies a fault configuration.
     pub fn apply_faults(self: &Arc<Self>, cfg: FaultConfig) {
         self.faults.set(cfg.rules);
+        self.faults.set_watch_delays(cfg.watch_delays);
         let mut periodic = self
             .periodic_close
             .lock()
@@ -811,11 +812,13 @@ fn start_watch(
         format: fmt,
         bookmark_interval: app.bookmark_interval,
     };
+    let delay = app.faults.watch_delay(&spec.def.group, &spec.def.plural);
     watch::start(
         app.store.clone(),
         spec,
         app.close_watches.subscribe(),
         app.bookmark_now.subscribe(),
+        delay,
     )
 }
 

@@ -152,15 +152,18 @@ pub fn gone_line(rv: &str, oldest: u64) -> Bytes {
     Bytes::from(v)
 }
 
-/// Starts a watch and returns the streaming response.
+/// Starts a watch and returns the streaming response; every chunk reaches the client `delay`
+/// after it was produced (fault injection: a lagging watch).
 pub fn start(
     store: Arc<Store>,
     spec: WatchSpec,
     mut close: tokio::sync::watch::Receiver<u64>,
     mut bookmark_now: tokio::sync::watch::Receiver<u64>,
+    delay: Duration,
 ) -> ApiResult<Response> {
     let gr: GroupResource = (spec.def.group.clone(), spec.def.plural.clone());
-    let (tx, rx) = mpsc::channel::<Bytes>(16);
+    let (stamped_tx, rx) = mpsc::channel::<(tokio::time::Instant, Bytes)>(16);
+    let tx = Stamping(stamped_tx);
     let mut initial: Vec<Bytes> = Vec::new();
     let (mut sub, start_rv, initial_end) = {
         let st = store.lock();
@@ -277,10 +280,26 @@ pub fn start(
             }
         }
     });
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
+    let stream = futures::stream::unfold(rx, move |mut rx| async move {
+        let (at, bytes) = rx.recv().await?;
+        if !delay.is_zero() {
+            tokio::time::sleep_until(at + delay).await;
+        }
+        Some((Ok::<_, Infallible>(bytes), rx))
     });
     Ok(stream_response(stream))
+}
+
+/// Sends chunks with the time they were produced (so a delay does not add up over a burst).
+struct Stamping(mpsc::Sender<(tokio::time::Instant, Bytes)>);
+
+impl Stamping {
+    async fn send(&self, bytes: Bytes) -> Result<(), mpsc::error::SendError<Bytes>> {
+        self.0
+            .send((tokio::time::Instant::now(), bytes))
+            .await
+            .map_err(|err| mpsc::error::SendError(err.0.1))
+    }
 }
 
 /// The resourceVersion a bookmark may carry: everything up to the current counter has been

@@ -107,7 +107,7 @@ pub async fn run(ctx: Arc<Context>) {
     let (targets_tx, targets_rx) = watch::channel(BTreeSet::new());
     let (trigger_tx, trigger_rx) = mpsc::channel::<()>(1);
     let watches = tokio::spawn(watches::run(
-        ctx.client.clone(),
+        ctx.controllers.clone(),
         targets_rx,
         trigger_tx,
         ctx.shutdown.clone(),
@@ -119,7 +119,7 @@ pub async fn run(ctx: Arc<Context>) {
         targets: targets_tx,
     });
 
-    let api: Api<FleetAddonConfig> = Api::all(ctx.client.clone());
+    let api: Api<FleetAddonConfig> = Api::all(ctx.controllers.clone());
     let (reader, writer) = reflector::store();
     let objects = watcher(
         api,
@@ -228,7 +228,7 @@ async fn write_status(
     name: &str,
     desired: &fleet_status::OwnedStatus,
 ) -> Result<(), Error> {
-    let api: Api<FleetAddonConfig> = Api::all(ctx.client.clone());
+    let api: Api<FleetAddonConfig> = Api::all(ctx.controllers.clone());
     let body = fleet_status::apply_body(name, desired);
     api.patch_status(
         name,

@@ -118,7 +118,7 @@ pub async fn run(
     config: &EffectiveConfig,
 ) -> Report {
     let mut report = Report::new();
-    let client = &ctx.client;
+    let client = &ctx.controllers;
 
     // 1. The spec.
     if config.problems.is_empty() {

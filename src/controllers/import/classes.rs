@@ -68,7 +68,7 @@ async fn reconcile_class(class: &CapiClusterClass, ctx: &ImportContext) -> Resul
     })?;
     if view.finalizers.iter().any(|f| f == names::FINALIZER) {
         let classes: Api<CapiClusterClass> =
-            Api::namespaced(ctx.base.client.clone(), &view.namespace);
+            Api::namespaced(ctx.base.controllers.clone(), &view.namespace);
         remove_finalizer(&classes, class).await?;
         tracing::info!(class = %key(class), "removed the legacy CAAPF finalizer from ClusterClass");
     }
@@ -78,14 +78,15 @@ async fn reconcile_class(class: &CapiClusterClass, ctx: &ImportContext) -> Resul
     if view.deleting {
         return Ok(Action::await_change());
     }
-    let groups: Api<ClusterGroup> = Api::namespaced(ctx.base.client.clone(), &view.namespace);
+    let groups: Api<ClusterGroup> = Api::namespaced(ctx.base.controllers.clone(), &view.namespace);
     let desired = desired_class_group(&view, groups_config);
     let live = ctx.stores.group(&view.namespace, &view.name);
     let outcome = if groups_config.patch_resource {
         apply_if_changed(&groups, &desired, live.as_deref(), names::FIELD_MANAGER).await?
     } else {
         create_if_missing(&groups, &desired, live.as_deref()).await?
-    };
+    }
+    .outcome;
     if outcome != Outcome::Unchanged {
         let (reason, note) = if outcome == Outcome::Created {
             (
@@ -153,7 +154,7 @@ pub fn group_error_policy(
 
 async fn reconcile_class_group(group: &ClusterGroup, ctx: &ImportContext) -> Result<Action> {
     let namespace = group.namespace().unwrap_or_default();
-    let groups: Api<ClusterGroup> = Api::namespaced(ctx.base.client.clone(), &namespace);
+    let groups: Api<ClusterGroup> = Api::namespaced(ctx.base.controllers.clone(), &namespace);
     if group.finalizers().iter().any(|f| f == names::FINALIZER) {
         remove_finalizer(&groups, group).await?;
         tracing::info!(group = %key(group), "removed the legacy CAAPF finalizer from ClusterGroup");
@@ -165,7 +166,7 @@ async fn reconcile_class_group(group: &ClusterGroup, ctx: &ImportContext) -> Res
     if ctx.stores.class(&namespace, &group.name_any()).is_some() {
         return Ok(Action::await_change());
     }
-    let classes: Api<CapiClusterClass> = Api::namespaced(ctx.base.client.clone(), &namespace);
+    let classes: Api<CapiClusterClass> = Api::namespaced(ctx.base.controllers.clone(), &namespace);
     if classes.get_opt(&group.name_any()).await?.is_none()
         && delete_if_exists(&groups, &group.name_any()).await?
     {

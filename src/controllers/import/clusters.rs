@@ -20,6 +20,7 @@ use crate::apply::{
 };
 use crate::context::Context;
 use crate::controllers::backoff::Backoff;
+use crate::controllers::import::expectations::{self, Expectations, Key};
 use crate::controllers::import::references::{Lookup, References};
 use crate::controllers::import::stores::Stores;
 use crate::model::capi::{ClusterView, ObjectRef as CapiRef};
@@ -41,6 +42,8 @@ pub struct ImportContext {
     pub stores: Stores,
     pub references: References,
     pub backoff: Backoff,
+    /// Our writes the caches have not shown yet.
+    pub expectations: Expectations,
     /// Pinged after every Cluster reconcile; the status writer recounts (at a bounded rate).
     pub counts_changed: Notify,
     /// Missing references already reported, so each is reported once, not every reconcile.
@@ -61,6 +64,7 @@ impl ImportContext {
             stores,
             references,
             backoff: Backoff::default(),
+            expectations: Expectations::default(),
             counts_changed: Notify::new(),
             reported: Mutex::new(HashSet::new()),
             caches_ready,
@@ -168,9 +172,38 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
         })?;
     tracing::debug!(cluster = %view.name, namespace = %view.namespace, ?decision, "decided");
 
-    let clusters: Api<CapiCluster> = Api::namespaced(ctx.base.client.clone(), &view.namespace);
+    // Decide only from caches that show our own last writes: the watch event that brings a
+    // write into the cache triggers this Cluster again.
+    let keys = ObjectKeys::of(&view, &fleet_name);
+    let token = ctx.stores.token(&view.namespace, &view.name);
+    let caught_up = [
+        ctx.expectations
+            .met(&keys.cluster, cluster.meta().resource_version.as_deref()),
+        ctx.expectations.met(
+            &keys.fleet_cluster,
+            live.as_ref()
+                .and_then(|l| l.meta().resource_version.as_deref()),
+        ),
+        ctx.expectations.met(
+            &keys.token,
+            token
+                .as_ref()
+                .and_then(|t| t.metadata.resource_version.as_deref()),
+        ),
+    ];
+    if caught_up.contains(&false) {
+        tracing::debug!(cluster = %view.name, namespace = %view.namespace, "waiting for the caches to show our last write");
+        return Ok(Action::requeue(expectations::TTL));
+    }
+    if matches!(decision, Decision::Cleanup) {
+        for key in [&keys.cluster, &keys.fleet_cluster, &keys.token] {
+            ctx.expectations.forget(key);
+        }
+    }
+
+    let clusters: Api<CapiCluster> = Api::namespaced(ctx.base.controllers.clone(), &view.namespace);
     let fleet_clusters: Api<FleetCluster> =
-        Api::namespaced(ctx.base.client.clone(), &view.namespace);
+        Api::namespaced(ctx.base.controllers.clone(), &view.namespace);
     let regarding = cluster.object_ref(&());
     match decision {
         Decision::Paused { .. } | Decision::Hold | Decision::Ignore => Ok(Action::await_change()),
@@ -201,12 +234,14 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
                     )
                     .await;
             }
-            remove_finalizer(&clusters, cluster).await?;
+            let written = remove_finalizer(&clusters, cluster).await?;
+            wrote(ctx, &keys.cluster, cluster, written);
             Ok(Action::await_change())
         }
         Decision::Wait => {
             if !view.has_finalizer() {
-                add_finalizer(&clusters, cluster).await?;
+                let written = add_finalizer(&clusters, cluster).await?;
+                wrote(ctx, &keys.cluster, cluster, written);
             }
             Ok(Action::await_change())
         }
@@ -215,14 +250,26 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
                 return Ok(Action::await_change());
             };
             if !view.has_finalizer() {
-                add_finalizer(&clusters, cluster).await?;
+                let written = add_finalizer(&clusters, cluster).await?;
+                wrote(ctx, &keys.cluster, cluster, written);
             }
             let values = template_values_for(&cluster.to_json(), &view, &regarding, ctx).await;
+            let cached_rv = live
+                .as_ref()
+                .and_then(|l| l.meta().resource_version.clone());
             let (live, stub_created) = if agent_initiated && live.is_none() {
                 create_registration_stub(&view, import, &fleet_clusters).await?
             } else {
                 (live, false)
             };
+            if stub_created {
+                ctx.expectations.wrote(
+                    keys.fleet_cluster.clone(),
+                    None,
+                    live.as_ref()
+                        .and_then(|l| l.meta().resource_version.as_deref()),
+                );
+            }
             let registration = if agent_initiated {
                 Registration::AgentInitiated {
                     client_id: client_id(live.as_deref(), random_client_id),
@@ -231,7 +278,7 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
                 Registration::ManagerInitiated
             };
             let desired = desired_fleet_cluster(&view, import, &registration, Some(values));
-            let outcome = if import.patch_resource || stub_created {
+            let written = if import.patch_resource || stub_created {
                 apply_if_changed(
                     &fleet_clusters,
                     &desired,
@@ -242,14 +289,21 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
             } else {
                 create_if_missing(&fleet_clusters, &desired, live.as_deref()).await?
             };
+            if written.resource_version.is_some() {
+                ctx.expectations.wrote(
+                    keys.fleet_cluster.clone(),
+                    cached_rv.as_deref(),
+                    written.resource_version.as_deref(),
+                );
+            }
             let outcome = if stub_created {
                 Outcome::Created
             } else {
-                outcome
+                written.outcome
             };
             report(outcome, &desired, &regarding, ctx).await;
             if agent_initiated {
-                ensure_token(&view, import, live.as_deref(), &regarding, ctx).await?;
+                ensure_token(&view, import, live.as_deref(), &keys.token, ctx).await?;
             }
             Ok(Action::requeue(ctx.base.flags.sync_period))
         }
@@ -302,21 +356,57 @@ async fn report(
 ) {
     let name = fleet.name_any();
     let namespace = fleet.namespace().unwrap_or_default();
-    let (reason, note) = match outcome {
-        Outcome::Unchanged => return,
-        Outcome::Created => (
-            "Created",
-            format!("Created fleet object `{name}` in `{namespace}`"),
-        ),
-        Outcome::Updated => (
-            "Updated",
-            format!("Updated `fleet.cattle.io/v1alpha1/Cluster` object `{name}` in `{namespace}`"),
-        ),
-    };
-    tracing::info!(fleet_cluster = %name, %namespace, reason, "Fleet Cluster written");
-    ctx.base
-        .event(regarding, EventType::Normal, reason, "Creating", note)
-        .await;
+    match outcome {
+        Outcome::Unchanged => {}
+        // Creating is what every selected Cluster gets: a log line and the imported count in
+        // the FleetAddonConfig status, not an Event per Cluster (one request each).
+        Outcome::Created => {
+            tracing::info!(fleet_cluster = %name, %namespace, "Fleet Cluster created");
+        }
+        // An update changes what a user may rely on: say so where they look.
+        Outcome::Updated => {
+            tracing::info!(fleet_cluster = %name, %namespace, "Fleet Cluster updated");
+            ctx.base
+                .event(
+                    regarding,
+                    EventType::Normal,
+                    "Updated",
+                    "Updating",
+                    format!(
+                        "Updated `fleet.cattle.io/v1alpha1/Cluster` object `{name}` in `{namespace}`"
+                    ),
+                )
+                .await;
+        }
+    }
+}
+
+/// The objects a Cluster reconcile reads and writes, as expectation keys.
+struct ObjectKeys {
+    cluster: Key,
+    fleet_cluster: Key,
+    token: Key,
+}
+
+impl ObjectKeys {
+    fn of(view: &ClusterView, fleet_name: &str) -> Self {
+        Self {
+            cluster: Key::new("Cluster", &view.namespace, &view.name),
+            fleet_cluster: Key::new("FleetCluster", &view.namespace, fleet_name),
+            token: Key::new("ClusterRegistrationToken", &view.namespace, &view.name),
+        }
+    }
+}
+
+/// Records a write of `object` (`written`: the resourceVersion it left, if any).
+fn wrote<K: Resource>(ctx: &ImportContext, key: &Key, object: &K, written: Option<String>) {
+    if written.is_some() {
+        ctx.expectations.wrote(
+            key.clone(),
+            object.meta().resource_version.as_deref(),
+            written.as_deref(),
+        );
+    }
 }
 
 /// Removes what we created for a deleted Cluster. The Fleet Cluster is left to the garbage
@@ -344,7 +434,7 @@ async fn cleanup(
 /// none, as [`confirm_absent`] does) — only tokens of agent-initiated Clusters exist.
 async fn delete_token(view: &ClusterView, ctx: &ImportContext) -> Result<()> {
     let tokens: Api<ClusterRegistrationToken> =
-        Api::namespaced(ctx.base.client.clone(), &view.namespace);
+        Api::namespaced(ctx.base.controllers.clone(), &view.namespace);
     if ctx.stores.token(&view.namespace, &view.name).is_some()
         || tokens.get_metadata_opt(&view.name).await?.is_some()
     {
@@ -359,7 +449,7 @@ async fn ensure_token(
     view: &ClusterView,
     import: &ClusterImport,
     live: Option<&FleetCluster>,
-    regarding: &ObjectReference,
+    key: &Key,
     ctx: &ImportContext,
 ) -> Result<()> {
     let registered = live
@@ -371,21 +461,14 @@ async fn ensure_token(
         return Ok(());
     }
     let tokens: Api<ClusterRegistrationToken> =
-        Api::namespaced(ctx.base.client.clone(), &view.namespace);
+        Api::namespaced(ctx.base.controllers.clone(), &view.namespace);
     let token = desired_registration_token(view, import);
-    if create_if_missing(&tokens, &token, None).await? == Outcome::Created {
-        ctx.base
-            .event(
-                regarding,
-                EventType::Normal,
-                "Created",
-                "Creating",
-                format!(
-                    "Created ClusterRegistrationToken `{}` in `{}` (ttl {})",
-                    view.name, view.namespace, import.registration_token_ttl
-                ),
-            )
-            .await;
+    let written = create_if_missing(&tokens, &token, None).await?;
+    if written.outcome == Outcome::Created {
+        ctx.expectations
+            .wrote(key.clone(), None, written.resource_version.as_deref());
+        tracing::info!(cluster = %view.name, namespace = %view.namespace,
+            ttl = %import.registration_token_ttl, "ClusterRegistrationToken created");
     }
     Ok(())
 }

@@ -29,10 +29,12 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use crate::api::CapiCluster;
 use crate::controllers::config_watch::ConfigReceiver;
 use crate::controllers::import::clusters::{Decided, ImportContext};
+use crate::controllers::import::expectations::{self, Key};
 use crate::controllers::import::stores::Feed;
 use crate::model::fleet_health::{
     self, Desired, condition_to_apply, live_condition, status_changes,
 };
+use crate::model::import::Decision;
 use crate::names;
 use crate::{Error, Result};
 
@@ -143,23 +145,41 @@ async fn reconcile_condition(cluster: &CapiCluster, ctx: &ImportContext) -> Resu
     else {
         return Ok(Action::await_change());
     };
+    // Decide only from a cache that shows our last status write: a reconcile triggered before
+    // it would apply the same condition again.
+    let key = Key::new("ClusterStatus", &view.namespace, &view.name);
+    let cached_version = cluster.metadata.resource_version.as_deref();
+    if !ctx.expectations.met(&key, cached_version) {
+        return Ok(Action::requeue(expectations::TTL));
+    }
     let now = Timestamp::now();
     let status = cluster.body.get("status");
     let current = live_condition(status);
-    let api: Api<CapiCluster> = Api::namespaced(ctx.base.client.clone(), &view.namespace);
+    let api: Api<CapiCluster> = Api::namespaced(ctx.base.controllers.clone(), &view.namespace);
     match fleet_health::desired(&decision, &view, &config, live.as_deref(), now) {
         Desired::Keep => Ok(Action::await_change()),
         Desired::Remove => {
             if current.is_some() && owns_status_fields(cluster) {
-                apply_status(&api, &view.name, None).await?;
+                let written = apply_status(&api, &view.name, None).await?;
+                ctx.expectations
+                    .wrote(key, cached_version, written.as_deref());
                 tracing::info!(cluster = %view.name, namespace = %view.namespace, "FleetReady condition removed");
             }
+            Ok(Action::await_change())
+        }
+        // Not before the import controller has done its part: a status write bumps the
+        // Cluster's resourceVersion and would send the finalizer patch (guarded by it) into a
+        // conflict and a re-read, and before the Fleet Cluster exists the condition would only
+        // be written again a moment later. Both writes wake this controller up.
+        Desired::Set(_) if import_pending(&decision, &view, live.as_deref()) => {
             Ok(Action::await_change())
         }
         Desired::Set(health) => {
             let generation = cluster.metadata.generation;
             if let Some(condition) = condition_to_apply(current, &health, generation, now) {
-                apply_status(&api, &view.name, Some(condition)).await?;
+                let written = apply_status(&api, &view.name, Some(condition)).await?;
+                ctx.expectations
+                    .wrote(key, cached_version, written.as_deref());
                 tracing::debug!(cluster = %view.name, namespace = %view.namespace, reason = health.reason, "FleetReady condition written");
                 if status_changes(current, &health) {
                     let was_ready = current
@@ -197,6 +217,16 @@ async fn reconcile_condition(cluster: &CapiCluster, ctx: &ImportContext) -> Resu
     }
 }
 
+/// Whether the import controller has not yet written the finalizer (every selected Cluster) or
+/// the Fleet Cluster (an imported one).
+fn import_pending(
+    decision: &Decision,
+    view: &crate::model::capi::ClusterView,
+    fleet: Option<&FleetCluster>,
+) -> bool {
+    !view.has_finalizer() || (matches!(decision, Decision::Import { .. }) && fleet.is_none())
+}
+
 /// Longest Event note the API server accepts (`events.k8s.io/v1` `note`: 1 kB).
 const MAX_EVENT_NOTE_BYTES: usize = 1024;
 
@@ -228,7 +258,12 @@ fn owns_status_fields(cluster: &CapiCluster) -> bool {
 
 /// Server-side applies our part of the Cluster's status: the condition, or nothing (which
 /// removes the condition we applied before, unless another manager also owns it).
-async fn apply_status(api: &Api<CapiCluster>, name: &str, condition: Option<Value>) -> Result<()> {
+/// Returns the resourceVersion the write left (`None`: the Cluster is gone).
+async fn apply_status(
+    api: &Api<CapiCluster>,
+    name: &str,
+    condition: Option<Value>,
+) -> Result<Option<String>> {
     let mut body = json!({
         "apiVersion": "cluster.x-k8s.io/v1beta2",
         "kind": "Cluster",
@@ -245,9 +280,9 @@ async fn apply_status(api: &Api<CapiCluster>, name: &str, condition: Option<Valu
         )
         .await
     {
-        Ok(_) => Ok(()),
+        Ok(written) => Ok(written.metadata.resource_version),
         // Gone meanwhile: nothing to report on.
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
         Err(err) => Err(err.into()),
     }
 }

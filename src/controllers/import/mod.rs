@@ -11,6 +11,7 @@
 
 pub mod classes;
 pub mod clusters;
+pub mod expectations;
 pub mod health;
 pub mod namespaces;
 pub mod references;
@@ -55,7 +56,7 @@ pub async fn run(base: Arc<Context>) {
     }
     let mut reflectors = JoinSet::new();
     let (stores, mut feeds) = Stores::start(
-        &base.client,
+        &base.controllers,
         &base.flags,
         &Subscribers {
             clusters: 3,
@@ -72,7 +73,7 @@ pub async fn run(base: Arc<Context>) {
     let (namespace_tx, namespace_rx) = mpsc::unbounded_channel();
     let (class_tx, class_rx) = mpsc::unbounded_channel();
     let references = References::new(
-        base.client.clone(),
+        base.controllers.clone(),
         base.flags.watch_namespace().map(str::to_string),
         cluster_tx.clone(),
         base.shutdown.clone(),

@@ -16,6 +16,7 @@ use serde_json::json;
 use crate::api::BundleNamespaceMapping;
 use crate::apply::{apply_if_changed, delete_if_exists};
 use crate::controllers::import::clusters::ImportContext;
+use crate::controllers::import::expectations::{self, Key};
 use crate::model::capi::{ClassRef, ClassView, ClusterView};
 use crate::model::diff::owned_fields;
 use crate::model::import::Decision;
@@ -69,6 +70,15 @@ async fn reconcile_namespace(namespace: &NamespaceMeta, ctx: &ImportContext) -> 
         return Ok(Action::await_change());
     }
     let name = namespace.name_any();
+    // The annotation is decided from the cached namespace: wait until it shows our last write
+    // (its watch event triggers this namespace again).
+    let namespace_key = Key::new("Namespace", "", &name);
+    if !ctx.expectations.met(
+        &namespace_key,
+        namespace.metadata.resource_version.as_deref(),
+    ) {
+        return Ok(Action::requeue(expectations::TTL));
+    }
     let views: Vec<(ClusterView, Decision)> = ctx
         .stores
         .clusters_in(&name)
@@ -118,15 +128,37 @@ async fn reconcile_namespace(namespace: &NamespaceMeta, ctx: &ImportContext) -> 
 
     tracing::debug!(namespace = %name, clusters = views.len(), annotate = plan.workspace_annotation,
         groups = plan.apply_groups.len(), mappings = plan.apply_mappings.len(), "namespace plan");
-    sync_annotation(namespace, plan.workspace_annotation, ctx).await?;
+    if let Some(written) = sync_annotation(namespace, plan.workspace_annotation, ctx).await? {
+        ctx.expectations.wrote(
+            namespace_key,
+            namespace.metadata.resource_version.as_deref(),
+            Some(&written),
+        );
+    }
 
-    let groups: Api<ClusterGroup> = Api::namespaced(ctx.base.client.clone(), &name);
+    // Objects whose cache does not show our last write yet are left for the reconcile their
+    // watch event triggers.
+    let mut waiting = false;
+    let groups: Api<ClusterGroup> = Api::namespaced(ctx.base.controllers.clone(), &name);
     for group in &plan.apply_groups {
         let group_name = group.name_any();
         let live = ctx.stores.group(&name, &group_name);
-        let outcome =
+        let key = Key::new("ClusterGroup", &name, &group_name);
+        let cached = live
+            .as_ref()
+            .and_then(|g| g.metadata.resource_version.clone());
+        if !ctx.expectations.met(&key, cached.as_deref()) {
+            waiting = true;
+            continue;
+        }
+        let written =
             apply_if_changed(&groups, group, live.as_deref(), names::FIELD_MANAGER).await?;
-        log_write(outcome, "ClusterGroup", &name, &group_name);
+        ctx.expectations.wrote(
+            key,
+            cached.as_deref(),
+            written.resource_version.as_deref().or(cached.as_deref()),
+        );
+        log_write(written.outcome, "ClusterGroup", &name, &group_name);
     }
     for group_name in &plan.clear_group_owner_references {
         groups
@@ -146,20 +178,42 @@ async fn reconcile_namespace(namespace: &NamespaceMeta, ctx: &ImportContext) -> 
     for mapping in &plan.apply_mappings {
         let class_namespace = mapping.metadata.namespace.clone().unwrap_or_default();
         let mappings: Api<BundleNamespaceMapping> =
-            Api::namespaced(ctx.base.client.clone(), &class_namespace);
+            Api::namespaced(ctx.base.controllers.clone(), &class_namespace);
         let live = ctx.stores.mapping(&class_namespace, &name);
-        let outcome =
+        let key = Key::new("BundleNamespaceMapping", &class_namespace, &name);
+        let cached = live
+            .as_ref()
+            .and_then(|m| m.metadata.resource_version.clone());
+        if !ctx.expectations.met(&key, cached.as_deref()) {
+            waiting = true;
+            continue;
+        }
+        let written =
             apply_if_changed(&mappings, mapping, live.as_deref(), names::FIELD_MANAGER).await?;
-        log_write(outcome, "BundleNamespaceMapping", &class_namespace, &name);
+        ctx.expectations.wrote(
+            key,
+            cached.as_deref(),
+            written.resource_version.as_deref().or(cached.as_deref()),
+        );
+        log_write(
+            written.outcome,
+            "BundleNamespaceMapping",
+            &class_namespace,
+            &name,
+        );
     }
     for class_namespace in &plan.delete_mappings {
         let mappings: Api<BundleNamespaceMapping> =
-            Api::namespaced(ctx.base.client.clone(), class_namespace);
+            Api::namespaced(ctx.base.controllers.clone(), class_namespace);
         if delete_if_exists(&mappings, &name).await? {
             tracing::info!(namespace = %class_namespace, mapping = %name, "deleted BundleNamespaceMapping: no Cluster uses it");
         }
     }
-    Ok(Action::await_change())
+    Ok(if waiting {
+        Action::requeue(expectations::TTL)
+    } else {
+        Action::await_change()
+    })
 }
 
 fn log_write(outcome: crate::apply::Outcome, kind: &str, namespace: &str, name: &str) {
@@ -169,12 +223,13 @@ fn log_write(outcome: crate::apply::Outcome, kind: &str, namespace: &str, name: 
 }
 
 /// Adds the annotation (server-side apply by our namespace field manager), or removes it by
-/// applying without it — which only removes it when we own it, never someone else's.
+/// applying without it — which only removes it when we own it, never someone else's. Returns
+/// the resourceVersion the apply left, `None` when nothing needed writing.
 async fn sync_annotation(
     namespace: &NamespaceMeta,
     wanted: bool,
     ctx: &ImportContext,
-) -> Result<()> {
+) -> Result<Option<String>> {
     let name = namespace.name_any();
     let has_ours = namespace
         .annotations()
@@ -193,10 +248,10 @@ async fn sync_annotation(
     } else if !wanted && owned {
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     } else {
-        return Ok(());
+        return Ok(None);
     };
-    let namespaces: Api<Namespace> = Api::all(ctx.base.client.clone());
-    namespaces
+    let namespaces: Api<Namespace> = Api::all(ctx.base.controllers.clone());
+    let applied = namespaces
         .patch(
             &name,
             &PatchParams::apply(names::NAMESPACE_FIELD_MANAGER).force(),
@@ -204,7 +259,7 @@ async fn sync_annotation(
         )
         .await?;
     tracing::info!(namespace = %name, annotated = wanted, "Fleet workspace annotation updated");
-    Ok(())
+    Ok(applied.metadata.resource_version)
 }
 
 /// The namespaces whose plans a ClusterClass affects: those of Clusters using it from another

@@ -22,6 +22,13 @@ use crate::names;
 /// Shortest time between two recounts.
 pub const MIN_INTERVAL: Duration = Duration::from_secs(2);
 
+/// How long to wait after a recount that took `took`: [`MIN_INTERVAL`], or ten times the
+/// recount, whichever is longer. A recount decides every Cluster (O(N)); with tens of thousands
+/// of Clusters it must not take more than a tenth of a core from the import it reports on.
+pub fn interval_after(took: Duration) -> Duration {
+    MIN_INTERVAL.max(took.saturating_mul(10))
+}
+
 /// Counts the Clusters in the caches (and, through `by_reason`, their `FleetReady` reasons).
 pub fn count(
     ctx: &ImportContext,
@@ -72,8 +79,10 @@ pub async fn run(ctx: Arc<ImportContext>) {
         let Some(config) = ctx.base.config() else {
             continue;
         };
+        let started = std::time::Instant::now();
         let mut by_reason = BTreeMap::new();
         let counts = count(&ctx, &config, &mut by_reason);
+        let pause = interval_after(started.elapsed());
         ctx.base.metrics.selected_clusters.set(counts.selected);
         ctx.base.metrics.imported_clusters.set(counts.imported);
         for reason in fleet_health::reason::ALL {
@@ -99,14 +108,14 @@ pub async fn run(ctx: Arc<ImportContext>) {
         }
         tokio::select! {
             () = ctx.base.shutdown.cancelled() => return,
-            () = tokio::time::sleep(MIN_INTERVAL) => {}
+            () = tokio::time::sleep(pause) => {}
         }
     }
 }
 
 /// Applies `status.clusters` unless the object already has these counts.
 async fn write(ctx: &ImportContext, counts: &ClusterCounts) -> crate::Result<()> {
-    let api: Api<FleetAddonConfig> = Api::all(ctx.base.client.clone());
+    let api: Api<FleetAddonConfig> = Api::all(ctx.base.controllers.clone());
     let Some(live) = api.get_opt(FleetAddonConfig::NAME).await? else {
         return Ok(());
     };
@@ -126,4 +135,23 @@ async fn write(ctx: &ImportContext, counts: &ClusterCounts) -> crate::Result<()>
     )
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recounts_take_at_most_a_tenth_of_the_time() {
+        let ms = Duration::from_millis;
+        for (took, pause) in [
+            (ms(0), MIN_INTERVAL),
+            (ms(50), MIN_INTERVAL),
+            (ms(200), MIN_INTERVAL),
+            (ms(300), ms(3000)),
+            (ms(1500), ms(15000)),
+        ] {
+            assert_eq!(interval_after(took), pause, "{took:?}");
+        }
+    }
 }

@@ -334,3 +334,53 @@ async fn the_request_log_records_the_user_agent() {
         "{logged}"
     );
 }
+
+#[tokio::test]
+async fn delayed_watch_events_of_one_resource() {
+    let s = bare().await;
+    let c = s.client();
+    let cms = "/api/v1/namespaces/default/configmaps";
+    let secrets = "/api/v1/namespaces/default/secrets";
+    raw(
+        &c,
+        "POST",
+        "/sandbox/faults",
+        &[],
+        serde_json::to_vec(
+            &json!({"watchDelays": [{"group": "", "resource": "configmaps", "delayMs": 400}]}),
+        )
+        .unwrap(),
+    )
+    .await;
+    let from = s.resource_version();
+    let mut delayed =
+        WatchStream::open(&c, &format!("{cms}?watch=true&resourceVersion={from}"), &[]).await;
+    let mut other = WatchStream::open(
+        &c,
+        &format!("{secrets}?watch=true&resourceVersion={from}"),
+        &[],
+    )
+    .await;
+    let written = Instant::now();
+    create_cm(&c, "default", "late", json!({})).await;
+    raw(
+        &c,
+        "POST",
+        secrets,
+        &[],
+        serde_json::to_vec(&json!({"metadata": {"name": "prompt"}})).unwrap(),
+    )
+    .await;
+    // Other resources are not delayed; the delayed event arrives, but not before its delay.
+    let event = other.next_within(Duration::from_secs(5)).await;
+    assert_eq!(
+        event.unwrap().unwrap()["object"]["metadata"]["name"],
+        "prompt"
+    );
+    let event = delayed.next_within(Duration::from_secs(5)).await;
+    assert_eq!(
+        event.unwrap().unwrap()["object"]["metadata"]["name"],
+        "late"
+    );
+    assert!(written.elapsed() >= Duration::from_millis(400));
+}

@@ -100,3 +100,35 @@ async fn snapshot_on_demand_over_http() {
     let text = std::fs::read_to_string(dir.path().join("snapshot.json")).unwrap();
     assert!(text.contains("\"now\""));
 }
+
+#[tokio::test]
+async fn a_read_only_snapshot_is_loaded_but_never_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = SandboxOptions {
+        crds: vec![],
+        snapshot_dir: Some(dir.path().to_path_buf()),
+        ..Default::default()
+    };
+    let s = Sandbox::start_with(opts.clone()).await.unwrap();
+    create_ns(&s.client(), "prepared").await;
+    s.shutdown().await;
+    let file = dir.path().join("snapshot.json");
+    let prepared = std::fs::read(&file).unwrap();
+
+    let read_only = SandboxOptions {
+        snapshot_read_only: true,
+        ..opts
+    };
+    for _ in 0..2 {
+        let s = Sandbox::start_with(read_only.clone()).await.unwrap();
+        let c = s.client();
+        assert_eq!(get(&c, "/api/v1/namespaces/prepared").await.code, 200);
+        create_ns(&c, "added").await;
+        s.shutdown().await;
+        assert_eq!(
+            std::fs::read(&file).unwrap(),
+            prepared,
+            "snapshot unchanged"
+        );
+    }
+}

@@ -1,0 +1,150 @@
+//! The API requests an import costs, counted from the sandbox request log: per Cluster one
+//! finalizer patch, one Fleet Cluster apply and one `FleetReady` status apply, per namespace one
+//! annotation, per class
+//! namespace pair one ClusterGroup and one BundleNamespaceMapping — and nothing else, also when
+//! a watch lags behind our own writes (a reconcile that ran before the cache showed our last
+//! write used to write again: an apply that changed nothing, a finalizer patch rejected by its
+//! resourceVersion guard and a GET), and no Event per Cluster.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::{Harness, eventually, from_manager};
+use kube_sandbox::{FaultConfig, WatchDelay};
+use serde_json::json;
+
+const CLUSTERS: usize = 12;
+const NAMESPACES: usize = 3;
+/// How late the lagging watch delivers events: long enough that every reconcile our own
+/// writes trigger on the other watches runs before it.
+const DELAY: Duration = Duration::from_millis(1000);
+
+/// `VERB group/resource` → count, of the manager's requests other than LIST and WATCH.
+fn manager_requests(h: &Harness) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for r in h.sandbox.requests().all() {
+        if !from_manager(&r)
+            || matches!(r.verb, kube_sandbox::Verb::List | kube_sandbox::Verb::Watch)
+        {
+            continue;
+        }
+        let status = if r.code >= 400 {
+            format!(" {}", r.code)
+        } else {
+            String::new()
+        };
+        *counts
+            .entry(format!("{:?} {}/{}{status}", r.verb, r.group, r.resource))
+            .or_default() += 1;
+    }
+    counts
+}
+
+/// Imports [`CLUSTERS`] Clusters (two of them using a ClusterClass from another namespace, in
+/// two namespaces) with the watch of `lagging` (group, plural) delayed, and checks the requests.
+async fn import_with_lagging_watch(lagging: Option<(&str, &str)>) {
+    let mut h = Harness::new().await;
+    h.namespace("classes", json!({})).await;
+    h.class("classes", "quick-start", json!({})).await;
+    for n in 0..NAMESPACES {
+        h.namespace(&format!("ns-{n}"), json!({})).await;
+    }
+    for i in 0..CLUSTERS {
+        let ns = format!("ns-{}", i % NAMESPACES);
+        let name = format!("c-{i}");
+        let spec = if i < 2 {
+            json!({"topology": {"classRef": {"name": "quick-start", "namespace": "classes"}, "version": "v1.35.0"}})
+        } else {
+            json!({})
+        };
+        h.cluster(&ns, json!({"metadata": {"name": name}, "spec": spec}))
+            .await;
+        h.initialize(&ns, &name).await;
+    }
+    if let Some((group, resource)) = lagging {
+        h.sandbox.set_faults(FaultConfig {
+            watch_delays: vec![WatchDelay {
+                group: group.into(),
+                resource: resource.into(),
+                delay_ms: DELAY.as_millis() as u64,
+            }],
+            ..Default::default()
+        });
+    }
+    h.sandbox.requests().reset();
+    h.start().await;
+
+    let expected: BTreeMap<String, usize> = [
+        // One finalizer per Cluster.
+        ("Patch cluster.x-k8s.io/clusters", CLUSTERS),
+        // One Fleet Cluster per Cluster.
+        ("Apply fleet.cattle.io/clusters", CLUSTERS),
+        // The FleetReady condition (status subresource), once per Cluster: written after the
+        // finalizer and the Fleet Cluster, so it neither conflicts with the finalizer patch nor
+        // is written twice.
+        ("Apply cluster.x-k8s.io/clusters", CLUSTERS),
+        // The workspace annotation, once per namespace with Clusters.
+        ("Apply /namespaces", NAMESPACES),
+        // The class group, and a group in each namespace using the class from `classes`.
+        ("Apply fleet.cattle.io/clustergroups", 1 + 2),
+        ("Apply fleet.cattle.io/bundlenamespacemappings", 2),
+        // `Created` for the class group (one per ClusterClass, not per Cluster).
+        ("Post events.k8s.io/events", 1),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    // Wait until the expected writes were made, then until the manager has been quiet for
+    // longer than the lag: every reconcile that the delayed events trigger has run by then.
+    let quiet = DELAY + Duration::from_millis(500);
+    let mut last: (BTreeMap<String, usize>, Instant) = (BTreeMap::new(), Instant::now());
+    let seen = eventually("the import writes, then a quiet period", || {
+        let now = manager_requests(&h);
+        if now != last.0 {
+            last = (now.clone(), Instant::now());
+        }
+        let settled = now.len() >= expected.len() && last.1.elapsed() > quiet;
+        async move { settled.then_some(now) }
+    })
+    .await;
+    assert_eq!(
+        seen, expected,
+        "requests of the import with the {lagging:?} watch lagging {DELAY:?}"
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn import_requests_without_lag() {
+    import_with_lagging_watch(None).await;
+}
+
+/// The Fleet Cluster cache lags: the reconcile the finalizer's watch event triggers must not
+/// apply the Fleet Cluster again.
+#[tokio::test]
+async fn import_requests_with_fleet_clusters_lagging() {
+    import_with_lagging_watch(Some(("fleet.cattle.io", "clusters"))).await;
+}
+
+/// The CAPI Cluster cache lags: the reconcile the Fleet Cluster's watch event triggers must not
+/// patch the finalizer again (a 422 from the resourceVersion guard, then a GET).
+#[tokio::test]
+async fn import_requests_with_capi_clusters_lagging() {
+    import_with_lagging_watch(Some(("cluster.x-k8s.io", "clusters"))).await;
+}
+
+/// The Namespace cache lags: the namespace reconciles every Cluster event triggers must not
+/// apply the workspace annotation again.
+#[tokio::test]
+async fn import_requests_with_namespaces_lagging() {
+    import_with_lagging_watch(Some(("", "namespaces"))).await;
+}
+
+/// Group and mapping caches lag: the namespace reconciles must not apply them again.
+#[tokio::test]
+async fn import_requests_with_groups_and_mappings_lagging() {
+    import_with_lagging_watch(Some(("fleet.cattle.io", "clustergroups"))).await;
+    import_with_lagging_watch(Some(("fleet.cattle.io", "bundlenamespacemappings"))).await;
+}
