@@ -250,6 +250,11 @@ impl ChartRepo {
             )
             .expect("copy package");
         }
+        self.reindex();
+    }
+
+    /// Rewrites `index.yaml` from the packages present.
+    fn reindex(&self) {
         let home = self.dir.path().join(".home");
         helm(
             &home,
@@ -273,16 +278,7 @@ impl ChartRepo {
                 .join(archive.file_name().expect("file name")),
         )
         .expect("copy package");
-        let home = self.dir.path().join(".home");
-        helm(
-            &home,
-            None,
-            &[
-                "repo",
-                "index",
-                self.dir.path().to_str().expect("utf-8 path"),
-            ],
-        );
+        self.reindex();
     }
 
     pub fn set_mode(&self, mode: RepoMode) {

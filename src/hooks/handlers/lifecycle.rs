@@ -220,6 +220,15 @@ pub async fn prepare_in_background(
 /// bootstrap, rebased onto such a class, switched to `fleetAgent.enabled: true`): reads the
 /// Cluster and prepares its bootstrap Secret in the background.
 pub fn prepare_existing(ctx: &Context, namespace: &str, name: &str) {
+    // Already under way: no need to read the Cluster again for every call meanwhile.
+    if ctx
+        .preparing
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .contains(&format!("{namespace}/{name}"))
+    {
+        return;
+    }
     let owned = ctx.with_shutdown(ctx.shutdown.clone());
     let (namespace, name) = (namespace.to_string(), name.to_string());
     tokio::spawn(async move {
