@@ -6,3 +6,4 @@ pub mod config_watch;
 pub mod fleet_config;
 pub mod import;
 pub mod misnamed_config;
+pub mod reconcile;

@@ -75,7 +75,18 @@ impl ClusterView {
     /// The view of a watched Cluster, without serialising its spec and status (this runs for
     /// every Cluster on every namespace reconcile and status recount).
     pub fn of(cluster: &CapiCluster) -> Option<Self> {
-        let metadata = serde_json::to_value(&cluster.metadata).ok()?;
+        // Only the metadata fields the view reads: serialising the whole metadata (with its
+        // managedFields) for every decision was most of a decision's cost.
+        let meta = &cluster.metadata;
+        let metadata = serde_json::json!({
+            "name": meta.name,
+            "namespace": meta.namespace,
+            "uid": meta.uid,
+            "labels": meta.labels,
+            "annotations": meta.annotations,
+            "finalizers": meta.finalizers,
+            "deletionTimestamp": meta.deletion_timestamp,
+        });
         Self::from_parts(
             Some(cluster.api_version.as_str()),
             &metadata,
@@ -393,6 +404,20 @@ mod tests {
         let json = v1beta2_cluster();
         let cluster: CapiCluster = serde_json::from_value(json.clone()).expect("cluster");
         assert_eq!(ClusterView::of(&cluster), ClusterView::from_json(&json));
+
+        // Every metadata field the view reads, and one it must not (managedFields).
+        let mut deleting = json;
+        deleting["metadata"]["uid"] = json!("u-1");
+        deleting["metadata"]["finalizers"] = json!([names::FINALIZER, "other"]);
+        deleting["metadata"]["deletionTimestamp"] = json!("2026-11-23T10:00:00Z");
+        deleting["metadata"]["annotations"] = json!({names::CAPI_PAUSED_ANNOTATION: ""});
+        deleting["metadata"]["managedFields"] = json!([{"manager": "m", "operation": "Apply",
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]);
+        let cluster: CapiCluster = serde_json::from_value(deleting.clone()).expect("cluster");
+        let view = ClusterView::of(&cluster).expect("view");
+        assert_eq!(Some(&view), ClusterView::from_json(&deleting).as_ref());
+        assert!(view.deleting && view.paused && view.has_finalizer());
+        assert_eq!(view.uid, "u-1");
     }
 
     #[test]

@@ -1,12 +1,11 @@
 //! `FleetAddonConfig` status for the Fleet installation (pure): conditions with stable
-//! transition times, the decision whether a status write is needed, and the retry backoff.
+//! transition times and the decision whether a status write is needed.
 //!
 //! Condition types are CAAPF's (`RepoAdd`, `RepoUpdate`, `Installed`, `FlagsUpdate`, `Ready`)
 //! plus `ConfigValid`. A True condition has `reason == type`, as in CAAPF; a False one has a
 //! reason naming the cause. `lastTransitionTime` changes only when `status` changes.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
@@ -181,20 +180,6 @@ pub fn apply_body(name: &str, desired: &OwnedStatus) -> serde_json::Value {
     })
 }
 
-/// First retry after a failure.
-pub const BACKOFF_BASE: Duration = Duration::from_secs(5);
-/// Longest wait between retries.
-pub const BACKOFF_CAP: Duration = Duration::from_secs(300);
-
-/// Delay before retry number `failures` (1 = after the first failure): 5 s, 10 s, 20 s, …,
-/// capped at 5 min.
-pub fn backoff(failures: u32) -> Duration {
-    let exponent = failures.saturating_sub(1).min(16);
-    BACKOFF_BASE
-        .saturating_mul(1u32 << exponent)
-        .min(BACKOFF_CAP)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -357,13 +342,5 @@ mod tests {
                 }]},
             })
         );
-    }
-
-    #[test]
-    fn exponential_backoff_capped() {
-        let secs: Vec<u64> = (1..=10).map(|n| backoff(n).as_secs()).collect();
-        assert_eq!(secs, [5, 10, 20, 40, 80, 160, 300, 300, 300, 300]);
-        assert_eq!(backoff(0), Duration::from_secs(5));
-        assert_eq!(backoff(u32::MAX), BACKOFF_CAP);
     }
 }

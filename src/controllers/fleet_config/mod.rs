@@ -14,21 +14,23 @@
 pub mod steps;
 pub mod watches;
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, predicates, watcher};
 use tokio::sync::{mpsc, watch};
 
 use crate::api::FleetAddonConfig;
 use crate::context::Context;
+use crate::controllers::backoff::{Backoff, BackoffKey};
+use crate::controllers::reconcile::{self, retry_after};
 use crate::helm::{Helm, HelmSettings};
 use crate::model::config::EffectiveConfig;
 use crate::model::fleet_status;
@@ -42,46 +44,12 @@ pub const CONTROLLER: &str = "fleet-config";
 /// killed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
-/// Failures of one object since its last success.
-#[derive(Clone, Debug)]
-struct Failures {
-    count: u32,
-    retry_at: Instant,
-    generation: Option<i64>,
-}
-
 /// What reconciles share.
 struct State {
     ctx: Arc<Context>,
     helm: Helm,
-    failures: Mutex<HashMap<ObjectRef<FleetAddonConfig>, Failures>>,
+    backoff: Backoff,
     targets: watch::Sender<BTreeSet<WatchTarget>>,
-}
-
-impl State {
-    fn failures(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<FleetAddonConfig>, Failures>> {
-        self.failures
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// How long to wait before working again, if the object is in backoff and its spec did not
-    /// change since the failure.
-    fn backoff_remaining(
-        &self,
-        key: &ObjectRef<FleetAddonConfig>,
-        generation: Option<i64>,
-    ) -> Option<Duration> {
-        let failures = self.failures();
-        let entry = failures.get(key)?;
-        if entry.generation != generation {
-            return None;
-        }
-        let now = Instant::now();
-        (entry.retry_at > now).then(|| entry.retry_at - now)
-    }
 }
 
 /// Helm settings from the manager flags.
@@ -115,7 +83,7 @@ pub async fn run(ctx: Arc<Context>) {
     let state = Arc::new(State {
         ctx: ctx.clone(),
         helm,
-        failures: Mutex::new(HashMap::new()),
+        backoff: Backoff::default(),
         targets: targets_tx,
     });
 
@@ -173,13 +141,27 @@ fn generation_and_uid(object: &FleetAddonConfig) -> Option<u64> {
 }
 
 async fn reconcile(object: Arc<FleetAddonConfig>, state: Arc<State>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let key = ObjectRef::from_obj(object.as_ref());
-    let generation = object.metadata.generation;
-    if let Some(wait) = state.backoff_remaining(&key, generation) {
+    // Triggers from watched objects do not shorten a failure's wait; a spec change does.
+    let key = BackoffKey::new(CONTROLLER, &*object);
+    if let Some(wait) = state
+        .backoff
+        .remaining(&key, BackoffKey::generation_of(&*object))
+    {
         tracing::debug!(?wait, "in backoff after a failure; not retrying yet");
         return Ok(Action::requeue(wait));
     }
+    reconcile::observed(
+        CONTROLLER,
+        &*object,
+        &state.ctx.metrics,
+        &state.backoff,
+        reconcile_config(&object, &state),
+    )
+    .await
+}
+
+async fn reconcile_config(object: &FleetAddonConfig, state: &State) -> Result<Action, Error> {
+    let generation = object.metadata.generation;
     let config = EffectiveConfig::resolve(Some(&object));
     state.targets.send_if_modified(|current| {
         let next = watches::watch_targets(&config);
@@ -188,7 +170,7 @@ async fn reconcile(object: Arc<FleetAddonConfig>, state: Arc<State>) -> Result<A
         changed
     });
     let ctx = &state.ctx;
-    let report = steps::run(ctx, &state.helm, &object, &config).await;
+    let report = steps::run(ctx, &state.helm, object, &config).await;
     if ctx.shutdown.is_cancelled() {
         // Steps may have been cut short: report nothing; the next start (or leader) redoes them.
         return Ok(Action::await_change());
@@ -207,20 +189,14 @@ async fn reconcile(object: Arc<FleetAddonConfig>, state: Arc<State>) -> Result<A
         Ok(())
     };
 
-    let outcome = match (report.failure, written) {
+    match (report.failure, written) {
         (Some((step, err)), _) => {
             tracing::warn!(step = step.name(), error = %err, "Fleet reconcile step failed");
             Err(err)
         }
         (None, Err(err)) => Err(err),
         (None, Ok(())) => Ok(Action::requeue(ctx.flags.sync_period)),
-    };
-    ctx.metrics
-        .reconciled(CONTROLLER, started.elapsed(), outcome.as_ref().err());
-    if outcome.is_ok() {
-        state.failures().remove(&key);
     }
-    outcome
 }
 
 async fn write_status(
@@ -240,24 +216,6 @@ async fn write_status(
 }
 
 fn error_policy(object: Arc<FleetAddonConfig>, err: &Error, state: Arc<State>) -> Action {
-    let key = ObjectRef::from_obj(object.as_ref());
-    let generation = object.metadata.generation;
-    let mut failures = state.failures();
     // A new spec is a new situation: its first failure waits the shortest time again.
-    let count = failures
-        .get(&key)
-        .filter(|f| f.generation == generation)
-        .map_or(0, |f| f.count)
-        + 1;
-    let delay = fleet_status::backoff(count);
-    failures.insert(
-        key,
-        Failures {
-            count,
-            retry_at: Instant::now() + delay,
-            generation,
-        },
-    );
-    tracing::info!(error = %err, failures = count, retry_in = ?delay, "will retry");
-    Action::requeue(delay)
+    retry_after(CONTROLLER, &*object, err, &state.backoff)
 }

@@ -4,7 +4,6 @@
 //! CAAPF versions put on classes and groups is removed.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use fleet_api_rs::fleet_clustergroup::ClusterGroup;
 use kube::runtime::controller::Action;
@@ -15,7 +14,8 @@ use crate::api::CapiClusterClass;
 use crate::apply::{
     Outcome, apply_if_changed, create_if_missing, delete_if_exists, remove_finalizer,
 };
-use crate::controllers::import::clusters::ImportContext;
+use crate::controllers::import::context::ImportContext;
+use crate::controllers::reconcile::retry_after;
 use crate::model::capi::ClassView;
 use crate::model::fleet::desired_class_group;
 use crate::names;
@@ -27,16 +27,8 @@ pub const GROUP_CONTROLLER: &str = "clustergroup";
 
 /// Reconciles one ClusterClass.
 pub async fn reconcile(class: Arc<CapiClusterClass>, ctx: Arc<ImportContext>) -> Result<Action> {
-    let started = Instant::now();
-    ctx.caches_ready().await;
-    let result = reconcile_class(&class, &ctx).await;
-    ctx.base
-        .metrics
-        .reconciled(CONTROLLER, started.elapsed(), result.as_ref().err());
-    if result.is_ok() {
-        ctx.backoff.succeeded(&format!("class/{}", key(&*class)));
-    }
-    result
+    ctx.observed(CONTROLLER, &*class, reconcile_class(&class, &ctx))
+        .await
 }
 
 pub fn error_policy(
@@ -44,9 +36,7 @@ pub fn error_policy(
     error: &Error,
     ctx: Arc<ImportContext>,
 ) -> Action {
-    let delay = ctx.backoff.failed(&format!("class/{}", key(&*class)));
-    tracing::warn!(class = %key(&*class), %error, retry_in = ?delay, "reconciling ClusterClass failed");
-    Action::requeue(delay)
+    retry_after(CONTROLLER, &*class, error, &ctx.backoff)
 }
 
 fn key<K: ResourceExt>(object: &K) -> String {
@@ -130,16 +120,12 @@ pub fn is_class_group(group: &ClusterGroup) -> bool {
 /// when its ClusterClass no longer exists (checked with a GET, not just the cache, so a class
 /// outside `--namespace`/`--watch-filter` is never taken for gone).
 pub async fn reconcile_group(group: Arc<ClusterGroup>, ctx: Arc<ImportContext>) -> Result<Action> {
-    let started = Instant::now();
-    ctx.caches_ready().await;
-    let result = reconcile_class_group(&group, &ctx).await;
-    ctx.base
-        .metrics
-        .reconciled(GROUP_CONTROLLER, started.elapsed(), result.as_ref().err());
-    if result.is_ok() {
-        ctx.backoff.succeeded(&format!("group/{}", key(&*group)));
-    }
-    result
+    ctx.observed(
+        GROUP_CONTROLLER,
+        &*group,
+        reconcile_class_group(&group, &ctx),
+    )
+    .await
 }
 
 pub fn group_error_policy(
@@ -147,9 +133,7 @@ pub fn group_error_policy(
     error: &Error,
     ctx: Arc<ImportContext>,
 ) -> Action {
-    let delay = ctx.backoff.failed(&format!("group/{}", key(&*group)));
-    tracing::warn!(group = %key(&*group), %error, retry_in = ?delay, "reconciling ClusterGroup failed");
-    Action::requeue(delay)
+    retry_after(GROUP_CONTROLLER, &*group, error, &ctx.backoff)
 }
 
 async fn reconcile_class_group(group: &ClusterGroup, ctx: &ImportContext) -> Result<Action> {

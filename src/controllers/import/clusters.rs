@@ -1,8 +1,7 @@
 //! The Cluster controller: CAPI `Cluster` → Fleet `Cluster` (+ registration token).
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
 use fleet_api_rs::fleet_cluster_registration_token::ClusterRegistrationToken;
@@ -12,146 +11,40 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::Value;
-use tokio::sync::Notify;
 
 use crate::api::CapiCluster;
 use crate::apply::{
     Outcome, add_finalizer, apply_if_changed, create_if_missing, delete_if_exists, remove_finalizer,
 };
-use crate::context::Context;
-use crate::controllers::backoff::Backoff;
-use crate::controllers::import::expectations::{self, Expectations, Key};
-use crate::controllers::import::references::{Lookup, References};
-use crate::controllers::import::stores::Stores;
+use crate::controllers::import::context::{Decided, ImportContext};
+use crate::controllers::import::expectations::{self, Key};
+use crate::controllers::import::references::Lookup;
+use crate::controllers::reconcile::retry_after;
 use crate::model::capi::{ClusterView, ObjectRef as CapiRef};
-use crate::model::config::{ClusterImport, EffectiveConfig};
+use crate::model::config::ClusterImport;
 use crate::model::fleet::{
     Registration, client_id, desired_fleet_cluster, desired_registration_token, random_client_id,
     registration_stub, template_values,
 };
-use crate::model::import::{Decision, decide};
+use crate::model::import::Decision;
 use crate::names;
 use crate::{Error, Result};
 
 /// Controller name in metrics and logs.
 pub const CONTROLLER: &str = "cluster";
 
-/// What the import controllers share.
-pub struct ImportContext {
-    pub base: Arc<Context>,
-    pub stores: Stores,
-    pub references: References,
-    pub backoff: Backoff,
-    /// Our writes the caches have not shown yet.
-    pub expectations: Expectations,
-    /// Pinged after every Cluster reconcile; the status writer recounts (at a bounded rate).
-    pub counts_changed: Notify,
-    /// Missing references already reported, so each is reported once, not every reconcile.
-    reported: Mutex<HashSet<String>>,
-    /// True once every cache holds its first full list.
-    caches_ready: tokio::sync::watch::Receiver<bool>,
-}
-
-impl ImportContext {
-    pub fn new(
-        base: Arc<Context>,
-        stores: Stores,
-        references: References,
-        caches_ready: tokio::sync::watch::Receiver<bool>,
-    ) -> Self {
-        Self {
-            base,
-            stores,
-            references,
-            backoff: Backoff::default(),
-            expectations: Expectations::default(),
-            counts_changed: Notify::new(),
-            reported: Mutex::new(HashSet::new()),
-            caches_ready,
-        }
-    }
-
-    /// Waits until every cache holds its first full list: decisions need all of them, not just
-    /// the controller's own. (kube's `Store::wait_until_ready` wakes only the last of several
-    /// concurrent waiters, so the caches are awaited once and the result shared here.)
-    pub async fn caches_ready(&self) {
-        let mut ready = self.caches_ready.clone();
-        // An error means the sender is gone: the manager is stopping.
-        let _ = ready.wait_for(|ready| *ready).await;
-    }
-
-    /// Reads one Cluster from the caches and decides what to do with it.
-    pub fn decide(&self, cluster: &CapiCluster, config: &EffectiveConfig) -> Option<Decided> {
-        let view = ClusterView::of(cluster)?;
-        let fleet_name = config.fleet_cluster_name(&view.name);
-        let live = self.stores.fleet_cluster(&view.namespace, &fleet_name);
-        let namespace_labels = self.stores.namespace_labels(&view.namespace);
-        let decision = decide(&view, config, &namespace_labels, live.as_deref());
-        Some(Decided {
-            view,
-            fleet_name,
-            live,
-            decision,
-        })
-    }
-
-    fn first_report(&self, key: String) -> bool {
-        self.reported
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key)
-    }
-
-    fn resolved(&self, key: &str) {
-        self.reported
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(key);
-    }
-}
-
-/// A Cluster, what the caches know about its Fleet Cluster, and the decision.
-pub struct Decided {
-    pub view: ClusterView,
-    pub fleet_name: String,
-    pub live: Option<Arc<FleetCluster>>,
-    pub decision: Decision,
-}
-
 /// Reconciles one CAPI Cluster.
 pub async fn reconcile(cluster: Arc<CapiCluster>, ctx: Arc<ImportContext>) -> Result<Action> {
-    let started = Instant::now();
-    ctx.caches_ready().await;
-    let result = reconcile_cluster(&cluster, &ctx).await;
-    ctx.base
-        .metrics
-        .reconciled(CONTROLLER, started.elapsed(), result.as_ref().err());
-    if result.is_ok() {
-        ctx.backoff.succeeded(&key(&cluster));
-    }
+    let result = ctx
+        .observed(CONTROLLER, &*cluster, reconcile_cluster(&cluster, &ctx))
+        .await;
     ctx.counts_changed.notify_one();
     result
 }
 
 /// Retries a failed Cluster with per-object exponential backoff.
 pub fn error_policy(cluster: Arc<CapiCluster>, error: &Error, ctx: Arc<ImportContext>) -> Action {
-    let delay = ctx.backoff.failed(&key(&cluster));
-    tracing::warn!(
-        cluster = %cluster.name_any(),
-        namespace = %cluster.namespace().unwrap_or_default(),
-        %error,
-        retry_in = ?delay,
-        "reconciling Cluster failed"
-    );
-    Action::requeue(delay)
-}
-
-fn key(cluster: &CapiCluster) -> String {
-    format!(
-        "{}/{}",
-        cluster.namespace().unwrap_or_default(),
-        cluster.name_any()
-    )
+    retry_after(CONTROLLER, &*cluster, error, &ctx.backoff)
 }
 
 async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result<Action> {
@@ -503,15 +396,14 @@ async fn template_values_for(
 async fn resolve(
     view: &ClusterView,
     reference: Option<&CapiRef>,
-    role: &str,
+    role: &'static str,
     regarding: &ObjectReference,
     ctx: &ImportContext,
 ) -> Option<Value> {
     let reference = reference?;
-    let report_key = format!("{}/{role}", view.uid);
     let problem = match ctx.references.lookup(reference).await {
         Lookup::Found(object) => {
-            ctx.resolved(&report_key);
+            ctx.resolved(&view.uid, role);
             return Some(object);
         }
         Lookup::Missing => format!(
@@ -520,7 +412,7 @@ async fn resolve(
         ),
         Lookup::Unavailable(reason) => format!("{role} cannot be read: {reason}"),
     };
-    if ctx.first_report(report_key) {
+    if ctx.first_report(&view.uid, role) {
         tracing::warn!(cluster = %view.name, namespace = %view.namespace, %problem, "templateValues incomplete");
         ctx.base
             .event(

@@ -10,7 +10,7 @@
 //! the live condition already says the same thing.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
 use futures::StreamExt;
@@ -28,9 +28,10 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::api::CapiCluster;
 use crate::controllers::config_watch::ConfigReceiver;
-use crate::controllers::import::clusters::{Decided, ImportContext};
+use crate::controllers::import::context::{Decided, ImportContext};
 use crate::controllers::import::expectations::{self, Key};
 use crate::controllers::import::stores::Feed;
+use crate::controllers::reconcile::retry_after;
 use crate::model::fleet_health::{
     self, Desired, condition_to_apply, live_condition, status_changes,
 };
@@ -98,38 +99,16 @@ async fn requeue_all_on_config_change(
 
 /// Reconciles the condition of one Cluster.
 pub async fn reconcile(cluster: Arc<CapiCluster>, ctx: Arc<ImportContext>) -> Result<Action> {
-    let started = Instant::now();
-    ctx.caches_ready().await;
-    let result = reconcile_condition(&cluster, &ctx).await;
-    ctx.base
-        .metrics
-        .reconciled(CONTROLLER, started.elapsed(), result.as_ref().err());
-    if result.is_ok() {
-        ctx.backoff.succeeded(&backoff_key(&cluster));
-    }
+    let result = ctx
+        .observed(CONTROLLER, &*cluster, reconcile_condition(&cluster, &ctx))
+        .await;
     ctx.counts_changed.notify_one();
     result
 }
 
 /// Retries a failed Cluster with the shared per-object backoff.
 pub fn error_policy(cluster: Arc<CapiCluster>, error: &Error, ctx: Arc<ImportContext>) -> Action {
-    let delay = ctx.backoff.failed(&backoff_key(&cluster));
-    tracing::warn!(
-        cluster = %cluster.name_any(),
-        namespace = %cluster.namespace().unwrap_or_default(),
-        %error,
-        retry_in = ?delay,
-        "writing the FleetReady condition failed"
-    );
-    Action::requeue(delay)
-}
-
-fn backoff_key(cluster: &CapiCluster) -> String {
-    format!(
-        "health/{}/{}",
-        cluster.namespace().unwrap_or_default(),
-        cluster.name_any()
-    )
+    retry_after(CONTROLLER, &*cluster, error, &ctx.backoff)
 }
 
 async fn reconcile_condition(cluster: &CapiCluster, ctx: &ImportContext) -> Result<Action> {

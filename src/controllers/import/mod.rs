@@ -11,6 +11,7 @@
 
 pub mod classes;
 pub mod clusters;
+pub mod context;
 pub mod expectations;
 pub mod health;
 pub mod namespaces;
@@ -37,7 +38,7 @@ use crate::api::{CapiCluster, CapiClusterClass};
 use crate::context::Context;
 use crate::controllers::config_watch;
 use crate::model::capi::ClassRef;
-use clusters::ImportContext;
+use context::ImportContext;
 use references::References;
 use stores::{Stores, Subscribers};
 
@@ -171,7 +172,9 @@ pub async fn run(base: Arc<Context>) {
                         name: class.name_any(),
                         namespace: class.namespace().unwrap_or_default(),
                     };
-                    namespaces::namespaces_using_class(&class_ctx, &class)
+                    class_ctx
+                        .stores
+                        .namespaces_using_class(&class)
                         .into_iter()
                         .map(|ns| ObjectRef::new(&ns))
                         .collect::<Vec<_>>()

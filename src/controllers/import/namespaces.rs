@@ -3,7 +3,6 @@
 //! derived from the namespace's Clusters at once (see [`crate::model::namespace`]).
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use fleet_api_rs::fleet_clustergroup::ClusterGroup;
 use k8s_openapi::api::core::v1::Namespace;
@@ -15,8 +14,9 @@ use serde_json::json;
 
 use crate::api::BundleNamespaceMapping;
 use crate::apply::{apply_if_changed, delete_if_exists};
-use crate::controllers::import::clusters::ImportContext;
+use crate::controllers::import::context::ImportContext;
 use crate::controllers::import::expectations::{self, Key};
+use crate::controllers::reconcile::retry_after;
 use crate::model::capi::{ClassRef, ClassView, ClusterView};
 use crate::model::diff::owned_fields;
 use crate::model::import::Decision;
@@ -31,16 +31,12 @@ type NamespaceMeta = PartialObjectMeta<Namespace>;
 
 /// Reconciles one namespace.
 pub async fn reconcile(namespace: Arc<NamespaceMeta>, ctx: Arc<ImportContext>) -> Result<Action> {
-    let started = Instant::now();
-    ctx.caches_ready().await;
-    let result = reconcile_namespace(&namespace, &ctx).await;
-    ctx.base
-        .metrics
-        .reconciled(CONTROLLER, started.elapsed(), result.as_ref().err());
-    if result.is_ok() {
-        ctx.backoff.succeeded(&key(&namespace));
-    }
-    result
+    ctx.observed(
+        CONTROLLER,
+        &*namespace,
+        reconcile_namespace(&namespace, &ctx),
+    )
+    .await
 }
 
 /// Retries with per-object exponential backoff.
@@ -49,13 +45,7 @@ pub fn error_policy(
     error: &Error,
     ctx: Arc<ImportContext>,
 ) -> Action {
-    let delay = ctx.backoff.failed(&key(&namespace));
-    tracing::warn!(namespace = %namespace.name_any(), %error, retry_in = ?delay, "reconciling namespace failed");
-    Action::requeue(delay)
-}
-
-fn key(namespace: &NamespaceMeta) -> String {
-    format!("namespace/{}", namespace.name_any())
+    retry_after(CONTROLLER, &*namespace, error, &ctx.backoff)
 }
 
 async fn reconcile_namespace(namespace: &NamespaceMeta, ctx: &ImportContext) -> Result<Action> {
@@ -260,21 +250,4 @@ async fn sync_annotation(
         .await?;
     tracing::info!(namespace = %name, annotated = wanted, "Fleet workspace annotation updated");
     Ok(applied.metadata.resource_version)
-}
-
-/// The namespaces whose plans a ClusterClass affects: those of Clusters using it from another
-/// namespace (the class labels are copied onto their groups).
-pub fn namespaces_using_class(ctx: &ImportContext, class: &ClassRef) -> Vec<String> {
-    let mut namespaces: Vec<String> = ctx
-        .stores
-        .clusters
-        .state()
-        .iter()
-        .filter_map(|c| ClusterView::of(c))
-        .filter(|v| v.cross_namespace_class() == Some(class))
-        .map(|v| v.namespace)
-        .collect();
-    namespaces.sort();
-    namespaces.dedup();
-    namespaces
 }

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -54,7 +55,10 @@ struct Watched {
 pub struct References {
     client: Client,
     namespace: Option<String>,
-    entries: Mutex<HashMap<(String, String), Entry>>,
+    /// One slot per referenced (group, kind). The outer lock is held only to find the slot;
+    /// discovery runs under the slot's own lock, so a slow discovery of one kind does not hold
+    /// lookups of the others.
+    entries: std::sync::Mutex<HashMap<(String, String), Arc<Mutex<Option<Entry>>>>>,
     triggers: mpsc::UnboundedSender<ObjectRef<CapiCluster>>,
     shutdown: CancellationToken,
 }
@@ -70,7 +74,7 @@ impl References {
         Self {
             client,
             namespace,
-            entries: Mutex::new(HashMap::new()),
+            entries: std::sync::Mutex::new(HashMap::new()),
             triggers,
             shutdown,
         }
@@ -97,16 +101,28 @@ impl References {
             ));
         }
         let key = ObjectRef::new_with(&reference.name, resource).within(&reference.namespace);
-        match store.get(&key) {
-            Some(object) => Lookup::Found(serde_json::to_value(&*object).unwrap_or(Value::Null)),
+        match store.get(&key).map(|object| serde_json::to_value(&*object)) {
+            Some(Ok(object)) => Lookup::Found(object),
+            // Never a silent `null` in templateValues.
+            Some(Err(err)) => Lookup::Unavailable(format!(
+                "{} {}/{} cannot be serialised: {err}",
+                reference.kind, reference.namespace, reference.name
+            )),
             None => Lookup::Missing,
         }
     }
 
     async fn store_for(&self, reference: &CapiRef) -> Result<Watched, String> {
         let key = (reference.group.clone(), reference.kind.clone());
-        let mut entries = self.entries.lock().await;
-        match entries.get(&key) {
+        let slot = self
+            .entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key)
+            .or_default()
+            .clone();
+        let mut entry = slot.lock().await;
+        match &*entry {
             Some(Entry::Watching(watched)) => return Ok(watched.clone()),
             Some(Entry::Failed { at, reason }) if at.elapsed() < DISCOVERY_RETRY => {
                 return Err(reason.clone());
@@ -115,17 +131,14 @@ impl References {
         }
         match self.start(reference).await {
             Ok(watched) => {
-                entries.insert(key, Entry::Watching(watched.clone()));
+                *entry = Some(Entry::Watching(watched.clone()));
                 Ok(watched)
             }
             Err(reason) => {
-                entries.insert(
-                    key,
-                    Entry::Failed {
-                        at: Instant::now(),
-                        reason: reason.clone(),
-                    },
-                );
+                *entry = Some(Entry::Failed {
+                    at: Instant::now(),
+                    reason: reason.clone(),
+                });
                 Err(reason)
             }
         }
@@ -168,8 +181,10 @@ impl References {
             .reflect(writer);
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
-            // Last user-visible hash per object: status-only changes trigger nothing.
+            // Last user-visible hash per object: status-only changes trigger nothing. A relist
+            // builds a fresh map, so objects that vanished meanwhile leave no entry behind.
             let mut seen: HashMap<String, u64> = HashMap::new();
+            let mut relisted: HashMap<String, u64> = HashMap::new();
             loop {
                 let next = tokio::select! {
                     () = shutdown.cancelled() => return,
@@ -181,9 +196,18 @@ impl References {
                         tracing::warn!(%err, kind = %kind, "watching referenced objects");
                         continue;
                     }
-                    Some(Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object))) => {
+                    Some(Ok(watcher::Event::Apply(object))) => {
                         let hash = user_visible_hash(&object);
                         if seen.insert(object.uid().unwrap_or_default(), hash) == Some(hash) {
+                            continue;
+                        }
+                        object
+                    }
+                    Some(Ok(watcher::Event::InitApply(object))) => {
+                        let uid = object.uid().unwrap_or_default();
+                        let hash = user_visible_hash(&object);
+                        relisted.insert(uid.clone(), hash);
+                        if seen.get(&uid) == Some(&hash) {
                             continue;
                         }
                         object
@@ -193,10 +217,14 @@ impl References {
                         object
                     }
                     Some(Ok(watcher::Event::InitDone)) => {
+                        seen = std::mem::take(&mut relisted);
                         let _ = listed_tx.send(true);
                         continue;
                     }
-                    Some(Ok(watcher::Event::Init)) => continue,
+                    Some(Ok(watcher::Event::Init)) => {
+                        relisted.clear();
+                        continue;
+                    }
                 };
                 for owner in owning_clusters(&object) {
                     // The receiver only goes away when the controller stops.

@@ -12,7 +12,7 @@ use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 use crate::api::{ClusterCounts, FleetAddonConfig};
-use crate::controllers::import::clusters::ImportContext;
+use crate::controllers::import::context::ImportContext;
 use crate::metrics::ReasonLabels;
 use crate::model::config::EffectiveConfig;
 use crate::model::fleet_health;
@@ -82,6 +82,7 @@ pub async fn run(ctx: Arc<ImportContext>) {
         let started = std::time::Instant::now();
         let mut by_reason = BTreeMap::new();
         let counts = count(&ctx, &config, &mut by_reason);
+        ctx.forget_gone_reports();
         let pause = interval_after(started.elapsed());
         ctx.base.metrics.selected_clusters.set(counts.selected);
         ctx.base.metrics.imported_clusters.set(counts.imported);

@@ -7,7 +7,8 @@
 //! shared objects), so the fan-out forwards both, including objects that vanished while the
 //! watch was re-listing.
 
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, RwLock};
 
 use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
 use fleet_api_rs::fleet_cluster_registration_token::ClusterRegistrationToken;
@@ -25,7 +26,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::api::{BundleNamespaceMapping, CapiCluster, CapiClusterClass};
 use crate::cli::ManagerFlags;
-use crate::model::capi::StringMap;
+use crate::model::capi::{ClassRef, ClusterView, StringMap};
 use crate::names;
 
 /// A stream of changed (applied or deleted) objects of one kind.
@@ -46,6 +47,11 @@ pub struct Stores {
     /// its own store, so our code never calls it.)
     listed: Vec<watch::Receiver<bool>>,
     pub clusters: Store<CapiCluster>,
+    /// The cached Clusters by namespace.
+    clusters_by_namespace: Index<CapiCluster>,
+    /// The cached Clusters using a ClusterClass from another namespace, by that class
+    /// ([`class_key`]).
+    clusters_by_class: Index<CapiCluster>,
     pub classes: Store<CapiClusterClass>,
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
     pub fleet_clusters: Store<FleetCluster>,
@@ -97,10 +103,17 @@ impl Stores {
         let fleet_ns = capi_ns.clone();
 
         let mut listed = Vec::new();
-        let (clusters, cluster_feeds) = spawn_full(
-            api::<CapiCluster>(client, capi_ns.as_deref()),
-            capi_config.clone(),
+        let clusters_by_namespace = Index::new(|c: &CapiCluster| c.metadata.namespace.clone());
+        let clusters_by_class = Index::new(cross_namespace_class_key);
+        let (clusters, cluster_feeds) = fan_out(
+            watcher(
+                api::<CapiCluster>(client, capi_ns.as_deref()),
+                capi_config.clone(),
+            )
+            .default_backoff()
+            .modify(slim::<CapiCluster>),
             subscribers.clusters,
+            vec![clusters_by_namespace.clone(), clusters_by_class.clone()],
             tasks,
             &mut listed,
         );
@@ -151,6 +164,8 @@ impl Stores {
             Stores {
                 listed,
                 clusters,
+                clusters_by_namespace,
+                clusters_by_class,
                 classes,
                 namespaces,
                 fleet_clusters,
@@ -213,14 +228,37 @@ impl Stores {
         self.tokens.get(&ObjectRef::new(name).within(namespace))
     }
 
-    /// The Clusters of a namespace.
+    /// The Clusters of a namespace (from the index: the namespace's size, not the cache's).
     pub fn clusters_in(&self, namespace: &str) -> Vec<Arc<CapiCluster>> {
-        self.clusters
-            .state()
+        self.clusters_by_namespace
+            .members(namespace)
             .into_iter()
-            .filter(|c| c.metadata.namespace.as_deref() == Some(namespace))
+            .filter_map(|(_, name)| self.clusters.get(&ObjectRef::new(&name).within(namespace)))
             .collect()
     }
+
+    /// The namespaces with Clusters that use `class` from another namespace.
+    pub fn namespaces_using_class(&self, class: &ClassRef) -> Vec<String> {
+        let mut namespaces: Vec<String> = self
+            .clusters_by_class
+            .members(&class_key(class))
+            .into_iter()
+            .map(|(namespace, _)| namespace)
+            .collect();
+        namespaces.dedup();
+        namespaces
+    }
+}
+
+/// The key of a ClusterClass in [`Stores::clusters_by_class`].
+fn class_key(class: &ClassRef) -> String {
+    format!("{}/{}", class.namespace, class.name)
+}
+
+fn cross_namespace_class_key(cluster: &CapiCluster) -> Option<String> {
+    ClusterView::of(cluster)?
+        .cross_namespace_class()
+        .map(class_key)
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -271,6 +309,7 @@ where
     fan_out(
         watcher(api, config).default_backoff().modify(slim::<K>),
         subscribers,
+        Vec::new(),
         tasks,
         listed,
     )
@@ -297,15 +336,138 @@ where
             .default_backoff()
             .modify(slim::<PartialObjectMeta<K>>),
         subscribers,
+        Vec::new(),
         tasks,
         listed,
     )
 }
 
-/// Drives `events` into a cache and sends every applied or deleted object to each subscriber.
+/// The cached objects of one kind grouped by a key derived from each object (its namespace,
+/// the ClusterClass it uses), kept by the reflector task from the same events that update the
+/// cache, before the event reaches a controller. Finding a namespace's Clusters then costs the
+/// namespace's size, not the cache's (as Linkerd's policy index keeps its maps per namespace).
+pub struct Index<K> {
+    key: fn(&K) -> Option<String>,
+    inner: Arc<RwLock<IndexMaps>>,
+}
+
+impl<K> Clone for Index<K> {
+    fn clone(&self) -> Self {
+        Self {
+            key: self.key,
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+/// (namespace, name) of an indexed object.
+type Member = (String, String);
+
+#[derive(Default)]
+struct IndexMaps {
+    members: HashMap<String, BTreeSet<Member>>,
+    /// Each indexed object's key, to move it when its key changes.
+    key_of: HashMap<Member, String>,
+}
+
+impl<K: Resource> Index<K> {
+    fn new(key: fn(&K) -> Option<String>) -> Self {
+        Self {
+            key,
+            inner: Arc::default(),
+        }
+    }
+
+    /// (namespace, name) of the objects under `key`.
+    pub fn members(&self, key: &str) -> Vec<Member> {
+        self.inner
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .members
+            .get(key)
+            .map(|members| members.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Every key with at least one object.
+    pub fn keys(&self) -> Vec<String> {
+        let maps = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        maps.members.keys().cloned().collect()
+    }
+
+    fn member(object: &K) -> Option<Member> {
+        let meta = object.meta();
+        Some((
+            meta.namespace.clone().unwrap_or_default(),
+            meta.name.clone()?,
+        ))
+    }
+
+    fn apply(&self, object: &K) {
+        let Some(member) = Self::member(object) else {
+            return;
+        };
+        let key = (self.key)(object);
+        let mut maps = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        if maps.key_of.get(&member) == key.as_ref() {
+            return;
+        }
+        maps.remove(&member);
+        if let Some(key) = key {
+            maps.members
+                .entry(key.clone())
+                .or_default()
+                .insert(member.clone());
+            maps.key_of.insert(member, key);
+        }
+    }
+
+    fn delete(&self, object: &K) {
+        if let Some(member) = Self::member(object) {
+            self.inner
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&member);
+        }
+    }
+
+    /// Replaces the whole index after a (re)list.
+    fn rebuild(&self, objects: &[Arc<K>]) {
+        let mut fresh = IndexMaps::default();
+        for object in objects {
+            if let (Some(member), Some(key)) = (Self::member(object), (self.key)(object)) {
+                fresh
+                    .members
+                    .entry(key.clone())
+                    .or_default()
+                    .insert(member.clone());
+                fresh.key_of.insert(member, key);
+            }
+        }
+        *self.inner.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+    }
+}
+
+impl IndexMaps {
+    fn remove(&mut self, member: &Member) {
+        if let Some(old) = self.key_of.remove(member)
+            && let Some(members) = self.members.get_mut(&old)
+        {
+            members.remove(member);
+            // No entry outlives the last object under its key.
+            if members.is_empty() {
+                self.members.remove(&old);
+            }
+        }
+    }
+}
+
+/// Drives `events` into a cache (and `index`) and sends every applied or deleted object to each
+/// subscriber.
 fn fan_out<K, S>(
     events: S,
     subscribers: usize,
+    indexes: Vec<Index<K>>,
     tasks: &mut JoinSet<()>,
     listed: &mut Vec<watch::Receiver<bool>>,
 ) -> (Store<K>, Vec<Feed<K>>)
@@ -348,12 +510,24 @@ where
             }
             writer.apply_watcher_event(&event);
             match event {
-                watcher::Event::Apply(object) | watcher::Event::Delete(object) => {
+                watcher::Event::Apply(object) => {
+                    for index in &indexes {
+                        index.apply(&object);
+                    }
+                    send(Arc::new(object));
+                }
+                watcher::Event::Delete(object) => {
+                    for index in &indexes {
+                        index.delete(&object);
+                    }
                     send(Arc::new(object));
                 }
                 watcher::Event::InitDone => {
-                    let _ = listed_tx.send(true);
                     let now = reader.state();
+                    for index in &indexes {
+                        index.rebuild(&now);
+                    }
+                    let _ = listed_tx.send(true);
                     for object in &now {
                         send(object.clone());
                     }
@@ -368,4 +542,75 @@ where
         }
     });
     (store, feeds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(namespace: &str, name: &str) -> Arc<CapiCluster> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": {"name": name, "namespace": namespace},
+            }))
+            .expect("cluster"),
+        )
+    }
+
+    fn classy(namespace: &str, name: &str, class_namespace: &str) -> Arc<CapiCluster> {
+        let mut cluster = (*cluster(namespace, name)).clone();
+        cluster.body.insert("spec".into(), serde_json::json!({"topology": {"classRef": {"name": "quick", "namespace": class_namespace}}}));
+        Arc::new(cluster)
+    }
+
+    fn namespaces(index: &Index<CapiCluster>, key: &str) -> Vec<String> {
+        index
+            .members(key)
+            .into_iter()
+            .map(|(ns, name)| format!("{ns}/{name}"))
+            .collect()
+    }
+
+    #[test]
+    fn namespace_index_follows_applies_deletes_and_relists() {
+        let index = Index::new(|c: &CapiCluster| c.metadata.namespace.clone());
+        index.apply(&*cluster("a", "c1"));
+        index.apply(&*cluster("a", "c2"));
+        index.apply(&*cluster("a", "c1"));
+        index.apply(&*cluster("b", "c1"));
+        assert_eq!(namespaces(&index, "a"), ["a/c1", "a/c2"]);
+        assert_eq!(namespaces(&index, "b"), ["b/c1"]);
+        assert!(index.members("c").is_empty());
+
+        index.delete(&*cluster("a", "c1"));
+        assert_eq!(namespaces(&index, "a"), ["a/c2"]);
+        // The last object under a key takes the key's entry with it.
+        index.delete(&*cluster("b", "c1"));
+        assert_eq!(index.keys(), ["a"]);
+
+        // A relist replaces everything, including what vanished meanwhile.
+        index.rebuild(&[cluster("c", "c9")]);
+        assert!(index.members("a").is_empty());
+        assert_eq!(index.keys(), ["c"]);
+        assert_eq!(index.inner.read().expect("lock").key_of.len(), 1);
+    }
+
+    #[test]
+    fn class_index_moves_a_cluster_whose_class_changes() {
+        let index = Index::new(cross_namespace_class_key);
+        index.apply(&*classy("a", "c1", "classes"));
+        index.apply(&*classy("b", "c2", "classes"));
+        // Same-namespace classes need no cross-namespace objects: not indexed.
+        index.apply(&*classy("classes", "c3", "classes"));
+        index.apply(&*cluster("d", "plain"));
+        assert_eq!(namespaces(&index, "classes/quick"), ["a/c1", "b/c2"]);
+
+        index.apply(&*classy("a", "c1", "other"));
+        assert_eq!(namespaces(&index, "classes/quick"), ["b/c2"]);
+        assert_eq!(namespaces(&index, "other/quick"), ["a/c1"]);
+        index.apply(&*cluster("b", "c2"));
+        assert_eq!(index.keys(), ["other/quick"]);
+        assert_eq!(index.inner.read().expect("lock").key_of.len(), 1);
+    }
 }

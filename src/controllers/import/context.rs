@@ -1,0 +1,158 @@
+//! What the import controllers share ([`ImportContext`]): the base context, the caches, the
+//! referenced-object caches, the backoff, the expectations of our own writes, and the one
+//! decision every controller reads a Cluster through ([`ImportContext::decide`]).
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
+use kube::Resource;
+use kube::runtime::controller::Action;
+use tokio::sync::Notify;
+
+use crate::Result;
+use crate::api::CapiCluster;
+use crate::context::Context;
+use crate::controllers::backoff::Backoff;
+use crate::controllers::import::expectations::Expectations;
+use crate::controllers::import::references::References;
+use crate::controllers::import::stores::Stores;
+use crate::controllers::reconcile;
+use crate::model::capi::ClusterView;
+use crate::model::config::EffectiveConfig;
+use crate::model::import::{Decision, decide};
+
+/// What the import controllers share.
+pub struct ImportContext {
+    pub base: Arc<Context>,
+    pub stores: Stores,
+    pub references: References,
+    pub backoff: Backoff,
+    /// Our writes the caches have not shown yet.
+    pub expectations: Expectations,
+    /// Pinged after every Cluster reconcile; the status writer recounts (at a bounded rate).
+    pub counts_changed: Notify,
+    /// Missing references already reported (by Cluster uid, the roles), so each is reported
+    /// once, not every reconcile. Entries of Clusters that are gone are dropped by
+    /// [`ImportContext::forget_gone_reports`].
+    reported: Mutex<HashMap<String, BTreeSet<&'static str>>>,
+    /// True once every cache holds its first full list.
+    caches_ready: tokio::sync::watch::Receiver<bool>,
+}
+
+impl ImportContext {
+    pub fn new(
+        base: Arc<Context>,
+        stores: Stores,
+        references: References,
+        caches_ready: tokio::sync::watch::Receiver<bool>,
+    ) -> Self {
+        Self {
+            base,
+            stores,
+            references,
+            backoff: Backoff::default(),
+            expectations: Expectations::default(),
+            counts_changed: Notify::new(),
+            reported: Mutex::new(HashMap::new()),
+            caches_ready,
+        }
+    }
+
+    /// Waits until every cache holds its first full list: decisions need all of them, not just
+    /// the controller's own. (kube's `Store::wait_until_ready` wakes only the last of several
+    /// concurrent waiters, so the caches are awaited once and the result shared here.)
+    pub async fn caches_ready(&self) {
+        let mut ready = self.caches_ready.clone();
+        // An error means the sender is gone: the manager is stopping.
+        let _ = ready.wait_for(|ready| *ready).await;
+    }
+
+    /// Runs one reconcile of `controller` once every cache holds its first full list, through
+    /// the one reconcile wrapper (metrics, backoff).
+    pub async fn observed<K: Resource>(
+        &self,
+        controller: &'static str,
+        object: &K,
+        reconcile: impl Future<Output = Result<Action>>,
+    ) -> Result<Action> {
+        self.caches_ready().await;
+        reconcile::observed(
+            controller,
+            object,
+            &self.base.metrics,
+            &self.backoff,
+            reconcile,
+        )
+        .await
+    }
+
+    /// Reads one Cluster from the caches and decides what to do with it.
+    pub fn decide(&self, cluster: &CapiCluster, config: &EffectiveConfig) -> Option<Decided> {
+        let view = ClusterView::of(cluster)?;
+        let fleet_name = config.fleet_cluster_name(&view.name);
+        let live = self.stores.fleet_cluster(&view.namespace, &fleet_name);
+        let namespace_labels = self.stores.namespace_labels(&view.namespace);
+        let decision = decide(&view, config, &namespace_labels, live.as_deref());
+        Some(Decided {
+            view,
+            fleet_name,
+            live,
+            decision,
+        })
+    }
+
+    /// Whether the missing `role` reference of the Cluster `uid` is reported for the first time.
+    pub(super) fn first_report(&self, uid: &str, role: &'static str) -> bool {
+        self.reports()
+            .entry(uid.to_string())
+            .or_default()
+            .insert(role)
+    }
+
+    /// The `role` reference of the Cluster `uid` can be read again.
+    pub(super) fn resolved(&self, uid: &str, role: &'static str) {
+        let mut reported = self.reports();
+        if let Some(roles) = reported.get_mut(uid) {
+            roles.remove(role);
+            if roles.is_empty() {
+                reported.remove(uid);
+            }
+        }
+    }
+
+    /// Drops the reports of Clusters no longer in the cache (by uid, so a Cluster re-created
+    /// under the same name is reported afresh).
+    pub fn forget_gone_reports(&self) {
+        let mut reported = self.reports();
+        if reported.is_empty() {
+            return;
+        }
+        let live: HashSet<String> = self
+            .stores
+            .clusters
+            .state()
+            .iter()
+            .filter_map(|c| c.metadata.uid.clone())
+            .collect();
+        reported.retain(|uid, _| live.contains(uid));
+    }
+
+    /// How many Clusters have a reported missing reference.
+    pub fn reported_len(&self) -> usize {
+        self.reports().len()
+    }
+
+    fn reports(&self) -> std::sync::MutexGuard<'_, HashMap<String, BTreeSet<&'static str>>> {
+        self.reported.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A Cluster, what the caches know about its Fleet Cluster, and the decision.
+pub struct Decided {
+    pub view: ClusterView,
+    pub fleet_name: String,
+    pub live: Option<Arc<FleetCluster>>,
+    pub decision: Decision,
+}
