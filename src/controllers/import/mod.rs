@@ -40,7 +40,7 @@ use crate::controllers::config_watch;
 use crate::model::capi::ClassRef;
 use context::ImportContext;
 use references::References;
-use stores::{Stores, Subscribers};
+use stores::Stores;
 
 /// Readiness check: the import caches hold their first full lists.
 pub const READY_CHECK: &str = "import-caches";
@@ -56,20 +56,7 @@ pub async fn run(base: Arc<Context>) {
         return;
     }
     let mut reflectors = JoinSet::new();
-    let (stores, mut feeds) = Stores::start(
-        &base.controllers,
-        &base.flags,
-        &Subscribers {
-            clusters: 3,
-            classes: 3,
-            namespaces: 3,
-            fleet_clusters: 2,
-            groups: 3,
-            mappings: 1,
-            tokens: 1,
-        },
-        &mut reflectors,
-    );
+    let (stores, mut hubs, watches) = Stores::new(&base.controllers, &base.flags);
     let (cluster_tx, cluster_rx) = mpsc::unbounded_channel();
     let (namespace_tx, namespace_rx) = mpsc::unbounded_channel();
     let (class_tx, class_rx) = mpsc::unbounded_channel();
@@ -110,14 +97,14 @@ pub async fn run(base: Arc<Context>) {
     let naming = base.config.clone();
     let cluster_stores = stores.clone();
     let clusters =
-        Controller::for_shared_stream(take(&mut feeds.clusters), stores.clusters.clone())
+        Controller::for_shared_stream(hubs.clusters.subscribe(), stores.clusters.clone())
             .with_config(Config::default().concurrency(CONCURRENCY))
             .watches_shared_stream(
-                take(&mut feeds.fleet_clusters),
+                hubs.fleet_clusters.subscribe(),
                 move |fleet: Arc<FleetCluster>| owning_cluster(&fleet, &naming),
             )
             .watches_shared_stream(
-                take(&mut feeds.namespaces),
+                hubs.namespaces.subscribe(),
                 move |namespace: Arc<PartialObjectMeta<Namespace>>| {
                     cluster_stores
                         .clusters_in(&namespace.name_any())
@@ -126,7 +113,7 @@ pub async fn run(base: Arc<Context>) {
                         .collect::<Vec<_>>()
                 },
             )
-            .watches_shared_stream(take(&mut feeds.tokens), |token| {
+            .watches_shared_stream(hubs.tokens.subscribe(), |token| {
                 Some(
                     ObjectRef::<CapiCluster>::new(&token.name_any())
                         .within(&token.namespace().unwrap_or_default()),
@@ -141,9 +128,9 @@ pub async fn run(base: Arc<Context>) {
     let health_naming = base.config.clone();
     let health = health::controller(
         ctx.clone(),
-        take(&mut feeds.clusters),
-        take(&mut feeds.fleet_clusters),
-        take(&mut feeds.namespaces),
+        hubs.clusters.subscribe(),
+        hubs.fleet_clusters.subscribe(),
+        hubs.namespaces.subscribe(),
         move |fleet| owning_cluster(fleet, &health_naming),
         base.config.clone(),
     );
@@ -151,22 +138,22 @@ pub async fn run(base: Arc<Context>) {
     // Namespace controller.
     let class_ctx = ctx.clone();
     let namespaces =
-        Controller::for_shared_stream(take(&mut feeds.namespaces), stores.namespaces.clone())
+        Controller::for_shared_stream(hubs.namespaces.subscribe(), stores.namespaces.clone())
             .with_config(Config::default().concurrency(CONCURRENCY))
-            .watches_shared_stream(take(&mut feeds.clusters), |cluster: Arc<CapiCluster>| {
+            .watches_shared_stream(hubs.clusters.subscribe(), |cluster: Arc<CapiCluster>| {
                 cluster.namespace().map(|ns| ObjectRef::new(&ns))
             })
-            .watches_shared_stream(take(&mut feeds.groups), |group: Arc<ClusterGroup>| {
+            .watches_shared_stream(hubs.groups.subscribe(), |group: Arc<ClusterGroup>| {
                 group.namespace().map(|ns| ObjectRef::new(&ns))
             })
             .watches_shared_stream(
-                take(&mut feeds.mappings),
+                hubs.mappings.subscribe(),
                 |mapping: Arc<crate::api::BundleNamespaceMapping>| {
                     Some(ObjectRef::new(&mapping.name_any()))
                 },
             )
             .watches_shared_stream(
-                take(&mut feeds.classes),
+                hubs.classes.subscribe(),
                 move |class: Arc<CapiClusterClass>| {
                     let class = ClassRef {
                         name: class.name_any(),
@@ -186,9 +173,9 @@ pub async fn run(base: Arc<Context>) {
             .for_each(|_| ready(()));
 
     // ClusterClass controller.
-    let classes = Controller::for_shared_stream(take(&mut feeds.classes), stores.classes.clone())
+    let classes = Controller::for_shared_stream(hubs.classes.subscribe(), stores.classes.clone())
         .with_config(Config::default().concurrency(CONCURRENCY))
-        .watches_shared_stream(take(&mut feeds.groups), |group: Arc<ClusterGroup>| {
+        .watches_shared_stream(hubs.groups.subscribe(), |group: Arc<ClusterGroup>| {
             classes::is_class_group(&group).then(|| {
                 ObjectRef::<CapiClusterClass>::new(&group.name_any())
                     .within(&group.namespace().unwrap_or_default())
@@ -200,9 +187,9 @@ pub async fn run(base: Arc<Context>) {
         .for_each(|_| ready(()));
 
     // Class ClusterGroups whose class is gone, and legacy finalizers on groups.
-    let groups = Controller::for_shared_stream(take(&mut feeds.groups), stores.groups.clone())
+    let groups = Controller::for_shared_stream(hubs.groups.subscribe(), stores.groups.clone())
         .with_config(Config::default().concurrency(2))
-        .watches_shared_stream(take(&mut feeds.classes), |class: Arc<CapiClusterClass>| {
+        .watches_shared_stream(hubs.classes.subscribe(), |class: Arc<CapiClusterClass>| {
             Some(
                 ObjectRef::<ClusterGroup>::new(&class.name_any())
                     .within(&class.namespace().unwrap_or_default()),
@@ -215,6 +202,9 @@ pub async fn run(base: Arc<Context>) {
             ctx.clone(),
         )
         .for_each(|_| ready(()));
+
+    // Every subscription is taken: the watches can start.
+    watches.start(hubs, &mut reflectors);
 
     // Each controller on its own task, so their reconciles use every worker thread.
     let mut controllers = JoinSet::new();
@@ -278,12 +268,6 @@ fn owning_cluster(
         None => name,
     };
     Some(ObjectRef::new(&capi_name).within(&namespace))
-}
-
-fn take<T>(feeds: &mut Vec<T>) -> T {
-    feeds
-        .pop()
-        .unwrap_or_else(|| panic!("a controller subscribed more often than Subscribers allows"))
 }
 
 fn cancelled(base: &Context) -> impl Future<Output = ()> + Send + Sync + 'static {

@@ -1,11 +1,18 @@
 //! The watches the import controllers share: one watch per kind feeds a cache and fans every
-//! change out to each controller that needs it, with managedFields stripped except our own
-//! entries (which the no-op check needs).
+//! change out to each controller that subscribed to it, with managedFields stripped except our
+//! own entries (which the no-op check needs).
 //!
-//! kube-runtime's shared stores only forward applied objects; controllers here must also see
-//! deletions (a deleted Fleet object is re-created, a deleted Cluster releases its namespace's
-//! shared objects), so the fan-out forwards both, including objects that vanished while the
-//! watch was re-listing.
+//! kube-runtime's shared streams (`reflect_shared`) do not forward deletions
+//! (kube-rs/kube#1590; PR kube-rs/kube#1673 would fix it), but controllers here must see them (a
+//! deleted Fleet object is re-created, a deleted Cluster releases its namespace's shared
+//! objects), so this module fans out applied and deleted objects itself, including objects that
+//! vanished while the watch was re-listing. When kube-runtime forwards deletions, this module can
+//! become `reflect_shared` + `subscribe`.
+//!
+//! Feeds are handed out on demand by [`Hubs`] before the watches start ([`Watches::start`]
+//! consumes the hubs, so no subscription can come too late or be counted wrong). Each feed is a
+//! bounded channel: a controller that falls behind slows its watch down instead of buffering
+//! without limit (kube-runtime's own shared streams behave the same way).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
@@ -14,6 +21,7 @@ use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
 use fleet_api_rs::fleet_cluster_registration_token::ClusterRegistrationToken;
 use fleet_api_rs::fleet_clustergroup::ClusterGroup;
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::core::{PartialObjectMeta, Resource};
 use kube::runtime::reflector::{Store, store::Writer};
@@ -22,7 +30,7 @@ use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
-use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::wrappers::ReceiverStream;
 
 use crate::api::{BundleNamespaceMapping, CapiCluster, CapiClusterClass};
 use crate::cli::ManagerFlags;
@@ -30,7 +38,10 @@ use crate::model::capi::{ClassRef, ClusterView, StringMap};
 use crate::names;
 
 /// A stream of changed (applied or deleted) objects of one kind.
-pub type Feed<K> = UnboundedReceiverStream<Arc<K>>;
+pub type Feed<K> = ReceiverStream<Arc<K>>;
+
+/// How many changes a feed holds before its watch waits for the controller to take some.
+const FEED_CAPACITY: usize = 1024;
 
 /// Field managers whose `managedFields` entries we keep in caches.
 const OUR_MANAGERS: &[&str] = &[
@@ -60,36 +71,67 @@ pub struct Stores {
     pub tokens: Store<PartialObjectMeta<ClusterRegistrationToken>>,
 }
 
-/// Subscriptions handed to the controllers (each stream can be consumed once).
-pub struct Feeds {
-    pub clusters: Vec<Feed<CapiCluster>>,
-    pub classes: Vec<Feed<CapiClusterClass>>,
-    pub namespaces: Vec<Feed<PartialObjectMeta<Namespace>>>,
-    pub fleet_clusters: Vec<Feed<FleetCluster>>,
-    pub groups: Vec<Feed<ClusterGroup>>,
-    pub mappings: Vec<Feed<BundleNamespaceMapping>>,
-    pub tokens: Vec<Feed<PartialObjectMeta<ClusterRegistrationToken>>>,
+/// Hands out feeds of one kind, as many as the controllers ask for, until the watches start.
+pub struct Hub<K> {
+    senders: Vec<mpsc::Sender<Arc<K>>>,
 }
 
-/// How many subscriptions each controller takes, per kind.
-pub struct Subscribers {
-    pub clusters: usize,
-    pub classes: usize,
-    pub namespaces: usize,
-    pub fleet_clusters: usize,
-    pub groups: usize,
-    pub mappings: usize,
-    pub tokens: usize,
+impl<K> Default for Hub<K> {
+    fn default() -> Self {
+        Self {
+            senders: Vec::new(),
+        }
+    }
+}
+
+impl<K> Hub<K> {
+    /// A new feed of every change from the start of the watch on.
+    pub fn subscribe(&mut self) -> Feed<K> {
+        let (sender, receiver) = mpsc::channel(FEED_CAPACITY);
+        self.senders.push(sender);
+        ReceiverStream::new(receiver)
+    }
+}
+
+/// One [`Hub`] per watched kind.
+#[derive(Default)]
+pub struct Hubs {
+    pub clusters: Hub<CapiCluster>,
+    pub classes: Hub<CapiClusterClass>,
+    pub namespaces: Hub<PartialObjectMeta<Namespace>>,
+    pub fleet_clusters: Hub<FleetCluster>,
+    pub groups: Hub<ClusterGroup>,
+    pub mappings: Hub<BundleNamespaceMapping>,
+    pub tokens: Hub<PartialObjectMeta<ClusterRegistrationToken>>,
+}
+
+/// The watches, built but not started (see [`Watches::start`]).
+pub struct Watches {
+    clusters: PendingWatch<CapiCluster>,
+    classes: PendingWatch<CapiClusterClass>,
+    namespaces: PendingWatch<PartialObjectMeta<Namespace>>,
+    fleet_clusters: PendingWatch<FleetCluster>,
+    groups: PendingWatch<ClusterGroup>,
+    mappings: PendingWatch<BundleNamespaceMapping>,
+    tokens: PendingWatch<PartialObjectMeta<ClusterRegistrationToken>>,
+}
+
+impl Watches {
+    /// Starts every watch (tasks in `tasks`), feeding the subscriptions `hubs` handed out.
+    pub fn start(self, hubs: Hubs, tasks: &mut JoinSet<()>) {
+        self.clusters.start(hubs.clusters, tasks);
+        self.classes.start(hubs.classes, tasks);
+        self.namespaces.start(hubs.namespaces, tasks);
+        self.fleet_clusters.start(hubs.fleet_clusters, tasks);
+        self.groups.start(hubs.groups, tasks);
+        self.mappings.start(hubs.mappings, tasks);
+        self.tokens.start(hubs.tokens, tasks);
+    }
 }
 
 impl Stores {
-    /// Starts the reflectors (tasks in `tasks`) and returns the caches and the subscriptions.
-    pub fn start(
-        client: &Client,
-        flags: &ManagerFlags,
-        subscribers: &Subscribers,
-        tasks: &mut JoinSet<()>,
-    ) -> (Stores, Feeds) {
+    /// The caches, the hubs to subscribe from, and the watches that fill both once started.
+    pub fn new(client: &Client, flags: &ManagerFlags) -> (Stores, Hubs, Watches) {
         let plain = watcher::Config::default().any_semantic().page_size(500);
         // `--watch-filter` applies to CAPI objects; `--namespace` to everything namespaced
         // except BundleNamespaceMappings and Namespaces.
@@ -105,82 +147,69 @@ impl Stores {
         let mut listed = Vec::new();
         let clusters_by_namespace = Index::new(|c: &CapiCluster| c.metadata.namespace.clone());
         let clusters_by_class = Index::new(cross_namespace_class_key);
-        let (clusters, cluster_feeds) = fan_out(
-            watcher(
-                api::<CapiCluster>(client, capi_ns.as_deref()),
-                capi_config.clone(),
-            )
-            .default_backoff()
-            .modify(slim::<CapiCluster>),
-            subscribers.clusters,
+        let clusters = PendingWatch::full(
+            api::<CapiCluster>(client, capi_ns.as_deref()),
+            capi_config.clone(),
             vec![clusters_by_namespace.clone(), clusters_by_class.clone()],
-            tasks,
             &mut listed,
         );
-        let (classes, class_feeds) = spawn_full(
+        let classes = PendingWatch::full(
             api::<CapiClusterClass>(client, capi_ns.as_deref()),
             capi_config,
-            subscribers.classes,
-            tasks,
+            Vec::new(),
             &mut listed,
         );
-        let (fleet_clusters, fleet_feeds) = spawn_full(
+        let fleet_clusters = PendingWatch::full(
             api::<FleetCluster>(client, fleet_ns.as_deref()),
             plain.clone(),
-            subscribers.fleet_clusters,
-            tasks,
+            Vec::new(),
             &mut listed,
         );
-        let (groups, group_feeds) = spawn_full(
+        let groups = PendingWatch::full(
             api::<ClusterGroup>(client, fleet_ns.as_deref()),
             plain.clone(),
-            subscribers.groups,
-            tasks,
+            Vec::new(),
             &mut listed,
         );
         // Mappings live in ClusterClass namespaces, which may be outside --namespace.
-        let (mappings, mapping_feeds) = spawn_full(
+        let mappings = PendingWatch::full(
             api::<BundleNamespaceMapping>(client, None),
             plain.clone(),
-            subscribers.mappings,
-            tasks,
+            Vec::new(),
             &mut listed,
         );
-        let (namespaces, namespace_feeds) = spawn_metadata(
+        let namespaces = PendingWatch::metadata(
             Api::<Namespace>::all(client.clone()),
             plain.clone(),
-            subscribers.namespaces,
-            tasks,
             &mut listed,
         );
-        let (tokens, token_feeds) = spawn_metadata(
+        let tokens = PendingWatch::metadata(
             api::<ClusterRegistrationToken>(client, fleet_ns.as_deref()),
             plain,
-            subscribers.tokens,
-            tasks,
             &mut listed,
         );
         (
             Stores {
                 listed,
-                clusters,
+                clusters: clusters.store(),
                 clusters_by_namespace,
                 clusters_by_class,
+                classes: classes.store(),
+                namespaces: namespaces.store(),
+                fleet_clusters: fleet_clusters.store(),
+                groups: groups.store(),
+                mappings: mappings.store(),
+                tokens: tokens.store(),
+            },
+            Hubs::default(),
+            Watches {
+                clusters,
                 classes,
                 namespaces,
                 fleet_clusters,
                 groups,
                 mappings,
                 tokens,
-            },
-            Feeds {
-                clusters: cluster_feeds,
-                classes: class_feeds,
-                namespaces: namespace_feeds,
-                fleet_clusters: fleet_feeds,
-                groups: group_feeds,
-                mappings: mapping_feeds,
-                tokens: token_feeds,
             },
         )
     }
@@ -290,38 +319,107 @@ fn slim<K: Resource>(object: &mut K) {
     }
 }
 
-fn spawn_full<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    subscribers: usize,
-    tasks: &mut JoinSet<()>,
-    listed: &mut Vec<watch::Receiver<bool>>,
-) -> (Store<K>, Vec<Feed<K>>)
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    fan_out(
-        watcher(api, config).default_backoff().modify(slim::<K>),
-        subscribers,
-        Vec::new(),
-        tasks,
-        listed,
-    )
+/// A watch of one kind and its cache, not started yet.
+struct PendingWatch<K: Resource<DynamicType = ()> + Clone + 'static> {
+    events: BoxStream<'static, watcher::Result<watcher::Event<K>>>,
+    writer: Writer<K>,
+    indexes: Vec<Index<K>>,
+    listed: watch::Sender<bool>,
 }
 
-fn spawn_metadata<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    subscribers: usize,
-    tasks: &mut JoinSet<()>,
-    listed: &mut Vec<watch::Receiver<bool>>,
-) -> (Store<PartialObjectMeta<K>>, Vec<Feed<PartialObjectMeta<K>>>)
+impl<K> PendingWatch<K>
+where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+{
+    fn new(
+        events: BoxStream<'static, watcher::Result<watcher::Event<K>>>,
+        indexes: Vec<Index<K>>,
+        listed: &mut Vec<watch::Receiver<bool>>,
+    ) -> Self {
+        let (sender, receiver) = watch::channel(false);
+        listed.push(receiver);
+        Self {
+            events,
+            writer: Writer::default(),
+            indexes,
+            listed: sender,
+        }
+    }
+
+    fn store(&self) -> Store<K> {
+        self.writer.as_reader()
+    }
+
+    /// Drives the watch into the cache (and the indexes) and sends every applied or deleted
+    /// object to each of `hub`'s subscribers.
+    fn start(self, hub: Hub<K>, tasks: &mut JoinSet<()>) {
+        let Self {
+            events,
+            mut writer,
+            indexes,
+            listed,
+        } = self;
+        let senders = hub.senders;
+        let reader = writer.as_reader();
+        let kind = K::kind(&()).to_string();
+        tasks.spawn(async move {
+            let send = async |object: Arc<K>| {
+                for sender in &senders {
+                    // A closed receiver means its controller stopped.
+                    let _ = sender.send(object.clone()).await;
+                }
+            };
+            let mut events = events;
+            // The cache content when a (re)list started, to find what vanished meanwhile.
+            let mut before: Vec<Arc<K>> = Vec::new();
+            while let Some(event) = events.next().await {
+                let event = match event {
+                    Ok(event) => event,
+                    Err(err) => {
+                        tracing::warn!(%err, kind = %kind, "watch error");
+                        continue;
+                    }
+                };
+                if matches!(event, watcher::Event::Init) {
+                    before = reader.state();
+                }
+                writer.apply_watcher_event(&event);
+                match event {
+                    watcher::Event::Apply(object) => {
+                        for index in &indexes {
+                            index.apply(&object);
+                        }
+                        send(Arc::new(object)).await;
+                    }
+                    watcher::Event::Delete(object) => {
+                        for index in &indexes {
+                            index.delete(&object);
+                        }
+                        send(Arc::new(object)).await;
+                    }
+                    watcher::Event::InitDone => {
+                        let now = reader.state();
+                        for index in &indexes {
+                            index.rebuild(&now);
+                        }
+                        let _ = listed.send(true);
+                        for object in &now {
+                            send(object.clone()).await;
+                        }
+                        for object in std::mem::take(&mut before) {
+                            if reader.get(&ObjectRef::from_obj(&*object)).is_none() {
+                                send(object).await;
+                            }
+                        }
+                    }
+                    watcher::Event::Init | watcher::Event::InitApply(_) => {}
+                }
+            }
+        });
+    }
+}
+
+impl<K> PendingWatch<K>
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -331,15 +429,41 @@ where
         + Sync
         + 'static,
 {
-    fan_out(
-        metadata_watcher(api, config)
+    fn full(
+        api: Api<K>,
+        config: watcher::Config,
+        indexes: Vec<Index<K>>,
+        listed: &mut Vec<watch::Receiver<bool>>,
+    ) -> Self {
+        let events = watcher(api, config)
             .default_backoff()
-            .modify(slim::<PartialObjectMeta<K>>),
-        subscribers,
-        Vec::new(),
-        tasks,
-        listed,
-    )
+            .modify(slim::<K>)
+            .boxed();
+        Self::new(events, indexes, listed)
+    }
+}
+
+impl<K> PendingWatch<PartialObjectMeta<K>>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    fn metadata(
+        api: Api<K>,
+        config: watcher::Config,
+        listed: &mut Vec<watch::Receiver<bool>>,
+    ) -> Self {
+        let events = metadata_watcher(api, config)
+            .default_backoff()
+            .modify(slim::<PartialObjectMeta<K>>)
+            .boxed();
+        Self::new(events, Vec::new(), listed)
+    }
 }
 
 /// The cached objects of one kind grouped by a key derived from each object (its namespace,
@@ -460,88 +584,6 @@ impl IndexMaps {
             }
         }
     }
-}
-
-/// Drives `events` into a cache (and `index`) and sends every applied or deleted object to each
-/// subscriber.
-fn fan_out<K, S>(
-    events: S,
-    subscribers: usize,
-    indexes: Vec<Index<K>>,
-    tasks: &mut JoinSet<()>,
-    listed: &mut Vec<watch::Receiver<bool>>,
-) -> (Store<K>, Vec<Feed<K>>)
-where
-    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
-    S: futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
-{
-    let mut writer: Writer<K> = Writer::default();
-    let store = writer.as_reader();
-    let (senders, feeds): (Vec<_>, Vec<_>) = (0..subscribers)
-        .map(|_| {
-            let (tx, rx) = mpsc::unbounded_channel::<Arc<K>>();
-            (tx, UnboundedReceiverStream::new(rx))
-        })
-        .unzip();
-    let reader = store.clone();
-    let kind = K::kind(&()).to_string();
-    let (listed_tx, listed_rx) = watch::channel(false);
-    listed.push(listed_rx);
-    tasks.spawn(async move {
-        let send = |object: Arc<K>| {
-            for sender in &senders {
-                // A closed receiver means its controller stopped.
-                let _ = sender.send(object.clone());
-            }
-        };
-        let mut events = std::pin::pin!(events);
-        // The cache content when a (re)list started, to find what vanished meanwhile.
-        let mut before: Vec<Arc<K>> = Vec::new();
-        while let Some(event) = events.next().await {
-            let event = match event {
-                Ok(event) => event,
-                Err(err) => {
-                    tracing::warn!(%err, kind = %kind, "watch error");
-                    continue;
-                }
-            };
-            if matches!(event, watcher::Event::Init) {
-                before = reader.state();
-            }
-            writer.apply_watcher_event(&event);
-            match event {
-                watcher::Event::Apply(object) => {
-                    for index in &indexes {
-                        index.apply(&object);
-                    }
-                    send(Arc::new(object));
-                }
-                watcher::Event::Delete(object) => {
-                    for index in &indexes {
-                        index.delete(&object);
-                    }
-                    send(Arc::new(object));
-                }
-                watcher::Event::InitDone => {
-                    let now = reader.state();
-                    for index in &indexes {
-                        index.rebuild(&now);
-                    }
-                    let _ = listed_tx.send(true);
-                    for object in &now {
-                        send(object.clone());
-                    }
-                    for object in before.drain(..) {
-                        if reader.get(&ObjectRef::from_obj(&*object)).is_none() {
-                            send(object);
-                        }
-                    }
-                }
-                watcher::Event::Init | watcher::Event::InitApply(_) => {}
-            }
-        }
-    });
-    (store, feeds)
 }
 
 #[cfg(test)]
