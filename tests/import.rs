@@ -1144,3 +1144,60 @@ async fn runtime_extension_stub_is_completed_and_never_pins_fields() {
     );
     h.stop().await;
 }
+
+/// Create-only (`patchResource: false`) completes a registration stub (here BeforeClusterCreate's)
+/// once, and never updates the completed Fleet Cluster afterwards.
+#[tokio::test]
+async fn create_only_completes_a_registration_stub_once() {
+    let mut h = Harness::new().await;
+    h.namespace("edge", json!({})).await;
+    h.config("cluster: {patchResource: false}").await;
+    h.cluster("edge", plain_cluster("c1", json!({"team": "a"})))
+        .await;
+    let stub: FleetCluster = serde_json::from_value(json!({
+        "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "c1", "namespace": "edge",
+                     "annotations": {names::REGISTRATION_ANNOTATION: names::REGISTRATION_RUNTIME_EXTENSION}},
+        "spec": {"clientID": "from-the-hook"}
+    }))
+    .expect("stub");
+    Api::<FleetCluster>::namespaced(h.client.clone(), "edge")
+        .create(
+            &PostParams {
+                field_manager: Some(names::RUNTIME_EXTENSION_FIELD_MANAGER.into()),
+                ..Default::default()
+            },
+            &stub,
+        )
+        .await
+        .expect("stub created");
+    h.start().await;
+    let fleet = eventually("stub completed although create-only", || async {
+        h.fleet_cluster("edge", "c1")
+            .await
+            .filter(|c| c.labels().get("team").is_some_and(|v| v == "a"))
+    })
+    .await;
+    assert_eq!(fleet.spec.client_id.as_deref(), Some("from-the-hook"));
+    assert_eq!(
+        fleet.spec.agent_namespace.as_deref(),
+        Some("fleet-addon-agent")
+    );
+    assert!(fleet.spec.template_values.is_some(), "templateValues set");
+
+    // Completed once: from now on create-only holds.
+    h.merge_cluster("edge", "c1", json!({"metadata": {"labels": {"team": "b"}}}))
+        .await;
+    let reconciles = h.reconciles("cluster");
+    eventually("change seen", || async {
+        (h.reconciles("cluster") > reconciles).then_some(())
+    })
+    .await;
+    let fleet = h.fleet_cluster("edge", "c1").await.expect("fleet");
+    assert_eq!(
+        fleet.labels().get("team").map(String::as_str),
+        Some("a"),
+        "never updated after completion"
+    );
+    h.stop().await;
+}

@@ -54,6 +54,45 @@ pub fn client_id(live: Option<&FleetCluster>, fresh: impl FnOnce() -> String) ->
         .unwrap_or_else(fresh)
 }
 
+/// How the import writes a Fleet Cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FleetClusterWrite {
+    /// Server-side apply of the whole desired object (when it would change something).
+    Apply,
+    /// Create it when absent, never update it (CAAPF's `patchResource: false`).
+    CreateOnly,
+}
+
+/// Which write a Fleet Cluster gets: `patchResource` applies; create-only still completes a
+/// registration stub (see [`is_registration_stub`]) once, or it would never get its agent
+/// namespace, labels or templateValues.
+pub fn fleet_cluster_write(patch_resource: bool, live: Option<&FleetCluster>) -> FleetClusterWrite {
+    if patch_resource || live.is_some_and(is_registration_stub) {
+        FleetClusterWrite::Apply
+    } else {
+        FleetClusterWrite::CreateOnly
+    }
+}
+
+/// Whether a Fleet Cluster is still the registration stub that an agent-initiated import
+/// ([`names::REGISTRATION_FIELD_MANAGER`]) or BeforeClusterCreate
+/// ([`names::RUNTIME_EXTENSION_FIELD_MANAGER`]) created ([`registration_stub`]) and that no
+/// import completed since: it has one of those field managers' entries and none of
+/// [`names::FIELD_MANAGER`]. (A Fleet Cluster created by another tool, e.g. an earlier CAAPF,
+/// has neither, and create-only leaves it alone.)
+pub fn is_registration_stub(live: &FleetCluster) -> bool {
+    let managers: Vec<&str> = live
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|entry| entry.manager.as_deref())
+        .collect();
+    (managers.contains(&names::REGISTRATION_FIELD_MANAGER)
+        || managers.contains(&names::RUNTIME_EXTENSION_FIELD_MANAGER))
+        && !managers.contains(&names::FIELD_MANAGER)
+}
+
 /// A new random client ID: 64 alphanumeric characters (hard to guess, as Fleet recommends).
 pub fn random_client_id() -> String {
     use rand::Rng;
@@ -302,6 +341,59 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    fn with_managers(managers: &[&str]) -> FleetCluster {
+        let mut cluster = FleetCluster::new("c", Default::default());
+        cluster.metadata.managed_fields = Some(
+            managers
+                .iter()
+                .map(
+                    |m| k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry {
+                        manager: Some(m.to_string()),
+                        operation: Some("Apply".into()),
+                        ..Default::default()
+                    },
+                )
+                .collect(),
+        );
+        cluster
+    }
+
+    #[test]
+    fn which_write_a_fleet_cluster_gets() {
+        use FleetClusterWrite::{Apply, CreateOnly};
+        let stub = with_managers(&[names::REGISTRATION_FIELD_MANAGER]);
+        let completed = with_managers(&[names::REGISTRATION_FIELD_MANAGER, names::FIELD_MANAGER]);
+        let ours = with_managers(&[names::FIELD_MANAGER]);
+        let foreign = with_managers(&["manager"]);
+        let hook_stub = with_managers(&[names::RUNTIME_EXTENSION_FIELD_MANAGER]);
+        let unmanaged = FleetCluster::new("c", Default::default());
+        // (patchResource, live, write)
+        let rows: [(bool, Option<&FleetCluster>, FleetClusterWrite); 13] = [
+            (true, None, Apply),
+            (true, Some(&stub), Apply),
+            (true, Some(&completed), Apply),
+            (true, Some(&foreign), Apply),
+            (false, None, CreateOnly),
+            // A stub left by the hook or by a reconcile that failed after creating it.
+            (false, Some(&stub), Apply),
+            (false, Some(&hook_stub), Apply),
+            (false, Some(&completed), CreateOnly),
+            (false, Some(&ours), CreateOnly),
+            (false, Some(&foreign), CreateOnly),
+            (false, Some(&unmanaged), CreateOnly),
+            (true, Some(&unmanaged), Apply),
+            (true, Some(&ours), Apply),
+        ];
+        for (patch_resource, live, want) in rows {
+            assert_eq!(
+                fleet_cluster_write(patch_resource, live),
+                want,
+                "patchResource {patch_resource}, managers {:?}",
+                live.map(|l| l.metadata.managed_fields.clone())
+            );
+        }
+    }
     use crate::model::config::EffectiveConfig;
     use crate::model::selection::AgentInitiated;
 

@@ -23,8 +23,8 @@ use crate::controllers::reconcile::retry_after;
 use crate::model::capi::{ClusterView, ObjectRef as CapiRef};
 use crate::model::config::ClusterImport;
 use crate::model::fleet::{
-    Registration, client_id, desired_fleet_cluster, desired_registration_token, random_client_id,
-    registration_stub, template_values,
+    FleetClusterWrite, Registration, client_id, desired_fleet_cluster, desired_registration_token,
+    fleet_cluster_write, random_client_id, registration_stub, template_values,
 };
 use crate::model::import::Decision;
 use crate::names;
@@ -171,16 +171,19 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
                 Registration::ManagerInitiated
             };
             let desired = desired_fleet_cluster(&view, import, &registration, Some(values));
-            let written = if import.patch_resource || stub_created {
-                apply_if_changed(
-                    &fleet_clusters,
-                    &desired,
-                    live.as_deref(),
-                    names::FIELD_MANAGER,
-                )
-                .await?
-            } else {
-                create_if_missing(&fleet_clusters, &desired, live.as_deref()).await?
+            let written = match fleet_cluster_write(import.patch_resource, live.as_deref()) {
+                FleetClusterWrite::Apply => {
+                    apply_if_changed(
+                        &fleet_clusters,
+                        &desired,
+                        live.as_deref(),
+                        names::FIELD_MANAGER,
+                    )
+                    .await?
+                }
+                FleetClusterWrite::CreateOnly => {
+                    create_if_missing(&fleet_clusters, &desired, live.as_deref()).await?
+                }
             };
             if written.resource_version.is_some() {
                 ctx.expectations.wrote(

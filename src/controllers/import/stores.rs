@@ -46,6 +46,9 @@ const FEED_CAPACITY: usize = 1024;
 /// Field managers whose `managedFields` entries we keep in caches.
 const OUR_MANAGERS: &[&str] = &[
     names::FIELD_MANAGER,
+    // Tells a registration stub from a completed Fleet Cluster (`is_registration_stub`).
+    names::REGISTRATION_FIELD_MANAGER,
+    names::RUNTIME_EXTENSION_FIELD_MANAGER,
     names::NAMESPACE_FIELD_MANAGER,
     names::HEALTH_FIELD_MANAGER,
 ];
