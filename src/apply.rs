@@ -64,7 +64,11 @@ where
     let desired_json = serde_json::to_value(desired)?;
     if let Some(live) = live {
         let live_json = serde_json::to_value(live)?;
-        if !apply_would_change(&desired_json, &live_json, owned_fields(&live_json, manager)) {
+        if !apply_would_change(
+            &desired_json,
+            &live_json,
+            owned_fields(&live_json, manager).as_deref(),
+        ) {
             return Ok(Written::UNCHANGED);
         }
     }

@@ -15,7 +15,8 @@
 //!
 //! Environment: `BENCH_CLUSTERS` (default 1000), `BENCH_NAMESPACES` (default N/20, between 10
 //! and 100), `BENCH_MODES` (`;`-separated extra manager flags, default
-//! `--kube-api-qps=100 --kube-api-burst=200`, Cluster API's own values; empty: defaults only).
+//! `--kube-api-qps=100 --kube-api-burst=200`, Cluster API's own values; empty: defaults only),
+//! `BENCH_MANAGER_WRAPPER` (a command the manager runs under, e.g. a heap profiler).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -276,7 +277,19 @@ fn free_port() -> u16 {
 }
 
 fn start_manager(kubeconfig: &Path, metrics_port: u16, extra: &[String]) -> Process {
-    let child = Command::new(binary("caapf"))
+    // `BENCH_MANAGER_WRAPPER="heaptrack -o /tmp/caapf"` runs the manager under a profiler (the
+    // CPU and RSS figures are then the wrapper's).
+    let wrapper = std::env::var("BENCH_MANAGER_WRAPPER").unwrap_or_default();
+    let mut words = wrapper.split_whitespace();
+    let mut command = match words.next() {
+        Some(program) => {
+            let mut command = Command::new(program);
+            command.args(words).arg(binary("caapf"));
+            command
+        }
+        None => Command::new(binary("caapf")),
+    };
+    let child = command
         .env("KUBECONFIG", kubeconfig)
         .arg("--health-probe-bind-address=0")
         .arg(format!("--metrics-bind-address=127.0.0.1:{metrics_port}"))

@@ -198,6 +198,27 @@ impl ClassView {
     }
 }
 
+/// Keeps, of a Cluster's `status`, only what the provider reads: `initialization` (see
+/// [`ClusterView`]) and the `FleetReady` condition
+/// ([`crate::model::fleet_health::live_condition`]). The caches hold every Cluster, and Cluster
+/// API's own conditions (v1beta2 and the deprecated v1beta1 ones) are most of a live Cluster's
+/// status; nothing here reads them (`templateValues` take metadata and spec only).
+pub fn keep_read_status(body: &mut serde_json::Map<String, Value>) {
+    let Some(Value::Object(status)) = body.get_mut("status") else {
+        return;
+    };
+    status.retain(|key, _| key == "initialization" || key == "conditions");
+    if let Some(Value::Array(conditions)) = status.get_mut("conditions") {
+        conditions.retain(|c| {
+            c.get("type").and_then(Value::as_str)
+                == Some(crate::model::fleet_health::CONDITION_TYPE)
+        });
+        if conditions.is_empty() {
+            status.remove("conditions");
+        }
+    }
+}
+
 /// Annotations that change without the user changing anything; kept out of `templateValues`
 /// so that values do not churn.
 const VOLATILE_ANNOTATIONS: &[&str] = &[
@@ -397,6 +418,46 @@ mod tests {
         );
         assert_eq!(view.variables["imageRepository"], json!("registry.k8s.io"));
         assert_eq!(view.variables["cfg"], json!({"a": 1}));
+    }
+
+    #[test]
+    fn caches_keep_only_the_status_we_read() {
+        let mut cluster = v1beta2_cluster();
+        cluster["status"] = json!({
+            "initialization": {"controlPlaneInitialized": true, "infrastructureProvisioned": true},
+            "phase": "Provisioned",
+            "conditions": [
+                {"type": "Available", "status": "True"},
+                {"type": "FleetReady", "status": "False", "reason": "AgentNotCheckedIn"},
+                {"type": "RemoteConnectionProbe", "status": "True"}
+            ],
+            "deprecated": {"v1beta1": {"conditions": [{"type": "Ready", "status": "True"}]}},
+            "controlPlane": {"replicas": 3}
+        });
+        let before = ClusterView::from_json(&cluster).expect("view");
+        let mut body = cluster.as_object().expect("object").clone();
+        keep_read_status(&mut body);
+        assert_eq!(
+            body["status"],
+            json!({
+                "initialization": {"controlPlaneInitialized": true, "infrastructureProvisioned": true},
+                "conditions": [{"type": "FleetReady", "status": "False", "reason": "AgentNotCheckedIn"}]
+            })
+        );
+        let pruned = Value::Object(body.clone());
+        assert_eq!(ClusterView::from_json(&pruned), Some(before));
+        assert!(crate::model::fleet_health::live_condition(pruned.get("status")).is_some());
+
+        // No condition of ours: no empty list left behind; no status: nothing to do.
+        body["status"]["conditions"] = json!([{"type": "Available", "status": "True"}]);
+        keep_read_status(&mut body);
+        assert_eq!(
+            body["status"],
+            json!({"initialization": {"controlPlaneInitialized": true, "infrastructureProvisioned": true}})
+        );
+        body.remove("status");
+        keep_read_status(&mut body);
+        assert!(!body.contains_key("status"));
     }
 
     #[test]

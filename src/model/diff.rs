@@ -9,6 +9,9 @@
 //! Lists are compared whole (atomic, the default for CRD lists) except `ownerReferences`
 //! (keyed by `uid`) and `finalizers` (a set), which the API server merges per element.
 
+use std::borrow::Cow;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
 use serde_json::{Map, Value};
 
 /// Whether applying `desired` over `live` as the manager owning `owned` (its `fieldsV1`, or
@@ -17,9 +20,10 @@ pub fn apply_would_change(desired: &Value, live: &Value, owned: Option<&Value>) 
     !is_subset(desired, live, "") || owned.is_some_and(|fields| drops_owned(fields, desired))
 }
 
-/// The `fieldsV1` of `manager`'s `Apply` entry on the main resource of `object`, if any.
-pub fn owned_fields<'a>(object: &'a Value, manager: &str) -> Option<&'a Value> {
-    object
+/// The `fieldsV1` of `manager`'s `Apply` entry on the main resource of `object`, if any. It may
+/// be held as compact JSON text (see [`compact_fields`]); it is parsed back here.
+pub fn owned_fields<'a>(object: &'a Value, manager: &str) -> Option<Cow<'a, Value>> {
+    let fields = object
         .pointer("/metadata/managedFields")?
         .as_array()?
         .iter()
@@ -31,7 +35,23 @@ pub fn owned_fields<'a>(object: &'a Value, manager: &str) -> Option<&'a Value> {
                     .and_then(Value::as_str)
                     .is_none_or(str::is_empty)
         })?
-        .get("fieldsV1")
+        .get("fieldsV1")?;
+    match fields {
+        Value::String(text) => serde_json::from_str(text).ok().map(Cow::Owned),
+        tree => Some(Cow::Borrowed(tree)),
+    }
+}
+
+/// Replaces a managedFields entry's `fieldsV1` tree by its compact JSON text. A cached object
+/// keeps our entries for the no-op check, but as a tree of maps (one allocation of several
+/// hundred bytes per nested field) they cost far more than their text: for a Fleet Cluster with
+/// `templateValues`, about as much as the rest of the object. [`owned_fields`] reads either form.
+pub fn compact_fields(entry: &mut ManagedFieldsEntry) {
+    if let Some(FieldsV1(fields)) = entry.fields_v1.as_mut()
+        && !fields.is_string()
+    {
+        *fields = Value::String(fields.to_string());
+    }
 }
 
 fn is_subset(desired: &Value, live: &Value, path: &str) -> bool {
@@ -179,18 +199,34 @@ mod tests {
         })
     }
 
+    /// `live` as the API server sends it, and as the caches keep it (fieldsV1 as text).
+    fn both_forms() -> [Value; 2] {
+        let live = live();
+        let mut object: fleet_api_rs::fleet_cluster::Cluster =
+            serde_json::from_value(live.clone()).expect("typed");
+        for entry in object.metadata.managed_fields.iter_mut().flatten() {
+            compact_fields(entry);
+        }
+        let compact = serde_json::to_value(&object).expect("json");
+        assert!(
+            compact
+                .pointer("/metadata/managedFields/0/fieldsV1")
+                .is_some_and(Value::is_string)
+        );
+        [live, compact]
+    }
+
     #[test]
     fn steady_state_is_a_no_op() {
-        let live = live();
-        let owned = owned_fields(&live, "addon-provider-fleet");
-        assert!(owned.is_some());
-        assert!(!apply_would_change(&desired(), &live, owned));
+        for live in both_forms() {
+            let owned = owned_fields(&live, "addon-provider-fleet");
+            assert!(owned.is_some());
+            assert!(!apply_would_change(&desired(), &live, owned.as_deref()));
+        }
     }
 
     #[test]
     fn changes_that_need_an_apply() {
-        let live = live();
-        let owned = owned_fields(&live, "addon-provider-fleet");
         fn remove(value: &mut Value, pointer: &str, key: &str) {
             if let Some(map) = value.pointer_mut(pointer).and_then(Value::as_object_mut) {
                 map.remove(key);
@@ -224,10 +260,16 @@ mod tests {
                 d["metadata"]["ownerReferences"][0]["uid"] = json!("u2")
             }),
         ];
-        for (name, change) in rows {
-            let mut desired = desired();
-            change(&mut desired);
-            assert!(apply_would_change(&desired, &live, owned), "{name}");
+        for live in both_forms() {
+            let owned = owned_fields(&live, "addon-provider-fleet");
+            for (name, change) in rows {
+                let mut desired = desired();
+                change(&mut desired);
+                assert!(
+                    apply_would_change(&desired, &live, owned.as_deref()),
+                    "{name}"
+                );
+            }
         }
     }
 
@@ -236,7 +278,7 @@ mod tests {
         let mut live = live();
         // Fleet's own label and finalizer, a spec field Fleet sets, status: not ours.
         live["spec"]["agentTolerations"][0]["tolerationSeconds"] = json!(null);
-        let owned = owned_fields(&live, "addon-provider-fleet").cloned();
+        let owned = owned_fields(&live, "addon-provider-fleet").map(Cow::into_owned);
         assert!(!apply_would_change(&desired(), &live, owned.as_ref()));
         // Without a managedFields entry (e.g. created by CAAPF's get-or-create), only values count.
         assert!(!apply_would_change(&desired(), &live, None));

@@ -226,10 +226,11 @@ async fn sync_annotation(
         .get(names::FLEET_WORKSPACE_ANNOTATION)
         .is_some_and(|v| v == "true");
     let namespace_json = serde_json::to_value(namespace)?;
-    let owned = owned_fields(&namespace_json, names::NAMESPACE_FIELD_MANAGER)
-        .and_then(|f| f.pointer("/f:metadata/f:annotations"))
-        .and_then(|a| a.as_object())
-        .is_some_and(|a| a.contains_key(&format!("f:{}", names::FLEET_WORKSPACE_ANNOTATION)));
+    let owned = owned_fields(&namespace_json, names::NAMESPACE_FIELD_MANAGER).is_some_and(|f| {
+        f.pointer("/f:metadata/f:annotations")
+            .and_then(|a| a.as_object())
+            .is_some_and(|a| a.contains_key(&format!("f:{}", names::FLEET_WORKSPACE_ANNOTATION)))
+    });
     let body = if wanted && !(has_ours && owned) {
         json!({
             "apiVersion": "v1", "kind": "Namespace",

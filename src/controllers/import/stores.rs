@@ -34,7 +34,8 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::api::{BundleNamespaceMapping, CapiCluster, CapiClusterClass};
 use crate::cli::ManagerFlags;
-use crate::model::capi::{ClassRef, ClusterView, StringMap};
+use crate::model::capi::{ClassRef, ClusterView, StringMap, keep_read_status};
+use crate::model::diff::compact_fields;
 use crate::names;
 
 /// A stream of changed (applied or deleted) objects of one kind.
@@ -150,9 +151,17 @@ impl Stores {
         let mut listed = Vec::new();
         let clusters_by_namespace = Index::new(|c: &CapiCluster| c.metadata.namespace.clone());
         let clusters_by_class = Index::new(cross_namespace_class_key);
-        let clusters = PendingWatch::full(
-            api::<CapiCluster>(client, capi_ns.as_deref()),
-            capi_config.clone(),
+        let clusters = PendingWatch::new(
+            watcher(
+                api::<CapiCluster>(client, capi_ns.as_deref()),
+                capi_config.clone(),
+            )
+            .default_backoff()
+            .modify(|cluster: &mut CapiCluster| {
+                slim(cluster);
+                keep_read_status(&mut cluster.body);
+            })
+            .boxed(),
             vec![clusters_by_namespace.clone(), clusters_by_class.clone()],
             &mut listed,
         );
@@ -303,7 +312,8 @@ where
     }
 }
 
-/// Keeps only our managedFields entries, and drops the last-applied annotation.
+/// Keeps only our managedFields entries (their fieldsV1 as compact text), and drops the
+/// last-applied annotation.
 fn slim<K: Resource>(object: &mut K) {
     let meta = object.meta_mut();
     if let Some(entries) = meta.managed_fields.as_mut() {
@@ -313,6 +323,7 @@ fn slim<K: Resource>(object: &mut K) {
                 .as_deref()
                 .is_some_and(|m| OUR_MANAGERS.contains(&m))
         });
+        entries.iter_mut().for_each(compact_fields);
         if entries.is_empty() {
             meta.managed_fields = None;
         }
