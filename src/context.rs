@@ -6,17 +6,34 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::bootstrap::chart::AgentChart;
 use crate::cli::ManagerFlags;
-use crate::controllers::config_watch::ConfigReceiver;
 use crate::metrics::Metrics;
 use crate::model::config::EffectiveConfig;
 use crate::server::Readiness;
 
 /// The controller name in Events (`reportingController`), as CAAPF.
 pub const EVENT_REPORTER: &str = "caapf-controller";
+
+/// The effective configuration as controllers see it: `None` until it has been read once, so
+/// nobody acts on the "object absent" defaults before knowing whether the object exists.
+pub type ConfigReceiver = watch::Receiver<Option<Arc<EffectiveConfig>>>;
+/// The publishing side of [`ConfigReceiver`].
+pub type ConfigSender = watch::Sender<Option<Arc<EffectiveConfig>>>;
+
+/// A channel that holds nothing until the first read completes.
+pub fn config_channel() -> (ConfigSender, ConfigReceiver) {
+    watch::channel(None)
+}
+
+/// Waits until the configuration has been read once, then returns it.
+pub async fn wait_for_config(receiver: &mut ConfigReceiver) -> Option<Arc<EffectiveConfig>> {
+    let config = receiver.wait_for(Option::is_some).await.ok()?;
+    config.clone()
+}
 
 /// Shared state of the manager.
 pub struct Context {
@@ -30,7 +47,7 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub readiness: Readiness,
     /// The effective configuration; `None` until first read, then changes whenever
-    /// `FleetAddonConfig` changes (see [`crate::controllers::config_watch`]).
+    /// `FleetAddonConfig` changes (published by [`crate::controllers::config_watch`]).
     pub config: ConfigReceiver,
     /// One recorder for the process, so repeated events are aggregated into series.
     pub recorder: Recorder,

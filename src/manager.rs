@@ -101,7 +101,7 @@ impl Manager {
         } else {
             None
         };
-        let (config_tx, config_rx) = config_watch::channel();
+        let (config_tx, config_rx) = crate::context::config_channel();
         let ctx = Arc::new(
             Context::new(client.clone(), flags, config_rx, shutdown.clone())
                 .with_controllers_client(clients.controllers),

@@ -15,7 +15,6 @@ use std::sync::Arc;
 use caapf::bootstrap::MANIFEST_KEY;
 use caapf::cli::ManagerFlags;
 use caapf::context::Context;
-use caapf::controllers::config_watch;
 use caapf::hooks::handlers;
 use caapf::hooks::types::{Hook, Response, ResponseBody, ResponseStatus};
 use caapf::model::config::EffectiveConfig;
@@ -57,7 +56,7 @@ struct Env {
     sandbox: Sandbox,
     ctx: Arc<Context>,
     charts: fleet_common::ChartRepo,
-    _config: config_watch::ConfigSender,
+    _config: caapf::context::ConfigSender,
 }
 
 impl Env {
@@ -73,7 +72,7 @@ impl Env {
         let client = sandbox.client();
         let charts = fleet_common::ChartRepo::start(&[]).await;
         charts.add_agent_version(AGENT_CHART_VERSION);
-        let (tx, rx) = config_watch::channel();
+        let (tx, rx) = caapf::context::config_channel();
         let config = match config_yaml {
             None => EffectiveConfig::default(),
             Some(yaml) => {
@@ -1011,8 +1010,8 @@ async fn the_chart_of_the_installed_fleet_version_is_rendered() {
 fn context_with(
     client: kube::Client,
     config: EffectiveConfig,
-) -> (Arc<Context>, config_watch::ConfigSender) {
-    let (tx, rx) = config_watch::channel();
+) -> (Arc<Context>, caapf::context::ConfigSender) {
+    let (tx, rx) = caapf::context::config_channel();
     tx.send_replace(Some(Arc::new(config)));
     (
         Arc::new(Context::new(

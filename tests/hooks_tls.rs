@@ -11,7 +11,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use caapf::cli::ManagerFlags;
 use caapf::context::Context;
-use caapf::controllers::config_watch;
 use caapf::hooks::server::{self, READY_CHECK, ServerOptions};
 use caapf::model::config::EffectiveConfig;
 use http_body_util::{BodyExt, Full};
@@ -75,10 +74,10 @@ fn install(dir: &Path, cert: &str, key: &str) {
 fn context(
     client_url: &str,
     config: EffectiveConfig,
-) -> (Arc<Context>, config_watch::ConfigSender) {
+) -> (Arc<Context>, caapf::context::ConfigSender) {
     let client = kube::Client::try_from(kube::Config::new(client_url.parse().expect("url")))
         .expect("client");
-    let (tx, rx) = config_watch::channel();
+    let (tx, rx) = caapf::context::config_channel();
     tx.send_replace(Some(Arc::new(config)));
     (
         Arc::new(Context::new(
@@ -94,7 +93,7 @@ fn context(
 struct Server {
     addr: SocketAddr,
     ctx: Arc<Context>,
-    _config: config_watch::ConfigSender,
+    _config: caapf::context::ConfigSender,
     _dir: tempfile::TempDir,
     dir_path: std::path::PathBuf,
 }

@@ -5,31 +5,14 @@ use std::sync::Arc;
 use futures::{StreamExt, TryStreamExt};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
-use tokio::sync::watch;
 
 use crate::api::FleetAddonConfig;
+use crate::context::ConfigSender;
 use crate::model::config::EffectiveConfig;
 use crate::server::Readiness;
 
 /// Readiness check name: the configuration has been read once.
 pub const READY_CHECK: &str = "config";
-
-/// The effective configuration as controllers see it: `None` until it has been read once, so
-/// nobody acts on the "object absent" defaults before knowing whether the object exists.
-pub type ConfigReceiver = watch::Receiver<Option<Arc<EffectiveConfig>>>;
-/// The publishing side of [`ConfigReceiver`].
-pub type ConfigSender = watch::Sender<Option<Arc<EffectiveConfig>>>;
-
-/// A channel that holds nothing until the first read completes.
-pub fn channel() -> (ConfigSender, ConfigReceiver) {
-    watch::channel(None)
-}
-
-/// Waits until the configuration has been read once, then returns it.
-pub async fn wait_ready(receiver: &mut ConfigReceiver) -> Option<Arc<EffectiveConfig>> {
-    let config = receiver.wait_for(Option::is_some).await.ok()?;
-    config.clone()
-}
 
 /// Keeps `sender` up to date until the stream ends (it only ends when the task is cancelled).
 /// Publishes only when the effective configuration changes (status writes do not wake anyone).

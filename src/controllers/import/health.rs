@@ -27,7 +27,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::api::CapiCluster;
-use crate::controllers::config_watch::ConfigReceiver;
+use crate::context::ConfigReceiver;
 use crate::controllers::import::context::{Decided, ImportContext};
 use crate::controllers::import::expectations::{self, Key};
 use crate::controllers::import::stores::Feed;

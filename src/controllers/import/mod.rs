@@ -36,7 +36,6 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::api::{CapiCluster, CapiClusterClass};
 use crate::context::Context;
-use crate::controllers::config_watch;
 use crate::model::capi::ClassRef;
 use context::ImportContext;
 use references::References;
@@ -52,7 +51,7 @@ const CONCURRENCY: u16 = 8;
 pub async fn run(base: Arc<Context>) {
     base.readiness.register(READY_CHECK);
     let mut config = base.config.clone();
-    if config_watch::wait_ready(&mut config).await.is_none() {
+    if crate::context::wait_for_config(&mut config).await.is_none() {
         return;
     }
     let mut reflectors = JoinSet::new();
@@ -225,7 +224,7 @@ pub async fn run(base: Arc<Context>) {
 /// Re-evaluates everything when the effective configuration changes.
 async fn fan_out_config_changes(
     ctx: Arc<ImportContext>,
-    mut config: config_watch::ConfigReceiver,
+    mut config: crate::context::ConfigReceiver,
     clusters: mpsc::UnboundedSender<ObjectRef<CapiCluster>>,
     namespaces: mpsc::UnboundedSender<ObjectRef<PartialObjectMeta<Namespace>>>,
     classes: mpsc::UnboundedSender<ObjectRef<CapiClusterClass>>,
@@ -248,7 +247,7 @@ async fn fan_out_config_changes(
 /// The CAPI Cluster a Fleet Cluster belongs to: its owner, or the one its name was made from.
 fn owning_cluster(
     fleet: &FleetCluster,
-    config: &config_watch::ConfigReceiver,
+    config: &crate::context::ConfigReceiver,
 ) -> Option<ObjectRef<CapiCluster>> {
     let namespace = fleet.namespace()?;
     if let Some(owner) = fleet
