@@ -15,6 +15,7 @@ pub mod import;
 pub mod move_fixtures;
 pub mod move_graph;
 pub mod move_plan;
+pub mod move_state;
 pub mod namespace;
 pub mod pod_security;
 pub mod selection;
