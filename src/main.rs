@@ -44,7 +44,7 @@ fn main() -> ExitCode {
             }
         }
         Some(Command::MovePreview(args)) => {
-            caapf::telemetry::init(cli.manager.log_format, cli.manager.verbosity);
+            // No logging: stdout is the report (or YAML to pipe), errors go to stderr.
             let Some(runtime) = runtime(tokio::runtime::Builder::new_current_thread()) else {
                 return ExitCode::FAILURE;
             };

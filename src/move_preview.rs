@@ -276,3 +276,23 @@ pub fn render_yaml(p: &Preview) -> Result<String> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_is_namespace_slash_name() {
+        assert_eq!(
+            parse_target("default/c1").unwrap(),
+            ("default".to_string(), "c1".to_string())
+        );
+        for bad in ["c1", "/c1", "default/", "a/b/c", ""] {
+            let err = parse_target(bad).unwrap_err().to_string();
+            assert!(
+                err.contains("expected <namespace>/<cluster>"),
+                "{bad}: {err}"
+            );
+        }
+    }
+}
