@@ -372,39 +372,40 @@ fn link_soft_owners(nodes: &mut [Node]) {
             ((ns, n.id.name.clone()), i)
         })
         .collect();
-    for i in 0..nodes.len() {
-        let node = &nodes[i];
+    let mut soft_edges: Vec<(usize, usize)> = Vec::new();
+    for (i, node) in nodes.iter().enumerate() {
         let ns = node.id.namespace.clone().unwrap_or_default();
-        let mut soft: Vec<usize> = Vec::new();
-        if node.is("", "Secret") && !node.has_owner_references() {
-            if let Some(cluster_name) = secret_cluster_name(&node.id.name) {
-                soft.extend(
-                    clusters
-                        .get(&(ns.clone(), cluster_name.to_string()))
-                        .copied(),
-                );
-            }
+        let cluster = |name: &str| clusters.get(&(ns.clone(), name.to_string())).copied();
+        if node.is("", "Secret")
+            && !node.has_owner_references()
+            && let Some(owner) = secret_cluster_name(&node.id.name).and_then(cluster)
+        {
+            soft_edges.push((i, owner));
         }
-        if !node.has_owner_references() && !node.is_capi_cluster() {
-            if let Some(cluster_name) = node.label(names::CAPI_CLUSTER_NAME_LABEL) {
-                soft.extend(clusters.get(&(ns.clone(), cluster_name.clone())).copied());
-            }
+        if !node.has_owner_references()
+            && !node.is_capi_cluster()
+            && let Some(owner) = node
+                .label(names::CAPI_CLUSTER_NAME_LABEL)
+                .and_then(|name| cluster(name))
+        {
+            soft_edges.push((i, owner));
         }
-        if node.is_capi_cluster() {
-            if let Some(class) = topology_class(&node.object.data, &ns) {
-                soft.extend(classes.get(&class).copied());
-            }
+        if node.is_capi_cluster()
+            && let Some(owner) =
+                topology_class(&node.object.data, &ns).and_then(|c| classes.get(&c).copied())
+        {
+            soft_edges.push((i, owner));
         }
-        if node.is(ADDONS_GROUP, "ClusterResourceSetBinding") {
-            if let Some(cluster_name) = node.object.data["spec"]["clusterName"].as_str() {
-                soft.extend(
-                    clusters
-                        .get(&(ns.clone(), cluster_name.to_string()))
-                        .copied(),
-                );
-            }
+        if node.is(ADDONS_GROUP, "ClusterResourceSetBinding")
+            && let Some(owner) = node.object.data["spec"]["clusterName"]
+                .as_str()
+                .and_then(cluster)
+        {
+            soft_edges.push((i, owner));
         }
-        nodes[i].soft_owners.extend(soft);
+    }
+    for (i, owner) in soft_edges {
+        nodes[i].soft_owners.insert(owner);
     }
 }
 

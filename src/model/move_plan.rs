@@ -112,7 +112,7 @@ pub fn provider_plan(
             )
         });
         for object in objects {
-            let mut value = strip_for_target(object);
+            let value = strip_for_target(object);
             let namespace = object.metadata.namespace.clone().unwrap_or_default();
             if let Some(secret) = value["spec"]["configSecret"].as_object() {
                 let name = secret.get("name").and_then(Value::as_str).unwrap_or("");
@@ -131,9 +131,6 @@ pub fn provider_plan(
                         value["metadata"]["name"].as_str().unwrap_or(""),
                     )),
                 }
-            }
-            if let Some(status) = value.as_object_mut() {
-                status.remove("status");
             }
             plan.objects.push(value);
         }

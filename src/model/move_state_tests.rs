@@ -433,10 +433,10 @@ fn run(target_works: bool, crash_at: usize) -> (World, Vec<Phase>) {
     let mut phases = Vec::new();
     for i in 0..200 {
         world.step(i == crash_at);
-        if let Some(p) = world.phase() {
-            if phases.last() != Some(&p) {
-                phases.push(p);
-            }
+        if let Some(p) = world.phase()
+            && phases.last() != Some(&p)
+        {
+            phases.push(p);
         }
         let settled = world.observe();
         let idle = decide(world.state.as_ref(), &settled, &Timeouts::default());
