@@ -40,6 +40,28 @@ pub enum Command {
     /// Remove this provider's finalizer from every CAPI Cluster and ClusterClass (and CAAPF's
     /// legacy one from Fleet ClusterGroups); run it when uninstalling the provider.
     Cleanup,
+    /// Print the object graph of a CAPI Cluster and the Fleet Bundles that would move it into
+    /// itself (docs/self-managed.md). Reads the management cluster; writes nothing.
+    MovePreview(MovePreviewArgs),
+}
+
+/// Arguments of `caapf move-preview`.
+#[derive(Args, Debug, Clone)]
+pub struct MovePreviewArgs {
+    /// The Cluster, as `<namespace>/<name>`.
+    pub cluster: String,
+    /// `text`: the graph and a summary of the Bundles; `yaml`: the Bundles themselves (they
+    /// contain the Cluster's Secrets).
+    #[arg(long, value_enum, default_value_t = PreviewOutput::Text)]
+    pub output: PreviewOutput,
+}
+
+/// Output of `caapf move-preview`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Default)]
+pub enum PreviewOutput {
+    #[default]
+    Text,
+    Yaml,
 }
 
 impl Cli {
@@ -509,5 +531,28 @@ mod tests {
         assert!(err.to_string().contains("not a duration"), "{err}");
         let err = Cli::parse_tolerant(["caapf", "--leader-elect=maybe"]).expect_err("bad bool");
         assert!(err.to_string().contains("not a boolean"), "{err}");
+    }
+
+    #[test]
+    fn move_preview_takes_a_cluster_and_an_output() {
+        let (cli, dropped) =
+            Cli::parse_tolerant(["caapf", "move-preview", "default/c1", "--output", "yaml"])
+                .unwrap();
+        assert!(dropped.is_empty(), "{dropped:?}");
+        match cli.command {
+            Some(Command::MovePreview(args)) => {
+                assert_eq!(args.cluster, "default/c1");
+                assert_eq!(args.output, PreviewOutput::Yaml);
+            }
+            other => panic!("{other:?}"),
+        }
+        let (cli, _) = Cli::parse_tolerant(["caapf", "move-preview", "ns/c"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Some(Command::MovePreview(MovePreviewArgs {
+                output: PreviewOutput::Text,
+                ..
+            }))
+        ));
     }
 }

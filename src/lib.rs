@@ -19,6 +19,7 @@ pub mod leader;
 pub mod manager;
 pub mod metrics;
 pub mod model;
+pub mod move_preview;
 pub mod names;
 pub mod server;
 pub mod telemetry;

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use caapf::cli::{Cli, Command};
+use caapf::cli::{Cli, Command, PreviewOutput};
 
 fn main() -> ExitCode {
     let (cli, dropped) = match Cli::parse_tolerant(std::env::args_os()) {
@@ -35,6 +35,33 @@ fn main() -> ExitCode {
                         "removed the finalizer from {} Cluster(s), {} ClusterClass(es), {} ClusterGroup(s)",
                         report.clusters, report.cluster_classes, report.cluster_groups
                     );
+                    ExitCode::SUCCESS
+                }
+                Err(err) => {
+                    eprintln!("error: {err}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Some(Command::MovePreview(args)) => {
+            // No logging: stdout is the report (or YAML to pipe), errors go to stderr.
+            let Some(runtime) = runtime(tokio::runtime::Builder::new_current_thread()) else {
+                return ExitCode::FAILURE;
+            };
+            let result = runtime.block_on(async {
+                let (namespace, cluster) = caapf::move_preview::parse_target(&args.cluster)?;
+                let clients = caapf::manager::connect(&cli.manager).await?;
+                let preview =
+                    caapf::move_preview::preview(&clients.controllers, &namespace, &cluster)
+                        .await?;
+                match args.output {
+                    PreviewOutput::Text => Ok(caapf::move_preview::render_text(&preview)),
+                    PreviewOutput::Yaml => caapf::move_preview::render_yaml(&preview),
+                }
+            });
+            match result {
+                Ok(text) => {
+                    print!("{text}");
                     ExitCode::SUCCESS
                 }
                 Err(err) => {

@@ -268,6 +268,7 @@ fn collect_paths(node: &Value, path: &str, out: &mut Vec<String>) {
         "selector",
         "namespaceSelector",
         "agentInitiatedSelector",
+        "selfManagedSelector",
         "ref",
         "apiServerCaConfigRef",
         "agentEnvVars",

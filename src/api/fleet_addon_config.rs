@@ -214,6 +214,13 @@ pub struct ClusterConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
     pub agent_checkin_interval: Option<String>,
+
+    /// Move the Clusters matching this label selector into themselves through Fleet, so they
+    /// manage themselves (docs/self-managed.md). Empty or absent: none, except Clusters labelled
+    /// `fleet.addons.cluster.x-k8s.io/self-managed: "true"`. Never by default. Added by this
+    /// provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_managed_selector: Option<LabelSelector>,
 }
 
 /// Fleet Cluster naming.

@@ -11,6 +11,11 @@ pub mod fleet_install;
 pub mod fleet_status;
 pub mod fleet_values;
 pub mod import;
+#[cfg(test)]
+pub mod move_fixtures;
+pub mod move_graph;
+pub mod move_plan;
+pub mod move_state;
 pub mod namespace;
 pub mod pod_security;
 pub mod selection;

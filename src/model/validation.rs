@@ -66,6 +66,9 @@ pub fn validate(spec: &FleetAddonConfigSpec) -> Vec<FieldError> {
         if let Some(selector) = &cluster.agent_initiated_selector {
             validate_label_selector(selector, "spec.cluster.agentInitiatedSelector", &mut errors);
         }
+        if let Some(selector) = &cluster.self_managed_selector {
+            validate_label_selector(selector, "spec.cluster.selfManagedSelector", &mut errors);
+        }
         if let Some(naming) = &cluster.naming {
             // A CAPI name is at most 63 characters; the Fleet name must stay a valid object name.
             let example = format!(
@@ -448,6 +451,12 @@ install: {followLatest: true}
                 "cluster: {agentInitiatedSelector: {matchLabels: {a: \"-bad\"}}}",
                 &[
                     "spec.cluster.agentInitiatedSelector.matchLabels[\"a\"]: label value \"-bad\": must be at most 63 characters, alphanumeric, '-', '_' or '.', starting and ending with an alphanumeric character",
+                ],
+            ),
+            (
+                "cluster: {selfManagedSelector: {matchLabels: {a: \"-bad\"}}}",
+                &[
+                    "spec.cluster.selfManagedSelector.matchLabels[\"a\"]: label value \"-bad\": must be at most 63 characters, alphanumeric, '-', '_' or '.', starting and ending with an alphanumeric character",
                 ],
             ),
             (

@@ -1,0 +1,575 @@
+//! The object graph of one Cluster and the order to create it in, as `clusterctl move` defines
+//! them, restricted to a single Cluster.
+//!
+//! Rules read from kubernetes-sigs/cluster-api `cmd/clusterctl/client/cluster/objectgraph.go` and
+//! `mover.go` (main after v1.14.0-rc.0, commit ae7ff047) and summarised in docs/self-managed.md:
+//! owner references matched by UID, soft ownership (cluster Secrets by name, topology Clusters by
+//! their ClusterClass, ClusterResourceSetBindings by `spec.clusterName`), hierarchies rooted at
+//! force-move-hierarchy objects, force-move objects, and creation groups where every object comes
+//! after all its owners. Departures (one Cluster instead of a namespace; objects labelled
+//! `cluster.x-k8s.io/cluster-name`) are documented there.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::DynamicObject;
+use serde_json::Value;
+
+use crate::names;
+
+/// Label clusterctl puts on every provider component; only CRDs carrying it are move types.
+pub const CLUSTERCTL_LABEL: &str = "clusterctl.cluster.x-k8s.io";
+/// On a CRD or an object: move it even when it belongs to no Cluster.
+pub const MOVE_LABEL: &str = "clusterctl.cluster.x-k8s.io/move";
+/// On a CRD or an object: move it and everything it owns.
+pub const MOVE_HIERARCHY_LABEL: &str = "clusterctl.cluster.x-k8s.io/move-hierarchy";
+/// On any moved object: the move waits until it is removed.
+pub const BLOCK_MOVE_ANNOTATION: &str = "clusterctl.cluster.x-k8s.io/block-move";
+
+const CAPI_GROUP: &str = "cluster.x-k8s.io";
+const ADDONS_GROUP: &str = "addons.cluster.x-k8s.io";
+
+/// Suffixes of the Secrets CAPI creates for a Cluster (`util/secret/consts.go`).
+const SECRET_PURPOSES: [&str; 6] = [
+    "kubeconfig",
+    "ca",
+    "etcd",
+    "sa",
+    "proxy",
+    "apiserver-etcd-client",
+];
+
+/// A type clusterctl considers for move.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TypeRule {
+    pub group: String,
+    /// The storage version (clusterctl lists each type in its storage version).
+    pub version: String,
+    pub kind: String,
+    pub plural: String,
+    pub namespaced: bool,
+    pub force_move: bool,
+    pub force_move_hierarchy: bool,
+}
+
+impl TypeRule {
+    /// `group/version`, or `version` for the core group.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+}
+
+/// The move types, by (group, kind).
+#[derive(Clone, Debug, Default)]
+pub struct MoveTypes {
+    rules: BTreeMap<(String, String), TypeRule>,
+}
+
+impl MoveTypes {
+    /// Core `v1` Secret and ConfigMap, which clusterctl always considers.
+    pub fn core() -> Self {
+        let mut types = Self::default();
+        for (kind, plural) in [("Secret", "secrets"), ("ConfigMap", "configmaps")] {
+            types.insert(TypeRule {
+                group: String::new(),
+                version: "v1".into(),
+                kind: kind.into(),
+                plural: plural.into(),
+                namespaced: true,
+                force_move: false,
+                force_move_hierarchy: false,
+            });
+        }
+        types
+    }
+
+    /// The core types plus every CRD labelled `clusterctl.cluster.x-k8s.io`, in its storage
+    /// version (`getDiscoveryTypes`).
+    pub fn from_crds(crds: &[CustomResourceDefinition]) -> Self {
+        let mut types = Self::core();
+        for crd in crds {
+            let labels = crd.metadata.labels.clone().unwrap_or_default();
+            if !labels.contains_key(CLUSTERCTL_LABEL) {
+                continue;
+            }
+            let spec = &crd.spec;
+            let Some(storage) = spec.versions.iter().find(|v| v.storage) else {
+                continue;
+            };
+            let hierarchy = is_builtin_hierarchy(&spec.group, &spec.names.kind)
+                || labels.contains_key(MOVE_HIERARCHY_LABEL);
+            types.insert(TypeRule {
+                group: spec.group.clone(),
+                version: storage.name.clone(),
+                kind: spec.names.kind.clone(),
+                plural: spec.names.plural.clone(),
+                namespaced: spec.scope == "Namespaced",
+                force_move: hierarchy || labels.contains_key(MOVE_LABEL),
+                force_move_hierarchy: hierarchy,
+            });
+        }
+        types
+    }
+
+    /// Adds or replaces a type.
+    pub fn insert(&mut self, rule: TypeRule) {
+        self.rules
+            .insert((rule.group.clone(), rule.kind.clone()), rule);
+    }
+
+    /// The rule for an object's `apiVersion` and `kind` (any version of the group).
+    pub fn rule(&self, api_version: &str, kind: &str) -> Option<&TypeRule> {
+        self.rules
+            .get(&(group_of(api_version).to_string(), kind.to_string()))
+    }
+
+    /// Every type, in a stable order.
+    pub fn iter(&self) -> impl Iterator<Item = &TypeRule> {
+        self.rules.values()
+    }
+}
+
+/// `Cluster`, `ClusterClass` and `ClusterResourceSet` root hierarchies without any label.
+fn is_builtin_hierarchy(group: &str, kind: &str) -> bool {
+    (group == CAPI_GROUP && (kind == "Cluster" || kind == "ClusterClass"))
+        || (group == ADDONS_GROUP && kind == "ClusterResourceSet")
+}
+
+/// The group of an `apiVersion` (empty for the core group).
+pub fn group_of(api_version: &str) -> &str {
+    match api_version.split_once('/') {
+        Some((group, _)) => group,
+        None => "",
+    }
+}
+
+/// Identity of an object in the graph.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectId {
+    pub api_version: String,
+    pub kind: String,
+    /// `None` for cluster-scoped objects.
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl fmt::Display for ObjectId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {}/{}", self.kind, ns, self.name),
+            None => write!(f, "{} {}", self.kind, self.name),
+        }
+    }
+}
+
+/// An owner reference to re-create on the target, pointing at an object created earlier.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnerLink {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    /// Where to look the owner up on the target: the dependent's namespace, or `None` when the
+    /// owner is cluster-scoped.
+    pub namespace: Option<String>,
+    pub controller: Option<bool>,
+    pub block_owner_deletion: Option<bool>,
+}
+
+/// One object to create.
+#[derive(Clone, Debug)]
+pub struct MoveNode {
+    pub id: ObjectId,
+    /// Owner references to re-link, in the order the source lists them.
+    pub owners: Vec<OwnerLink>,
+    /// Carries `clusterctl.cluster.x-k8s.io/block-move`: the move waits for its removal.
+    pub blocking: bool,
+    /// The object as read from the source.
+    pub object: DynamicObject,
+}
+
+/// An object the Cluster depends on that will not be moved, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    pub id: ObjectId,
+    pub reason: String,
+}
+
+/// The graph of one Cluster: creation groups, each after all the owners of its objects.
+#[derive(Clone, Debug, Default)]
+pub struct MoveGraph {
+    pub groups: Vec<Vec<MoveNode>>,
+    pub skipped: Vec<Skipped>,
+}
+
+impl MoveGraph {
+    /// Every node, in creation order.
+    pub fn nodes(&self) -> impl Iterator<Item = &MoveNode> {
+        self.groups.iter().flatten()
+    }
+
+    /// Nodes that hold the move.
+    pub fn blocking(&self) -> Vec<&ObjectId> {
+        self.nodes().filter(|n| n.blocking).map(|n| &n.id).collect()
+    }
+}
+
+/// Why a graph cannot be built.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum GraphError {
+    #[error("Cluster {namespace}/{name} is not among the objects read")]
+    ClusterNotFound { namespace: String, name: String },
+    #[error("{0}: metadata.uid is empty; owner references cannot be resolved without it")]
+    MissingUid(ObjectId),
+}
+
+struct Node {
+    id: ObjectId,
+    group: String,
+    object: DynamicObject,
+    /// Owner references: the owner's index when it was read, its reference otherwise.
+    owners: Vec<(Option<usize>, OwnerLink)>,
+    soft_owners: BTreeSet<usize>,
+    force_move: bool,
+    force_move_hierarchy: bool,
+}
+
+impl Node {
+    fn is(&self, group: &str, kind: &str) -> bool {
+        self.group == group && self.id.kind == kind
+    }
+    fn is_capi_cluster(&self) -> bool {
+        self.is(CAPI_GROUP, "Cluster")
+    }
+    fn label(&self, key: &str) -> Option<&String> {
+        self.object.metadata.labels.as_ref()?.get(key)
+    }
+    fn has_owner_references(&self) -> bool {
+        !self.owners.is_empty()
+    }
+    fn all_owners(&self) -> impl Iterator<Item = usize> + '_ {
+        self.owners
+            .iter()
+            .filter_map(|(idx, _)| *idx)
+            .chain(self.soft_owners.iter().copied())
+    }
+}
+
+/// The graph of Cluster `namespace/name` among `objects` (everything listed for the move types:
+/// the Cluster's namespace, its ClusterClass's namespace, cluster-scoped move types).
+///
+/// Objects whose type is not in `types` are ignored, as clusterctl never lists them; an owner
+/// among them makes its dependents unmovable (reported in [`MoveGraph::skipped`]).
+pub fn move_graph(
+    namespace: &str,
+    name: &str,
+    objects: &[DynamicObject],
+    types: &MoveTypes,
+) -> Result<MoveGraph, GraphError> {
+    let mut nodes = Vec::new();
+    let mut by_uid = HashMap::new();
+    for object in objects {
+        let Some(tm) = &object.types else { continue };
+        let Some(rule) = types.rule(&tm.api_version, &tm.kind) else {
+            continue;
+        };
+        let id = ObjectId {
+            api_version: tm.api_version.clone(),
+            kind: tm.kind.clone(),
+            namespace: object
+                .metadata
+                .namespace
+                .clone()
+                .filter(|_| rule.namespaced),
+            name: object.metadata.name.clone().unwrap_or_default(),
+        };
+        let uid = object.metadata.uid.clone().unwrap_or_default();
+        if uid.is_empty() {
+            return Err(GraphError::MissingUid(id));
+        }
+        let labels = object.metadata.labels.clone().unwrap_or_default();
+        by_uid.insert(uid, nodes.len());
+        nodes.push(Node {
+            id,
+            group: rule.group.clone(),
+            object: object.clone(),
+            owners: Vec::new(),
+            soft_owners: BTreeSet::new(),
+            force_move: rule.force_move || labels.contains_key(MOVE_LABEL),
+            force_move_hierarchy: rule.force_move_hierarchy
+                || labels.contains_key(MOVE_HIERARCHY_LABEL),
+        });
+    }
+    let Some(cluster) = nodes.iter().position(|n| {
+        n.is_capi_cluster() && n.id.namespace.as_deref() == Some(namespace) && n.id.name == name
+    }) else {
+        return Err(GraphError::ClusterNotFound {
+            namespace: namespace.into(),
+            name: name.into(),
+        });
+    };
+
+    link_owners(&mut nodes, &by_uid);
+    link_soft_owners(&mut nodes);
+
+    let included = select(&nodes, cluster, namespace);
+    Ok(order(&nodes, &included))
+}
+
+/// Hard edges from owner references, matched by UID (`processOwnerReferences`).
+fn link_owners(nodes: &mut [Node], by_uid: &HashMap<String, usize>) {
+    for i in 0..nodes.len() {
+        let refs = nodes[i]
+            .object
+            .metadata
+            .owner_references
+            .clone()
+            .unwrap_or_default();
+        let owners = refs
+            .into_iter()
+            .map(|r| {
+                let idx = by_uid.get(&r.uid).copied();
+                let namespace = match idx {
+                    Some(o) => nodes[o].id.namespace.clone(),
+                    None => nodes[i].id.namespace.clone(),
+                };
+                let link = OwnerLink {
+                    api_version: r.api_version,
+                    kind: r.kind,
+                    name: r.name,
+                    namespace,
+                    controller: r.controller,
+                    block_owner_deletion: r.block_owner_deletion,
+                };
+                (idx, link)
+            })
+            .collect();
+        nodes[i].owners = owners;
+    }
+}
+
+/// Soft edges (`setSoftOwnership`), plus objects labelled with the Cluster's name.
+fn link_soft_owners(nodes: &mut [Node]) {
+    let clusters: HashMap<(String, String), usize> = nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.is_capi_cluster())
+        .map(|(i, n)| {
+            let ns = n.id.namespace.clone().unwrap_or_default();
+            ((ns, n.id.name.clone()), i)
+        })
+        .collect();
+    let classes: HashMap<(String, String), usize> = nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.is(CAPI_GROUP, "ClusterClass"))
+        .map(|(i, n)| {
+            let ns = n.id.namespace.clone().unwrap_or_default();
+            ((ns, n.id.name.clone()), i)
+        })
+        .collect();
+    let mut soft_edges: Vec<(usize, usize)> = Vec::new();
+    for (i, node) in nodes.iter().enumerate() {
+        let ns = node.id.namespace.clone().unwrap_or_default();
+        let cluster = |name: &str| clusters.get(&(ns.clone(), name.to_string())).copied();
+        if node.is("", "Secret")
+            && !node.has_owner_references()
+            && let Some(owner) = secret_cluster_name(&node.id.name).and_then(cluster)
+        {
+            soft_edges.push((i, owner));
+        }
+        if !node.has_owner_references()
+            && !node.is_capi_cluster()
+            && let Some(owner) = node
+                .label(names::CAPI_CLUSTER_NAME_LABEL)
+                .and_then(|name| cluster(name))
+        {
+            soft_edges.push((i, owner));
+        }
+        if node.is_capi_cluster()
+            && let Some(owner) =
+                topology_class(&node.object.data, &ns).and_then(|c| classes.get(&c).copied())
+        {
+            soft_edges.push((i, owner));
+        }
+        if node.is(ADDONS_GROUP, "ClusterResourceSetBinding")
+            && let Some(owner) = node.object.data["spec"]["clusterName"]
+                .as_str()
+                .and_then(cluster)
+        {
+            soft_edges.push((i, owner));
+        }
+    }
+    for (i, owner) in soft_edges {
+        nodes[i].soft_owners.insert(owner);
+    }
+}
+
+/// The Cluster a Secret belongs to by name, split at the last dash (`secret.ParseSecretName`).
+fn secret_cluster_name(secret: &str) -> Option<&str> {
+    let (cluster, purpose) = secret.rsplit_once('-')?;
+    SECRET_PURPOSES.contains(&purpose).then_some(cluster)
+}
+
+/// `(namespace, name)` of a topology Cluster's class: `v1beta2` `spec.topology.classRef`, or
+/// `v1beta1` `spec.topology.class` / `classNamespace`; the namespace defaults to the Cluster's.
+pub fn topology_class(data: &Value, cluster_namespace: &str) -> Option<(String, String)> {
+    let topology = &data["spec"]["topology"];
+    let (name, namespace) = match topology["classRef"]["name"].as_str() {
+        Some(name) => (name, topology["classRef"]["namespace"].as_str()),
+        None => (
+            topology["class"].as_str()?,
+            topology["classNamespace"].as_str(),
+        ),
+    };
+    let namespace = namespace
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or(cluster_namespace);
+    (!name.is_empty()).then(|| (namespace.to_string(), name.to_string()))
+}
+
+/// The objects moved with Cluster `cluster`: its hierarchy, the force-move objects of its
+/// namespace and of the cluster scope, and (until nothing changes) the hierarchy of every owner
+/// of an object already chosen. Walks never enter another Cluster or what another Cluster owns.
+fn select(nodes: &[Node], cluster: usize, namespace: &str) -> BTreeSet<usize> {
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    for (i, node) in nodes.iter().enumerate() {
+        for owner in node.all_owners() {
+            children[owner].push(i);
+        }
+    }
+    let foreign = |i: usize| {
+        let node = &nodes[i];
+        (node.is_capi_cluster() && i != cluster)
+            || node
+                .all_owners()
+                .any(|o| nodes[o].is_capi_cluster() && o != cluster)
+    };
+    let mut included = BTreeSet::new();
+    let walk = |root: usize, included: &mut BTreeSet<usize>| {
+        let mut stack = vec![root];
+        while let Some(i) = stack.pop() {
+            if (i != root && foreign(i)) || !included.insert(i) {
+                continue;
+            }
+            stack.extend(children[i].iter().copied());
+        }
+    };
+    walk(cluster, &mut included);
+    for (i, node) in nodes.iter().enumerate() {
+        let in_scope = match &node.id.namespace {
+            Some(ns) => ns == namespace,
+            None => true,
+        };
+        // Clusters, ClusterClasses and ClusterResourceSets come with the Cluster that uses them,
+        // not because their type is force-move.
+        let builtin = is_builtin_hierarchy(&node.group, &node.id.kind);
+        if !in_scope || foreign(i) || (builtin && node.label(MOVE_LABEL).is_none()) {
+            continue;
+        }
+        if node.force_move_hierarchy && !builtin {
+            walk(i, &mut included);
+        } else if node.force_move || node.label(MOVE_HIERARCHY_LABEL).is_some() {
+            if node.label(MOVE_HIERARCHY_LABEL).is_some() {
+                walk(i, &mut included);
+            } else {
+                included.insert(i);
+            }
+        }
+    }
+    loop {
+        let missing: Vec<usize> = included
+            .iter()
+            .flat_map(|&i| nodes[i].all_owners())
+            .filter(|o| !included.contains(o) && !foreign(*o))
+            .collect();
+        if missing.is_empty() {
+            return included;
+        }
+        for owner in missing {
+            walk(owner, &mut included);
+        }
+    }
+}
+
+/// Creation groups (`getMoveSequence`): each group holds the objects whose owners are all in
+/// earlier groups. Objects that can never be placed (an owner is not moved) are reported.
+fn order(nodes: &[Node], included: &BTreeSet<usize>) -> MoveGraph {
+    let mut placed = BTreeSet::new();
+    let mut graph = MoveGraph::default();
+    loop {
+        let mut group: Vec<usize> = included
+            .iter()
+            .copied()
+            .filter(|i| !placed.contains(i))
+            .filter(|&i| {
+                let node = &nodes[i];
+                node.owners
+                    .iter()
+                    .all(|(o, _)| o.is_some_and(|o| placed.contains(&o)))
+                    && node.soft_owners.iter().all(|o| placed.contains(o))
+            })
+            .collect();
+        if group.is_empty() {
+            break;
+        }
+        group.sort_by(|a, b| nodes[*a].id.cmp(&nodes[*b].id));
+        placed.extend(group.iter().copied());
+        graph.groups.push(
+            group
+                .into_iter()
+                .map(|i| {
+                    let node = &nodes[i];
+                    MoveNode {
+                        id: node.id.clone(),
+                        owners: node.owners.iter().map(|(_, l)| l.clone()).collect(),
+                        blocking: node
+                            .object
+                            .metadata
+                            .annotations
+                            .as_ref()
+                            .is_some_and(|a| a.contains_key(BLOCK_MOVE_ANNOTATION)),
+                        object: node.object.clone(),
+                    }
+                })
+                .collect(),
+        );
+    }
+    for &i in included.iter().filter(|i| !placed.contains(i)) {
+        let node = &nodes[i];
+        let reason = node
+            .owners
+            .iter()
+            .find_map(|(o, link)| match o {
+                None => Some(format!(
+                    "owner {} {} is not a move type or was not found",
+                    link.kind, link.name
+                )),
+                Some(o) if !placed.contains(o) => {
+                    Some(format!("owner {} is not moved", nodes[*o].id))
+                }
+                Some(_) => None,
+            })
+            .or_else(|| {
+                node.soft_owners
+                    .iter()
+                    .find(|o| !placed.contains(o))
+                    .map(|o| format!("owner {} is not moved", nodes[*o].id))
+            })
+            .unwrap_or_else(|| "ownership cycle".into());
+        graph.skipped.push(Skipped {
+            id: node.id.clone(),
+            reason,
+        });
+    }
+    graph.skipped.sort_by(|a, b| a.id.cmp(&b.id));
+    graph
+}
+
+#[cfg(test)]
+#[path = "move_graph_tests.rs"]
+mod tests;

@@ -1,0 +1,652 @@
+//! Every transition of the move state machine, restarts at every step of a successful and of a
+//! failed move, opt-in rules and Fleet's Bundle readiness.
+
+use super::*;
+use serde_json::json;
+
+const T0: i64 = 1_000_000;
+
+fn obs() -> Observed {
+    Observed {
+        opted_in: true,
+        fleet_cluster_ready: true,
+        spec_paused: false,
+        paused_annotation: false,
+        graph_error: None,
+        blocking: Vec::new(),
+        bundles: BundlesStatus::Missing,
+        now: T0,
+    }
+}
+
+fn state(phase: Phase, paused_by_move: bool) -> MoveState {
+    MoveState::new(phase, T0 - 10, paused_by_move, "")
+}
+
+fn waiting() -> BundlesStatus {
+    BundlesStatus::Waiting("Bundle c1-move-01 ready on 0/1 clusters".into())
+}
+
+const PAUSE: Action = Action::SetSourcePaused(true);
+const UNPAUSE: Action = Action::SetSourcePaused(false);
+const PUBLISH: Action = Action::ApplyBundles {
+    target_paused: true,
+};
+const RESUME: Action = Action::ApplyBundles {
+    target_paused: false,
+};
+
+#[test]
+fn transitions() {
+    let t = Timeouts::default();
+    let late = T0 + 31 * 60;
+    #[allow(clippy::type_complexity)]
+    let cases: Vec<(
+        &str,
+        Option<MoveState>,
+        Observed,
+        Option<(Phase, bool)>,
+        Vec<Action>,
+    )> = vec![
+        (
+            "not opted in: nothing",
+            None,
+            Observed {
+                opted_in: false,
+                ..obs()
+            },
+            None,
+            vec![],
+        ),
+        (
+            "opt in starts Pending",
+            None,
+            obs(),
+            Some((Phase::Pending, false)),
+            vec![],
+        ),
+        (
+            "Pending waits for the Fleet Cluster",
+            Some(MoveState::new(
+                Phase::Pending,
+                T0,
+                false,
+                "waiting for the Fleet Cluster",
+            )),
+            Observed {
+                fleet_cluster_ready: false,
+                ..obs()
+            },
+            None,
+            vec![],
+        ),
+        (
+            "Pending pauses when Fleet is ready",
+            Some(state(Phase::Pending, false)),
+            obs(),
+            Some((Phase::Pausing, true)),
+            vec![PAUSE],
+        ),
+        (
+            "Pending refuses a Cluster paused by someone else",
+            Some(state(Phase::Pending, false)),
+            Observed {
+                spec_paused: true,
+                ..obs()
+            },
+            Some((Phase::Failed, false)),
+            vec![],
+        ),
+        (
+            "Pending refuses the paused annotation",
+            Some(state(Phase::Pending, false)),
+            Observed {
+                paused_annotation: true,
+                ..obs()
+            },
+            Some((Phase::Failed, false)),
+            vec![],
+        ),
+        (
+            "Pausing re-issues the pause",
+            Some(state(Phase::Pausing, true)),
+            obs(),
+            None,
+            vec![PAUSE],
+        ),
+        (
+            "Pausing done",
+            Some(state(Phase::Pausing, true)),
+            Observed {
+                spec_paused: true,
+                ..obs()
+            },
+            Some((Phase::WaitingUnblocked, true)),
+            vec![],
+        ),
+        (
+            "unblocked: publish paused copies",
+            Some(state(Phase::WaitingUnblocked, true)),
+            Observed {
+                spec_paused: true,
+                ..obs()
+            },
+            Some((Phase::Publishing, true)),
+            vec![PUBLISH],
+        ),
+        (
+            "blocked: wait",
+            Some(state(Phase::WaitingUnblocked, true)),
+            Observed {
+                spec_paused: true,
+                blocking: vec!["Machine default/m".into()],
+                ..obs()
+            },
+            Some((Phase::WaitingUnblocked, true)),
+            vec![],
+        ),
+        (
+            "blocked too long: roll back",
+            Some(state(Phase::WaitingUnblocked, true)),
+            Observed {
+                spec_paused: true,
+                blocking: vec!["Machine default/m".into()],
+                now: late,
+                ..obs()
+            },
+            Some((Phase::Failed, true)),
+            vec![UNPAUSE],
+        ),
+        (
+            "someone unpaused the source while waiting",
+            Some(state(Phase::WaitingUnblocked, true)),
+            obs(),
+            Some((Phase::Failed, false)),
+            vec![],
+        ),
+        (
+            "Publishing re-applies missing Bundles",
+            Some(state(Phase::Publishing, true)),
+            Observed {
+                spec_paused: true,
+                ..obs()
+            },
+            None,
+            vec![PUBLISH],
+        ),
+        (
+            "Publishing done",
+            Some(state(Phase::Publishing, true)),
+            Observed {
+                spec_paused: true,
+                bundles: waiting(),
+                ..obs()
+            },
+            Some((Phase::WaitingTarget, true)),
+            vec![PUBLISH],
+        ),
+        (
+            "WaitingTarget records why it waits",
+            Some(state(Phase::WaitingTarget, true)),
+            Observed {
+                spec_paused: true,
+                bundles: waiting(),
+                ..obs()
+            },
+            Some((Phase::WaitingTarget, true)),
+            vec![PUBLISH],
+        ),
+        (
+            "WaitingTarget recreates deleted Bundles",
+            Some(state(Phase::WaitingTarget, true)),
+            Observed {
+                spec_paused: true,
+                ..obs()
+            },
+            Some((Phase::WaitingTarget, true)),
+            vec![PUBLISH],
+        ),
+        (
+            "target ready: resume the copies",
+            Some(state(Phase::WaitingTarget, true)),
+            Observed {
+                spec_paused: true,
+                bundles: BundlesStatus::Ready,
+                ..obs()
+            },
+            Some((Phase::ResumingTarget, true)),
+            vec![RESUME],
+        ),
+        (
+            "target not ready in time: roll back",
+            Some(state(Phase::WaitingTarget, true)),
+            Observed {
+                spec_paused: true,
+                bundles: waiting(),
+                now: late,
+                ..obs()
+            },
+            Some((Phase::Failed, true)),
+            vec![UNPAUSE, Action::DeleteBundles],
+        ),
+        (
+            "opt-out before the target is ready: roll back",
+            Some(state(Phase::WaitingTarget, true)),
+            Observed {
+                opted_in: false,
+                spec_paused: true,
+                bundles: waiting(),
+                ..obs()
+            },
+            Some((Phase::Failed, true)),
+            vec![UNPAUSE, Action::DeleteBundles],
+        ),
+        (
+            "graph error before the target is ready: roll back",
+            Some(state(Phase::Publishing, true)),
+            Observed {
+                graph_error: Some("boom".into()),
+                spec_paused: true,
+                ..obs()
+            },
+            Some((Phase::Failed, true)),
+            vec![UNPAUSE],
+        ),
+        (
+            "ResumingTarget waits, never rolls back",
+            Some(state(Phase::ResumingTarget, true)),
+            Observed {
+                opted_in: false,
+                spec_paused: true,
+                bundles: waiting(),
+                now: late,
+                ..obs()
+            },
+            Some((Phase::ResumingTarget, true)),
+            vec![RESUME],
+        ),
+        (
+            "resumed: Moved",
+            Some(state(Phase::ResumingTarget, true)),
+            Observed {
+                spec_paused: true,
+                bundles: BundlesStatus::Ready,
+                ..obs()
+            },
+            Some((Phase::Moved, true)),
+            vec![],
+        ),
+        (
+            "Moved is final",
+            Some(state(Phase::Moved, true)),
+            Observed {
+                opted_in: false,
+                spec_paused: true,
+                bundles: waiting(),
+                ..obs()
+            },
+            None,
+            vec![],
+        ),
+        (
+            "Failed finishes an interrupted rollback",
+            Some(state(Phase::Failed, true)),
+            Observed {
+                spec_paused: true,
+                bundles: waiting(),
+                ..obs()
+            },
+            None,
+            vec![UNPAUSE, Action::DeleteBundles],
+        ),
+        (
+            "Failed forgets the pause once it is gone",
+            Some(state(Phase::Failed, true)),
+            obs(),
+            Some((Phase::Failed, false)),
+            vec![],
+        ),
+        (
+            "Failed never unpauses a pause it did not make",
+            Some(state(Phase::Failed, false)),
+            Observed {
+                spec_paused: true,
+                ..obs()
+            },
+            None,
+            vec![],
+        ),
+    ];
+    for (name, current, observed, want_record, want_actions) in cases {
+        let d = decide(current.as_ref(), &observed, &t);
+        assert_eq!(
+            d.record.as_ref().map(|s| (s.phase, s.paused_by_move)),
+            want_record,
+            "{name}: record {:?}",
+            d.record
+        );
+        assert_eq!(d.actions, want_actions, "{name}");
+        let terminal = d
+            .record
+            .as_ref()
+            .or(current.as_ref())
+            .is_some_and(|s| matches!(s.phase, Phase::Moved | Phase::Failed));
+        if !terminal && (current.is_some() || observed.opted_in) {
+            assert_eq!(
+                d.requeue,
+                Some(RECHECK),
+                "{name}: waiting phases look again"
+            );
+        }
+    }
+}
+
+#[test]
+fn failures_say_why() {
+    let d = decide(
+        Some(&state(Phase::WaitingTarget, true)),
+        &Observed {
+            spec_paused: true,
+            bundles: waiting(),
+            now: T0 + 31 * 60,
+            ..obs()
+        },
+        &Timeouts::default(),
+    );
+    assert_eq!(
+        d.record.unwrap().message,
+        "timed out waiting for the target: Bundle c1-move-01 ready on 0/1 clusters"
+    );
+}
+
+/// A management cluster and Fleet, as far as the state machine sees them.
+#[derive(Clone, Debug)]
+struct World {
+    state: Option<MoveState>,
+    spec_paused: bool,
+    /// `Some(paused)`: the Bundles exist with copies paused or not.
+    bundles: Option<bool>,
+    /// Fleet makes applied Bundles ready.
+    target_works: bool,
+    now: i64,
+}
+
+impl World {
+    fn new(target_works: bool) -> Self {
+        Self {
+            state: None,
+            spec_paused: false,
+            bundles: None,
+            target_works,
+            now: T0,
+        }
+    }
+
+    fn observe(&self) -> Observed {
+        let want_paused = !matches!(
+            self.state.as_ref().map(|s| s.phase),
+            Some(Phase::ResumingTarget | Phase::Moved)
+        );
+        let bundles = match self.bundles {
+            None => BundlesStatus::Missing,
+            Some(p) if p != want_paused => BundlesStatus::Waiting("not updated".into()),
+            Some(_) if self.target_works => BundlesStatus::Ready,
+            Some(_) => {
+                BundlesStatus::Waiting("ErrApplied: no matches for kind CoreProvider".into())
+            }
+        };
+        Observed {
+            spec_paused: self.spec_paused,
+            bundles,
+            now: self.now,
+            ..obs()
+        }
+    }
+
+    /// One reconcile; with `crash`, the provider stops after recording the state.
+    fn step(&mut self, crash: bool) {
+        let d = decide(self.state.as_ref(), &self.observe(), &Timeouts::default());
+        if let Some(record) = d.record {
+            self.state = Some(record);
+        }
+        self.now += 60;
+        if crash {
+            return;
+        }
+        for action in d.actions {
+            match action {
+                Action::SetSourcePaused(p) => self.spec_paused = p,
+                Action::ApplyBundles { target_paused } => self.bundles = Some(target_paused),
+                Action::DeleteBundles => self.bundles = None,
+            }
+        }
+    }
+
+    fn phase(&self) -> Option<Phase> {
+        self.state.as_ref().map(|s| s.phase)
+    }
+}
+
+/// Runs to a final phase with a crash at reconcile `crash_at` (and none when out of range).
+fn run(target_works: bool, crash_at: usize) -> (World, Vec<Phase>) {
+    let mut world = World::new(target_works);
+    let mut phases = Vec::new();
+    for i in 0..200 {
+        world.step(i == crash_at);
+        if let Some(p) = world.phase()
+            && phases.last() != Some(&p)
+        {
+            phases.push(p);
+        }
+        let settled = world.observe();
+        let idle = decide(world.state.as_ref(), &settled, &Timeouts::default());
+        if matches!(world.phase(), Some(Phase::Moved | Phase::Failed))
+            && idle.actions.is_empty()
+            && idle.record.is_none()
+        {
+            return (world, phases);
+        }
+    }
+    panic!("no final phase: {world:?}");
+}
+
+#[test]
+fn a_move_goes_through_every_phase_and_survives_a_restart_at_each_step() {
+    let (_, phases) = run(true, usize::MAX);
+    assert_eq!(
+        phases,
+        [
+            Phase::Pending,
+            Phase::Pausing,
+            Phase::WaitingUnblocked,
+            Phase::Publishing,
+            Phase::WaitingTarget,
+            Phase::ResumingTarget,
+            Phase::Moved
+        ]
+    );
+    for crash_at in 0..12 {
+        let (world, phases) = run(true, crash_at);
+        assert_eq!(
+            world.phase(),
+            Some(Phase::Moved),
+            "crash at {crash_at}: {phases:?}"
+        );
+        assert!(
+            world.spec_paused,
+            "crash at {crash_at}: the source stays paused"
+        );
+        assert_eq!(
+            world.bundles,
+            Some(false),
+            "crash at {crash_at}: copies resumed"
+        );
+    }
+}
+
+#[test]
+fn a_failed_target_never_leaves_the_source_paused_even_with_a_restart() {
+    for crash_at in [usize::MAX, 0, 1, 2, 3, 4, 5, 6, 34, 35, 36] {
+        let (world, phases) = run(false, crash_at);
+        assert_eq!(
+            world.phase(),
+            Some(Phase::Failed),
+            "crash at {crash_at}: {phases:?}"
+        );
+        assert!(
+            !world.spec_paused,
+            "crash at {crash_at}: source left paused"
+        );
+        assert_eq!(world.bundles, None, "crash at {crash_at}: Bundles left");
+        assert!(!world.state.unwrap().paused_by_move);
+    }
+}
+
+#[test]
+fn state_annotation_round_trips_and_errors_name_the_field() {
+    let s = MoveState::new(Phase::WaitingTarget, 42, true, "why");
+    let raw = state_annotation(&s);
+    assert_eq!(
+        raw,
+        r#"{"phase":"WaitingTarget","since":42,"message":"why","pausedByMove":true}"#
+    );
+    let annotations: StringMap = [(MOVE_STATE_ANNOTATION.to_string(), raw)].into();
+    assert_eq!(parse_state(&annotations), Ok(Some(s)));
+    assert_eq!(parse_state(&StringMap::new()), Ok(None));
+    let bad: StringMap = [(MOVE_STATE_ANNOTATION.to_string(), "{".to_string())].into();
+    let err = parse_state(&bad).unwrap_err();
+    assert!(
+        err.starts_with("metadata.annotations[fleet.addons.cluster.x-k8s.io/move-state]: invalid move state \"{\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn opt_in_by_label_or_selector_never_by_default() {
+    let labels = |pairs: &[(&str, &str)]| -> StringMap {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let selector = |k: &str, v: &str| LabelSelector {
+        match_labels: Some([(k.to_string(), v.to_string())].into()),
+        match_expressions: None,
+    };
+    let empty = LabelSelector::default();
+    let cases = [
+        ("nothing", labels(&[]), None, false),
+        (
+            "label true",
+            labels(&[(SELF_MANAGED_LABEL, "true")]),
+            None,
+            true,
+        ),
+        (
+            "label false",
+            labels(&[(SELF_MANAGED_LABEL, "false")]),
+            None,
+            false,
+        ),
+        (
+            "selector matches",
+            labels(&[("env", "prod")]),
+            Some(selector("env", "prod")),
+            true,
+        ),
+        (
+            "selector does not match",
+            labels(&[("env", "dev")]),
+            Some(selector("env", "prod")),
+            false,
+        ),
+        (
+            "empty selector is not set",
+            labels(&[("env", "prod")]),
+            Some(empty),
+            false,
+        ),
+    ];
+    for (name, l, s, want) in cases {
+        assert_eq!(opted_in(&l, s.as_ref()), want, "{name}");
+    }
+}
+
+fn bundle(name: &str, resources: Value, generation: i64, status: Value) -> Value {
+    json!({"metadata": {"name": name, "generation": generation},
+        "spec": {"resources": resources}, "status": status})
+}
+
+#[test]
+fn bundle_readiness_from_fleet_status() {
+    let res = json!([{"name": "templates/a.yaml", "content": "x"}]);
+    let desired = vec![
+        bundle("b1", res.clone(), 0, json!({})),
+        bundle("b2", res.clone(), 0, json!({})),
+    ];
+    let ready = json!({"observedGeneration": 2, "summary": {"ready": 1, "desiredReady": 1}});
+    let cases = [
+        ("none", vec![], BundlesStatus::Missing),
+        (
+            "one missing",
+            vec![bundle("b1", res.clone(), 2, ready.clone())],
+            BundlesStatus::Waiting("Bundle b2 does not exist yet".into()),
+        ),
+        (
+            "stale content",
+            vec![
+                bundle("b1", json!([]), 2, ready.clone()),
+                bundle("b2", res.clone(), 2, ready.clone()),
+            ],
+            BundlesStatus::Waiting("Bundle b1 is not updated yet".into()),
+        ),
+        (
+            "not observed",
+            vec![
+                bundle("b1", res.clone(), 3, ready.clone()),
+                bundle("b2", res.clone(), 2, ready.clone()),
+            ],
+            BundlesStatus::Waiting("Fleet has not processed Bundle b1 yet".into()),
+        ),
+        (
+            "not ready, with Fleet's reason",
+            vec![
+                bundle("b1", res.clone(), 2, ready.clone()),
+                bundle(
+                    "b2",
+                    res.clone(),
+                    2,
+                    json!({"observedGeneration": 2, "summary": {"ready": 0, "desiredReady": 1,
+                        "nonReadyResources": [{"name": "fleet-c1", "bundleState": "ErrApplied", "message": "no matches for kind"}]}}),
+                ),
+            ],
+            BundlesStatus::Waiting(
+                "Bundle b2 ready on 0/1 clusters: ErrApplied: no matches for kind".into(),
+            ),
+        ),
+        (
+            "no target yet",
+            vec![
+                bundle(
+                    "b1",
+                    res.clone(),
+                    2,
+                    json!({"observedGeneration": 2, "summary": {"ready": 0, "desiredReady": 0}}),
+                ),
+                bundle("b2", res.clone(), 2, ready.clone()),
+            ],
+            BundlesStatus::Waiting("Bundle b1 ready on 0/0 clusters".into()),
+        ),
+        (
+            "all ready",
+            vec![
+                bundle("b1", res.clone(), 2, ready.clone()),
+                bundle("b2", res.clone(), 2, ready.clone()),
+            ],
+            BundlesStatus::Ready,
+        ),
+    ];
+    for (name, live, want) in cases {
+        assert_eq!(bundles_status(&desired, &live), want, "{name}");
+    }
+}
