@@ -6,14 +6,24 @@ use crate::cli::LogFormat;
 
 /// The default filter for a Go-style verbosity: 0-3 info, 4 debug, 5+ trace (our crate only;
 /// dependencies stay at info/warn so `kube` does not flood the log).
+///
+/// kube-client's HTTP trace layer logs every 5xx answer at ERROR ("failed with status 500",
+/// target `kube_client::client::builder`, kube-client 3.1 `src/client/builder.rs`), also those a
+/// retry then absorbs. Those lines are off: the caller of the request logs the failure at the
+/// level [`crate::model::retry`] decides (WARN while retried, ERROR when a user must act).
 pub fn default_filter(verbosity: u8) -> String {
     let ours = match verbosity {
         0..=3 => "info",
         4 => "debug",
         _ => "trace",
     };
-    format!("warn,caapf={ours},cluster_api_addon_provider_fleet={ours}")
+    format!(
+        "warn,{KUBE_CLIENT_HTTP_TARGET}=off,caapf={ours},cluster_api_addon_provider_fleet={ours}"
+    )
 }
+
+/// The `tracing` target of kube-client's HTTP trace layer.
+pub const KUBE_CLIENT_HTTP_TARGET: &str = "kube_client::client::builder";
 
 /// Installs the global subscriber. `RUST_LOG`, when set, overrides the verbosity.
 pub fn init(format: LogFormat, verbosity: u8) {

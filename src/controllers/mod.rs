@@ -6,3 +6,5 @@ pub mod config_watch;
 pub mod fleet_config;
 pub mod import;
 pub mod misnamed_config;
+pub mod retry_log;
+pub mod watch_backoff;

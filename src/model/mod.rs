@@ -13,6 +13,7 @@ pub mod fleet_values;
 pub mod import;
 pub mod namespace;
 pub mod pod_security;
+pub mod retry;
 pub mod selection;
 pub mod validation;
 pub mod version;

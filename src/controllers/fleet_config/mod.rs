@@ -125,7 +125,7 @@ pub async fn run(ctx: Arc<Context>) {
         api,
         watcher::Config::default().fields(&format!("metadata.name={}", names::CONFIG_NAME)),
     )
-    .default_backoff()
+    .backoff(crate::controllers::watch_backoff::WatchBackoff::default())
     .reflect(writer)
     .applied_objects()
     // Spec changes and re-creation only: status writes (ours and others') do not trigger.

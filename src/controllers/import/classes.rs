@@ -45,7 +45,7 @@ pub fn error_policy(
     ctx: Arc<ImportContext>,
 ) -> Action {
     let delay = ctx.backoff.failed(&format!("class/{}", key(&*class)));
-    tracing::warn!(class = %key(&*class), %error, retry_in = ?delay, "reconciling ClusterClass failed");
+    crate::retry_failed!(error, delay, class = %key(&*class), "reconciling ClusterClass failed");
     Action::requeue(delay)
 }
 
@@ -148,7 +148,7 @@ pub fn group_error_policy(
     ctx: Arc<ImportContext>,
 ) -> Action {
     let delay = ctx.backoff.failed(&format!("group/{}", key(&*group)));
-    tracing::warn!(group = %key(&*group), %error, retry_in = ?delay, "reconciling ClusterGroup failed");
+    crate::retry_failed!(error, delay, group = %key(&*group), "reconciling ClusterGroup failed");
     Action::requeue(delay)
 }
 

@@ -29,7 +29,8 @@ use crate::model::fleet::{
     Registration, client_id, desired_fleet_cluster, desired_registration_token, random_client_id,
     registration_stub, template_values,
 };
-use crate::model::import::{Decision, decide};
+use crate::model::import::{Decision, decide, waits_for_terminating_namespace};
+use crate::model::namespace::NamespaceState;
 use crate::names;
 use crate::{Error, Result};
 
@@ -136,11 +137,11 @@ pub async fn reconcile(cluster: Arc<CapiCluster>, ctx: Arc<ImportContext>) -> Re
 /// Retries a failed Cluster with per-object exponential backoff.
 pub fn error_policy(cluster: Arc<CapiCluster>, error: &Error, ctx: Arc<ImportContext>) -> Action {
     let delay = ctx.backoff.failed(&key(&cluster));
-    tracing::warn!(
+    crate::retry_failed!(
+        error,
+        delay,
         cluster = %cluster.name_any(),
         namespace = %cluster.namespace().unwrap_or_default(),
-        %error,
-        retry_in = ?delay,
         "reconciling Cluster failed"
     );
     Action::requeue(delay)
@@ -194,6 +195,11 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
     if caught_up.contains(&false) {
         tracing::debug!(cluster = %view.name, namespace = %view.namespace, "waiting for the caches to show our last write");
         return Ok(Action::requeue(expectations::TTL));
+    }
+    let namespace_state = crate::controllers::import::namespaces::state(ctx, &view.namespace);
+    if waits_for_terminating_namespace(&decision, namespace_state == NamespaceState::Terminating) {
+        tracing::debug!(cluster = %view.name, namespace = %view.namespace, "namespace terminating: nothing new is created in it");
+        return Ok(Action::await_change());
     }
     if matches!(decision, Decision::Cleanup) {
         for key in [&keys.cluster, &keys.fleet_cluster, &keys.token] {

@@ -114,11 +114,11 @@ pub async fn reconcile(cluster: Arc<CapiCluster>, ctx: Arc<ImportContext>) -> Re
 /// Retries a failed Cluster with the shared per-object backoff.
 pub fn error_policy(cluster: Arc<CapiCluster>, error: &Error, ctx: Arc<ImportContext>) -> Action {
     let delay = ctx.backoff.failed(&backoff_key(&cluster));
-    tracing::warn!(
+    crate::retry_failed!(
+        error,
+        delay,
         cluster = %cluster.name_any(),
         namespace = %cluster.namespace().unwrap_or_default(),
-        %error,
-        retry_in = ?delay,
         "writing the FleetReady condition failed"
     );
     Action::requeue(delay)

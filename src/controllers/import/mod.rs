@@ -61,10 +61,10 @@ pub async fn run(base: Arc<Context>) {
         &Subscribers {
             clusters: 3,
             classes: 3,
-            namespaces: 3,
+            namespaces: 4,
             fleet_clusters: 2,
             groups: 3,
-            mappings: 1,
+            mappings: 2,
             tokens: 1,
         },
         &mut reflectors,
@@ -213,6 +213,25 @@ pub async fn run(base: Arc<Context>) {
         )
         .for_each(|_| ready(()));
 
+    // Mappings of ours whose namespace is terminating or gone.
+    let mapping_ctx = ctx.clone();
+    let mappings =
+        Controller::for_shared_stream(take(&mut feeds.mappings), stores.mappings.clone())
+            .with_config(Config::default().concurrency(2))
+            .watches_shared_stream(
+                take(&mut feeds.namespaces),
+                move |namespace: Arc<PartialObjectMeta<Namespace>>| {
+                    namespaces::mappings_named(&mapping_ctx, &namespace.name_any())
+                },
+            )
+            .graceful_shutdown_on(cancelled(&base))
+            .run(
+                namespaces::reconcile_mapping,
+                namespaces::mapping_error_policy,
+                ctx.clone(),
+            )
+            .for_each(|_| ready(()));
+
     // Each controller on its own task, so their reconciles use every worker thread.
     let mut controllers = JoinSet::new();
     controllers.spawn(clusters);
@@ -220,6 +239,7 @@ pub async fn run(base: Arc<Context>) {
     controllers.spawn(classes);
     controllers.spawn(groups);
     controllers.spawn(health);
+    controllers.spawn(mappings);
     tokio::select! {
         _ = controllers.join_next() => {}
         () = base.shutdown.cancelled() => {}

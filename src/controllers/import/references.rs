@@ -157,7 +157,7 @@ impl References {
         let shutdown = self.shutdown.clone();
         let kind = resource.kind.clone();
         let stream = watcher(api, watcher::Config::default().any_semantic())
-            .default_backoff()
+            .backoff(crate::controllers::watch_backoff::WatchBackoff::default())
             .modify(|object: &mut DynamicObject| {
                 object.metadata.managed_fields = None;
                 if let Some(data) = object.data.as_object_mut() {

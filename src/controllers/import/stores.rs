@@ -269,7 +269,9 @@ where
         + 'static,
 {
     fan_out(
-        watcher(api, config).default_backoff().modify(slim::<K>),
+        watcher(api, config)
+            .backoff(crate::controllers::watch_backoff::WatchBackoff::default())
+            .modify(slim::<K>),
         subscribers,
         tasks,
         listed,
@@ -294,7 +296,7 @@ where
 {
     fan_out(
         metadata_watcher(api, config)
-            .default_backoff()
+            .backoff(crate::controllers::watch_backoff::WatchBackoff::default())
             .modify(slim::<PartialObjectMeta<K>>),
         subscribers,
         tasks,
