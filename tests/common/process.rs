@@ -31,7 +31,8 @@ impl ManagerProcess {
             .env("KUBECONFIG", kubeconfig)
             .env("POD_NAME", pod)
             .env("POD_NAMESPACE", "caapf-system")
-            .env("RUST_LOG", "info")
+            // The log filter a user gets (kube-client's per-response ERROR lines off).
+            .env_remove("RUST_LOG")
             .env_remove("KUBERNETES_SERVICE_HOST")
             .stdout(Stdio::from(file))
             .stderr(Stdio::from(err))
@@ -60,15 +61,34 @@ pub fn log_levels(dir: &Path) -> (usize, usize) {
     for entry in std::fs::read_dir(dir).expect("log dir").flatten() {
         if entry.path().extension().is_some_and(|e| e == "log") {
             let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
-            for line in text.lines() {
-                if line.contains("\"level\":\"WARN\"") || line.contains(" WARN ") {
+            for line in text.lines().map(strip_ansi) {
+                let level = line.split_whitespace().nth(1).unwrap_or_default();
+                if level == "WARN" || line.contains("\"level\":\"WARN\"") {
                     warn += 1;
                 }
-                if line.contains("\"level\":\"ERROR\"") || line.contains(" ERROR ") {
+                if level == "ERROR" || line.contains("\"level\":\"ERROR\"") {
                     error += 1;
                 }
             }
         }
     }
     (warn, error)
+}
+
+/// A log line without terminal colour sequences (`ESC [ ... m`).
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
