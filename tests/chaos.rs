@@ -101,7 +101,7 @@ fn namespace_name(i: usize) -> String {
 /// mapping); the others are plain.
 fn cluster_body(i: usize) -> Value {
     let name = format!("c{i:05}");
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         json!({
             "metadata": {"name": name, "labels": {"chaos": "yes", "index": i.to_string()}},
             "spec": {"topology": {"classRef": {"name": CLASS, "namespace": CLASS_NAMESPACE}, "version": "v1.35.0"}}
@@ -404,7 +404,7 @@ async fn converges_after_kills_under_faults() {
             .to_string();
         h.cluster(&ns, body).await;
         h.initialize(&ns, &name).await;
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             expected.classy_namespaces.insert(ns.clone());
         }
         expected.clusters.entry(ns).or_default().insert(name);
@@ -444,7 +444,7 @@ async fn converges_after_kills_under_faults() {
             names.iter().any(|n| {
                 n.trim_start_matches('c')
                     .parse::<usize>()
-                    .is_ok_and(|i| i % 2 == 0)
+                    .is_ok_and(|i| i.is_multiple_of(2))
             })
         })
         .map(|(ns, _)| ns.clone())
