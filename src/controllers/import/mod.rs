@@ -1,9 +1,11 @@
-//! Importing CAPI Clusters and ClusterClasses into Fleet: four controllers over shared caches.
+//! Importing CAPI Clusters and ClusterClasses into Fleet: controllers over shared caches.
 //!
 //! - [`clusters`]: CAPI Cluster → Fleet Cluster (+ registration token), finalizer, cleanup;
 //! - [`namespaces`]: per namespace, the Fleet workspace annotation, cross-namespace
 //!   ClusterGroups and BundleNamespaceMappings;
 //! - [`classes`]: ClusterClass → ClusterGroup, and orphaned class groups;
+//! - [`namespaces::reconcile_mapping`]: BundleNamespaceMappings whose namespace is terminating
+//!   or gone;
 //! - [`status`]: `FleetAddonConfig` `status.clusters`;
 //! - [`health`]: the `FleetReady` condition on imported CAPI Clusters.
 //!
