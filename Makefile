@@ -5,7 +5,7 @@ HELM_BIN ?= $(CURDIR)/bin/helm
 HELM3_BIN ?= $(CURDIR)/bin/helm3
 export HELM_BIN HELM3_BIN
 
-.PHONY: test tools lint unit generate crd build playground bench release-manifests clean
+.PHONY: test tools lint unit generate crd build playground bench chaos release-manifests clean
 
 ## test: install tools, check formatting and lints, run every test in the workspace
 test: tools lint unit
@@ -45,6 +45,15 @@ playground:
 bench:
 	$(CARGO) build --release --locked --workspace --bins
 	$(CARGO) test --release --locked --test bench_import -- --ignored --nocapture
+
+## chaos: the chaos test at full size (CHAOS_CLUSTERS, CHAOS_NAMESPACES, CHAOS_KILLS, CHAOS_ERROR_RATE,
+## CHAOS_THROTTLE_RATE, CHAOS_CONFLICT_RATE, CHAOS_WATCH_CLOSE_SECONDS, CHAOS_QUIET_SECONDS, CHAOS_SEED; see
+## docs/development.md) and the 60 s API outage with two replicas
+chaos:
+	CHAOS_CLUSTERS=$${CHAOS_CLUSTERS:-300} CHAOS_NAMESPACES=$${CHAOS_NAMESPACES:-10} CHAOS_KILLS=$${CHAOS_KILLS:-20} \
+	CHAOS_WATCH_CLOSE_SECONDS=$${CHAOS_WATCH_CLOSE_SECONDS:-5} CHAOS_QUIET_SECONDS=$${CHAOS_QUIET_SECONDS:-60} \
+		$(CARGO) test --locked --test chaos -- --nocapture
+	$(CARGO) test --locked --test outage -- --include-ignored --nocapture
 
 ## build: debug build of every binary
 build:

@@ -32,9 +32,27 @@ use tower::{Layer, Service};
 use crate::cli::ManagerFlags;
 use crate::{Error, Result};
 
-/// `User-Agent` of every request the manager makes (`caapf/<version>`).
+/// `User-Agent` of every request the manager makes: `caapf/<version>`, followed by
+/// ` (<pod name>)` when env `POD_NAME` is set (the Deployment sets it), so the API server's
+/// audit log (and the sandbox's request log) tells the replicas apart.
 pub fn user_agent() -> String {
-    format!("caapf/{}", env!("CARGO_PKG_VERSION"))
+    user_agent_for(std::env::var("POD_NAME").ok().as_deref())
+}
+
+/// The `User-Agent` for a pod name; characters a pod name cannot hold are dropped (a header
+/// value must stay valid whatever the environment says).
+pub fn user_agent_for(pod: Option<&str>) -> String {
+    let version = format!("caapf/{}", env!("CARGO_PKG_VERSION"));
+    let pod: String = pod
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '.')
+        .collect();
+    if pod.is_empty() {
+        version
+    } else {
+        format!("{version} ({pod})")
+    }
 }
 
 /// The manager's two clients (see the module documentation).
@@ -282,6 +300,22 @@ where
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_user_agent_names_the_pod() {
+        let version = format!("caapf/{}", env!("CARGO_PKG_VERSION"));
+        for (pod, want) in [
+            (None, version.clone()),
+            (Some(""), version.clone()),
+            (
+                Some("caapf-controller-manager-7d9f-abcde"),
+                format!("{version} (caapf-controller-manager-7d9f-abcde)"),
+            ),
+            (Some("a\r\nb (c)"), format!("{version} (abc)")),
+        ] {
+            assert_eq!(super::user_agent_for(pod), want, "{pod:?}");
+        }
+    }
+
     use super::*;
     use std::convert::Infallible;
     use tower::ServiceExt;

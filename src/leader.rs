@@ -214,6 +214,12 @@ pub fn released_record(old: &LeaseSpec, now: Timestamp) -> LeaseSpec {
     }
 }
 
+/// Whether a Lease record is still held by `identity` (a release that met a conflict is tried
+/// again only then).
+pub fn still_ours(spec: Option<&LeaseSpec>, identity: &str) -> bool {
+    spec.and_then(|s| s.holder_identity.as_deref()) == Some(identity)
+}
+
 /// What one try found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tried {
@@ -410,27 +416,53 @@ impl Elector {
         let Some(mut lease) = self.held.take() else {
             return Ok(());
         };
-        let old = lease.spec.clone().unwrap_or_default();
-        lease.spec = Some(released_record(&old, Timestamp::now()));
-        lease.metadata.managed_fields = None;
-        match self
-            .api
-            .replace(&self.config.name, &PostParams::default(), &lease)
-            .await
-        {
-            Ok(_) => {
-                tracing::info!(lease = %self.config.name, identity = %self.config.identity, "released the leader lease");
-                Ok(())
+        // A renewal dropped mid-flight (the stop came while it was on the wire) may have moved
+        // the resourceVersion: on a conflict, read the Lease again and release it if it is still
+        // ours (a few times at most; someone else's Lease is left alone).
+        for _ in 0..3 {
+            let old = lease.spec.clone().unwrap_or_default();
+            lease.spec = Some(released_record(&old, Timestamp::now()));
+            lease.metadata.managed_fields = None;
+            match self
+                .api
+                .replace(&self.config.name, &PostParams::default(), &lease)
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(lease = %self.config.name, identity = %self.config.identity, "released the leader lease");
+                    return Ok(());
+                }
+                Err(kube::Error::Api(status)) if status.code == 409 => {
+                    match self.api.get_opt(&self.config.name).await? {
+                        Some(live) if still_ours(live.spec.as_ref(), &self.config.identity) => {
+                            lease = live;
+                        }
+                        _ => return Ok(()),
+                    }
+                }
+                Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+                Err(err) => return Err(err.into()),
             }
-            Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => Ok(()),
-            Err(err) => Err(err.into()),
         }
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_conflicting_release_is_retried_only_for_our_own_lease() {
+        let held = |holder: Option<&str>| LeaseSpec {
+            holder_identity: holder.map(str::to_string),
+            ..LeaseSpec::default()
+        };
+        assert!(still_ours(Some(&held(Some("me_1"))), "me_1"));
+        assert!(!still_ours(Some(&held(Some("other_2"))), "me_1"));
+        assert!(!still_ours(Some(&held(None)), "me_1"));
+        assert!(!still_ours(None, "me_1"));
+    }
 
     fn config() -> ElectionConfig {
         ElectionConfig {

@@ -331,11 +331,16 @@ async fn manager_requests(client: &Client) -> Vec<Value> {
         .body(Vec::new())
         .expect("request");
     let all: Value = client.request(request).await.expect("request log");
-    let agent = caapf::client::user_agent();
+    // `caapf/<version>`, with ` (<pod name>)` when POD_NAME is set.
+    let agent = caapf::client::user_agent_for(None);
     all.as_array()
         .into_iter()
         .flatten()
-        .filter(|r| r["userAgent"] == agent.as_str())
+        .filter(|r| {
+            r["userAgent"]
+                .as_str()
+                .is_some_and(|a| a == agent || a.starts_with(&format!("{agent} (")))
+        })
         .cloned()
         .collect()
 }

@@ -126,6 +126,11 @@ impl Backoff {
         self.lock().failures.len()
     }
 
+    /// Whether no object is in backoff.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state
             .lock()

@@ -25,7 +25,9 @@ pub async fn run(client: Client, sender: ConfigSender, readiness: Readiness) {
     let mut pending: Option<FleetAddonConfig> = None;
     // During a (re)list the object is only known once the list is complete.
     let mut listing = true;
-    let mut stream = watcher(api, config).default_backoff().boxed();
+    let mut stream = watcher(api, config)
+        .backoff(crate::controllers::watch_backoff::WatchBackoff::default())
+        .boxed();
     loop {
         let event = match stream.try_next().await {
             Ok(Some(event)) => event,

@@ -7,3 +7,5 @@ pub mod fleet_config;
 pub mod import;
 pub mod misnamed_config;
 pub mod reconcile;
+pub mod retry_log;
+pub mod watch_backoff;

@@ -30,9 +30,9 @@ pub async fn observed<K: Resource>(
     result
 }
 
-/// The requeue after `controller` failed on `object`: its next backoff delay. The failure is a
-/// warning: it will be retried (errors a user must act on are reported where they look, as
-/// Events and conditions, by the controller itself).
+/// The requeue after `controller` failed on `object`: its next backoff delay. The log line is a
+/// warning while a retry is expected to absorb the failure, an error when a user must act or the
+/// delay reached its cap ([`crate::controllers::retry_log`]).
 pub fn retry_after<K: Resource>(
     controller: &'static str,
     object: &K,
@@ -41,6 +41,6 @@ pub fn retry_after<K: Resource>(
 ) -> Action {
     let key = BackoffKey::new(controller, object);
     let delay = backoff.failed(&key, BackoffKey::generation_of(object));
-    tracing::warn!(controller, object = %key, %error, retry_in = ?delay, "reconcile failed; will retry");
+    crate::retry_failed!(error, delay, controller, object = %key, "reconcile failed; will retry");
     Action::requeue(delay)
 }

@@ -23,16 +23,35 @@ pub const FLAGS_UPDATE: &str = "FlagsUpdate";
 pub const CONFIG_VALID: &str = "ConfigValid";
 /// Everything this controller is asked to do is done.
 pub const READY: &str = "Ready";
+/// Present (True) only while `spec.cluster` has problems: Cluster selection is frozen.
+pub const SELECTION_FROZEN: &str = "SelectionFrozen";
 
 /// Every condition type this controller writes (and so owns, under server-side apply).
-pub const OWNED_TYPES: [&str; 6] = [
+pub const OWNED_TYPES: [&str; 7] = [
     CONFIG_VALID,
+    SELECTION_FROZEN,
     REPO_ADD,
     REPO_UPDATE,
     INSTALLED,
     FLAGS_UPDATE,
     READY,
 ];
+
+/// The `SelectionFrozen` condition for the problems under `spec.cluster` (their messages):
+/// True while there are any, absent otherwise. While frozen, no Cluster is imported, updated or
+/// released, every Fleet Cluster is kept, deletions still complete, and `status.clusters`
+/// counts what exists.
+pub fn selection_frozen(cluster_problems: &[String]) -> Option<ConditionSpec> {
+    (!cluster_problems.is_empty()).then(|| {
+        ConditionSpec::ok(
+            SELECTION_FROZEN,
+            format!(
+                "Cluster selection is frozen until spec.cluster is fixed ({}): no Cluster is imported, updated or released, existing Fleet Clusters are kept, deletions still complete",
+                cluster_problems.join("; ")
+            ),
+        )
+    })
+}
 
 /// A condition as the controller decides it (without times and generation).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -182,6 +201,22 @@ pub fn apply_body(name: &str, desired: &OwnedStatus) -> serde_json::Value {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn selection_frozen_only_with_cluster_problems() {
+        assert_eq!(selection_frozen(&[]), None);
+        let frozen = selection_frozen(&["spec.cluster.namespaceRegexes[0]: bad".to_string()])
+            .expect("frozen");
+        assert!(frozen.status);
+        assert_eq!(frozen.reason, SELECTION_FROZEN);
+        assert!(
+            frozen
+                .message
+                .contains("spec.cluster.namespaceRegexes[0]: bad"),
+            "{}",
+            frozen.message
+        );
+    }
+
     use super::*;
 
     fn time(s: &str) -> Time {

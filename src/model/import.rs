@@ -92,6 +92,40 @@ pub fn decide(
     Decision::Import { agent_initiated }
 }
 
+/// What a Cluster counts as in `status.clusters` and the cluster gauges while selection is
+/// frozen ([`Decision::Hold`]: `spec.cluster` has problems and nothing is imported or released):
+/// what exists, not what a selection would say. A Cluster carrying our finalizer is managed; it
+/// counts as imported when its Fleet Cluster exists, as waiting otherwise. Any other decision is
+/// returned as it is.
+pub fn counted_as(
+    decision: Decision,
+    cluster: &ClusterView,
+    live: Option<&FleetCluster>,
+) -> Decision {
+    if decision != Decision::Hold {
+        return decision;
+    }
+    match (cluster.has_finalizer(), live) {
+        (false, _) => Decision::Ignore,
+        (true, None) => Decision::Wait,
+        (true, Some(live)) => Decision::Import {
+            agent_initiated: live
+                .spec
+                .client_id
+                .as_deref()
+                .is_some_and(|id| !id.is_empty()),
+        },
+    }
+}
+
+/// Whether a decision waits because the Cluster's namespace is terminating: nothing new is
+/// created in a namespace being deleted (a real API server answers 403 "because it is being
+/// terminated", and the namespace controller deletes the Cluster next, which brings
+/// [`Decision::Cleanup`]). Releases and cleanups only remove things, so they go on.
+pub fn waits_for_terminating_namespace(decision: &Decision, namespace_terminating: bool) -> bool {
+    namespace_terminating && matches!(decision, Decision::Import { .. } | Decision::Wait)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::{Value, json};
@@ -279,5 +313,99 @@ mod tests {
         assert!(import.is_selected() && import.is_imported());
         assert!(Decision::Paused { selected: true }.is_selected());
         assert!(!Decision::Cleanup.is_selected());
+    }
+
+    #[test]
+    fn terminating_namespaces_get_nothing_new() {
+        let rows = [
+            (
+                Decision::Import {
+                    agent_initiated: false,
+                },
+                true,
+                true,
+            ),
+            (
+                Decision::Import {
+                    agent_initiated: true,
+                },
+                true,
+                true,
+            ),
+            (Decision::Wait, true, true),
+            (Decision::Cleanup, true, false),
+            (
+                Decision::Release {
+                    delete_fleet_cluster: true,
+                },
+                true,
+                false,
+            ),
+            (Decision::Ignore, true, false),
+            (Decision::Hold, true, false),
+            (
+                Decision::Import {
+                    agent_initiated: false,
+                },
+                false,
+                false,
+            ),
+            (Decision::Wait, false, false),
+        ];
+        for (decision, terminating, want) in rows {
+            assert_eq!(
+                waits_for_terminating_namespace(&decision, terminating),
+                want,
+                "{decision:?} terminating={terminating}"
+            );
+        }
+    }
+
+    #[test]
+    fn frozen_selection_counts_what_exists() {
+        let managed = cluster(
+            json!({"finalizers": ["fleet.addons.cluster.x-k8s.io"]}),
+            json!({}),
+            true,
+        );
+        let unmanaged = cluster(json!({}), json!({}), true);
+        let fleet: FleetCluster = serde_json::from_value(json!({
+            "metadata": {"name": "c1", "namespace": "ns"}, "spec": {}
+        }))
+        .expect("fleet cluster");
+        let agent: FleetCluster = serde_json::from_value(json!({
+            "metadata": {"name": "c1", "namespace": "ns"}, "spec": {"clientID": "abc"}
+        }))
+        .expect("fleet cluster");
+        let import = Decision::Import {
+            agent_initiated: false,
+        };
+        let rows = [
+            (Decision::Hold, &managed, Some(&fleet), import.clone()),
+            (
+                Decision::Hold,
+                &managed,
+                Some(&agent),
+                Decision::Import {
+                    agent_initiated: true,
+                },
+            ),
+            (Decision::Hold, &managed, None, Decision::Wait),
+            (Decision::Hold, &unmanaged, Some(&fleet), Decision::Ignore),
+            (Decision::Hold, &unmanaged, None, Decision::Ignore),
+            // Not frozen: the decision stands.
+            (Decision::Ignore, &managed, Some(&fleet), Decision::Ignore),
+            (Decision::Cleanup, &managed, None, Decision::Cleanup),
+            (import.clone(), &unmanaged, None, import.clone()),
+        ];
+        for (decision, view, live, want) in rows {
+            assert_eq!(
+                counted_as(decision.clone(), view, live),
+                want,
+                "{decision:?} finalizer={} live={}",
+                view.has_finalizer(),
+                live.is_some()
+            );
+        }
     }
 }

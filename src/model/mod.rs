@@ -18,6 +18,7 @@ pub mod move_plan;
 pub mod move_state;
 pub mod namespace;
 pub mod pod_security;
+pub mod retry;
 pub mod selection;
 pub mod validation;
 pub mod version;

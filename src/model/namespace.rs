@@ -3,6 +3,11 @@
 //! They are derived from all Clusters of the namespace at once, so they exist exactly while at
 //! least one Cluster needs them, whatever the naming or patch settings (CAAPF derived them per
 //! Cluster and deleted them too early or never: research §13 items 7-12).
+//!
+//! A namespace that is terminating or gone has no users, whatever Clusters it still holds: its
+//! BundleNamespaceMappings (which live in other namespaces and so do not go with it) are
+//! deleted, so that a namespace created later with the same name is never mapped to a class
+//! namespace's bundles. Its own groups and annotation go with it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -37,6 +42,44 @@ pub struct NamespacePlan {
     pub apply_mappings: Vec<BundleNamespaceMapping>,
     /// Namespaces whose BundleNamespaceMapping named after this namespace must go.
     pub delete_mappings: Vec<String>,
+}
+
+/// What the caches (or the API server) know about a namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NamespaceState {
+    Active,
+    /// Has a `deletionTimestamp` (phase `Terminating`).
+    Terminating,
+    /// Does not exist.
+    Gone,
+}
+
+impl NamespaceState {
+    /// The state of a namespace from its metadata, `None` when it does not exist.
+    pub fn of(deletion_timestamp_set: Option<bool>) -> Self {
+        match deletion_timestamp_set {
+            None => NamespaceState::Gone,
+            Some(true) => NamespaceState::Terminating,
+            Some(false) => NamespaceState::Active,
+        }
+    }
+}
+
+/// Whether a BundleNamespaceMapping named after a namespace is an orphan to delete: it carries
+/// our managed label and the namespace it maps is terminating or gone. (A mapping without the
+/// label is someone else's, or one CAAPF left; neither is touched.)
+pub fn is_orphaned_mapping(managed: bool, mapped_namespace: NamespaceState) -> bool {
+    managed && mapped_namespace != NamespaceState::Active
+}
+
+/// Of the BundleNamespaceMappings named after a namespace in `state` (their namespaces, with
+/// whether each carries our managed label), the namespaces of those to delete as orphans.
+pub fn orphaned_mappings(mappings: &[(String, bool)], state: NamespaceState) -> Vec<String> {
+    mappings
+        .iter()
+        .filter(|(_, managed)| is_orphaned_mapping(*managed, state))
+        .map(|(namespace, _)| namespace.clone())
+        .collect()
 }
 
 /// Everything the plan depends on.
@@ -318,5 +361,35 @@ mod tests {
             vec![],
         ));
         assert_eq!(plan.clear_group_owner_references, ["qs.classes"]);
+    }
+
+    #[test]
+    fn orphaned_mappings_table() {
+        use NamespaceState::*;
+        let rows = [
+            (true, Active, false),
+            (true, Terminating, true),
+            (true, Gone, true),
+            (false, Terminating, false),
+            (false, Gone, false),
+            (false, Active, false),
+        ];
+        for (managed, state, want) in rows {
+            assert_eq!(
+                is_orphaned_mapping(managed, state),
+                want,
+                "managed={managed} {state:?}"
+            );
+        }
+        let mappings = [
+            ("classes".to_string(), true),
+            ("foreign".to_string(), false),
+        ];
+        assert_eq!(orphaned_mappings(&mappings, Terminating), ["classes"]);
+        assert_eq!(orphaned_mappings(&mappings, Gone), ["classes"]);
+        assert!(orphaned_mappings(&mappings, Active).is_empty());
+        assert_eq!(NamespaceState::of(None), Gone);
+        assert_eq!(NamespaceState::of(Some(true)), Terminating);
+        assert_eq!(NamespaceState::of(Some(false)), Active);
     }
 }

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod process;
 pub mod render;
 
 use std::future::Future;
@@ -34,12 +35,16 @@ impl Harness {
     /// A sandbox with every CRD, validating custom resources against their schemas (so a test
     /// never relies on an object a real API server would reject), no manager yet.
     pub async fn new() -> Self {
-        let sandbox = Sandbox::start_with(kube_sandbox::SandboxOptions {
+        Self::with_options(kube_sandbox::SandboxOptions {
             validate_custom_resources: true,
             ..Default::default()
         })
         .await
-        .expect("sandbox starts");
+    }
+
+    /// Like [`Harness::new`] with other sandbox options.
+    pub async fn with_options(options: kube_sandbox::SandboxOptions) -> Self {
+        let sandbox = Sandbox::start_with(options).await.expect("sandbox starts");
         let client = sandbox.client();
         let flags = ManagerFlags {
             health_probe_bind_address: "0".into(),
@@ -281,7 +286,13 @@ pub async fn sandbox_config(sandbox: &Sandbox) -> kube::Config {
 
 /// Whether a recorded request came from a manager (not from the test).
 pub fn from_manager(request: &kube_sandbox::RequestRecord) -> bool {
-    request.user_agent == caapf::client::user_agent()
+    is_manager_agent(&request.user_agent)
+}
+
+/// Whether a User-Agent is a manager's (`caapf/<version>`, with the pod name when set).
+pub fn is_manager_agent(agent: &str) -> bool {
+    agent == caapf::client::user_agent_for(None)
+        || agent.starts_with(&format!("{} (", caapf::client::user_agent_for(None)))
 }
 
 /// Waits until `check` returns `Some`, polling; panics with `what` after [`TIMEOUT`].

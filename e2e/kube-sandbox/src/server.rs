@@ -102,7 +102,7 @@ impl App {
 
     /// Applies a fault configuration.
     pub fn apply_faults(self: &Arc<Self>, cfg: FaultConfig) {
-        self.faults.set(cfg.rules);
+        self.faults.set_seeded(cfg.rules, cfg.seed);
         self.faults.set_watch_delays(cfg.watch_delays);
         let mut periodic = self
             .periodic_close

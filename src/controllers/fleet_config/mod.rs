@@ -93,7 +93,7 @@ pub async fn run(ctx: Arc<Context>) {
         api,
         watcher::Config::default().fields(&format!("metadata.name={}", names::CONFIG_NAME)),
     )
-    .default_backoff()
+    .backoff(crate::controllers::watch_backoff::WatchBackoff::default())
     .reflect(writer)
     .applied_objects()
     // Spec changes and re-creation only: status writes (ours and others') do not trigger.
@@ -162,7 +162,7 @@ async fn reconcile(object: Arc<FleetAddonConfig>, state: Arc<State>) -> Result<A
 
 async fn reconcile_config(object: &FleetAddonConfig, state: &State) -> Result<Action, Error> {
     let generation = object.metadata.generation;
-    let config = EffectiveConfig::resolve(Some(&object));
+    let config = EffectiveConfig::resolve(Some(object));
     state.targets.send_if_modified(|current| {
         let next = watches::watch_targets(&config);
         let changed = *current != next;

@@ -24,7 +24,7 @@ use crate::model::config::{EffectiveConfig, InstallSettings, InstallTarget, Serv
 use crate::model::fleet_install::{self, ReleaseAction, UpgradeReason};
 use crate::model::fleet_status::{
     CONFIG_VALID, ConditionSpec, ConditionUpdate, FLAGS_UPDATE, INSTALLED, OWNED_TYPES, READY,
-    REPO_ADD, REPO_UPDATE, VersionUpdate,
+    REPO_ADD, REPO_UPDATE, VersionUpdate, selection_frozen,
 };
 use crate::model::fleet_values::{self, ServerValues};
 use crate::{Error, names};
@@ -131,6 +131,13 @@ pub async fn run(
             problems.join("; "),
         ));
         report.invalid = true;
+    }
+    let cluster_problems: Vec<String> = config
+        .problems_under("spec.cluster")
+        .map(ToString::to_string)
+        .collect();
+    if let Some(frozen) = selection_frozen(&cluster_problems) {
+        report.set(frozen);
     }
     let blocked = config.problems_under("spec.install").next().is_some()
         || config.problems_under("spec.config").next().is_some();

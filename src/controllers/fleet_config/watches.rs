@@ -162,7 +162,9 @@ async fn forward<K>(
 ) where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
 {
-    let mut stream = metadata_watcher(api, config).default_backoff().boxed();
+    let mut stream = metadata_watcher(api, config)
+        .backoff(crate::controllers::watch_backoff::WatchBackoff::default())
+        .boxed();
     let mut listed_once = false;
     while let Some(event) = stream.next().await {
         let fire = match event {

@@ -26,7 +26,8 @@ use crate::model::fleet::{
     FleetClusterWrite, Registration, client_id, desired_fleet_cluster, desired_registration_token,
     fleet_cluster_write, random_client_id, registration_stub, template_values,
 };
-use crate::model::import::Decision;
+use crate::model::import::{Decision, waits_for_terminating_namespace};
+use crate::model::namespace::NamespaceState;
 use crate::names;
 use crate::{Error, Result};
 
@@ -87,6 +88,11 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
     if caught_up.contains(&false) {
         tracing::debug!(cluster = %view.name, namespace = %view.namespace, "waiting for the caches to show our last write");
         return Ok(Action::requeue(expectations::TTL));
+    }
+    let namespace_state = crate::controllers::import::namespaces::state(ctx, &view.namespace);
+    if waits_for_terminating_namespace(&decision, namespace_state == NamespaceState::Terminating) {
+        tracing::debug!(cluster = %view.name, namespace = %view.namespace, "namespace terminating: nothing new is created in it");
+        return Ok(Action::await_change());
     }
     if matches!(decision, Decision::Cleanup) {
         for key in [&keys.cluster, &keys.fleet_cluster, &keys.token] {

@@ -1,9 +1,11 @@
-//! Importing CAPI Clusters and ClusterClasses into Fleet: four controllers over shared caches.
+//! Importing CAPI Clusters and ClusterClasses into Fleet: controllers over shared caches.
 //!
 //! - [`clusters`]: CAPI Cluster → Fleet Cluster (+ registration token), finalizer, cleanup;
 //! - [`namespaces`]: per namespace, the Fleet workspace annotation, cross-namespace
 //!   ClusterGroups and BundleNamespaceMappings;
 //! - [`classes`]: ClusterClass → ClusterGroup, and orphaned class groups;
+//! - [`namespaces::reconcile_mapping`]: BundleNamespaceMappings whose namespace is terminating
+//!   or gone;
 //! - [`status`]: `FleetAddonConfig` `status.clusters`;
 //! - [`health`]: the `FleetReady` condition on imported CAPI Clusters.
 //!
@@ -202,6 +204,25 @@ pub async fn run(base: Arc<Context>) {
         )
         .for_each(|_| ready(()));
 
+    // Mappings of ours whose namespace is terminating or gone.
+    let mapping_ctx = ctx.clone();
+    let mappings =
+        Controller::for_shared_stream(hubs.mappings.subscribe(), stores.mappings.clone())
+            .with_config(Config::default().concurrency(2))
+            .watches_shared_stream(
+                hubs.namespaces.subscribe(),
+                move |namespace: Arc<PartialObjectMeta<Namespace>>| {
+                    namespaces::mappings_named(&mapping_ctx, &namespace.name_any())
+                },
+            )
+            .graceful_shutdown_on(cancelled(&base))
+            .run(
+                namespaces::reconcile_mapping,
+                namespaces::mapping_error_policy,
+                ctx.clone(),
+            )
+            .for_each(|_| ready(()));
+
     // Every subscription is taken: the watches can start.
     watches.start(hubs, &mut reflectors);
 
@@ -212,6 +233,7 @@ pub async fn run(base: Arc<Context>) {
     controllers.spawn(classes);
     controllers.spawn(groups);
     controllers.spawn(health);
+    controllers.spawn(mappings);
     tokio::select! {
         _ = controllers.join_next() => {}
         () = base.shutdown.cancelled() => {}

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -20,7 +21,9 @@ use crate::controllers::reconcile::retry_after;
 use crate::model::capi::{ClassRef, ClassView, ClusterView};
 use crate::model::diff::owned_fields;
 use crate::model::import::Decision;
-use crate::model::namespace::{ExistingGroup, NamespaceFacts, plan};
+use crate::model::namespace::{
+    ExistingGroup, NamespaceFacts, NamespaceState, is_orphaned_mapping, orphaned_mappings, plan,
+};
 use crate::names;
 use crate::{Error, Result};
 
@@ -49,17 +52,21 @@ pub fn error_policy(
 }
 
 async fn reconcile_namespace(namespace: &NamespaceMeta, ctx: &ImportContext) -> Result<Action> {
+    let name = namespace.name_any();
+    // A terminating namespace has no users, whatever the configuration: its mappings in other
+    // namespaces go (its own objects go with it).
+    if namespace.metadata.deletion_timestamp.is_some() {
+        let orphans = orphaned_mappings(&mappings_of(ctx, &name), NamespaceState::Terminating);
+        delete_mappings(&name, &orphans, true, ctx).await?;
+        return Ok(Action::await_change());
+    }
     let Some(config) = ctx.base.config() else {
         return Ok(Action::requeue(std::time::Duration::from_secs(1)));
     };
-    // Hold everything while the selection is invalid; a terminating namespace takes its
-    // objects with it.
-    if config.problems_under("spec.cluster").next().is_some()
-        || namespace.metadata.deletion_timestamp.is_some()
-    {
+    // Hold everything while the selection is invalid.
+    if config.problems_under("spec.cluster").next().is_some() {
         return Ok(Action::await_change());
     }
-    let name = namespace.name_any();
     // The annotation is decided from the cached namespace: wait until it shows our last write
     // (its watch event triggers this namespace again).
     let namespace_key = Key::new("Namespace", "", &name);
@@ -94,19 +101,7 @@ async fn reconcile_namespace(namespace: &NamespaceMeta, ctx: &ImportContext) -> 
             has_owner_references: !g.owner_references().is_empty(),
         })
         .collect();
-    let mappings = ctx
-        .stores
-        .mappings
-        .state()
-        .into_iter()
-        .filter(|m| m.metadata.name.as_deref() == Some(name.as_str()))
-        .map(|m| {
-            (
-                m.metadata.namespace.clone().unwrap_or_default(),
-                m.labels().contains_key(names::MANAGED_LABEL),
-            )
-        })
-        .collect();
+    let mappings = mappings_of(ctx, &name);
     let plan = plan(&NamespaceFacts {
         namespace: &name,
         clusters: views.iter().map(|(v, d)| (v, d)).collect(),
@@ -192,18 +187,119 @@ async fn reconcile_namespace(namespace: &NamespaceMeta, ctx: &ImportContext) -> 
             &name,
         );
     }
-    for class_namespace in &plan.delete_mappings {
-        let mappings: Api<BundleNamespaceMapping> =
-            Api::namespaced(ctx.base.controllers.clone(), class_namespace);
-        if delete_if_exists(&mappings, &name).await? {
-            tracing::info!(namespace = %class_namespace, mapping = %name, "deleted BundleNamespaceMapping: no Cluster uses it");
-        }
-    }
+    delete_mappings(&name, &plan.delete_mappings, false, ctx).await?;
     Ok(if waiting {
         Action::requeue(expectations::TTL)
     } else {
         Action::await_change()
     })
+}
+
+/// Namespaces holding a BundleNamespaceMapping named after `name`, with whether it is ours.
+fn mappings_of(ctx: &ImportContext, name: &str) -> Vec<(String, bool)> {
+    ctx.stores
+        .mappings
+        .state()
+        .into_iter()
+        .filter(|m| m.metadata.name.as_deref() == Some(name))
+        .map(|m| {
+            (
+                m.metadata.namespace.clone().unwrap_or_default(),
+                m.labels().contains_key(names::MANAGED_LABEL),
+            )
+        })
+        .collect()
+}
+
+/// Deletes the BundleNamespaceMappings named `name` in `class_namespaces`; `orphans` says why
+/// (for the log line).
+async fn delete_mappings<S: AsRef<str>>(
+    name: &str,
+    class_namespaces: &[S],
+    orphans: bool,
+    ctx: &ImportContext,
+) -> Result<()> {
+    for class_namespace in class_namespaces {
+        let class_namespace = class_namespace.as_ref();
+        let mappings: Api<BundleNamespaceMapping> =
+            Api::namespaced(ctx.base.controllers.clone(), class_namespace);
+        if delete_if_exists(&mappings, name).await? {
+            let why = if orphans {
+                "its namespace is terminating or gone"
+            } else {
+                "no Cluster uses it"
+            };
+            tracing::info!(namespace = %class_namespace, mapping = %name, "deleted BundleNamespaceMapping: {why}");
+        }
+    }
+    Ok(())
+}
+
+/// The state of a namespace in the cache.
+pub fn state(ctx: &ImportContext, name: &str) -> NamespaceState {
+    NamespaceState::of(
+        ctx.stores
+            .namespaces
+            .get(&ObjectRef::new(name))
+            .map(|ns| ns.metadata.deletion_timestamp.is_some()),
+    )
+}
+
+/// Controller name of the orphaned-mapping controller in metrics and logs.
+pub const MAPPING_CONTROLLER: &str = "bundlenamespacemapping";
+
+/// Deletes a BundleNamespaceMapping of ours whose namespace is terminating or gone. The namespace
+/// reconcile does this for a namespace it sees terminating; this catches a namespace that went
+/// while the manager was not running (a namespace that no longer exists is never reconciled).
+pub async fn reconcile_mapping(
+    mapping: Arc<BundleNamespaceMapping>,
+    ctx: Arc<ImportContext>,
+) -> Result<Action> {
+    ctx.observed(
+        MAPPING_CONTROLLER,
+        &*mapping,
+        reconcile_orphan(&mapping, &ctx),
+    )
+    .await
+}
+
+/// Retries with per-object exponential backoff.
+pub fn mapping_error_policy(
+    mapping: Arc<BundleNamespaceMapping>,
+    error: &Error,
+    ctx: Arc<ImportContext>,
+) -> Action {
+    retry_after(MAPPING_CONTROLLER, &*mapping, error, &ctx.backoff)
+}
+
+async fn reconcile_orphan(mapping: &BundleNamespaceMapping, ctx: &ImportContext) -> Result<Action> {
+    let name = mapping.name_any();
+    let managed = mapping.labels().contains_key(names::MANAGED_LABEL);
+    if !is_orphaned_mapping(managed, state(ctx, &name)) {
+        return Ok(Action::await_change());
+    }
+    // The cache may not show a namespace created a moment ago: ask the API server.
+    let namespaces: Api<Namespace> = Api::all(ctx.base.controllers.clone());
+    let live = namespaces.get_metadata_opt(&name).await?;
+    let live_state = NamespaceState::of(
+        live.as_ref()
+            .map(|ns| ns.metadata.deletion_timestamp.is_some()),
+    );
+    if is_orphaned_mapping(managed, live_state) {
+        delete_mappings(&name, &[mapping.namespace().unwrap_or_default()], true, ctx).await?;
+    }
+    Ok(Action::await_change())
+}
+
+/// The mappings named after a namespace (to re-check when the namespace changes or goes).
+pub fn mappings_named(ctx: &ImportContext, name: &str) -> Vec<ObjectRef<BundleNamespaceMapping>> {
+    ctx.stores
+        .mappings
+        .state()
+        .iter()
+        .filter(|m| m.metadata.name.as_deref() == Some(name))
+        .map(|m| ObjectRef::from_obj(&**m))
+        .collect()
 }
 
 fn log_write(outcome: crate::apply::Outcome, kind: &str, namespace: &str, name: &str) {

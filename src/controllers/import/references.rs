@@ -36,6 +36,9 @@ pub enum Lookup {
     Unavailable(String),
 }
 
+/// The state of one referenced kind, locked while it is being discovered.
+type Slot = Arc<Mutex<Option<Entry>>>;
+
 enum Entry {
     Watching(Watched),
     Failed { at: Instant, reason: String },
@@ -58,7 +61,7 @@ pub struct References {
     /// One slot per referenced (group, kind). The outer lock is held only to find the slot;
     /// discovery runs under the slot's own lock, so a slow discovery of one kind does not hold
     /// lookups of the others.
-    entries: std::sync::Mutex<HashMap<(String, String), Arc<Mutex<Option<Entry>>>>>,
+    entries: std::sync::Mutex<HashMap<(String, String), Slot>>,
     triggers: mpsc::UnboundedSender<ObjectRef<CapiCluster>>,
     shutdown: CancellationToken,
 }
@@ -170,7 +173,7 @@ impl References {
         let shutdown = self.shutdown.clone();
         let kind = resource.kind.clone();
         let stream = watcher(api, watcher::Config::default().any_semantic())
-            .default_backoff()
+            .backoff(crate::controllers::watch_backoff::WatchBackoff::default())
             .modify(|object: &mut DynamicObject| {
                 object.metadata.managed_fields = None;
                 if let Some(data) = object.data.as_object_mut() {

@@ -1,6 +1,7 @@
 //! `FleetAddonConfig` `status.clusters` (selected / imported / waiting / ready) and the matching
 //! gauges, recounted after Cluster reconciles at most once per [`MIN_INTERVAL`], written only
-//! when the counts change.
+//! when the counts change. While selection is frozen (`spec.cluster` invalid) the counts
+//! report what exists ([`counted_as`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use crate::controllers::import::context::ImportContext;
 use crate::metrics::ReasonLabels;
 use crate::model::config::EffectiveConfig;
 use crate::model::fleet_health;
-use crate::model::import::Decision;
+use crate::model::import::{Decision, counted_as};
 use crate::names;
 
 /// Shortest time between two recounts.
@@ -41,8 +42,9 @@ pub fn count(
         let Some(decided) = ctx.decide(&object, config) else {
             continue;
         };
+        let decision = counted_as(decided.decision, &decided.view, decided.live.as_deref());
         if let Some(health) = fleet_health::health_of(
-            &decided.decision,
+            &decision,
             &decided.view,
             config,
             decided.live.as_deref(),
@@ -53,7 +55,6 @@ pub fn count(
                 counts.ready += 1;
             }
         }
-        let decision = decided.decision;
         if decision.is_selected() {
             counts.selected += 1;
         }

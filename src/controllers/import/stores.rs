@@ -34,6 +34,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::api::{BundleNamespaceMapping, CapiCluster, CapiClusterClass};
 use crate::cli::ManagerFlags;
+use crate::controllers::watch_backoff::WatchBackoff;
 use crate::model::capi::{ClassRef, ClusterView, StringMap, keep_read_status};
 use crate::model::diff::compact_fields;
 use crate::names;
@@ -156,7 +157,7 @@ impl Stores {
                 api::<CapiCluster>(client, capi_ns.as_deref()),
                 capi_config.clone(),
             )
-            .default_backoff()
+            .backoff(WatchBackoff::default())
             .modify(|cluster: &mut CapiCluster| {
                 slim(cluster);
                 keep_read_status(&mut cluster.body);
@@ -450,7 +451,7 @@ where
         listed: &mut Vec<watch::Receiver<bool>>,
     ) -> Self {
         let events = watcher(api, config)
-            .default_backoff()
+            .backoff(WatchBackoff::default())
             .modify(slim::<K>)
             .boxed();
         Self::new(events, indexes, listed)
@@ -473,7 +474,7 @@ where
         listed: &mut Vec<watch::Receiver<bool>>,
     ) -> Self {
         let events = metadata_watcher(api, config)
-            .default_backoff()
+            .backoff(WatchBackoff::default())
             .modify(slim::<PartialObjectMeta<K>>)
             .boxed();
         Self::new(events, Vec::new(), listed)
