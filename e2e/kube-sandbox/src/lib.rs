@@ -23,6 +23,7 @@
 //!
 //! See the crate README for what is implemented and where it differs from a real API server.
 
+pub mod auth;
 pub mod controllers;
 pub mod crd;
 pub mod crds;
@@ -33,6 +34,7 @@ pub mod fieldset;
 pub mod ops;
 pub mod patch;
 pub mod proto;
+pub mod rbac;
 pub mod registry;
 pub mod render;
 pub mod requests;
@@ -134,6 +136,12 @@ pub enum SandboxError {
     /// `restart` needs a snapshot directory.
     #[error("restart needs SandboxOptions::snapshot_dir")]
     NoSnapshotDir,
+    /// A token could not be issued (the ServiceAccount does not exist).
+    #[error("issuing a token: {message}")]
+    Auth {
+        /// The API error message.
+        message: String,
+    },
 }
 
 /// A running sandbox API server. Dropping it stops the server (and writes the snapshot, if
@@ -222,6 +230,7 @@ impl Sandbox {
             snapshot_writer: Mutex::new(()),
             validate: opts.validate_custom_resources,
             periodic_close: Mutex::new(None),
+            auth: Default::default(),
         });
         let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
         let mut tasks = Vec::new();
@@ -301,6 +310,59 @@ impl Sandbox {
     /// Writes [`Sandbox::kubeconfig`] to a file.
     pub fn write_kubeconfig(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
         std::fs::write(path, kubeconfig_yaml(&self.url()))
+    }
+
+    /// Issues a bearer token for an existing ServiceAccount, as the TokenRequest subresource
+    /// (`POST .../serviceaccounts/NAME/token`) does. Requests with it are authorized by the
+    /// RBAC objects in the sandbox; the token stops working when the ServiceAccount is deleted.
+    pub fn service_account_token(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<String, SandboxError> {
+        self.app
+            .auth
+            .issue_service_account_token(&self.app.store.lock(), namespace, name)
+            .map_err(|e| SandboxError::Auth { message: e.message })
+    }
+
+    /// Issues a bearer token for any user and groups (`system:authenticated` is added), like
+    /// a static token file of a real server.
+    pub fn user_token(&self, name: &str, groups: &[&str]) -> String {
+        self.app
+            .auth
+            .issue_user_token(rbac::UserInfo::user(name, groups))
+    }
+
+    /// A `kube::Client` that authenticates with a bearer token (see
+    /// [`Sandbox::service_account_token`]).
+    pub fn client_with_token(&self, token: &str) -> kube::Client {
+        let url = self
+            .url()
+            .parse()
+            .expect("a socket address always forms a valid URL");
+        let mut config = kube::Config::new(url);
+        config.auth_info.token = Some(token.to_string().into());
+        kube::Client::try_from(config).expect("a plain-HTTP client config is always valid")
+    }
+
+    /// A kubeconfig whose user authenticates with a bearer token.
+    pub fn kubeconfig_with_token(&self, token: &str) -> kube::config::Kubeconfig {
+        kube::config::Kubeconfig::from_yaml(&kubeconfig_yaml_with_token(&self.url(), token))
+            .expect("the generated kubeconfig is valid")
+    }
+
+    /// Writes [`Sandbox::kubeconfig_with_token`] to a file (mode 0600 on Unix: it holds a
+    /// credential).
+    pub fn write_kubeconfig_with_token(
+        &self,
+        path: impl AsRef<Path>,
+        token: &str,
+    ) -> std::io::Result<()> {
+        write_private(
+            path.as_ref(),
+            &kubeconfig_yaml_with_token(&self.url(), token),
+        )
     }
 
     /// The request log.
@@ -472,4 +534,21 @@ current-context: kube-sandbox
 preferences: {{}}
 "
     )
+}
+
+/// A kubeconfig document targeting `url` whose user sends `token` as a bearer token.
+pub fn kubeconfig_yaml_with_token(url: &str, token: &str) -> String {
+    kubeconfig_yaml(url).replace("  user: {}\n", &format!("  user:\n    token: {token}\n"))
+}
+
+fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    opts.open(path)?.write_all(contents.as_bytes())
 }

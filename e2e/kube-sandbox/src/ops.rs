@@ -1046,4 +1046,73 @@ pub fn bootstrap(st: &mut State) {
             }),
         );
     }
+    bootstrap_policy(st);
+}
+
+/// The default ClusterRoles and bindings every authenticated identity relies on: discovery,
+/// version and health paths (`system:discovery`, `system:public-info-viewer`) and the
+/// self-reviews behind `kubectl auth can-i` (`system:basic-user`). Rules as in kubernetes
+/// `plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go`.
+fn bootstrap_policy(st: &mut State) {
+    let cr_gr = (
+        "rbac.authorization.k8s.io".to_string(),
+        "clusterroles".to_string(),
+    );
+    let crb_gr = (
+        "rbac.authorization.k8s.io".to_string(),
+        "clusterrolebindings".to_string(),
+    );
+    let roles = [
+        (
+            "system:discovery",
+            json!([{"verbs": ["get"], "nonResourceURLs": [
+                "/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi",
+                "/openapi/*", "/readyz", "/version", "/version/"]}]),
+            vec!["system:authenticated"],
+        ),
+        (
+            "system:public-info-viewer",
+            json!([{"verbs": ["get"], "nonResourceURLs": [
+                "/healthz", "/livez", "/readyz", "/version", "/version/"]}]),
+            vec!["system:authenticated", "system:unauthenticated"],
+        ),
+        (
+            "system:basic-user",
+            json!([{"verbs": ["create"], "apiGroups": ["authorization.k8s.io"],
+                    "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]}]),
+            vec!["system:authenticated"],
+        ),
+    ];
+    for (name, rules, groups) in roles {
+        let labels = json!({"kubernetes.io/bootstrapping": "rbac-defaults"});
+        if st.get(&cr_gr, "", name).is_none() {
+            seed(
+                st,
+                &cr_gr,
+                json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                    "metadata": {"name": name, "labels": labels,
+                                 "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}},
+                    "rules": rules
+                }),
+            );
+        }
+        if st.get(&crb_gr, "", name).is_none() {
+            let subjects: Vec<Value> = groups
+                .iter()
+                .map(|g| json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g}))
+                .collect();
+            seed(
+                st,
+                &crb_gr,
+                json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                    "metadata": {"name": name, "labels": labels,
+                                 "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                    "subjects": subjects
+                }),
+            );
+        }
+    }
 }
