@@ -562,6 +562,7 @@ async fn resource(
         Ok(verb) => match app
             .auth
             .authorize(&app.store, user, &rbac_action(verb, &t, q))
+            .and_then(|()| authorize_create_on_apply(app, user, verb, &t, q))
         {
             Err(e) => e.into_response(),
             Ok(()) => {
@@ -610,6 +611,42 @@ fn rbac_action(verb: Verb, t: &Target, q: &Query) -> Action {
         namespace,
         name,
     }
+}
+
+/// A server-side apply that would create the object needs the `create` verb too, as on a real
+/// server (`k8s.io/apiserver` `pkg/endpoints/handlers/patch.go`: `createValidation` wrapped
+/// in `withAuthorization` with `create` attributes).
+fn authorize_create_on_apply(
+    app: &App,
+    user: &UserInfo,
+    verb: Verb,
+    t: &Target,
+    q: &Query,
+) -> ApiResult<()> {
+    if verb != Verb::Apply || user.is_master() || !t.subresource.is_empty() {
+        return Ok(());
+    }
+    let exists = {
+        let st = app.store.lock();
+        st.registry
+            .resolve(&t.group, &t.version, &t.plural)
+            .is_some_and(|def| {
+                st.get(
+                    &(def.group.clone(), def.plural.clone()),
+                    t.namespace.as_deref().unwrap_or(""),
+                    t.name.as_deref().unwrap_or(""),
+                )
+                .is_some()
+            })
+    };
+    if exists {
+        return Ok(());
+    }
+    let mut action = rbac_action(verb, t, q);
+    if let Action::Resource { verb, .. } = &mut action {
+        *verb = "create".into();
+    }
+    app.auth.authorize(&app.store, user, &action)
 }
 
 /// `POST` to the `authorization.k8s.io` reviews and to `serviceaccounts/NAME/token`: computed

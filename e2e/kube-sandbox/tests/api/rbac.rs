@@ -424,3 +424,61 @@ async fn access_reviews_impersonation_and_kubectl_auth_can_i() {
     );
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_apply_that_creates_needs_create_too() {
+    let (s, admin, bot) = with_bot().await;
+    let grant = |verbs: Value| {
+        rbac(
+            "Role",
+            "team",
+            "cm",
+            json!({"rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": verbs}]}),
+        )
+    };
+    create(&admin, &rbac_path("roles", "team"), grant(json!(["patch"]))).await;
+    create(
+        &admin,
+        &rbac_path("rolebindings", "team"),
+        rbac(
+            "RoleBinding",
+            "team",
+            "cm",
+            json!({"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cm"},
+                   "subjects": [{"kind": "ServiceAccount", "name": "bot", "namespace": "team"}]}),
+        ),
+    )
+    .await;
+    let apply = |name: &str| {
+        raw(
+            &bot,
+            "PATCH",
+            &format!("/api/v1/namespaces/team/configmaps/{name}?fieldManager=bot"),
+            &[("content-type", "application/apply-patch+yaml")],
+            serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                        "metadata": {"name": name}, "data": {"k": "v"}}))
+            .unwrap(),
+        )
+    };
+    let v = assert_status(&apply("new").await, 403, "Forbidden");
+    assert_eq!(
+        v["message"],
+        format!(
+            "configmaps \"new\" is forbidden: User \"{SA_USER}\" cannot create resource \"configmaps\" in API group \"\" in the namespace \"team\""
+        )
+    );
+    // An existing object only needs patch.
+    create_cm(&admin, "team", "existing", json!({})).await;
+    assert_eq!(apply("existing").await.code, 200);
+    let roles: Api<k8s_openapi::api::rbac::v1::Role> = Api::namespaced(admin.clone(), "team");
+    roles
+        .patch(
+            "cm",
+            &PatchParams::default(),
+            &Patch::Merge(grant(json!(["patch", "create"]))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(apply("new").await.code, 201);
+    s.shutdown().await;
+}
