@@ -450,15 +450,21 @@ async fn an_apply_that_creates_needs_create_too() {
     )
     .await;
     let apply = |name: &str| {
-        raw(
-            &bot,
-            "PATCH",
-            &format!("/api/v1/namespaces/team/configmaps/{name}?fieldManager=bot"),
-            &[("content-type", "application/apply-patch+yaml")],
-            serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "ConfigMap",
-                                        "metadata": {"name": name}, "data": {"k": "v"}}))
-            .unwrap(),
-        )
+        let path = format!("/api/v1/namespaces/team/configmaps/{name}?fieldManager=bot");
+        let body = serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                             "metadata": {"name": name}, "data": {"k": "v"}}))
+        .unwrap();
+        let bot = bot.clone();
+        async move {
+            raw(
+                &bot,
+                "PATCH",
+                &path,
+                &[("content-type", "application/apply-patch+yaml")],
+                body,
+            )
+            .await
+        }
     };
     let v = assert_status(&apply("new").await, 403, "Forbidden");
     assert_eq!(
