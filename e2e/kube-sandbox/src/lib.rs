@@ -24,6 +24,7 @@
 //! See the crate README for what is implemented and where it differs from a real API server.
 
 pub mod auth;
+pub mod cel;
 pub mod controllers;
 pub mod crd;
 pub mod crds;
@@ -83,9 +84,9 @@ pub struct SandboxOptions {
     /// How long after its deletion a namespace starts being emptied (default 1 s; the real
     /// namespace controller is asynchronous too).
     pub namespace_cleanup_delay: Duration,
-    /// Reject custom resources that do not match their schema (types, required, enum, bounds),
-    /// as a real server does. Off by default for now: some fixtures in this repository are not
-    /// valid against the real CAPI schemas yet (see the README).
+    /// Reject custom resources that do not match their schema (types, required, enum, bounds,
+    /// `pattern`, `format`, `x-kubernetes-validations` CEL rules), as a real server does.
+    /// On by default.
     pub validate_custom_resources: bool,
 }
 
@@ -101,7 +102,7 @@ impl Default for SandboxOptions {
             history_limit: 100_000,
             watch_buffer: 10_000,
             namespace_cleanup_delay: Duration::from_secs(1),
-            validate_custom_resources: false,
+            validate_custom_resources: true,
         }
     }
 }

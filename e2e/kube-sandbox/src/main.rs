@@ -31,8 +31,13 @@ struct Args {
     /// Load the snapshot but never write it (every run starts from the same objects).
     #[arg(long, requires = "snapshot_dir")]
     snapshot_read_only: bool,
-    /// Reject custom resources that do not match their CRD schema, as a real server does.
-    #[arg(long)]
+    /// Accept custom resources that do not match their CRD schema (types, required, enum,
+    /// bounds, pattern, format, x-kubernetes-validations). Validation is on by default, as on a
+    /// real server.
+    #[arg(long, conflicts_with = "validate")]
+    no_validate: bool,
+    /// Validation is the default; kept so that existing command lines keep working.
+    #[arg(long, hide = true)]
     validate: bool,
     /// Seconds between periodic watch bookmarks.
     #[arg(long, default_value_t = 30.0)]
@@ -55,7 +60,7 @@ async fn main() {
         snapshot_read_only: args.snapshot_read_only,
         addr: args.addr,
         bookmark_interval: Duration::from_secs_f64(args.bookmark_interval_seconds.max(0.05)),
-        validate_custom_resources: args.validate,
+        validate_custom_resources: !args.no_validate,
         ..SandboxOptions::default()
     };
     let sandbox = match Sandbox::start_with(opts).await {

@@ -631,6 +631,7 @@ fn finish(
     }
     if let Some(s) = ctx.schema() {
         prune(&mut new, s);
+        crate::schema::apply_defaults(&mut new, s);
     }
     {
         let m = meta_mut(&mut new);
@@ -778,6 +779,7 @@ fn finish(
             let before = crate::schema::validate_value(o, s);
             causes.retain(|c| !before.contains(c));
         }
+        causes.extend(crate::cel::validate(&new, old.as_deref(), s));
         if !causes.is_empty() {
             return Err(ApiError::invalid(&def.group, &def.kind, &ctx.name, causes));
         }
