@@ -67,6 +67,10 @@ pub struct SandboxOptions {
     pub crds: Vec<CrdSet>,
     /// Extra CRD manifests to preload.
     pub extra_crds: Vec<serde_json::Value>,
+    /// Directories whose `*.yaml`, `*.yml` and `*.json` files (multi-document YAML) are read at
+    /// start; every `CustomResourceDefinition` in them is loaded (other kinds are ignored), e.g.
+    /// the upstream CRDs of Cluster API, CAPRKE2 or Fleet.
+    pub crd_dirs: Vec<PathBuf>,
     /// Keep objects in `DIR/snapshot.json` across restarts (loaded at start, written after
     /// changes and at shutdown).
     pub snapshot_dir: Option<PathBuf>,
@@ -95,6 +99,7 @@ impl Default for SandboxOptions {
         SandboxOptions {
             crds: CrdSet::ALL.to_vec(),
             extra_crds: Vec::new(),
+            crd_dirs: Vec::new(),
             snapshot_dir: None,
             snapshot_read_only: false,
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -132,6 +137,14 @@ pub enum SandboxError {
         /// The CRD name.
         name: String,
         /// The API error message.
+        message: String,
+    },
+    /// A CRD file could not be read or parsed.
+    #[error("reading CRDs from {path}: {message}")]
+    CrdFile {
+        /// The file or directory.
+        path: PathBuf,
+        /// What went wrong.
         message: String,
     },
     /// `restart` needs a snapshot directory.
@@ -201,6 +214,9 @@ impl Sandbox {
             let mut crds: Vec<serde_json::Value> =
                 opts.crds.iter().flat_map(|s| s.crds()).collect();
             crds.extend(opts.extra_crds.iter().cloned());
+            for dir in &opts.crd_dirs {
+                crds.extend(crds_from_dir(dir)?);
+            }
             for crd in crds {
                 preload_crd(&mut st, crd)?;
             }
@@ -473,6 +489,54 @@ impl Drop for Sandbox {
             tracing::warn!(error = %e, "writing the sandbox snapshot on drop");
         }
     }
+}
+
+/// The `CustomResourceDefinition` documents of the YAML and JSON files of a directory (sorted
+/// by file name; not recursive).
+pub fn crds_from_dir(dir: &Path) -> Result<Vec<serde_json::Value>, SandboxError> {
+    let err = |path: &Path, message: String| SandboxError::CrdFile {
+        path: path.to_path_buf(),
+        message,
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| err(dir, e.to_string()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_file()
+                && p.extension()
+                    .is_some_and(|x| x == "yaml" || x == "yml" || x == "json")
+        })
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).map_err(|e| err(&f, e.to_string()))?;
+        out.extend(crds_from_yaml(&text).map_err(|m| err(&f, m))?);
+    }
+    Ok(out)
+}
+
+/// The `CustomResourceDefinition` documents of a multi-document YAML (or JSON) text; `List`
+/// documents are looked into.
+pub fn crds_from_yaml(text: &str) -> Result<Vec<serde_json::Value>, String> {
+    use serde::Deserialize;
+    let mut out = Vec::new();
+    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let v =
+            serde_json::Value::deserialize(doc).map_err(|e| format!("document {}: {e}", i + 1))?;
+        let items = match v.get("kind").and_then(serde_json::Value::as_str) {
+            Some("List") => v
+                .get("items")
+                .and_then(serde_json::Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
+            _ => vec![v],
+        };
+        out.extend(items.into_iter().filter(|o| {
+            o.get("kind").and_then(serde_json::Value::as_str) == Some("CustomResourceDefinition")
+        }));
+    }
+    Ok(out)
 }
 
 fn preload_crd(st: &mut store::State, crd: serde_json::Value) -> Result<(), SandboxError> {

@@ -705,3 +705,44 @@ async fn the_provider_crd_rules_hold_through_the_api() {
     .await;
     assert_eq!(r.code, 201, "{}", String::from_utf8_lossy(&r.body));
 }
+
+#[tokio::test]
+async fn crd_dirs_are_loaded_at_start_and_errors_name_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("widgets.yaml"),
+        format!(
+            "# comment\n{}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: skipped}}\n",
+            serde_yaml::to_string(&widget_crd()).unwrap()
+        ),
+    )
+    .unwrap();
+    let s = Sandbox::start_with(SandboxOptions {
+        crds: vec![],
+        crd_dirs: vec![dir.path().to_path_buf()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        get(
+            &s.client(),
+            "/apis/example.com/v1/namespaces/default/widgets"
+        )
+        .await
+        .code,
+        200
+    );
+    s.shutdown().await;
+
+    std::fs::write(dir.path().join("zz-broken.yaml"), "kind: [unclosed\n").unwrap();
+    let err = Sandbox::start_with(SandboxOptions {
+        crds: vec![],
+        crd_dirs: vec![dir.path().to_path_buf()],
+        ..Default::default()
+    })
+    .await
+    .err()
+    .expect("a broken file fails the start");
+    assert!(err.to_string().contains("zz-broken.yaml"), "{err}");
+}
