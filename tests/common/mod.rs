@@ -36,12 +36,16 @@ impl Harness {
     /// A sandbox with every CRD, validating custom resources against their schemas (so a test
     /// never relies on an object a real API server would reject), no manager yet.
     pub async fn new() -> Self {
-        let sandbox = Sandbox::start_with(kube_sandbox::SandboxOptions {
+        Self::with_options(kube_sandbox::SandboxOptions {
             validate_custom_resources: true,
             ..Default::default()
         })
         .await
-        .expect("sandbox starts");
+    }
+
+    /// A sandbox started with `options` (e.g. without the Fleet CRDs), no manager yet.
+    pub async fn with_options(options: kube_sandbox::SandboxOptions) -> Self {
+        let sandbox = Sandbox::start_with(options).await.expect("sandbox starts");
         let client = sandbox.client();
         let flags = ManagerFlags {
             health_probe_bind_address: "0".into(),
