@@ -170,7 +170,9 @@ mod tests {
                 "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "is immutable", "reason": "FieldValueForbidden"}]}
         }}}});
         let obj = |name: &str, spec: Value| json!({"metadata": {"name": name}, "spec": spec});
-        let cases: Vec<(&str, Value, Option<Value>, Vec<(&str, &str)>)> = vec![
+        /// (what, new object, old object, expected (field, message) causes)
+        type Case<'a> = (&'a str, Value, Option<Value>, Vec<(&'a str, &'a str)>);
+        let cases: Vec<Case> = vec![
             (
                 "valid",
                 obj("fleet-addon-config", json!({"install": {"version": "1"}})),
