@@ -1,6 +1,7 @@
 //! A FleetAddonConfig with another name than `fleet-addon-config` is not read; the leader says
-//! so once, in a log line and a Warning Event on the object (a real API server refuses the name
-//! by the CRD's CEL rule; a server without CEL, like the sandbox, accepts it).
+//! so once, in a log line and a Warning Event on the object. The API server refuses the name by
+//! the CRD's CEL rule (proven first, through the sandbox, which evaluates it); the rest plays a
+//! server whose CRD lacks the rule (an older CRD, or a server without CEL).
 
 mod common;
 
@@ -47,9 +48,47 @@ async fn ignored_events(h: &Harness, name: &str) -> Option<(usize, i32)> {
     Some((found.len(), count))
 }
 
+/// Checks that the CRD's singleton rule refuses `other-config`, then removes the rule (as an
+/// older CRD would not have it).
+async fn refused_then_allowed(h: &Harness) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let configs: Api<FleetAddonConfig> = Api::all(h.client.clone());
+    let object: FleetAddonConfig = serde_json::from_value(json!({
+        "apiVersion": "addons.cluster.x-k8s.io/v1alpha1", "kind": "FleetAddonConfig",
+        "metadata": {"name": "other-config"}, "spec": {"cluster": {}}
+    }))
+    .expect("config");
+    match configs.create(&PostParams::default(), &object).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 422, "{status:?}");
+            assert!(
+                status.message.contains(
+                    "Invalid value: \"object\": FleetAddonConfig is a singleton: its name must be 'fleet-addon-config'"
+                ),
+                "{}",
+                status.message
+            );
+        }
+        other => panic!("other-config was not refused: {other:?}"),
+    }
+    let crds: Api<CustomResourceDefinition> = Api::all(h.client.clone());
+    let name = "fleetaddonconfigs.addons.cluster.x-k8s.io";
+    let mut crd = serde_json::to_value(crds.get(name).await.expect("CRD")).expect("json");
+    for version in crd["spec"]["versions"].as_array_mut().expect("versions") {
+        if let Some(schema) = version["schema"]["openAPIV3Schema"].as_object_mut() {
+            schema.remove("x-kubernetes-validations");
+        }
+    }
+    let crd: CustomResourceDefinition = serde_json::from_value(crd).expect("CRD");
+    crds.replace(name, &PostParams::default(), &crd)
+        .await
+        .expect("replace the CRD");
+}
+
 #[tokio::test]
 async fn a_misnamed_configuration_is_reported_once() {
     let mut h = Harness::new().await;
+    refused_then_allowed(&h).await;
     let configs: Api<FleetAddonConfig> = Api::all(h.client.clone());
     create_config(&configs, "other-config").await;
     h.start().await;

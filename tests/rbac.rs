@@ -9,6 +9,11 @@
 //! - the runtime extension's hooks (BeforeClusterCreate, -Upgrade, -Delete) called on a running
 //!   manager.
 //!
+//! The manager runs as its ServiceAccount, bound only to the roles rendered from `config/`
+//! (import and Fleet scenarios: `config/default`) or from the Helm chart (hooks scenario, with
+//! the runtime extension's role): the sandbox authorizes every request with them, so a missing
+//! rule fails a scenario with the API server's 403, as in a cluster.
+//!
 //! Every request the manager made (told apart by its User-Agent) is mapped to an RBAC (verb,
 //! group, resource, namespace). Requests of the import and Fleet scenarios must be allowed by
 //! `config/default` (ClusterRole and leader-election Role); the hooks may also use the optional
@@ -35,6 +40,25 @@ use kube_sandbox::{RequestRecord, Verb};
 use serde_json::{Value, json};
 
 const NAMESPACE: &str = "caapf-system";
+/// The manager's ServiceAccount in `config/` and in the chart.
+const SERVICE_ACCOUNT: &str = "caapf-controller-manager";
+
+/// The objects the Helm chart renders into [`NAMESPACE`] with extra `helm template` arguments.
+fn chart_objects(extra: &[&str]) -> Vec<Value> {
+    let chart = common::render::root()
+        .join("charts/cluster-api-addon-provider-fleet")
+        .display()
+        .to_string();
+    let mut args = vec![
+        "template",
+        "caapf",
+        chart.as_str(),
+        "--namespace",
+        NAMESPACE,
+    ];
+    args.extend_from_slice(extra);
+    common::render::documents(&common::render::helm(&args))
+}
 
 /// Rules and verbs that the scenarios do not reliably exercise, and why they are needed anyway.
 /// (kind of role, API group, resource, verb, reason)
@@ -123,6 +147,22 @@ struct Access {
     namespace: String,
 }
 
+/// The RBAC checks a request passed: its verb, plus `create` for a server-side apply that
+/// created the object (the API server authorizes both, `k8s.io/apiserver`
+/// `pkg/endpoints/handlers/patch.go`).
+fn accesses(r: &RequestRecord) -> Vec<Access> {
+    let a = access(r);
+    if r.verb == Verb::Apply && r.code == 201 {
+        let create = Access {
+            verb: "create",
+            ..a.clone()
+        };
+        vec![a, create]
+    } else {
+        vec![a]
+    }
+}
+
 fn access(r: &RequestRecord) -> Access {
     let verb = match r.verb {
         Verb::Get => "get",
@@ -165,6 +205,8 @@ async fn import_scenario() -> Vec<RequestRecord> {
     for ns in [NAMESPACE, "team-a", "classes", "apps", "edge"] {
         h.namespace(ns, json!({})).await;
     }
+    h.run_as_service_account(&kustomize("config/default"), NAMESPACE, SERVICE_ACCOUNT)
+        .await;
     // A ClusterClass CAAPF left with its finalizer; a class group whose class is gone, with
     // CAAPF's finalizer.
     h.class("classes", "quick-start", json!({})).await;
@@ -363,6 +405,11 @@ async fn fleet_scenario() -> Vec<RequestRecord> {
     h.flags.helm_binary = fleet_common::helm_bin().display().to_string();
     h.flags.helm_kubeconfig = Some(kubeconfig);
     h.flags.helm_home = Some(dir.path().join("helm-home"));
+    // The manager's own requests need nothing beyond the default install. (helm, a client-go
+    // program, sends no credentials over the sandbox's plain HTTP: it runs as the admin, and
+    // its requests are checked against the installer role from the request log below.)
+    h.run_as_service_account(&kustomize("config/default"), NAMESPACE, SERVICE_ACCOUNT)
+        .await;
     // inferLocal reads the Endpoints only when no EndpointSlice names the API server.
     Api::<EndpointSlice>::namespaced(h.client.clone(), "default")
         .delete("kubernetes", &Default::default())
@@ -417,15 +464,22 @@ async fn ready_for(client: kube::Client, generation: i64) -> Option<()> {
 }
 
 /// Calls the lifecycle hooks on a running manager (the test plays Fleet); returns the requests.
-async fn hooks_scenario() -> Vec<RequestRecord> {
+async fn hooks_scenario(rbac: Vec<Value>) -> Vec<RequestRecord> {
     use caapf::hooks::handlers;
     use caapf::hooks::types::Hook;
     use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
     let mut h = Harness::new().await;
-    for ns in ["team-a", "cattle-fleet-system", "cluster-team-a-c1"] {
+    for ns in [
+        NAMESPACE,
+        "team-a",
+        "cattle-fleet-system",
+        "cluster-team-a-c1",
+    ] {
         h.namespace(ns, json!({})).await;
     }
+    h.run_as_service_account(&rbac, NAMESPACE, SERVICE_ACCOUNT)
+        .await;
     h.class("team-a", "quick-start", json!({})).await;
     let charts = fleet_common::ChartRepo::start(&[]).await;
     charts.add_agent_version("0.13.1");
@@ -611,21 +665,45 @@ async fn the_manager_needs_exactly_the_rights_it_is_given() {
         "InstallerRole",
     );
 
-    let (import, fleet, hooks) =
-        tokio::join!(import_scenario(), fleet_scenario(), hooks_scenario());
+    // The hooks run with the RBAC of the Helm chart (runtime extension enabled), the other
+    // scenarios with config/: both must give the manager what it needs.
+    let chart_rbac = chart_objects(&["--set", "runtimeExtension.enabled=true"]);
+    let (import, fleet, hooks) = tokio::join!(
+        import_scenario(),
+        fleet_scenario(),
+        hooks_scenario(chart_rbac)
+    );
     let ours = |records: &[RequestRecord]| -> Vec<Access> {
-        records
+        let mine: Vec<&RequestRecord> = records.iter().filter(|r| from_manager(r)).collect();
+        // The sandbox authorized every one of them as the ServiceAccount.
+        let others: BTreeSet<&str> = mine
             .iter()
-            .filter(|r| from_manager(r))
-            .map(access)
-            .collect()
+            .map(|r| r.user.as_str())
+            .filter(|u| !u.ends_with(&format!(":{NAMESPACE}:{SERVICE_ACCOUNT}")))
+            .collect();
+        assert!(others.is_empty(), "manager requests as {others:?}");
+        let forbidden: Vec<String> = mine
+            .iter()
+            .filter(|r| r.code == 403)
+            .map(|r| {
+                format!(
+                    "{:?} {}/{} {}/{}",
+                    r.verb, r.resource, r.subresource, r.namespace, r.name
+                )
+            })
+            .collect();
+        assert!(
+            forbidden.is_empty(),
+            "the API server refused: {forbidden:#?}"
+        );
+        mine.into_iter().flat_map(accesses).collect()
     };
     let (import, helm, fleet, hooks) = (
         ours(&import),
         fleet
             .iter()
             .filter(|r| r.user_agent.starts_with("Helm/"))
-            .map(access)
+            .flat_map(accesses)
             .collect::<Vec<_>>(),
         ours(&fleet),
         ours(&hooks),
@@ -698,6 +776,93 @@ async fn the_manager_needs_exactly_the_rights_it_is_given() {
             "no watch in {group}"
         );
     }
+}
+
+/// The default ClusterRole without `create` on Fleet Clusters: importing a Cluster gets the API
+/// server's 403. The manager keeps running, retries with backoff (no hot loop), and imports the
+/// Cluster once the rule is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_rule_is_a_403_the_manager_backs_off_from_and_recovers() {
+    let mut objects = kustomize("config/default");
+    let role = objects
+        .iter_mut()
+        .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "caapf-manager-role")
+        .expect("manager role");
+    let fleet_clusters = role["rules"]
+        .as_array_mut()
+        .expect("rules")
+        .iter_mut()
+        .find(|r| {
+            r["apiGroups"] == json!(["fleet.cattle.io"]) && r["resources"] == json!(["clusters"])
+        })
+        .expect("the rule for Fleet Clusters");
+    let full = fleet_clusters["verbs"].clone();
+    fleet_clusters["verbs"] = json!(
+        full.as_array()
+            .expect("verbs")
+            .iter()
+            .filter(|v| *v != "create")
+            .collect::<Vec<_>>()
+    );
+    let crippled = role.clone();
+
+    let mut h = Harness::new().await;
+    h.namespace(NAMESPACE, json!({})).await;
+    h.namespace("team-a", json!({})).await;
+    h.run_as_service_account(&objects, NAMESPACE, SERVICE_ACCOUNT)
+        .await;
+    h.config("cluster: {}").await;
+    h.cluster(
+        "team-a",
+        json!({"metadata": {"name": "c1"}, "spec": {
+            "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "KubeadmControlPlane", "name": "c1-cp"},
+            "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerCluster", "name": "c1-infra"}
+        }}),
+    )
+    .await;
+    h.initialize("team-a", "c1").await;
+    h.start().await;
+    let denied = |h: &Harness| {
+        h.sandbox.requests().count(|r| {
+            from_manager(r)
+                && r.code == 403
+                && r.group == "fleet.cattle.io"
+                && r.resource == "clusters"
+        })
+    };
+    eventually(
+        "the manager is refused creating the Fleet Cluster",
+        || async { (denied(&h) > 0).then_some(()) },
+    )
+    .await;
+    // Backoff: 5 s after the first failure, then doubling; a hot loop would retry at once.
+    // (A measurement window, not a synchronisation.)
+    let first = denied(&h);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        denied(&h) <= first + 1,
+        "the manager retried a forbidden request {} times in 3 s",
+        denied(&h) - first
+    );
+    assert!(h.sandbox.requests().all().iter().any(|r| from_manager(r)
+        && r.user == format!("system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}")));
+
+    // The rule comes back: the next retry imports the Cluster.
+    let mut restored = crippled;
+    for rule in restored["rules"].as_array_mut().expect("rules") {
+        if rule["apiGroups"] == json!(["fleet.cattle.io"])
+            && rule["resources"] == json!(["clusters"])
+        {
+            rule["verbs"] = full.clone();
+        }
+    }
+    common::apply_rbac(&h.client, &[restored]).await;
+    eventually(
+        "the Fleet Cluster is created after the rule is restored",
+        || async { h.fleet_cluster("team-a", "c1").await.map(|_| ()) },
+    )
+    .await;
+    h.stop().await;
 }
 
 #[test]

@@ -29,6 +29,8 @@ pub struct Harness {
     pub client: Client,
     pub manager: Option<Manager>,
     pub flags: ManagerFlags,
+    /// The bearer token the manager's clients send (None: the sandbox's admin).
+    pub token: Option<String>,
 }
 
 impl Harness {
@@ -42,7 +44,7 @@ impl Harness {
         .await
     }
 
-    /// Like [`Harness::new`] with other sandbox options.
+    /// A sandbox started with `options` (e.g. without the Fleet CRDs), no manager yet.
     pub async fn with_options(options: kube_sandbox::SandboxOptions) -> Self {
         let sandbox = Sandbox::start_with(options).await.expect("sandbox starts");
         let client = sandbox.client();
@@ -62,7 +64,21 @@ impl Harness {
             client,
             manager: None,
             flags,
+            token: None,
         }
+    }
+
+    /// Makes the manager run as the ServiceAccount `namespace/name`, authorized only by the
+    /// RBAC objects in `objects` (rendered manifests: their Namespaces, ServiceAccounts,
+    /// ClusterRoles, Roles and bindings are applied; everything else is ignored), as in a
+    /// cluster: a request its roles do not allow gets the API server's 403.
+    pub async fn run_as_service_account(&mut self, objects: &[Value], namespace: &str, name: &str) {
+        apply_rbac(&self.client, objects).await;
+        self.token = Some(
+            self.sandbox
+                .service_account_token(namespace, name)
+                .expect("the rendered manifests hold the ServiceAccount"),
+        );
     }
 
     /// Starts the manager with `self.flags`, with a client built as the binary builds it (its
@@ -81,13 +97,23 @@ impl Harness {
 
     /// A client for a manager: the sandbox's address, the manager's user agent and rate limit.
     pub async fn manager_client(&self) -> Client {
-        manager_client(&self.sandbox, &self.flags).await
+        caapf::client::build(self.manager_config().await, &self.flags).expect("manager client")
     }
 
     /// A manager's clients, built as the binary builds them.
     pub async fn manager_clients(&self) -> caapf::client::Clients {
-        caapf::client::build_clients(sandbox_config(&self.sandbox).await, &self.flags)
+        caapf::client::build_clients(self.manager_config().await, &self.flags)
             .expect("manager clients")
+    }
+
+    /// The manager's client configuration: the sandbox, with the ServiceAccount's token when
+    /// [`Harness::run_as_service_account`] was called.
+    async fn manager_config(&self) -> kube::Config {
+        let mut config = sandbox_config(&self.sandbox).await;
+        if let Some(token) = &self.token {
+            config.auth_info.token = Some(token.clone().into());
+        }
+        config
     }
 
     /// Stops the manager.
@@ -269,6 +295,44 @@ impl Harness {
             .annotations()
             .get(caapf::names::FLEET_WORKSPACE_ANNOTATION)
             .cloned()
+    }
+}
+
+/// Server-side applies the RBAC-relevant objects of rendered manifests (Namespaces,
+/// ServiceAccounts, ClusterRoles, ClusterRoleBindings, Roles, RoleBindings) as the admin.
+pub async fn apply_rbac(client: &Client, objects: &[Value]) {
+    use kube::api::DynamicObject;
+    use kube::core::{ApiResource, GroupVersionKind};
+    let mut ordered: Vec<&Value> = objects.iter().collect();
+    // Namespaces first, so namespaced objects have one.
+    ordered.sort_by_key(|o| o["kind"] != "Namespace");
+    for object in ordered {
+        let kind = object["kind"].as_str().unwrap_or_default();
+        let (group, plural, namespaced) = match kind {
+            "Namespace" => ("", "namespaces", false),
+            "ServiceAccount" => ("", "serviceaccounts", true),
+            "ClusterRole" => ("rbac.authorization.k8s.io", "clusterroles", false),
+            "ClusterRoleBinding" => ("rbac.authorization.k8s.io", "clusterrolebindings", false),
+            "Role" => ("rbac.authorization.k8s.io", "roles", true),
+            "RoleBinding" => ("rbac.authorization.k8s.io", "rolebindings", true),
+            _ => continue,
+        };
+        let ar =
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", kind), plural);
+        let name = object["metadata"]["name"].as_str().expect("name");
+        let api: Api<DynamicObject> = if namespaced {
+            let ns = object["metadata"]["namespace"].as_str().expect("namespace");
+            Api::namespaced_with(client.clone(), ns, &ar)
+        } else {
+            Api::all_with(client.clone(), &ar)
+        };
+        api.patch(
+            name,
+            &PatchParams::apply("test-rbac").force(),
+            &Patch::Apply(object),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("applying {kind} {name}: {e}"));
     }
 }
 

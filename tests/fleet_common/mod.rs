@@ -169,6 +169,20 @@ pub fn package_agent_chart(version: &str) -> PathBuf {
     archive
 }
 
+/// `helm package` of the chart directory `chart` into `out`; the archive's path.
+pub fn package_chart(chart: &Path, out: &Path) -> PathBuf {
+    let home = out.join(".home");
+    package(&home, chart, out);
+    let text = std::fs::read_to_string(chart.join("Chart.yaml")).expect("Chart.yaml");
+    let field = |k: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}: ")))
+            .map(|v| v.trim().trim_matches('"').to_string())
+            .expect("Chart.yaml field")
+    };
+    out.join(format!("{}-{}.tgz", field("name"), field("version")))
+}
+
 /// `helm package` of the chart directory `chart` into `out`.
 fn package(home: &Path, chart: &Path, out: &Path) {
     helm(
@@ -265,6 +279,18 @@ impl ChartRepo {
                 self.dir.path().to_str().expect("utf-8 path"),
             ],
         );
+    }
+
+    /// Publishes a packaged chart (see [`package_chart`]) and re-indexes.
+    pub fn add_package(&self, archive: &Path) {
+        std::fs::copy(
+            archive,
+            self.dir
+                .path()
+                .join(archive.file_name().expect("file name")),
+        )
+        .expect("copy package");
+        self.reindex();
     }
 
     /// Publishes the test double of Fleet's `fleet-agent` chart

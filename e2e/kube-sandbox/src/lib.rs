@@ -23,6 +23,8 @@
 //!
 //! See the crate README for what is implemented and where it differs from a real API server.
 
+pub mod auth;
+pub mod cel;
 pub mod controllers;
 pub mod crd;
 pub mod crds;
@@ -33,6 +35,7 @@ pub mod fieldset;
 pub mod ops;
 pub mod patch;
 pub mod proto;
+pub mod rbac;
 pub mod registry;
 pub mod render;
 pub mod requests;
@@ -64,6 +67,10 @@ pub struct SandboxOptions {
     pub crds: Vec<CrdSet>,
     /// Extra CRD manifests to preload.
     pub extra_crds: Vec<serde_json::Value>,
+    /// Directories whose `*.yaml`, `*.yml` and `*.json` files (multi-document YAML) are read at
+    /// start; every `CustomResourceDefinition` in them is loaded (other kinds are ignored), e.g.
+    /// the upstream CRDs of Cluster API, CAPRKE2 or Fleet.
+    pub crd_dirs: Vec<PathBuf>,
     /// Keep objects in `DIR/snapshot.json` across restarts (loaded at start, written after
     /// changes and at shutdown).
     pub snapshot_dir: Option<PathBuf>,
@@ -81,9 +88,9 @@ pub struct SandboxOptions {
     /// How long after its deletion a namespace starts being emptied (default 1 s; the real
     /// namespace controller is asynchronous too).
     pub namespace_cleanup_delay: Duration,
-    /// Reject custom resources that do not match their schema (types, required, enum, bounds),
-    /// as a real server does. Off by default for now: some fixtures in this repository are not
-    /// valid against the real CAPI schemas yet (see the README).
+    /// Reject custom resources that do not match their schema (types, required, enum, bounds,
+    /// `pattern`, `format`, `x-kubernetes-validations` CEL rules), as a real server does.
+    /// On by default.
     pub validate_custom_resources: bool,
 }
 
@@ -92,6 +99,7 @@ impl Default for SandboxOptions {
         SandboxOptions {
             crds: CrdSet::ALL.to_vec(),
             extra_crds: Vec::new(),
+            crd_dirs: Vec::new(),
             snapshot_dir: None,
             snapshot_read_only: false,
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -99,7 +107,7 @@ impl Default for SandboxOptions {
             history_limit: 100_000,
             watch_buffer: 10_000,
             namespace_cleanup_delay: Duration::from_secs(1),
-            validate_custom_resources: false,
+            validate_custom_resources: true,
         }
     }
 }
@@ -131,9 +139,23 @@ pub enum SandboxError {
         /// The API error message.
         message: String,
     },
+    /// A CRD file could not be read or parsed.
+    #[error("reading CRDs from {path}: {message}")]
+    CrdFile {
+        /// The file or directory.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
     /// `restart` needs a snapshot directory.
     #[error("restart needs SandboxOptions::snapshot_dir")]
     NoSnapshotDir,
+    /// A token could not be issued (the ServiceAccount does not exist).
+    #[error("issuing a token: {message}")]
+    Auth {
+        /// The API error message.
+        message: String,
+    },
 }
 
 /// A running sandbox API server. Dropping it stops the server (and writes the snapshot, if
@@ -192,6 +214,9 @@ impl Sandbox {
             let mut crds: Vec<serde_json::Value> =
                 opts.crds.iter().flat_map(|s| s.crds()).collect();
             crds.extend(opts.extra_crds.iter().cloned());
+            for dir in &opts.crd_dirs {
+                crds.extend(crds_from_dir(dir)?);
+            }
             for crd in crds {
                 preload_crd(&mut st, crd)?;
             }
@@ -222,6 +247,7 @@ impl Sandbox {
             snapshot_writer: Mutex::new(()),
             validate: opts.validate_custom_resources,
             periodic_close: Mutex::new(None),
+            auth: Default::default(),
         });
         let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
         let mut tasks = Vec::new();
@@ -301,6 +327,59 @@ impl Sandbox {
     /// Writes [`Sandbox::kubeconfig`] to a file.
     pub fn write_kubeconfig(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
         std::fs::write(path, kubeconfig_yaml(&self.url()))
+    }
+
+    /// Issues a bearer token for an existing ServiceAccount, as the TokenRequest subresource
+    /// (`POST .../serviceaccounts/NAME/token`) does. Requests with it are authorized by the
+    /// RBAC objects in the sandbox; the token stops working when the ServiceAccount is deleted.
+    pub fn service_account_token(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<String, SandboxError> {
+        self.app
+            .auth
+            .issue_service_account_token(&self.app.store.lock(), namespace, name)
+            .map_err(|e| SandboxError::Auth { message: e.message })
+    }
+
+    /// Issues a bearer token for any user and groups (`system:authenticated` is added), like
+    /// a static token file of a real server.
+    pub fn user_token(&self, name: &str, groups: &[&str]) -> String {
+        self.app
+            .auth
+            .issue_user_token(rbac::UserInfo::user(name, groups))
+    }
+
+    /// A `kube::Client` that authenticates with a bearer token (see
+    /// [`Sandbox::service_account_token`]).
+    pub fn client_with_token(&self, token: &str) -> kube::Client {
+        let url = self
+            .url()
+            .parse()
+            .expect("a socket address always forms a valid URL");
+        let mut config = kube::Config::new(url);
+        config.auth_info.token = Some(token.to_string().into());
+        kube::Client::try_from(config).expect("a plain-HTTP client config is always valid")
+    }
+
+    /// A kubeconfig whose user authenticates with a bearer token.
+    pub fn kubeconfig_with_token(&self, token: &str) -> kube::config::Kubeconfig {
+        kube::config::Kubeconfig::from_yaml(&kubeconfig_yaml_with_token(&self.url(), token))
+            .expect("the generated kubeconfig is valid")
+    }
+
+    /// Writes [`Sandbox::kubeconfig_with_token`] to a file (mode 0600 on Unix: it holds a
+    /// credential).
+    pub fn write_kubeconfig_with_token(
+        &self,
+        path: impl AsRef<Path>,
+        token: &str,
+    ) -> std::io::Result<()> {
+        write_private(
+            path.as_ref(),
+            &kubeconfig_yaml_with_token(&self.url(), token),
+        )
     }
 
     /// The request log.
@@ -412,6 +491,54 @@ impl Drop for Sandbox {
     }
 }
 
+/// The `CustomResourceDefinition` documents of the YAML and JSON files of a directory (sorted
+/// by file name; not recursive).
+pub fn crds_from_dir(dir: &Path) -> Result<Vec<serde_json::Value>, SandboxError> {
+    let err = |path: &Path, message: String| SandboxError::CrdFile {
+        path: path.to_path_buf(),
+        message,
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| err(dir, e.to_string()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_file()
+                && p.extension()
+                    .is_some_and(|x| x == "yaml" || x == "yml" || x == "json")
+        })
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).map_err(|e| err(&f, e.to_string()))?;
+        out.extend(crds_from_yaml(&text).map_err(|m| err(&f, m))?);
+    }
+    Ok(out)
+}
+
+/// The `CustomResourceDefinition` documents of a multi-document YAML (or JSON) text; `List`
+/// documents are looked into.
+pub fn crds_from_yaml(text: &str) -> Result<Vec<serde_json::Value>, String> {
+    use serde::Deserialize;
+    let mut out = Vec::new();
+    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let v =
+            serde_json::Value::deserialize(doc).map_err(|e| format!("document {}: {e}", i + 1))?;
+        let items = match v.get("kind").and_then(serde_json::Value::as_str) {
+            Some("List") => v
+                .get("items")
+                .and_then(serde_json::Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
+            _ => vec![v],
+        };
+        out.extend(items.into_iter().filter(|o| {
+            o.get("kind").and_then(serde_json::Value::as_str) == Some("CustomResourceDefinition")
+        }));
+    }
+    Ok(out)
+}
+
 fn preload_crd(st: &mut store::State, crd: serde_json::Value) -> Result<(), SandboxError> {
     let name = util::name_of(&crd).to_string();
     let Some(def) = st
@@ -472,4 +599,21 @@ current-context: kube-sandbox
 preferences: {{}}
 "
     )
+}
+
+/// A kubeconfig document targeting `url` whose user sends `token` as a bearer token.
+pub fn kubeconfig_yaml_with_token(url: &str, token: &str) -> String {
+    kubeconfig_yaml(url).replace("  user: {}\n", &format!("  user:\n    token: {token}\n"))
+}
+
+fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    opts.open(path)?.write_all(contents.as_bytes())
 }

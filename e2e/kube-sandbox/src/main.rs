@@ -18,25 +18,43 @@ struct Args {
     /// Where to write a kubeconfig whose current context targets the sandbox.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
-    /// CRD sets to preload: capi, bootstrap, fleet, provider (default: all).
+    /// CRD sets to preload: capi, bootstrap, fleet, provider (default: all), or none.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "capi,bootstrap,fleet,provider"
+        default_value = "capi,bootstrap,fleet,provider",
+        value_parser = parse_crd_set
     )]
-    crds: Vec<CrdSet>,
+    crds: Vec<Option<CrdSet>>,
     /// Keep objects across restarts in DIR/snapshot.json.
     #[arg(long)]
     snapshot_dir: Option<PathBuf>,
+    /// Load every CustomResourceDefinition in the YAML/JSON files of DIR (repeatable), e.g.
+    /// the upstream CRDs of Cluster API, CAPRKE2 or Fleet (with `--crds none`, only these).
+    #[arg(long = "crd-dir", value_name = "DIR")]
+    crd_dirs: Vec<PathBuf>,
     /// Load the snapshot but never write it (every run starts from the same objects).
     #[arg(long, requires = "snapshot_dir")]
     snapshot_read_only: bool,
-    /// Reject custom resources that do not match their CRD schema, as a real server does.
-    #[arg(long)]
+    /// Accept custom resources that do not match their CRD schema (types, required, enum,
+    /// bounds, pattern, format, x-kubernetes-validations). Validation is on by default, as on a
+    /// real server.
+    #[arg(long, conflicts_with = "validate")]
+    no_validate: bool,
+    /// Validation is the default; kept so that existing command lines keep working.
+    #[arg(long, hide = true)]
     validate: bool,
     /// Seconds between periodic watch bookmarks.
     #[arg(long, default_value_t = 30.0)]
     bookmark_interval_seconds: f64,
+}
+
+/// A CRD set name, or `none` (no set).
+fn parse_crd_set(s: &str) -> Result<Option<CrdSet>, String> {
+    match s.trim() {
+        "none" | "" => Ok(None),
+        other => other.parse().map(Some),
+    }
 }
 
 #[tokio::main]
@@ -50,12 +68,13 @@ async fn main() {
         .init();
     let args = Args::parse();
     let opts = SandboxOptions {
-        crds: args.crds,
+        crds: args.crds.into_iter().flatten().collect(),
+        crd_dirs: args.crd_dirs,
         snapshot_dir: args.snapshot_dir,
         snapshot_read_only: args.snapshot_read_only,
         addr: args.addr,
         bookmark_interval: Duration::from_secs_f64(args.bookmark_interval_seconds.max(0.05)),
-        validate_custom_resources: args.validate,
+        validate_custom_resources: !args.no_validate,
         ..SandboxOptions::default()
     };
     let sandbox = match Sandbox::start_with(opts).await {

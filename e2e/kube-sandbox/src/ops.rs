@@ -631,6 +631,7 @@ fn finish(
     }
     if let Some(s) = ctx.schema() {
         prune(&mut new, s);
+        crate::schema::apply_defaults(&mut new, s);
     }
     {
         let m = meta_mut(&mut new);
@@ -778,6 +779,7 @@ fn finish(
             let before = crate::schema::validate_value(o, s);
             causes.retain(|c| !before.contains(c));
         }
+        causes.extend(crate::cel::validate(&new, old.as_deref(), s));
         if !causes.is_empty() {
             return Err(ApiError::invalid(&def.group, &def.kind, &ctx.name, causes));
         }
@@ -1045,5 +1047,74 @@ pub fn bootstrap(st: &mut State) {
                 "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]
             }),
         );
+    }
+    bootstrap_policy(st);
+}
+
+/// The default ClusterRoles and bindings every authenticated identity relies on: discovery,
+/// version and health paths (`system:discovery`, `system:public-info-viewer`) and the
+/// self-reviews behind `kubectl auth can-i` (`system:basic-user`). Rules as in kubernetes
+/// `plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go`.
+fn bootstrap_policy(st: &mut State) {
+    let cr_gr = (
+        "rbac.authorization.k8s.io".to_string(),
+        "clusterroles".to_string(),
+    );
+    let crb_gr = (
+        "rbac.authorization.k8s.io".to_string(),
+        "clusterrolebindings".to_string(),
+    );
+    let roles = [
+        (
+            "system:discovery",
+            json!([{"verbs": ["get"], "nonResourceURLs": [
+                "/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi",
+                "/openapi/*", "/readyz", "/version", "/version/"]}]),
+            vec!["system:authenticated"],
+        ),
+        (
+            "system:public-info-viewer",
+            json!([{"verbs": ["get"], "nonResourceURLs": [
+                "/healthz", "/livez", "/readyz", "/version", "/version/"]}]),
+            vec!["system:authenticated", "system:unauthenticated"],
+        ),
+        (
+            "system:basic-user",
+            json!([{"verbs": ["create"], "apiGroups": ["authorization.k8s.io"],
+                    "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]}]),
+            vec!["system:authenticated"],
+        ),
+    ];
+    for (name, rules, groups) in roles {
+        let labels = json!({"kubernetes.io/bootstrapping": "rbac-defaults"});
+        if st.get(&cr_gr, "", name).is_none() {
+            seed(
+                st,
+                &cr_gr,
+                json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                    "metadata": {"name": name, "labels": labels,
+                                 "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}},
+                    "rules": rules
+                }),
+            );
+        }
+        if st.get(&crb_gr, "", name).is_none() {
+            let subjects: Vec<Value> = groups
+                .iter()
+                .map(|g| json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g}))
+                .collect();
+            seed(
+                st,
+                &crb_gr,
+                json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                    "metadata": {"name": name, "labels": labels,
+                                 "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                    "subjects": subjects
+                }),
+            );
+        }
     }
 }

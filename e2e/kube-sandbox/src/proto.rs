@@ -244,6 +244,58 @@ const SERVICE_ACCOUNT: &[F] = &[
     (4, "automountServiceAccountToken", T::Bool),
 ];
 
+// authentication.k8s.io/v1 and authorization.k8s.io/v1 (`kubectl create token`,
+// `kubectl auth can-i`), field numbers from k8s.io/api `authentication/v1/generated.proto` and
+// `authorization/v1/generated.proto`.
+const BOUND_OBJECT_REF: &[F] = &[
+    (1, "kind", T::Str),
+    (2, "apiVersion", T::Str),
+    (3, "name", T::Str),
+    (4, "uid", T::Str),
+];
+
+const TOKEN_REQUEST_SPEC: &[F] = &[
+    (1, "audiences", T::RepStr),
+    (3, "boundObjectRef", T::Msg(BOUND_OBJECT_REF)),
+    (4, "expirationSeconds", T::OptInt),
+];
+
+const TOKEN_REQUEST: &[F] = &[
+    (1, "metadata", T::Msg(OBJECT_META)),
+    (2, "spec", T::Msg(TOKEN_REQUEST_SPEC)),
+    (3, "status", T::Skip),
+];
+
+const RESOURCE_ATTRIBUTES: &[F] = &[
+    (1, "namespace", T::Str),
+    (2, "verb", T::Str),
+    (3, "group", T::Str),
+    (4, "version", T::Str),
+    (5, "resource", T::Str),
+    (6, "subresource", T::Str),
+    (7, "name", T::Str),
+    // Field and label selector attributes: not evaluated by RBAC.
+    (8, "fieldSelector", T::Skip),
+    (9, "labelSelector", T::Skip),
+];
+
+const NON_RESOURCE_ATTRIBUTES: &[F] = &[(1, "path", T::Str), (2, "verb", T::Str)];
+
+const ACCESS_REVIEW_SPEC: &[F] = &[
+    (1, "resourceAttributes", T::Msg(RESOURCE_ATTRIBUTES)),
+    (2, "nonResourceAttributes", T::Msg(NON_RESOURCE_ATTRIBUTES)),
+    (3, "user", T::Str),
+    (4, "groups", T::RepStr),
+    (5, "extra", T::Skip),
+    (6, "uid", T::Str),
+];
+
+const ACCESS_REVIEW: &[F] = &[
+    (1, "metadata", T::Msg(OBJECT_META)),
+    (2, "spec", T::Msg(ACCESS_REVIEW_SPEC)),
+    (3, "status", T::Skip),
+];
+
 const PRECONDITIONS: &[F] = &[(1, "uid", T::Str), (2, "resourceVersion", T::Str)];
 
 const DELETE_OPTIONS: &[F] = &[
@@ -296,6 +348,10 @@ pub fn decode(body: &[u8]) -> Option<Value> {
         ("v1", "Namespace") => NAMESPACE,
         ("v1", "ServiceAccount") => SERVICE_ACCOUNT,
         (_, "DeleteOptions") => DELETE_OPTIONS,
+        ("authentication.k8s.io/v1", "TokenRequest") => TOKEN_REQUEST,
+        ("authorization.k8s.io/v1", "SelfSubjectAccessReview" | "SubjectAccessReview") => {
+            ACCESS_REVIEW
+        }
         ("apps/v1", "Deployment") => DEPLOYMENT,
         ("v1", "Service") => SERVICE,
         ("rbac.authorization.k8s.io/v1", "Role") => ROLE,

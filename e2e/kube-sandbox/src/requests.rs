@@ -44,6 +44,21 @@ impl Verb {
         }
     }
 
+    /// The RBAC verb of the request (`create` for POST, `update` for PUT, `patch` for both
+    /// patches and server-side apply).
+    pub fn rbac_verb(&self) -> &'static str {
+        match self {
+            Verb::Get => "get",
+            Verb::List => "list",
+            Verb::Watch => "watch",
+            Verb::Post => "create",
+            Verb::Put => "update",
+            Verb::Patch | Verb::Apply => "patch",
+            Verb::Delete => "delete",
+            Verb::DeleteCollection => "deletecollection",
+        }
+    }
+
     /// Whether the verb changes state.
     pub fn is_write(&self) -> bool {
         !self.is_read()
@@ -78,6 +93,9 @@ pub struct RequestRecord {
     pub dry_run: bool,
     /// The `User-Agent` header ("" when absent): tells a controller's requests from a test's.
     pub user_agent: String,
+    /// The authenticated user name (after impersonation): the admin of credential-less
+    /// requests is `kube-sandbox:admin`, a ServiceAccount `system:serviceaccount:NS:NAME`.
+    pub user: String,
 }
 
 /// Label set of one `apiserver_request_total` series.

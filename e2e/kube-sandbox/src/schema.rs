@@ -169,7 +169,8 @@ fn prune_node(v: &mut Value, s: &Value, keep_type_meta: bool) {
 }
 
 /// Validates a custom resource against its structural schema, as far as types, `required`,
-/// `enum`, `nullable`, lengths, bounds and item counts go (no `pattern`, `format` or CEL rules).
+/// `enum`, `nullable`, lengths, bounds, item counts, `pattern` and `format` go (CEL rules are in
+/// [`crate::cel`]).
 /// `metadata` is not checked here. Returns the causes of a 422.
 pub fn validate_value(obj: &Value, schema: &Value) -> Vec<Cause> {
     let mut causes = Vec::new();
@@ -315,6 +316,20 @@ fn check_value(v: &Value, s: &Value, path: &str, causes: &mut Vec<Cause>) {
         }
     }
     if let Some(st) = v.as_str() {
+        if let Some(p) = s.get("pattern").and_then(Value::as_str)
+            && let Some(re) = pattern_regex(p)
+            && !re.is_match(st)
+        {
+            invalid(causes, format!("{path} in body should match '{p}'"));
+        }
+        if let Some(f) = s.get("format").and_then(Value::as_str)
+            && !format_ok(f, st)
+        {
+            invalid(
+                causes,
+                format!("{path} in body must be of type {f}: \"{st}\""),
+            );
+        }
         let n = st.chars().count() as f64;
         if let Some(min) = num("minLength")
             && n < min
@@ -377,6 +392,89 @@ fn check_value(v: &Value, s: &Value, path: &str, causes: &mut Vec<Cause>) {
                     causes,
                     format!("{path} in body should have at least {min} items"),
                 );
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The compiled `pattern` of a schema (cached: schemas are checked on every write). `None`
+/// when the pattern does not compile (the CRD would have been refused by a real server).
+fn pattern_regex(p: &str) -> Option<std::sync::Arc<regex::Regex>> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<HashMap<String, Option<Arc<regex::Regex>>>>> = OnceLock::new();
+    let mut cache = CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    cache
+        .entry(p.to_string())
+        .or_insert_with(|| regex::Regex::new(p).ok().map(Arc::new))
+        .clone()
+}
+
+/// Whether a string has a `format` the real server checks (k8s.io/kube-openapi
+/// `pkg/validation/strfmt`, the formats CRD validation knows); other formats are not checked,
+/// as there.
+pub fn format_ok(format: &str, v: &str) -> bool {
+    use base64::Engine;
+    match format {
+        "date-time" | "datetime" => v.parse::<jiff::Timestamp>().is_ok(),
+        "date" => v.len() == 10 && v.parse::<jiff::civil::Date>().is_ok(),
+        "byte" => base64::engine::general_purpose::STANDARD.decode(v).is_ok(),
+        "ipv4" => v.parse::<std::net::Ipv4Addr>().is_ok(),
+        "ipv6" => v.parse::<std::net::Ipv6Addr>().is_ok(),
+        "cidr" => v.split_once('/').is_some_and(|(ip, bits)| {
+            ip.parse::<std::net::IpAddr>().is_ok_and(|a| {
+                bits.parse::<u8>()
+                    .is_ok_and(|b| b <= if a.is_ipv4() { 32 } else { 128 })
+            })
+        }),
+        "uuid" => {
+            let b = v.as_bytes();
+            b.len() == 36
+                && b.iter().enumerate().all(|(i, c)| match i {
+                    8 | 13 | 18 | 23 => *c == b'-',
+                    _ => c.is_ascii_hexdigit(),
+                })
+        }
+        _ => true,
+    }
+}
+
+/// Applies schema `default`s to a custom resource, as a real server does on every write
+/// (k8s.io/apiextensions-apiserver `pkg/apiserver/schema/defaulting`): a missing property with a
+/// `default` gets it, then defaulting continues inside. `metadata` is left alone.
+pub fn apply_defaults(v: &mut Value, s: &Value) {
+    match v {
+        Value::Object(o) => {
+            if let Some(props) = s.get("properties").and_then(Value::as_object) {
+                for (k, ps) in props {
+                    if o.contains_key(k) {
+                        continue;
+                    }
+                    if let Some(d) = ps.get("default") {
+                        o.insert(k.clone(), d.clone());
+                    }
+                }
+            }
+            let props = s.get("properties").and_then(Value::as_object);
+            let additional = s.get("additionalProperties").filter(|a| a.is_object());
+            for (k, child) in o.iter_mut() {
+                if k == "metadata" {
+                    continue;
+                }
+                if let Some(cs) = props.and_then(|p| p.get(k)).or(additional) {
+                    apply_defaults(child, cs);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(is) = s.get("items") {
+                for it in items {
+                    apply_defaults(it, is);
+                }
             }
         }
         _ => {}

@@ -18,6 +18,7 @@ use crate::error::{ApiError, ApiResult, Cause};
 use crate::faults::{FaultConfig, Faults};
 use crate::ops::{self, Ctx, DeleteOpts};
 use crate::patch::PatchType;
+use crate::rbac::{Action, UserInfo};
 use crate::registry::ResourceDef;
 use crate::render::{self, Format};
 use crate::requests::{RequestLog, RequestRecord, Verb};
@@ -52,6 +53,8 @@ pub struct App {
     pub snapshot_writer: Mutex<()>,
     /// The periodic watch closer configured by fault injection.
     pub periodic_close: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Issued tokens and the RBAC policy.
+    pub auth: crate::auth::Auth,
 }
 
 /// A paginated list: its resourceVersion and all its items.
@@ -332,7 +335,26 @@ async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
         .unwrap_or("")
         .to_string();
     let method = parts.method.clone();
-    match route(parts.uri.path()) {
+    let route = route(parts.uri.path());
+    // The `/sandbox/` test hooks are not part of the Kubernetes API: no authentication.
+    let user = if matches!(route, Route::Sandbox(_)) {
+        crate::auth::admin()
+    } else {
+        match app.auth.authenticate(&parts.headers, &app.store) {
+            Ok(u) => u,
+            Err(e) => return e.into_response(),
+        }
+    };
+    if !matches!(route, Route::Sandbox(_) | Route::Resource(_)) {
+        let action = Action::NonResource {
+            verb: method.as_str().to_ascii_lowercase(),
+            path: parts.uri.path().to_string(),
+        };
+        if let Err(e) = app.auth.authorize(&app.store, &user, &action) {
+            return e.into_response();
+        }
+    }
+    match route {
         Route::Version => json_response(200, &discovery::version()),
         Route::Health => text_response("ok".into(), "text/plain; charset=utf-8"),
         Route::Metrics => text_response(app.requests.metrics_text(), "text/plain; version=0.0.4"),
@@ -390,7 +412,9 @@ async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
         }
         Route::Sandbox(path) => sandbox_hook(&app, &method, &path, &body),
         Route::NotFound => not_found_path().into_response(),
-        Route::Resource(t) => resource(&app, &method, &parts.headers, &q, &accept, t, body).await,
+        Route::Resource(t) => {
+            resource(&app, &user, &method, &parts.headers, &q, &accept, t, body).await
+        }
     }
 }
 
@@ -447,7 +471,7 @@ fn sandbox_hook(app: &Arc<App>, method: &Method, path: &str, body: &Bytes) -> Re
                     json!({"verb": r.verb.as_str(), "group": r.group, "version": r.version,
                            "resource": r.resource, "subresource": r.subresource,
                            "namespace": r.namespace, "name": r.name, "code": r.code,
-                           "userAgent": r.user_agent})
+                           "userAgent": r.user_agent, "user": r.user})
                 })
                 .collect();
             json_response(200, &Value::Array(recs))
@@ -471,6 +495,8 @@ fn verb_of(method: &Method, t: &Target, q: &Query, ct: &str) -> Result<Verb, Api
         ("GET", true) => Verb::Get,
         ("GET", false) => Verb::List,
         ("POST", false) => Verb::Post,
+        // Creating a subresource of an object (`serviceaccounts/token`).
+        ("POST", true) if !t.subresource.is_empty() => Verb::Post,
         ("PUT", true) => Verb::Put,
         ("PATCH", true) => {
             if PatchType::from_content_type(ct) == Some(PatchType::Apply) {
@@ -500,6 +526,7 @@ fn field_manager(q: &Query, headers: &HeaderMap) -> String {
 #[allow(clippy::too_many_arguments)]
 async fn resource(
     app: &Arc<App>,
+    user: &UserInfo,
     method: &Method,
     headers: &HeaderMap,
     q: &Query,
@@ -528,31 +555,156 @@ async fn resource(
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_string(),
+        user: user.name.clone(),
     };
     let resp = match verb {
         Err(e) => e.into_response(),
-        Ok(verb) => {
-            let (fault, latency) = app.faults.check(verb, &t.plural);
-            if !latency.is_zero() {
-                tokio::time::sleep(latency).await;
+        Ok(verb) => match app
+            .auth
+            .authorize(&app.store, user, &rbac_action(verb, &t, q))
+            .and_then(|()| authorize_create_on_apply(app, user, verb, &t, q))
+        {
+            Err(e) => e.into_response(),
+            Ok(()) => {
+                let (fault, latency) = app.faults.check(verb, &t.plural);
+                if !latency.is_zero() {
+                    tokio::time::sleep(latency).await;
+                }
+                match fault {
+                    Some(e) => e.into_response(),
+                    None => match dispatch(app, user, verb, headers, q, accept, &ct, &t, body) {
+                        Ok(r) => r,
+                        Err(e) => e.into_response(),
+                    },
+                }
             }
-            match fault {
-                Some(e) => e.into_response(),
-                None => match dispatch(app, verb, headers, q, accept, &ct, &t, body) {
-                    Ok(r) => r,
-                    Err(e) => e.into_response(),
-                },
-            }
-        }
+        },
     };
     record.code = resp.status().as_u16();
     app.requests.push(record);
     resp
 }
 
+/// The RBAC attributes of a resource request, as the real `RequestInfo` resolves them: a
+/// namespace's own name is its namespace, and a list or watch pinned to one name by
+/// `fieldSelector=metadata.name=X` carries that name (so `resourceNames` rules can allow it).
+fn rbac_action(verb: Verb, t: &Target, q: &Query) -> Action {
+    let mut name = t.name.clone().unwrap_or_default();
+    if name.is_empty()
+        && matches!(verb, Verb::List | Verb::Watch)
+        && let Some(fs) = q.get("fieldSelector")
+        && let Ok(sel) = FieldSelector::parse(fs, "")
+        && let Some(n) = sel.pinned_name()
+    {
+        name = n.to_string();
+    }
+    let namespace = match &t.namespace {
+        Some(ns) => ns.clone(),
+        None if t.group.is_empty() && t.plural == "namespaces" => name.clone(),
+        None => String::new(),
+    };
+    Action::Resource {
+        verb: verb.rbac_verb().to_string(),
+        group: t.group.clone(),
+        resource: t.plural.clone(),
+        subresource: t.subresource.clone(),
+        namespace,
+        name,
+    }
+}
+
+/// A server-side apply that would create the object needs the `create` verb too, as on a real
+/// server (`k8s.io/apiserver` `pkg/endpoints/handlers/patch.go`: `createValidation` wrapped
+/// in `withAuthorization` with `create` attributes).
+fn authorize_create_on_apply(
+    app: &App,
+    user: &UserInfo,
+    verb: Verb,
+    t: &Target,
+    q: &Query,
+) -> ApiResult<()> {
+    if verb != Verb::Apply || user.is_master() || !t.subresource.is_empty() {
+        return Ok(());
+    }
+    let exists = {
+        let st = app.store.lock();
+        st.registry
+            .resolve(&t.group, &t.version, &t.plural)
+            .is_some_and(|def| {
+                st.get(
+                    &(def.group.clone(), def.plural.clone()),
+                    t.namespace.as_deref().unwrap_or(""),
+                    t.name.as_deref().unwrap_or(""),
+                )
+                .is_some()
+            })
+    };
+    if exists {
+        return Ok(());
+    }
+    let mut action = rbac_action(verb, t, q);
+    if let Action::Resource { verb, .. } = &mut action {
+        *verb = "create".into();
+    }
+    app.auth.authorize(&app.store, user, &action)
+}
+
+/// `POST` to the `authorization.k8s.io` reviews and to `serviceaccounts/NAME/token`: computed
+/// answers, nothing stored. `None` when the request is for another resource.
+fn special(
+    app: &Arc<App>,
+    user: &UserInfo,
+    verb: Verb,
+    def: &ResourceDef,
+    t: &Target,
+    ct: &str,
+    body: &[u8],
+) -> Option<ApiResult<Response>> {
+    let review = def.group == "authorization.k8s.io";
+    let token = def.group.is_empty() && def.plural == "serviceaccounts" && t.subresource == "token";
+    if !review && !token {
+        return None;
+    }
+    if verb != Verb::Post {
+        return Some(Err(ApiError::method_not_allowed()));
+    }
+    let req = if body.starts_with(b"k8s\x00") {
+        match crate::proto::decode(body) {
+            Some(v) => v,
+            None => return Some(Err(ApiError::unsupported_media_type(ct))),
+        }
+    } else {
+        match parse_body(body) {
+            Ok(v) => v,
+            Err(e) => return Some(Err(e)),
+        }
+    };
+    if token {
+        let ns = t.namespace.as_deref().unwrap_or_default();
+        let name = t.name.as_deref().unwrap_or_default();
+        let issued = app
+            .auth
+            .issue_service_account_token(&app.store.lock(), ns, name);
+        return Some(
+            issued.map(|tok| json_response(201, &crate::auth::token_request_response(&req, &tok))),
+        );
+    }
+    let self_review = match def.plural.as_str() {
+        "selfsubjectaccessreviews" => true,
+        "subjectaccessreviews" => false,
+        _ => return Some(Err(ApiError::method_not_allowed())),
+    };
+    let policy = app.auth.policy(&app.store);
+    Some(
+        crate::auth::access_review(&policy, user, &req, self_review)
+            .map(|out| json_response(201, &out)),
+    )
+}
+
 #[allow(clippy::too_many_arguments)]
 fn dispatch(
     app: &Arc<App>,
+    user: &UserInfo,
     verb: Verb,
     headers: &HeaderMap,
     q: &Query,
@@ -569,6 +721,9 @@ fn dispatch(
         .ok_or_else(not_found_path)?;
     if !def.namespaced && t.namespace.is_some() {
         return Err(not_found_path());
+    }
+    if let Some(r) = special(app, user, verb, &def, t, ct, &body) {
+        return r;
     }
     match t.subresource.as_str() {
         "" => {}

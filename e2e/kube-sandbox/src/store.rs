@@ -91,6 +91,9 @@ pub struct State {
     pub dirty: bool,
     /// Work for the simulated controllers.
     pub work: Work,
+    /// Bumped whenever an RBAC object (`rbac.authorization.k8s.io`) changes: the authorizer
+    /// rebuilds its policy when it moved.
+    pub rbac_generation: u64,
 }
 
 /// What the simulated controllers have to look at.
@@ -180,6 +183,9 @@ impl State {
         }
         // No receivers is fine. The counter moves after the broadcast, so a watcher that has
         // drained its queue has seen every event up to the counter.
+        if ev.gr.0 == "rbac.authorization.k8s.io" {
+            self.rbac_generation += 1;
+        }
         let _ = self.events.send(ev);
         self.current_rv.store(self.rv, Ordering::SeqCst);
         self.dirty = true;
@@ -358,6 +364,7 @@ impl Store {
             dependents: HashMap::new(),
             dirty: false,
             work: Work::default(),
+            rbac_generation: 0,
         };
         for d in crate::registry::builtins() {
             state.register(d);

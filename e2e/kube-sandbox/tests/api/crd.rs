@@ -520,9 +520,229 @@ async fn custom_resources_are_validated_with_ratcheting() {
             .contains("Unsupported value: \"pink\": supported values: \"red\", \"blue\""),
         "{v}"
     );
-    // Without the option (the default for now), nothing is validated.
-    let lax = bare().await;
+    // With the option off (it is on by default), nothing is validated.
+    let lax = kube_sandbox::Sandbox::start_with(SandboxOptions {
+        crds: vec![],
+        validate_custom_resources: false,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
     install_widgets(&lax.client()).await;
     let r = post(&lax.client(), path, json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "bad"}, "spec": {"size": "three"}})).await;
     assert_eq!(r.code, 201);
+}
+
+/// A CRD exercising CEL rules (plain and transition), `pattern`, `format` and `default`s.
+fn gadget_crd() -> Value {
+    let schema = json!({"type": "object", "properties": {"spec": {"type": "object",
+    "x-kubernetes-validations": [
+        {"rule": "has(self.url) != has(self.path)", "message": "exactly one of url or path"},
+        {"rule": "!has(oldSelf.owner) || self.owner == oldSelf.owner", "message": "owner is immutable",
+         "fieldPath": ".owner", "reason": "FieldValueForbidden"}
+    ],
+    "properties": {
+        "url": {"type": "string"},
+        "path": {"type": "string", "pattern": "^/[a-z/]*$"},
+        "owner": {"type": "string"},
+        "since": {"type": "string", "format": "date-time"},
+        "replicas": {"type": "integer", "default": 1},
+        "tuning": {"type": "object", "default": {}, "properties": {
+            "mode": {"type": "string", "default": "fast"}}}
+    }}}});
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"kind": "Gadget", "plural": "gadgets", "singular": "gadget", "listKind": "GadgetList"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                          "schema": {"openAPIV3Schema": schema}}]}})
+}
+
+#[tokio::test]
+async fn cel_rules_patterns_formats_and_defaults() {
+    let s = bare().await;
+    let c = s.client();
+    let r = post(
+        &c,
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        gadget_crd(),
+    )
+    .await;
+    assert_eq!(r.code, 201, "{}", String::from_utf8_lossy(&r.body));
+    let path = "/apis/example.com/v1/namespaces/default/gadgets";
+    eventually(
+        std::time::Duration::from_secs(5),
+        "gadgets served",
+        || async { (get(&c, path).await.code == 200).then_some(()) },
+    )
+    .await;
+    let gadget = |name: &str, spec: Value| json!({"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": name}, "spec": spec});
+    let cases = [
+        (
+            json!({"url": "x", "path": "/a"}),
+            "spec: Invalid value: \"object\": exactly one of url or path",
+        ),
+        (
+            json!({}),
+            "spec: Invalid value: \"object\": exactly one of url or path",
+        ),
+        (
+            json!({"path": "no-slash"}),
+            "spec.path: Invalid value: \"no-slash\": spec.path in body should match '^/[a-z/]*$'",
+        ),
+        (
+            json!({"url": "x", "since": "yesterday"}),
+            "spec.since: Invalid value: \"yesterday\": spec.since in body must be of type date-time: \"yesterday\"",
+        ),
+    ];
+    for (spec, want) in cases {
+        let r = post(&c, path, gadget("bad", spec.clone())).await;
+        let v = assert_status(&r, 422, "Invalid");
+        assert_eq!(
+            v["message"],
+            format!("Gadget.example.com \"bad\" is invalid: {want}"),
+            "{spec}"
+        );
+    }
+    // Defaults, nested ones inside a defaulted object too.
+    let r = post(
+        &c,
+        path,
+        gadget(
+            "g",
+            json!({"url": "x", "owner": "a", "since": "2026-01-02T03:04:05Z"}),
+        ),
+    )
+    .await;
+    assert_eq!(r.code, 201, "{}", String::from_utf8_lossy(&r.body));
+    let v = r.json();
+    assert_eq!(v["spec"]["replicas"], 1);
+    assert_eq!(v["spec"]["tuning"], json!({"mode": "fast"}));
+    // A transition rule: owner may not change.
+    let r = patch(
+        &c,
+        &format!("{path}/g"),
+        "application/merge-patch+json",
+        json!({"spec": {"owner": "b"}}),
+    )
+    .await;
+    let v = assert_status(&r, 422, "Invalid");
+    assert_eq!(v["details"]["causes"][0]["field"], "spec.owner");
+    assert_eq!(v["details"]["causes"][0]["reason"], "FieldValueForbidden");
+    assert_eq!(
+        v["details"]["causes"][0]["message"],
+        "Forbidden: owner is immutable"
+    );
+    let r = patch(
+        &c,
+        &format!("{path}/g"),
+        "application/merge-patch+json",
+        json!({"spec": {"replicas": 3}}),
+    )
+    .await;
+    assert_eq!(r.code, 200, "{}", String::from_utf8_lossy(&r.body));
+}
+
+#[tokio::test]
+async fn the_provider_crd_rules_hold_through_the_api() {
+    let s = kube_sandbox::Sandbox::start_with(SandboxOptions {
+        crds: vec![kube_sandbox::CrdSet::Provider],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let c = s.client();
+    let path = "/apis/addons.cluster.x-k8s.io/v1alpha1/fleetaddonconfigs";
+    let config = |name: &str, spec: Value| {
+        json!({"apiVersion": "addons.cluster.x-k8s.io/v1alpha1", "kind": "FleetAddonConfig",
+               "metadata": {"name": name}, "spec": spec})
+    };
+    let v = assert_status(
+        &post(&c, path, config("other-config", json!({}))).await,
+        422,
+        "Invalid",
+    );
+    assert_eq!(
+        v["message"],
+        "FleetAddonConfig.addons.cluster.x-k8s.io \"other-config\" is invalid: <nil>: Invalid value: \"object\": FleetAddonConfig is a singleton: its name must be 'fleet-addon-config'"
+    );
+    let cases = [
+        (
+            json!({"install": {"followLatest": true, "version": "0.13.0"}}),
+            "spec.install: Invalid value: \"object\": exactly one of followLatest or version must be set",
+        ),
+        (
+            json!({"install": {}}),
+            "spec.install: Invalid value: \"object\": exactly one of followLatest or version must be set",
+        ),
+        (
+            json!({"config": {"server": {"inferLocal": true, "custom": {}}}}),
+            "spec.config.server: Invalid value: \"object\": exactly one of inferLocal or custom must be set",
+        ),
+    ];
+    for (spec, want) in cases {
+        let v = assert_status(
+            &post(&c, path, config("fleet-addon-config", spec.clone())).await,
+            422,
+            "Invalid",
+        );
+        assert_eq!(
+            v["message"],
+            format!(
+                "FleetAddonConfig.addons.cluster.x-k8s.io \"fleet-addon-config\" is invalid: {want}"
+            ),
+            "{spec}"
+        );
+    }
+    let r = post(
+        &c,
+        path,
+        config(
+            "fleet-addon-config",
+            json!({"install": {"followLatest": true}}),
+        ),
+    )
+    .await;
+    assert_eq!(r.code, 201, "{}", String::from_utf8_lossy(&r.body));
+}
+
+#[tokio::test]
+async fn crd_dirs_are_loaded_at_start_and_errors_name_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("widgets.yaml"),
+        format!(
+            "# comment\n{}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: skipped}}\n",
+            serde_yaml::to_string(&widget_crd()).unwrap()
+        ),
+    )
+    .unwrap();
+    let s = Sandbox::start_with(SandboxOptions {
+        crds: vec![],
+        crd_dirs: vec![dir.path().to_path_buf()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        get(
+            &s.client(),
+            "/apis/example.com/v1/namespaces/default/widgets"
+        )
+        .await
+        .code,
+        200
+    );
+    s.shutdown().await;
+
+    std::fs::write(dir.path().join("zz-broken.yaml"), "kind: [unclosed\n").unwrap();
+    let err = Sandbox::start_with(SandboxOptions {
+        crds: vec![],
+        crd_dirs: vec![dir.path().to_path_buf()],
+        ..Default::default()
+    })
+    .await
+    .err()
+    .expect("a broken file fails the start");
+    assert!(err.to_string().contains("zz-broken.yaml"), "{err}");
 }

@@ -10,6 +10,7 @@ mod discovery;
 mod faults;
 mod gc;
 mod patch;
+mod rbac;
 mod scale;
 mod snapshot;
 mod ssa;

@@ -825,3 +825,77 @@ fn snapshot_dir_survives_a_restart() {
         "b"
     );
 }
+
+#[test]
+fn crd_dir_loads_upstream_style_manifests() {
+    let crds = tempfile::tempdir().unwrap();
+    let crd = |plural: &str, kind: &str| {
+        format!(
+            "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: {plural}.upstream.example.com
+spec:
+  group: upstream.example.com
+  scope: Namespaced
+  names: {{kind: {kind}, plural: {plural}, singular: {}, listKind: {kind}List}}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            x-kubernetes-validations:
+            - rule: has(self.size)
+              message: size is required
+            properties:
+              size: {{type: integer}}
+",
+            kind.to_lowercase()
+        )
+    };
+    // Two CRDs and a Namespace in one multi-document file, a third CRD in a List, a file that
+    // is not YAML is skipped by its extension.
+    write(
+        crds.path(),
+        "bundle.yaml",
+        &format!(
+            "{}---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: ignored}}\n---\n{}",
+            crd("bolts", "Bolt"),
+            crd("nuts", "Nut")
+        ),
+    );
+    let listed: serde_json::Value = serde_yaml::from_str(&crd("gears", "Gear")).unwrap();
+    write(
+        crds.path(),
+        "list.json",
+        &serde_json::to_string(
+            &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [listed]}),
+        )
+        .unwrap(),
+    );
+    write(crds.path(), "README.md", "not a manifest");
+    let s = Server::start(&["--crds", "none", "--crd-dir", crds.path().to_str().unwrap()]);
+    let names = s.kubectl(&["get", "crds", "-o", "name"]);
+    assert_eq!(
+        names.lines().collect::<Vec<_>>(),
+        vec![
+            "customresourcedefinition.apiextensions.k8s.io/bolts.upstream.example.com",
+            "customresourcedefinition.apiextensions.k8s.io/gears.upstream.example.com",
+            "customresourcedefinition.apiextensions.k8s.io/nuts.upstream.example.com",
+        ]
+    );
+    s.kubectl_fails(&["get", "ns", "ignored"]);
+    let dir = tempfile::tempdir().unwrap();
+    let bad = write(
+        dir.path(),
+        "bad.yaml",
+        "apiVersion: upstream.example.com/v1\nkind: Gear\nmetadata: {name: g, namespace: default}\nspec: {}\n",
+    );
+    let err = s.kubectl_fails(&["create", "-f", bad.to_str().unwrap()]);
+    assert!(err.contains("size is required"), "{err}");
+}

@@ -1,0 +1,490 @@
+//! Authentication and RBAC authorization through the API: ServiceAccount tokens from the
+//! TokenRequest subresource, Roles, ClusterRoles (aggregated too), bindings to users, groups
+//! and ServiceAccounts, `resourceNames`, subresources, non-resource URLs, the real 403 and 401
+//! `Status`, impersonation, `SelfSubjectAccessReview` and `kubectl auth can-i`.
+
+use std::time::Duration;
+
+use crate::common::*;
+use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+const SA_USER: &str = "system:serviceaccount:team:bot";
+
+fn rbac(kind: &str, ns: &str, name: &str, extra: Value) -> Value {
+    let mut o = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind,
+                       "metadata": {"name": name}});
+    if !ns.is_empty() {
+        o["metadata"]["namespace"] = json!(ns);
+    }
+    for (k, v) in extra.as_object().unwrap() {
+        o[k] = v.clone();
+    }
+    o
+}
+
+fn rbac_path(plural: &str, ns: &str) -> String {
+    if ns.is_empty() {
+        format!("/apis/rbac.authorization.k8s.io/v1/{plural}")
+    } else {
+        format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/{plural}")
+    }
+}
+
+async fn create(admin: &Client, path: &str, body: Value) {
+    let r = post(admin, path, body).await;
+    assert_eq!(r.code, 201, "{}", String::from_utf8_lossy(&r.body));
+}
+
+/// A sandbox with namespace `team`, ServiceAccount `team/bot`, and a client authenticating with
+/// a token from the TokenRequest subresource.
+async fn with_bot() -> (kube_sandbox::Sandbox, Client, Client) {
+    let s = bare().await;
+    let admin = s.client();
+    create_ns(&admin, "team").await;
+    create(
+        &admin,
+        "/api/v1/namespaces/team/serviceaccounts",
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "bot"}}),
+    )
+    .await;
+    let r = post(
+        &admin,
+        "/api/v1/namespaces/team/serviceaccounts/bot/token",
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+               "spec": {"audiences": ["https://kubernetes.default.svc"]}}),
+    )
+    .await;
+    assert_eq!(r.code, 201, "{}", String::from_utf8_lossy(&r.body));
+    let v = r.json();
+    assert_eq!(v["kind"], "TokenRequest");
+    let token = v["status"]["token"].as_str().unwrap().to_string();
+    assert!(v["status"]["expirationTimestamp"].is_string(), "{v}");
+    let bot = s.client_with_token(&token);
+    (s, admin, bot)
+}
+
+#[tokio::test]
+async fn a_service_account_gets_what_its_roles_grant_and_the_real_403_otherwise() {
+    let (s, admin, bot) = with_bot().await;
+    create_cm(&admin, "team", "settings", json!({})).await;
+
+    let r = get(&bot, "/api/v1/namespaces/team/configmaps").await;
+    let v = assert_status(&r, 403, "Forbidden");
+    assert_eq!(
+        v["message"],
+        format!(
+            "configmaps is forbidden: User \"{SA_USER}\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"team\""
+        )
+    );
+    assert_eq!(v["details"], json!({"group": "", "kind": "configmaps"}));
+
+    create(
+        &admin,
+        &rbac_path("roles", "team"),
+        rbac(
+            "Role",
+            "team",
+            "reader",
+            json!({"rules": [
+                {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": ["allowed"]}
+            ]}),
+        ),
+    )
+    .await;
+    create(
+        &admin,
+        &rbac_path("rolebindings", "team"),
+        rbac(
+            "RoleBinding",
+            "team",
+            "bot-reader",
+            json!({"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"},
+                   "subjects": [{"kind": "ServiceAccount", "name": "bot", "namespace": "team"}]}),
+        ),
+    )
+    .await;
+
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(bot.clone(), "team");
+    let names: Vec<String> = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    assert!(names.contains(&"settings".to_string()), "{names:?}");
+    cms.get("settings").await.unwrap();
+    // A Role grants nothing outside its namespace, and nothing it does not name.
+    let r = get(&bot, "/api/v1/namespaces/default/configmaps").await;
+    assert_status(&r, 403, "Forbidden");
+    let r = delete(&bot, "/api/v1/namespaces/team/configmaps/settings").await;
+    let v = assert_status(&r, 403, "Forbidden");
+    assert_eq!(
+        v["message"],
+        format!(
+            "configmaps \"settings\" is forbidden: User \"{SA_USER}\" cannot delete resource \"configmaps\" in API group \"\" in the namespace \"team\""
+        )
+    );
+    assert_eq!(
+        v["details"],
+        json!({"name": "settings", "group": "", "kind": "configmaps"})
+    );
+    // resourceNames: the named Secret only (404 proves the request passed authorization).
+    assert_eq!(
+        get(&bot, "/api/v1/namespaces/team/secrets/allowed")
+            .await
+            .code,
+        404
+    );
+    assert_status(
+        &get(&bot, "/api/v1/namespaces/team/secrets/other").await,
+        403,
+        "Forbidden",
+    );
+
+    // The request log names who sent each request.
+    let users: Vec<(u16, String)> = s
+        .requests()
+        .all()
+        .into_iter()
+        .filter(|r| r.resource == "configmaps" && r.namespace == "default")
+        .map(|r| (r.code, r.user))
+        .collect();
+    assert_eq!(users, vec![(403, SA_USER.to_string())]);
+    assert!(
+        s.requests()
+            .all()
+            .iter()
+            .any(|r| r.user == kube_sandbox::auth::ADMIN_USER && r.resource == "roles")
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn subresources_groups_aggregation_and_missing_roles() {
+    let (s, admin, bot) = with_bot().await;
+    install_widgets(&admin).await;
+    widgets(&admin, "team")
+        .create(&Default::default(), &widget("w1", json!({"size": 1})))
+        .await
+        .unwrap();
+    let status_patch = || {
+        raw(
+            &bot,
+            "PATCH",
+            "/apis/example.com/v1/namespaces/team/widgets/w1/status",
+            &[("content-type", "application/merge-patch+json")],
+            serde_json::to_vec(&json!({"status": {"ready": true}})).unwrap(),
+        )
+    };
+
+    // A binding to a ClusterRole that does not exist: the reason names it.
+    create(
+        &admin,
+        &rbac_path("clusterrolebindings", ""),
+        rbac(
+            "ClusterRoleBinding",
+            "",
+            "widgets",
+            json!({"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "widget-editor"},
+                   "subjects": [{"kind": "Group", "name": "system:serviceaccounts:team"}]}),
+        ),
+    )
+    .await;
+    let v = assert_status(&status_patch().await, 403, "Forbidden");
+    assert_eq!(
+        v["message"],
+        format!(
+            "widgets.example.com \"w1\" is forbidden: User \"{SA_USER}\" cannot patch resource \"widgets/status\" in API group \"example.com\" in the namespace \"team\": RBAC: clusterrole.rbac.authorization.k8s.io \"widget-editor\" not found"
+        )
+    );
+
+    // An aggregated ClusterRole: empty until a labelled ClusterRole matches its selector.
+    create(
+        &admin,
+        &rbac_path("clusterroles", ""),
+        rbac(
+            "ClusterRole",
+            "",
+            "widget-editor",
+            json!({"aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"example.com/aggregate-to-editor": "true"}}]}}),
+        ),
+    )
+    .await;
+    assert_status(&status_patch().await, 403, "Forbidden");
+    create(
+        &admin,
+        &rbac_path("clusterroles", ""),
+        rbac(
+            "ClusterRole",
+            "",
+            "widget-objects",
+            json!({"metadata": {"name": "widget-objects", "labels": {"example.com/aggregate-to-editor": "true"}},
+                   "rules": [{"apiGroups": ["example.com"], "resources": ["widgets"], "verbs": ["*"]}]}),
+        ),
+    )
+    .await;
+    // `widgets` does not grant `widgets/status`.
+    assert_status(&status_patch().await, 403, "Forbidden");
+    let wapi = widgets(&bot, "team");
+    wapi.get("w1").await.unwrap();
+    create(
+        &admin,
+        &rbac_path("clusterroles", ""),
+        rbac(
+            "ClusterRole",
+            "",
+            "widget-status",
+            json!({"metadata": {"name": "widget-status", "labels": {"example.com/aggregate-to-editor": "true"}},
+                   "rules": [{"apiGroups": ["example.com"], "resources": ["widgets/status"], "verbs": ["patch"]}]}),
+        ),
+    )
+    .await;
+    let r = status_patch().await;
+    assert_eq!(r.code, 200, "{}", String::from_utf8_lossy(&r.body));
+
+    // Taking the label away takes the rules away.
+    let crs: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(admin.clone());
+    crs.patch(
+        "widget-status",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"example.com/aggregate-to-editor": null}}})),
+    )
+    .await
+    .unwrap();
+    assert_status(&status_patch().await, 403, "Forbidden");
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn non_resource_urls_discovery_and_tokens() {
+    let (s, admin, bot) = with_bot().await;
+    // The bootstrap roles let every authenticated identity discover the API.
+    assert_eq!(get(&bot, "/version").await.code, 200);
+    assert_eq!(get(&bot, "/apis").await.code, 200);
+    assert_eq!(get(&bot, "/api/v1").await.code, 200);
+    let v = assert_status(&get(&bot, "/metrics").await, 403, "Forbidden");
+    assert_eq!(
+        v["message"],
+        format!("forbidden: User \"{SA_USER}\" cannot get path \"/metrics\"")
+    );
+    create(
+        &admin,
+        &rbac_path("clusterroles", ""),
+        rbac(
+            "ClusterRole",
+            "",
+            "metrics",
+            json!({"rules": [{"nonResourceURLs": ["/metrics", "/metrics/*"], "verbs": ["get"]}]}),
+        ),
+    )
+    .await;
+    create(
+        &admin,
+        &rbac_path("clusterrolebindings", ""),
+        rbac(
+            "ClusterRoleBinding",
+            "",
+            "metrics",
+            json!({"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "metrics"},
+                   "subjects": [{"kind": "User", "name": SA_USER}]}),
+        ),
+    )
+    .await;
+    assert_eq!(get(&bot, "/metrics").await.code, 200);
+
+    // An unknown token is a 401; a token outlives nothing: deleting the ServiceAccount ends it.
+    let stranger = s.client_with_token("not-a-token");
+    assert_status(&get(&stranger, "/version").await, 401, "Unauthorized");
+    assert_eq!(
+        delete(&admin, "/api/v1/namespaces/team/serviceaccounts/bot")
+            .await
+            .code,
+        200
+    );
+    assert_status(&get(&bot, "/version").await, 401, "Unauthorized");
+    // No token for a ServiceAccount that does not exist.
+    assert_status(
+        &post(
+            &admin,
+            "/api/v1/namespaces/team/serviceaccounts/bot/token",
+            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}),
+        )
+        .await,
+        404,
+        "NotFound",
+    );
+    assert!(s.service_account_token("team", "bot").is_err());
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn access_reviews_impersonation_and_kubectl_auth_can_i() {
+    let (s, admin, bot) = with_bot().await;
+    create(
+        &admin,
+        &rbac_path("roles", "team"),
+        rbac(
+            "Role",
+            "team",
+            "lister",
+            json!({"rules": [{"apiGroups": ["cluster.x-k8s.io"], "resources": ["clusters"], "verbs": ["list"]}]}),
+        ),
+    )
+    .await;
+    create(
+        &admin,
+        &rbac_path("rolebindings", "team"),
+        rbac(
+            "RoleBinding",
+            "team",
+            "lister",
+            json!({"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "lister"},
+                   "subjects": [{"kind": "Group", "name": "system:serviceaccounts"}]}),
+        ),
+    )
+    .await;
+    let review = |verb: &str, ns: &str| {
+        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+               "spec": {"resourceAttributes": {"verb": verb, "group": "cluster.x-k8s.io",
+                                               "resource": "clusters", "namespace": ns}}})
+    };
+    let ssar = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+    let r = post(&bot, ssar, review("list", "team")).await;
+    assert_eq!(r.code, 201, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["status"]["allowed"], true);
+    let r = post(&bot, ssar, review("list", "default")).await;
+    assert_eq!(r.json()["status"]["allowed"], false);
+    let r = post(&bot, ssar, review("delete", "team")).await;
+    assert_eq!(r.json()["status"]["allowed"], false);
+
+    // The admin impersonates the ServiceAccount (`kubectl --as`).
+    let as_bot = [("Impersonate-User", SA_USER)];
+    let r = raw(
+        &admin,
+        "GET",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/team/roles",
+        &as_bot,
+        Vec::new(),
+    )
+    .await;
+    assert_status(&r, 403, "Forbidden");
+    // A ServiceAccount may not impersonate anyone without the `impersonate` verb.
+    let r = raw(
+        &bot,
+        "GET",
+        "/version",
+        &[("Impersonate-User", "admin")],
+        Vec::new(),
+    )
+    .await;
+    let v = assert_status(&r, 403, "Forbidden");
+    assert_eq!(
+        v["message"],
+        format!(
+            "users \"admin\" is forbidden: User \"{SA_USER}\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope"
+        )
+    );
+
+    // `kubectl auth can-i` posts a protobuf SelfSubjectAccessReview. client-go sends no
+    // credentials over plain HTTP (`tools/clientcmd/client_config.go`: "only try to read the
+    // auth information if we are secure"), so kubectl is the admin here, whatever the
+    // kubeconfig says; the ServiceAccount's view is asked above through the kube client.
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    s.write_kubeconfig(&kc).unwrap();
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kc)
+            .args(["auth", "can-i", "delete", "clusterroles", "-n", "team"])
+            .output(),
+    )
+    .await
+    .expect("kubectl finished")
+    .expect("running kubectl");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "yes",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        s.requests()
+            .count(|r| r.resource == "selfsubjectaccessreviews"
+                && r.code == 201
+                && r.user == kube_sandbox::auth::ADMIN_USER
+                && r.user_agent.starts_with("kubectl")),
+        1
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_apply_that_creates_needs_create_too() {
+    let (s, admin, bot) = with_bot().await;
+    let grant = |verbs: Value| {
+        rbac(
+            "Role",
+            "team",
+            "cm",
+            json!({"rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": verbs}]}),
+        )
+    };
+    create(&admin, &rbac_path("roles", "team"), grant(json!(["patch"]))).await;
+    create(
+        &admin,
+        &rbac_path("rolebindings", "team"),
+        rbac(
+            "RoleBinding",
+            "team",
+            "cm",
+            json!({"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cm"},
+                   "subjects": [{"kind": "ServiceAccount", "name": "bot", "namespace": "team"}]}),
+        ),
+    )
+    .await;
+    let apply = |name: &str| {
+        let path = format!("/api/v1/namespaces/team/configmaps/{name}?fieldManager=bot");
+        let body = serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                             "metadata": {"name": name}, "data": {"k": "v"}}))
+        .unwrap();
+        let bot = bot.clone();
+        async move {
+            raw(
+                &bot,
+                "PATCH",
+                &path,
+                &[("content-type", "application/apply-patch+yaml")],
+                body,
+            )
+            .await
+        }
+    };
+    let v = assert_status(&apply("new").await, 403, "Forbidden");
+    assert_eq!(
+        v["message"],
+        format!(
+            "configmaps \"new\" is forbidden: User \"{SA_USER}\" cannot create resource \"configmaps\" in API group \"\" in the namespace \"team\""
+        )
+    );
+    // An existing object only needs patch.
+    create_cm(&admin, "team", "existing", json!({})).await;
+    assert_eq!(apply("existing").await.code, 200);
+    let roles: Api<k8s_openapi::api::rbac::v1::Role> = Api::namespaced(admin.clone(), "team");
+    roles
+        .patch(
+            "cm",
+            &PatchParams::default(),
+            &Patch::Merge(grant(json!(["patch", "create"]))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(apply("new").await.code, 201);
+    s.shutdown().await;
+}
