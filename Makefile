@@ -5,7 +5,7 @@ HELM_BIN ?= $(CURDIR)/bin/helm
 HELM3_BIN ?= $(CURDIR)/bin/helm3
 export HELM_BIN HELM3_BIN
 
-.PHONY: test tools lint unit generate crd build playground bench release-manifests clean
+.PHONY: test tools lint unit generate crd build playground bench release-manifests fuzz image clean
 
 ## test: install tools, check formatting and lints, run every test in the workspace
 test: tools lint unit
@@ -45,6 +45,10 @@ playground:
 bench:
 	$(CARGO) build --release --locked --workspace --bins
 	$(CARGO) test --release --locked --test bench_import -- --ignored --nocapture
+
+## fuzz: fuzz every Runtime SDK request decoder for FUZZ_SECONDS (default 300), seed FUZZ_SEED, FUZZ_PROFILE (dev or release); findings in fuzz/findings/
+fuzz:
+	$(CARGO) run --locked -p caapf-fuzz --profile $(or $(FUZZ_PROFILE),dev) -- $(or $(FUZZ_SECONDS),300) $(FUZZ_SEED)
 
 ## build: debug build of every binary
 build:
