@@ -50,6 +50,10 @@ bench:
 fuzz:
 	$(CARGO) run --locked -p caapf-fuzz --profile $(or $(FUZZ_PROFILE),dev) -- $(or $(FUZZ_SECONDS),300) $(FUZZ_SEED)
 
+## image: build the image without a daemon (buildah from scratch: static caapf, pinned helm) and check it; needs root, buildah, umoci; not part of test
+image: tools
+	hack/build-image.sh
+
 ## build: debug build of every binary
 build:
 	$(CARGO) build --workspace --locked
