@@ -5,7 +5,7 @@ HELM_BIN ?= $(CURDIR)/bin/helm
 HELM3_BIN ?= $(CURDIR)/bin/helm3
 export HELM_BIN HELM3_BIN
 
-.PHONY: test tools lint unit generate crd build playground bench chaos release-manifests clean
+.PHONY: test tools lint unit generate crd build playground bench bench-hooks chaos release-manifests fuzz image clean
 
 ## test: install tools, check formatting and lints, run every test in the workspace
 test: tools lint unit
@@ -54,6 +54,14 @@ chaos:
 	CHAOS_WATCH_CLOSE_SECONDS=$${CHAOS_WATCH_CLOSE_SECONDS:-5} CHAOS_QUIET_SECONDS=$${CHAOS_QUIET_SECONDS:-60} \
 		$(CARGO) test --locked --test chaos -- --nocapture
 	$(CARGO) test --locked --test outage -- --include-ignored --nocapture
+
+## fuzz: fuzz every Runtime SDK request decoder for FUZZ_SECONDS (default 300), seed FUZZ_SEED, FUZZ_PROFILE (dev or release); findings in fuzz/findings/
+fuzz:
+	$(CARGO) run --locked -p caapf-fuzz --profile $(or $(FUZZ_PROFILE),dev) -- $(or $(FUZZ_SECONDS),300) $(FUZZ_SEED)
+
+## image: build the image without a daemon (buildah from scratch: static caapf, pinned helm) and check it; needs root, buildah, umoci; not part of test
+image: tools
+	hack/build-image.sh
 
 ## build: debug build of every binary
 build:

@@ -5,10 +5,12 @@
 //! - [`cluster`]: the embedded Cluster, v1beta1 or v1beta2, decoded by shape;
 //! - [`handlers`]: one function per hook;
 //! - [`tls`]: the serving certificate, reloaded when cert-manager rotates it;
+//! - [`limits`]: the body budget, body reader and idle tracking that bound memory under abuse;
 //! - [`server`]: routing, limits, timeouts, metrics.
 
 pub mod cluster;
 pub mod handlers;
+pub mod limits;
 pub mod server;
 pub mod tls;
 pub mod types;

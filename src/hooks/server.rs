@@ -21,15 +21,17 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{Method, StatusCode, Uri, header};
 use axum::response::IntoResponse;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
 use crate::hooks::handlers::{self, discovery};
+use crate::hooks::limits::{Activity, BodyBudget, Tracked, read_body};
 use crate::hooks::tls::CertStore;
 use crate::hooks::types::{Hook, Outcome, Response};
 use crate::{Error, Result};
@@ -43,17 +45,35 @@ const DEADLINE_RETRY_SECONDS: i32 = 10;
 /// The path segment every hook path contains.
 pub const HOOKS_PATH: &str = "/hooks.runtime.cluster.x-k8s.io/v1alpha1/";
 
-/// Limits and intervals of the server.
+/// Limits and intervals of the server. Together they bound its memory under abusive clients
+/// (docs/runtime-extension.md, "Limits"): at most `max_connections` connections (each with
+/// bounded TLS and HTTP buffers), and at most `body_budget_bytes` of request bodies in memory.
 #[derive(Clone, Debug)]
 pub struct ServerOptions {
-    /// Largest request body accepted (CAPI's own server reads at most 20 MiB).
+    /// Largest request body accepted (CAPI's own server reads at most 20 MiB:
+    /// `exp/runtime/server/server.go`, `maxExtensionRequestBodyBytes`, cluster-api v1.14).
     pub max_body_bytes: usize,
+    /// Memory for requests at once across all connections: their bytes plus the estimated cost
+    /// of decoding them (`limits::decode_cost`); a request that does not fit is answered with a
+    /// Failure at once.
+    pub body_budget_bytes: usize,
+    /// Connections served at once; further clients wait in the listen backlog.
+    pub max_connections: usize,
+    /// Concurrent HTTP/2 streams per connection.
+    pub max_streams_per_connection: u32,
     /// Handling time when the request has no `timeout` parameter.
     pub default_timeout: Duration,
     /// Upper bound of the handling time (CAPI allows at most 30 s per handler).
     pub max_timeout: Duration,
     /// How long a TLS handshake may take.
     pub handshake_timeout: Duration,
+    /// How long the request line and headers of an HTTP/1.1 request may take to arrive.
+    pub header_read_timeout: Duration,
+    /// How long a request body may take to arrive once its headers are in.
+    pub body_read_timeout: Duration,
+    /// A connection on which no byte moved for this long is closed (gracefully: a request in
+    /// flight is answered first).
+    pub idle_timeout: Duration,
     /// How often the certificate files are checked without traffic (readiness, missing files).
     pub cert_poll_interval: Duration,
 }
@@ -62,18 +82,34 @@ impl Default for ServerOptions {
     fn default() -> Self {
         ServerOptions {
             max_body_bytes: 20 * 1024 * 1024,
+            body_budget_bytes: 128 * 1024 * 1024,
+            max_connections: 4096,
+            max_streams_per_connection: 32,
             default_timeout: Duration::from_secs(10),
             max_timeout: Duration::from_secs(30),
             handshake_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
             cert_poll_interval: Duration::from_secs(2),
         }
     }
 }
 
+/// Largest HTTP/1.1 read buffer per connection (request line and headers must fit).
+const MAX_HTTP1_BUFFER: usize = 64 * 1024;
+/// Largest HTTP/2 header list per request.
+const MAX_HTTP2_HEADER_LIST: u32 = 16 * 1024;
+/// Pause after a failed `accept` (e.g. out of file descriptors) so the loop does not spin.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+/// Extra time a closing connection gets beyond the longest handling time.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
 #[derive(Clone)]
 struct App {
     ctx: Arc<Context>,
     options: ServerOptions,
+    budget: BodyBudget,
 }
 
 /// Builds the rustls configuration: TLS 1.2+, ring, ALPN h2 and http/1.1, certificate from
@@ -102,7 +138,7 @@ pub async fn serve(
     let certs = Arc::new(
         CertStore::new(cert_dir, provider).with_readiness(ctx.readiness.clone(), READY_CHECK),
     );
-    certs.refresh();
+    refresh_certificates(certs.clone()).await;
 
     let acceptor = TlsAcceptor::from(Arc::new(tls_config(certs.clone())?));
     let listener = TcpListener::bind(addr).await?;
@@ -110,7 +146,7 @@ pub async fn serve(
     let shutdown = ctx.shutdown.clone();
 
     tokio::spawn(watch_certificates(
-        certs,
+        certs.clone(),
         options.cert_poll_interval,
         shutdown.clone(),
     ));
@@ -118,13 +154,17 @@ pub async fn serve(
     let app = App {
         ctx: ctx.clone(),
         options: options.clone(),
+        budget: BodyBudget::new(options.body_budget_bytes),
     };
     let router = Router::new().fallback(answer).with_state(app);
     tokio::spawn(accept_loop(
         listener,
-        acceptor,
+        Acceptor {
+            tls: acceptor,
+            certs: certs.clone(),
+        },
         router,
-        options.handshake_timeout,
+        options,
         shutdown,
     ));
     tracing::info!(address = %local, "serving the Runtime SDK extension (HTTPS)");
@@ -143,55 +183,138 @@ async fn watch_certificates(
             () = shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
-        certs.refresh();
+        refresh_certificates(certs.clone()).await;
     }
+}
+
+/// Looks at the certificate files on the blocking pool (file-system calls must not stall the
+/// async workers).
+async fn refresh_certificates(certs: Arc<CertStore>) {
+    if let Err(err) = tokio::task::spawn_blocking(move || certs.refresh()).await {
+        tracing::warn!(%err, "checking the runtime extension certificate files");
+    }
+}
+
+/// The TLS side of accepting a connection.
+#[derive(Clone)]
+struct Acceptor {
+    tls: TlsAcceptor,
+    certs: Arc<CertStore>,
 }
 
 async fn accept_loop(
     listener: TcpListener,
-    acceptor: TlsAcceptor,
+    acceptor: Acceptor,
     router: Router,
-    handshake_timeout: Duration,
+    options: ServerOptions,
     shutdown: CancellationToken,
 ) {
+    let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
     loop {
+        // At the connection limit, new clients wait in the kernel's listen backlog.
+        let slot = tokio::select! {
+            () = shutdown.cancelled() => return,
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => return,
+            },
+        };
         let (stream, peer) = tokio::select! {
             () = shutdown.cancelled() => return,
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(err) => {
                     tracing::warn!(%err, "accepting a runtime extension connection");
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        () = tokio::time::sleep(ACCEPT_ERROR_PAUSE) => {}
+                    }
                     continue;
                 }
             },
         };
-        let acceptor = acceptor.clone();
-        let router = router.clone();
-        let stop = shutdown.clone();
-        tokio::spawn(async move {
-            let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(err)) => {
-                    tracing::debug!(%err, %peer, "TLS handshake failed");
-                    return;
+        tokio::spawn(serve_connection(
+            stream,
+            peer,
+            acceptor.clone(),
+            router.clone(),
+            options.clone(),
+            shutdown.clone(),
+            slot,
+        ));
+    }
+}
+
+/// One connection: handshake (bounded), then HTTP/1.1 or HTTP/2 until the client leaves, the
+/// connection stays idle too long, or the server stops. Holds its connection slot throughout.
+async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    acceptor: Acceptor,
+    router: Router,
+    options: ServerOptions,
+    stop: CancellationToken,
+    _slot: OwnedSemaphorePermit,
+) {
+    let handshake = async {
+        // Every handshake looks at the files first, so a rotated pair is served at once.
+        refresh_certificates(acceptor.certs.clone()).await;
+        acceptor.tls.accept(stream).await
+    };
+    let tls = match tokio::time::timeout(options.handshake_timeout, handshake).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(err)) => {
+            tracing::debug!(%err, %peer, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "TLS handshake timed out");
+            return;
+        }
+    };
+    let activity = Activity::default();
+    let io = TokioIo::new(Tracked::new(tls, activity.clone()));
+    let service = TowerToHyperService::new(router);
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(options.header_read_timeout)
+        .max_buf_size(MAX_HTTP1_BUFFER);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(options.max_streams_per_connection)
+        .max_header_list_size(MAX_HTTP2_HEADER_LIST);
+    let connection = builder.serve_connection(io, service);
+    tokio::pin!(connection);
+    let mut check =
+        tokio::time::interval((options.idle_timeout / 4).max(Duration::from_millis(50)));
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut closing_since: Option<tokio::time::Instant> = None;
+    let close_limit = options.max_timeout + CLOSE_GRACE;
+    loop {
+        tokio::select! {
+            result = connection.as_mut() => {
+                if let Err(err) = result {
+                    tracing::debug!(%err, %peer, "runtime extension connection ended with an error");
                 }
-                Err(_) => {
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
-                }
-            };
-            let service = TowerToHyperService::new(router);
-            let builder = auto::Builder::new(TokioExecutor::new());
-            let connection = builder.serve_connection(TokioIo::new(tls), service);
-            tokio::select! {
-                result = connection => {
-                    if let Err(err) = result {
-                        tracing::debug!(%err, %peer, "runtime extension connection ended with an error");
-                    }
-                }
-                () = stop.cancelled() => {}
+                return;
             }
-        });
+            () = stop.cancelled() => return,
+            _ = check.tick() => match closing_since {
+                None if activity.idle_for() >= options.idle_timeout => {
+                    tracing::debug!(%peer, "closing an idle runtime extension connection");
+                    connection.as_mut().graceful_shutdown();
+                    closing_since = Some(tokio::time::Instant::now());
+                }
+                Some(since) if since.elapsed() >= close_limit => {
+                    tracing::debug!(%peer, "dropping a runtime extension connection that did not close");
+                    return;
+                }
+                _ => {}
+            },
+        }
     }
 }
 
@@ -243,7 +366,8 @@ pub fn deadline(query: Option<&str>, options: &ServerOptions) -> Duration {
 
 async fn answer(State(app): State<App>, method: Method, uri: Uri, body: Body) -> impl IntoResponse {
     let started = Instant::now();
-    let (hook_label, response) = respond(&app.ctx, &app.options, &method, &uri, body).await;
+    let (hook_label, response) =
+        respond_within(&app.ctx, &app.options, &app.budget, &method, &uri, body).await;
     app.ctx
         .metrics
         .hook_called(hook_label, response.label(), started.elapsed());
@@ -257,11 +381,25 @@ async fn answer(State(app): State<App>, method: Method, uri: Uri, body: Body) ->
     )
 }
 
-/// Answers one request: routing, method, body limit, deadline, then the handler. Returns the
-/// metric label of the hook (`unknown` for paths naming no hook) and the response.
+/// Answers one request with a body budget of its own (see [`respond_within`]).
 pub async fn respond(
     ctx: &Context,
     options: &ServerOptions,
+    method: &Method,
+    uri: &Uri,
+    body: Body,
+) -> (&'static str, Response) {
+    let budget = BodyBudget::new(options.body_budget_bytes);
+    respond_within(ctx, options, &budget, method, uri, body).await
+}
+
+/// Answers one request: routing, method, body limits (size, shared budget, read time),
+/// deadline, then the handler. Returns the metric label of the hook (`unknown` for paths naming
+/// no hook) and the response.
+pub async fn respond_within(
+    ctx: &Context,
+    options: &ServerOptions,
+    budget: &BodyBudget,
     method: &Method,
     uri: &Uri,
     body: Body,
@@ -299,23 +437,26 @@ pub async fn respond(
             ),
         );
     }
-    let bytes = match axum::body::to_bytes(body, options.max_body_bytes).await {
-        Ok(bytes) => bytes,
-        Err(err) => {
-            return (
-                label,
-                Response::failure(
-                    Some(hook),
-                    format!(
-                        "the request body could not be read (at most {} bytes are accepted): {err}",
-                        options.max_body_bytes
-                    ),
-                ),
-            );
-        }
+    // Held until the answer is computed: the parsed request lives as long as the bytes.
+    let mut body = match read_body(
+        body,
+        options.max_body_bytes,
+        budget,
+        options.body_read_timeout,
+    )
+    .await
+    {
+        Ok(body) => body,
+        Err(err) => return (label, Response::failure(Some(hook), err.to_string())),
     };
+    if let Err(err) = body.charge_decoding(budget) {
+        return (label, Response::failure(Some(hook), err.to_string()));
+    }
+    if let Err(message) = precheck_large(&body.bytes).await {
+        return (label, Response::failure(Some(hook), message));
+    }
     let limit = deadline(uri.query(), options);
-    match tokio::time::timeout(limit, handlers::handle(ctx, hook, &bytes)).await {
+    match tokio::time::timeout(limit, handlers::handle(ctx, hook, &body.bytes)).await {
         Ok(response) => (label, response),
         // A lifecycle hook that runs out of time (a slow or unreachable API server) asks to be
         // called again: only a hold we intend may fail a Cluster's lifecycle. The others cannot
@@ -337,6 +478,31 @@ pub async fn respond(
                 format!("{} did not finish within {limit:?}", hook.name()),
             ),
         ),
+    }
+}
+
+/// Bodies larger than this are checked on the blocking pool before a handler decodes them.
+const LARGE_BODY_BYTES: usize = 1024 * 1024;
+
+/// A large body that is not a JSON object is refused after a syntax check on tokio's blocking
+/// pool (no values are built), so megabytes of garbage or a giant number do not occupy an
+/// async worker that other clients' requests need. Smaller bodies go straight to the handler.
+async fn precheck_large(bytes: &axum::body::Bytes) -> std::result::Result<(), String> {
+    if bytes.len() <= LARGE_BODY_BYTES {
+        return Ok(());
+    }
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err("the request body is not a JSON object".to_string());
+    }
+    let bytes = bytes.clone();
+    let checked = tokio::task::spawn_blocking(move || {
+        serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).map(|_| ())
+    })
+    .await;
+    match checked {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(err)) => Err(format!("the request body is not valid JSON: {err}")),
+        Err(err) => Err(format!("checking the request body: {err}")),
     }
 }
 
@@ -371,6 +537,49 @@ mod tests {
             route("/hooks.runtime.cluster.x-k8s.io/v1alpha1/generatepatches/a/b"),
             Route::Unknown(_)
         ));
+    }
+
+    #[tokio::test]
+    async fn large_bodies_that_are_not_json_objects_are_refused_before_decoding() {
+        let pad = |head: &[u8], fill: u8, tail: &[u8]| {
+            let mut body = head.to_vec();
+            body.resize(LARGE_BODY_BYTES + 1 - tail.len(), fill);
+            body.extend_from_slice(tail);
+            axum::body::Bytes::from(body)
+        };
+        let cases: Vec<(&str, axum::body::Bytes, Option<&str>)> = vec![
+            (
+                "small garbage is left to the handler",
+                axum::body::Bytes::from_static(b"\xff["),
+                None,
+            ),
+            ("a large object", pad(br#"{"a":""#, b'x', br#""}"#), None),
+            (
+                "a large number",
+                pad(b"", b'7', b""),
+                Some("not a JSON object"),
+            ),
+            (
+                "a large array",
+                pad(b"[", b' ', b"]"),
+                Some("not a JSON object"),
+            ),
+            (
+                "a large broken object",
+                pad(b"{", b' ', b"x"),
+                Some("not valid JSON"),
+            ),
+        ];
+        for (name, body, expected) in cases {
+            let got = precheck_large(&body).await;
+            match expected {
+                None => assert_eq!(got, Ok(()), "{name}"),
+                Some(message) => assert!(
+                    got.as_ref().is_err_and(|m| m.contains(message)),
+                    "{name}: {got:?}"
+                ),
+            }
+        }
     }
 
     #[test]

@@ -2,9 +2,12 @@
 //! reloaded without a restart when they change (cert-manager rotates them; the kubelet swaps the
 //! mounted Secret's files atomically).
 //!
-//! Every TLS handshake checks whether the files changed (two `stat` calls: size, modification
-//! time and inode of each file) and loads them when they did; a background task does the same
-//! periodically so readiness follows the files without traffic. A new pair that does not load
+//! Before every TLS handshake the server checks whether the files changed (two `stat` calls:
+//! size, modification time and inode of each file) and loads them when they did; a background
+//! task does the same periodically so readiness follows the files without traffic. Both run
+//! [`CertStore::refresh`] on tokio's blocking pool (`spawn_blocking`, see `server.rs`): it does
+//! file-system calls and must not stall an async worker. The rustls resolver only reads the
+//! pair already loaded. A new pair that does not load
 //! (unparsable, or key and certificate that do not match) keeps the previous one and is logged
 //! once.
 
@@ -104,7 +107,8 @@ impl CertStore {
         self.read().current.is_some()
     }
 
-    /// Loads the files if they changed since the last look.
+    /// Loads the files if they changed since the last look. Blocking (file-system calls): call
+    /// it from a blocking thread.
     pub fn refresh(&self) -> Refresh {
         let result = self.refresh_files();
         if let Some((readiness, name)) = &self.readiness {
@@ -201,8 +205,9 @@ impl CertStore {
 }
 
 impl ResolvesServerCert for CertStore {
+    /// The pair loaded by the last [`CertStore::refresh`]; no I/O (this runs inside the
+    /// handshake, on an async worker). The server refreshes before each handshake.
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        self.refresh();
         self.read().current.clone()
     }
 }
