@@ -5,7 +5,7 @@ HELM_BIN ?= $(CURDIR)/bin/helm
 HELM3_BIN ?= $(CURDIR)/bin/helm3
 export HELM_BIN HELM3_BIN
 
-.PHONY: test tools lint unit generate crd build playground bench release-manifests clean
+.PHONY: test tools lint unit generate crd build playground bench bench-hooks release-manifests clean
 
 ## test: install tools, check formatting and lints, run every test in the workspace
 test: tools lint unit
@@ -45,6 +45,11 @@ playground:
 bench:
 	$(CARGO) build --release --locked --workspace --bins
 	$(CARGO) test --release --locked --test bench_import -- --ignored --nocapture
+
+## bench-hooks: hook latency at a fixed rate over TLS, as separate processes (BENCH_CLUSTERS, BENCH_NAMESPACES, BENCH_HOOK_RATE, BENCH_HOOK_SECONDS); figures in docs/performance.md
+bench-hooks:
+	$(CARGO) build --release --locked --workspace --bins
+	$(CARGO) test --release --locked --test bench_hooks -- --ignored --nocapture
 
 ## build: debug build of every binary
 build:

@@ -102,9 +102,11 @@ impl Manager {
             None
         };
         let (config_tx, config_rx) = config_watch::channel();
+        let (bootstrap_secrets, bootstrap_feed) = hooks::bootstrap_secrets::BootstrapSecrets::new();
         let ctx = Arc::new(
             Context::new(client.clone(), flags, config_rx, shutdown.clone())
-                .with_controllers_client(clients.controllers),
+                .with_controllers_client(clients.controllers)
+                .with_bootstrap_secrets(bootstrap_secrets),
         );
 
         let (health_address, metrics_address) = server::serve(
@@ -143,6 +145,19 @@ impl Manager {
                 () = config_watch::run(client, config_tx, readiness) => {}
                 () = stop.cancelled() => {}
             }
+            Ok(())
+        });
+        // The hooks' view of the bootstrap Secrets, on every replica (like the hooks), through
+        // the priority client.
+        let (feed_client, feed_namespace, feed_stop) = (
+            ctx.client.clone(),
+            ctx.flags.watch_namespace().map(str::to_string),
+            ctx.shutdown.clone(),
+        );
+        tasks.spawn(async move {
+            bootstrap_feed
+                .run(feed_client, feed_namespace, feed_stop)
+                .await;
             Ok(())
         });
         let elector = election.map(|config| Elector::new(ctx.client.clone(), config));

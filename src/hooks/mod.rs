@@ -4,9 +4,12 @@
 //! - [`types`]: the wire format (hand-written serde types);
 //! - [`cluster`]: the embedded Cluster, v1beta1 or v1beta2, decoded by shape;
 //! - [`handlers`]: one function per hook;
+//! - [`bootstrap_secrets`]: which bootstrap Secrets exist (a watch), so that hooks answer
+//!   without a request to the API server at steady state;
 //! - [`tls`]: the serving certificate, reloaded when cert-manager rotates it;
 //! - [`server`]: routing, limits, timeouts, metrics.
 
+pub mod bootstrap_secrets;
 pub mod cluster;
 pub mod handlers;
 pub mod server;

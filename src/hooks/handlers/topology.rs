@@ -89,6 +89,12 @@ pub async fn serve_generate_patches(ctx: &Context, request: &GeneratePatchesRequ
             "the builtin variable has no cluster.name or cluster.namespace",
         );
     };
+    // "Present" may come from the watch; "absent" only from the API server: a stale miss would
+    // drop the patch of a Cluster that has it and roll its control plane
+    // ([`crate::hooks::bootstrap_secrets`]).
+    if ctx.bootstrap_secrets.known_present(namespace, name) {
+        return generate_patches(request, true);
+    }
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
     let secret = bootstrap::secret_name(name);
     match secrets.get_metadata_opt(&secret).await {
