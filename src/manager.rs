@@ -43,6 +43,7 @@ pub async fn run(flags: ManagerFlags) -> Result<()> {
         tracing::info!(flag = %ignored, "flag accepted but ignored");
     }
     let clients = connect(&flags).await?;
+    require_cluster_api(&clients.priority).await?;
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone());
     Manager::start_with_clients(clients, flags, shutdown)
@@ -389,6 +390,30 @@ fn spawn_signal_handler(shutdown: CancellationToken) {
         tracing::info!("termination signal received");
         shutdown.cancel();
     });
+}
+
+/// Fails when the API server does not serve the Cluster API version the controllers watch
+/// ([`crate::model::capi::cluster_api_problem`]), instead of watches that retry forever.
+pub async fn require_cluster_api(client: &Client) -> Result<()> {
+    use crate::model::capi::{WATCHED_API_VERSION, cluster_api_problem};
+    let served = match client.list_api_group_resources(WATCHED_API_VERSION).await {
+        Ok(list) => Some(
+            list.resources
+                .into_iter()
+                .map(|r| r.name)
+                .collect::<Vec<_>>(),
+        ),
+        Err(kube::Error::Api(status)) if status.code == 404 => None,
+        Err(err) => return Err(err.into()),
+    };
+    match cluster_api_problem(served.as_deref()) {
+        None => Ok(()),
+        Some(problem) => Err(Error::Missing {
+            kind: "API",
+            name: WATCHED_API_VERSION.to_string(),
+            reason: problem,
+        }),
+    }
 }
 
 /// Builds the manager's clients (user agent; `--kube-api-qps`/`--kube-api-burst` rate limit on
