@@ -14,7 +14,7 @@ use crate::controllers::config_watch::ConfigReceiver;
 use crate::hooks::bootstrap_secrets::BootstrapSecrets;
 use crate::metrics::Metrics;
 use crate::model::config::EffectiveConfig;
-use crate::server::Readiness;
+use crate::probes::Readiness;
 
 /// The controller name in Events (`reportingController`), as CAAPF.
 pub const EVENT_REPORTER: &str = "caapf-controller";

@@ -20,7 +20,9 @@ pub mod manager;
 pub mod metrics;
 pub mod model;
 pub mod names;
-pub mod server;
+pub mod probes;
+/// The former name of [`probes`], kept until `controllers/config_watch.rs` says `probes`.
+pub use probes as server;
 pub mod telemetry;
 
 pub use error::{Error, Result};

@@ -31,7 +31,7 @@ use crate::context::Context;
 use crate::controllers::{config_watch, fleet_config, import};
 use crate::leader::{ElectionConfig, Elector, Renewal};
 use crate::{Error, Result};
-use crate::{hooks, server};
+use crate::{hooks, probes};
 
 /// How long the leader tasks may take to finish after SIGTERM (a reconcile, a running helm
 /// command) before they are aborted. Below the Deployment's terminationGracePeriodSeconds (30).
@@ -110,9 +110,9 @@ impl Manager {
                 .with_bootstrap_secrets(bootstrap_secrets),
         );
 
-        let (health_address, metrics_address) = server::serve(
-            server::parse_bind_address(&ctx.flags.health_probe_bind_address)?,
-            server::parse_bind_address(&ctx.flags.metrics_bind_address)?,
+        let (health_address, metrics_address) = probes::serve(
+            probes::parse_bind_address(&ctx.flags.health_probe_bind_address)?,
+            probes::parse_bind_address(&ctx.flags.metrics_bind_address)?,
             ctx.readiness.clone(),
             ctx.metrics.clone(),
             shutdown,
