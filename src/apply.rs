@@ -255,7 +255,7 @@ where
         let Some(patch) = ops(&current) else {
             return Ok(None);
         };
-        match json_patch(api, &name, patch).await {
+        match patch_json(api, &name, patch).await {
             Ok(patched) => return Ok(patched.meta().resource_version.clone()),
             Err(Error::Kube(kube::Error::Api(status))) if status.code == 404 => return Ok(None),
             // 422: the `test` of the resourceVersion failed; 409: a conflicting write.
@@ -281,7 +281,7 @@ fn test_resource_version<K: Resource>(object: &K) -> Value {
     })
 }
 
-async fn json_patch<K>(api: &Api<K>, name: &str, ops: Vec<Value>) -> Result<K>
+async fn patch_json<K>(api: &Api<K>, name: &str, ops: Vec<Value>) -> Result<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {

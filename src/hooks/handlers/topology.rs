@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 
 use crate::bootstrap;
-use crate::bootstrap::patch::{classify, json_patch};
+use crate::bootstrap::patch::{bootstrap_patch, classify};
 use crate::context::Context;
 use crate::hooks::handlers::lifecycle;
 use crate::hooks::types::{
@@ -161,7 +161,7 @@ fn item_patch(
         .as_str()
         .filter(|name| !name.is_empty())
         .ok_or("the builtin variable has no cluster.name")?;
-    json_patch(object, template, &bootstrap::secret_name(cluster_name))
+    bootstrap_patch(object, template, &bootstrap::secret_name(cluster_name))
 }
 
 /// The variables this extension reads, item values over global ones (`builtin` merged field by
