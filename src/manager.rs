@@ -98,7 +98,15 @@ impl Manager {
     ) -> Result<Self> {
         let client = clients.priority;
         let election = if flags.leader_elect {
-            Some(ElectionConfig::from_flags(&flags)?)
+            // Reads the namespace and host name files: off the async workers.
+            let election_flags = flags.clone();
+            let config =
+                tokio::task::spawn_blocking(move || ElectionConfig::from_flags(&election_flags))
+                    .await
+                    .map_err(|err| {
+                        Error::InvalidConfig(format!("preparing the leader election: {err}"))
+                    })??;
+            Some(config)
         } else {
             None
         };
