@@ -44,13 +44,11 @@ use crate::bootstrap::manifest::{
 };
 use crate::context::Context;
 use crate::hooks::cluster::ClusterInfo;
-use crate::hooks::handlers::registration::{
-    cluster_owner, desired_fleet_cluster, desired_token, new_client_id, token_name,
-};
 use crate::hooks::handlers::topology::FLEET_AGENT_VARIABLE;
 use crate::hooks::types::Outcome;
 use crate::model::agent_bootstrap::FleetAgentSetting;
 use crate::model::config::{ClusterImport, EffectiveConfig};
+use crate::model::fleet;
 use crate::model::selection::ClusterFacts;
 use crate::names;
 use crate::{Error, apply};
@@ -350,7 +348,8 @@ async fn prepare_agent_initiated(
     let fleet_cluster = match get_opt(&fleet_clusters, &fleet_name, "Fleet Cluster", ns).await? {
         Some(existing) => existing,
         None => {
-            let desired = desired_fleet_cluster(cluster, import, &new_client_id());
+            let desired =
+                fleet::runtime_extension_stub(cluster, import, &fleet::random_client_id());
             create_or_get(&fleet_clusters, &desired, &fleet_name, "Fleet Cluster", ns).await?
         }
     };
@@ -371,7 +370,7 @@ async fn prepare_agent_initiated(
         Some(id) => id,
         None => {
             // An existing Fleet Cluster without a client ID (e.g. created by hand): give it one.
-            let id = new_client_id();
+            let id = fleet::random_client_id();
             apply::merge_patch(
                 &fleet_clusters,
                 &fleet_name,
@@ -393,13 +392,13 @@ async fn prepare_agent_initiated(
     };
 
     let tokens: Api<ClusterRegistrationToken> = Api::namespaced(ctx.client.clone(), ns);
-    let token_name = token_name(cluster);
+    let token_name = fleet::registration_token_name(cluster);
     let token = match get_opt(&tokens, &token_name, "ClusterRegistrationToken", ns).await? {
         Some(token) => token,
         None => {
             create_or_get(
                 &tokens,
-                &desired_token(cluster, import),
+                &fleet::desired_registration_token(cluster, import),
                 &token_name,
                 "ClusterRegistrationToken",
                 ns,
@@ -478,10 +477,10 @@ async fn prepare_agent_initiated(
 
     // The agent settings the import controller applies to the Fleet Cluster (the live object may
     // still be the minimal first version): the bootstrap agent must match what Fleet manages.
-    let full = crate::model::fleet::desired_fleet_cluster(
+    let full = fleet::desired_fleet_cluster(
         cluster,
         import,
-        &crate::model::fleet::Registration::AgentInitiated {
+        &fleet::Registration::AgentInitiated {
             client_id: client_id.clone(),
         },
         None,
@@ -569,7 +568,7 @@ async fn ensure_bootstrap_secret(
                 names::CAPI_CLUSTER_NAME_LABEL.to_string(),
                 cluster.name.clone(),
             )])),
-            owner_references: cluster_owner(cluster).map(|owner| vec![owner]),
+            owner_references: fleet::bootstrap_secret_owner(cluster).map(|owner| vec![owner]),
             ..Default::default()
         },
         type_: Some("Opaque".to_string()),
@@ -600,7 +599,7 @@ async fn before_cluster_delete_steps(
     let tokens: Api<ClusterRegistrationToken> = Api::namespaced(ctx.client.clone(), ns);
     let fleet_clusters: Api<FleetCluster> = Api::namespaced(ctx.client.clone(), ns);
     let secret_name = bootstrap::secret_name(&cluster.name);
-    let token_name = token_name(cluster);
+    let token_name = fleet::registration_token_name(cluster);
 
     delete_if_present(&secrets, &secret_name, "Secret", ns).await?;
     delete_if_present(&tokens, &token_name, "ClusterRegistrationToken", ns).await?;
@@ -621,7 +620,7 @@ async fn before_cluster_delete_steps(
                 .owner_references()
                 .iter()
                 .any(|owner| owner.uid == cluster.uid);
-        let prepared = crate::model::fleet::prepared_by_runtime_extension(Some(&fleet));
+        let prepared = fleet::prepared_by_runtime_extension(Some(&fleet));
         if fleet.meta().deletion_timestamp.is_none() && (owned || prepared) {
             delete_if_present(&fleet_clusters, &fleet_name, "Fleet Cluster", ns).await?;
         }
