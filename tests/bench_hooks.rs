@@ -2,8 +2,8 @@
 //! the release binaries and runs it).
 //!
 //! 1. Prepares the input once: a `kube-sandbox` process (validating custom resources) with N
-//!    CAPI Clusters (`v1beta2`, `fleetAgent: {enabled: true}`) in M namespaces, each with its
-//!    bootstrap Secret (what BeforeClusterCreate leaves behind); saved as a sandbox snapshot.
+//!    initialized CAPI Clusters (`v1beta2`) in M namespaces, each with its bootstrap Secret
+//!    (what BeforeClusterCreate leaves behind); saved as a sandbox snapshot.
 //! 2. Starts a sandbox from the snapshot (read-only) and the `caapf` release binary at its
 //!    defaults, serving the extension over TLS on 127.0.0.1 with a test CA; waits until the
 //!    import has created all N Fleet Clusters and the manager is quiet (the hooks are measured
@@ -32,7 +32,7 @@ use bytes::Bytes;
 use futures::{StreamExt, stream};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, Config};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -146,16 +146,24 @@ async fn prepare(dir: &Path, clusters: usize, namespaces: usize) {
                 let ns = namespace_of(i, namespaces);
                 let name = format!("c-{i}");
                 let api: Api<caapf::api::CapiCluster> = Api::namespaced(client.clone(), &ns);
+                // The hook requests carry the Cluster (fixtures); the stored one only has to be
+                // imported: initialized, so the import creates its Fleet Cluster.
                 let cluster = serde_json::from_value(json!({
                     "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
                     "metadata": {"name": name, "namespace": ns},
-                    "spec": {"topology": {"classRef": {"name": "quick-start"}, "version": "v1.34.1",
-                        "variables": [{"name": "fleetAgent", "value": {"enabled": true}}]}},
+                    "spec": {},
                 }))
                 .expect("cluster");
                 api.create(&PostParams::default(), &cluster)
                     .await
                     .expect("create cluster");
+                api.patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"initialization": {"controlPlaneInitialized": true}}})),
+                )
+                .await
+                .expect("initialize");
                 // What BeforeClusterCreate writes (the content does not matter here).
                 let secrets: Api<k8s_openapi::api::core::v1::Secret> =
                     Api::namespaced(client, &ns);
