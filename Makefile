@@ -63,6 +63,11 @@ fuzz:
 image: tools
 	hack/build-image.sh
 
+## bench-hooks: hook latency at a fixed rate over TLS, as separate processes (BENCH_CLUSTERS, BENCH_NAMESPACES, BENCH_HOOK_RATE, BENCH_HOOK_SECONDS); figures in docs/performance.md
+bench-hooks:
+	$(CARGO) build --release --locked --workspace --bins
+	$(CARGO) test --release --locked --test bench_hooks -- --ignored --nocapture
+
 ## build: debug build of every binary
 build:
 	$(CARGO) build --workspace --locked

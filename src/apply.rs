@@ -1,6 +1,9 @@
-//! Writes to the API server: server-side apply after comparing with the cached live object,
-//! create-only, delete, and finalizer patches. The only module of the import controllers that
-//! writes.
+//! Writes to the API server, for every writer of the provider (controllers and hooks):
+//! server-side apply after comparing with the cached live object, create-only, create-or-adopt,
+//! delete, finalizer patches and guarded read-modify-write. Each answers the races the API
+//! server has once, here: "create, adopt on 409", "delete, 404 is fine", "retry on a stale
+//! resourceVersion". Errors are [`crate::Error`]; callers turn them into their own answer (a
+//! reconcile error, a hook's "retry") in one place each.
 
 use std::fmt::Debug;
 
@@ -103,6 +106,77 @@ where
     }
 }
 
+/// Creates `object` with field manager `manager`; when someone else created it first (another
+/// replica, another controller), returns theirs: never overwrites.
+pub async fn create_or_adopt<K>(api: &Api<K>, object: &K, manager: &str) -> Result<K>
+where
+    K: Resource + Serialize + DeserializeOwned + Clone + Debug,
+{
+    let params = PostParams {
+        field_manager: Some(manager.to_string()),
+        ..PostParams::default()
+    };
+    match api.create(&params, object).await {
+        Ok(created) => Ok(created),
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            let name = object.meta().name.clone().unwrap_or_default();
+            Ok(api.get(&name).await?)
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// Merge-patches `patch` into `name` with field manager `manager` (no resourceVersion guard:
+/// for fields only this writer sets).
+pub async fn merge_patch<K>(api: &Api<K>, name: &str, patch: &Value, manager: &str) -> Result<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let params = PatchParams {
+        field_manager: Some(manager.to_string()),
+        ..PatchParams::default()
+    };
+    Ok(api.patch(name, &params, &Patch::Merge(patch)).await?)
+}
+
+/// How often a guarded read-modify-write is tried when someone else wrote in between.
+const CONFLICT_ATTEMPTS: usize = 3;
+
+/// Read-modify-write of `name`: reads it (`None` when absent), asks `change` for a JSON merge
+/// patch (`None`: nothing to change) and applies it guarded by the resourceVersion read, so a
+/// concurrent writer is never overwritten: on a conflict it reads again and retries. Returns
+/// whether it wrote.
+pub async fn merge_patch_guarded<K>(
+    api: &Api<K>,
+    name: &str,
+    manager: &str,
+    change: impl Fn(Option<&K>) -> Result<Option<Value>>,
+) -> Result<bool>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    for attempt in 1..=CONFLICT_ATTEMPTS {
+        let current = api.get_opt(name).await?;
+        let Some(mut patch) = change(current.as_ref())? else {
+            return Ok(false);
+        };
+        if let (Some(object), Some(map)) = (current.as_ref(), patch.as_object_mut()) {
+            let metadata = map.entry("metadata").or_insert_with(|| json!({}));
+            metadata["resourceVersion"] = json!(object.meta().resource_version);
+        }
+        match merge_patch(api, name, &patch, manager).await {
+            Ok(_) => return Ok(true),
+            Err(Error::Kube(kube::Error::Api(status)))
+                if status.code == 409 && attempt < CONFLICT_ATTEMPTS =>
+            {
+                tracing::debug!(object = name, "changed while we wrote it; reading again");
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    unreachable!("the last attempt returns")
+}
+
 /// Deletes `name` (background propagation); `false` when it was already gone.
 pub async fn delete_if_exists<K>(api: &Api<K>, name: &str) -> Result<bool>
 where
@@ -185,7 +259,7 @@ where
         let Some(patch) = ops(&current) else {
             return Ok(None);
         };
-        match json_patch(api, &name, patch).await {
+        match patch_json(api, &name, patch).await {
             Ok(patched) => return Ok(patched.meta().resource_version.clone()),
             Err(Error::Kube(kube::Error::Api(status))) if status.code == 404 => return Ok(None),
             // 422: the `test` of the resourceVersion failed; 409: a conflicting write.
@@ -211,7 +285,7 @@ fn test_resource_version<K: Resource>(object: &K) -> Value {
     })
 }
 
-async fn json_patch<K>(api: &Api<K>, name: &str, ops: Vec<Value>) -> Result<K>
+async fn patch_json<K>(api: &Api<K>, name: &str, ops: Vec<Value>) -> Result<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {

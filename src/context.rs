@@ -11,9 +11,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::bootstrap::chart::AgentChart;
 use crate::cli::ManagerFlags;
+use crate::hooks::bootstrap_secrets::BootstrapSecrets;
 use crate::metrics::Metrics;
 use crate::model::config::EffectiveConfig;
-use crate::server::Readiness;
+use crate::probes::Readiness;
 
 /// The controller name in Events (`reportingController`), as CAAPF.
 pub const EVENT_REPORTER: &str = "caapf-controller";
@@ -58,6 +59,9 @@ pub struct Context {
     /// Clusters (`namespace/name`) whose bootstrap Secret is being prepared in the background:
     /// at most one preparation per Cluster; an entry lives only while its preparation runs.
     pub preparing: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    /// Which bootstrap Secrets exist, for the hooks (never fed unless the manager, or a test,
+    /// runs its feed: then every lookup misses and the hooks read the API server).
+    pub bootstrap_secrets: BootstrapSecrets,
 }
 
 fn reporter() -> Reporter {
@@ -94,7 +98,15 @@ impl Context {
             shutdown,
             agent_chart,
             preparing: Arc::default(),
+            bootstrap_secrets: BootstrapSecrets::default(),
         }
+    }
+
+    /// The same context with the hooks' view of the bootstrap Secrets (see
+    /// [`crate::hooks::bootstrap_secrets`]; its feed runs elsewhere).
+    pub fn with_bootstrap_secrets(mut self, view: BootstrapSecrets) -> Self {
+        self.bootstrap_secrets = view;
+        self
     }
 
     /// The same context with the controllers on their own client (Events too).
@@ -118,6 +130,7 @@ impl Context {
             shutdown,
             agent_chart: self.agent_chart.clone(),
             preparing: self.preparing.clone(),
+            bootstrap_secrets: self.bootstrap_secrets.clone(),
         }
     }
 

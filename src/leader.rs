@@ -16,6 +16,21 @@
 //! - On graceful shutdown the leader releases the Lease (client-go's `ReleaseOnCancel`): the
 //!   holder is cleared and the duration set to 1 s, so a candidate takes over at its next retry
 //!   instead of waiting for the lease to expire.
+//!
+//! # Why not a crate (evaluated 2026-11-23 from their documentation)
+//!
+//! - `kube-lease-manager` (docs.rs, 0.11.1 `lib.rs`): writes the Lease with server-side apply
+//!   and "tolerates a configurable time skew between nodes", i.e. compares the holder's
+//!   wall-clock times; client-go (and `tests/leader.rs`) measures expiry on the candidate's own
+//!   monotonic clock and guards each write by the `resourceVersion` just read.
+//! - `kubert`'s `LeaseManager` (docs.rs, 0.23 `lease` feature): "the named lease resource must
+//!   already have been created, or a 404 error will be returned" (someone else must create it),
+//!   and renewal scheduling and the step-down on a missed renew deadline stay with the caller
+//!   (`ensure_claimed`/`vacate`), which is most of this module.
+//!
+//! Either would change behaviour the leader tests pin (expiry on the local clock, takeover only
+//! after the lease duration, step-down within the renew deadline, release on shutdown), so this
+//! module stays; the Lease has its own unlimited client ([`crate::client`]).
 
 use std::path::Path;
 use std::time::Duration;

@@ -21,7 +21,7 @@ pub mod metrics;
 pub mod model;
 pub mod move_preview;
 pub mod names;
-pub mod server;
+pub mod probes;
 pub mod telemetry;
 
 pub use error::{Error, Result};

@@ -31,7 +31,7 @@ use crate::context::Context;
 use crate::controllers::{config_watch, fleet_config, import};
 use crate::leader::{ElectionConfig, Elector, Renewal};
 use crate::{Error, Result};
-use crate::{hooks, server};
+use crate::{hooks, probes};
 
 /// How long the leader tasks may take to finish after SIGTERM (a reconcile, a running helm
 /// command) before they are aborted. Below the Deployment's terminationGracePeriodSeconds (30).
@@ -43,6 +43,7 @@ pub async fn run(flags: ManagerFlags) -> Result<()> {
         tracing::info!(flag = %ignored, "flag accepted but ignored");
     }
     let clients = connect(&flags).await?;
+    require_cluster_api(&clients.priority).await?;
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone());
     Manager::start_with_clients(clients, flags, shutdown)
@@ -97,19 +98,29 @@ impl Manager {
     ) -> Result<Self> {
         let client = clients.priority;
         let election = if flags.leader_elect {
-            Some(ElectionConfig::from_flags(&flags)?)
+            // Reads the namespace and host name files: off the async workers.
+            let election_flags = flags.clone();
+            let config =
+                tokio::task::spawn_blocking(move || ElectionConfig::from_flags(&election_flags))
+                    .await
+                    .map_err(|err| {
+                        Error::InvalidConfig(format!("preparing the leader election: {err}"))
+                    })??;
+            Some(config)
         } else {
             None
         };
         let (config_tx, config_rx) = crate::context::config_channel();
+        let (bootstrap_secrets, bootstrap_feed) = hooks::bootstrap_secrets::BootstrapSecrets::new();
         let ctx = Arc::new(
             Context::new(client.clone(), flags, config_rx, shutdown.clone())
-                .with_controllers_client(clients.controllers),
+                .with_controllers_client(clients.controllers)
+                .with_bootstrap_secrets(bootstrap_secrets),
         );
 
-        let (health_address, metrics_address) = server::serve(
-            server::parse_bind_address(&ctx.flags.health_probe_bind_address)?,
-            server::parse_bind_address(&ctx.flags.metrics_bind_address)?,
+        let (health_address, metrics_address) = probes::serve(
+            probes::parse_bind_address(&ctx.flags.health_probe_bind_address)?,
+            probes::parse_bind_address(&ctx.flags.metrics_bind_address)?,
             ctx.readiness.clone(),
             ctx.metrics.clone(),
             shutdown,
@@ -143,6 +154,19 @@ impl Manager {
                 () = config_watch::run(client, config_tx, readiness) => {}
                 () = stop.cancelled() => {}
             }
+            Ok(())
+        });
+        // The hooks' view of the bootstrap Secrets, on every replica (like the hooks), through
+        // the priority client.
+        let (feed_client, feed_namespace, feed_stop) = (
+            ctx.client.clone(),
+            ctx.flags.watch_namespace().map(str::to_string),
+            ctx.shutdown.clone(),
+        );
+        tasks.spawn(async move {
+            bootstrap_feed
+                .run(feed_client, feed_namespace, feed_stop)
+                .await;
             Ok(())
         });
         let elector = election.map(|config| Elector::new(ctx.client.clone(), config));
@@ -374,6 +398,30 @@ fn spawn_signal_handler(shutdown: CancellationToken) {
         tracing::info!("termination signal received");
         shutdown.cancel();
     });
+}
+
+/// Fails when the API server does not serve the Cluster API version the controllers watch
+/// ([`crate::model::capi::cluster_api_problem`]), instead of watches that retry forever.
+pub async fn require_cluster_api(client: &Client) -> Result<()> {
+    use crate::model::capi::{WATCHED_API_VERSION, cluster_api_problem};
+    let served = match client.list_api_group_resources(WATCHED_API_VERSION).await {
+        Ok(list) => Some(
+            list.resources
+                .into_iter()
+                .map(|r| r.name)
+                .collect::<Vec<_>>(),
+        ),
+        Err(kube::Error::Api(status)) if status.code == 404 => None,
+        Err(err) => return Err(err.into()),
+    };
+    match cluster_api_problem(served.as_deref()) {
+        None => Ok(()),
+        Some(problem) => Err(Error::Missing {
+            kind: "API",
+            name: WATCHED_API_VERSION.to_string(),
+            reason: problem,
+        }),
+    }
 }
 
 /// Builds the manager's clients (user agent; `--kube-api-qps`/`--kube-api-burst` rate limit on

@@ -126,3 +126,33 @@ fn crd_subcommand_prints_the_checked_in_manifest() {
         std::fs::read_to_string(manifest).expect("manifest")
     );
 }
+
+/// Against an API server without Cluster API's `v1beta2` (Cluster API v1.10 and earlier), the
+/// manager stops at start-up naming the missing API and the release it needs.
+#[tokio::test]
+async fn a_management_cluster_without_cluster_api_v1beta2_fails_at_start_up() {
+    use kube_sandbox::{CrdSet, Sandbox, SandboxOptions};
+    let sandbox = Sandbox::start_with(SandboxOptions {
+        crds: vec![CrdSet::Fleet, CrdSet::Provider],
+        ..SandboxOptions::default()
+    })
+    .await
+    .expect("sandbox");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    sandbox.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    let output = tokio::task::spawn_blocking(move || {
+        caapf(
+            &["--health-probe-bind-address=0", "--metrics-bind-address=0"],
+            &kubeconfig,
+        )
+    })
+    .await
+    .expect("caapf ran");
+    let all = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{all}");
+    assert!(
+        all.contains("does not serve cluster.x-k8s.io/v1beta2") && all.contains("v1.11 or later"),
+        "{all}"
+    );
+}

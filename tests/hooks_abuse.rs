@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use caapf::cli::ManagerFlags;
 use caapf::context::Context;
-use caapf::controllers::config_watch;
 use caapf::hooks::server::{self, ServerOptions};
 use caapf::model::config::EffectiveConfig;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
@@ -516,7 +515,7 @@ async fn idle_connections_are_closed_and_the_connection_limit_holds() {
         "http://127.0.0.1:9".parse().expect("url"),
     ))
     .expect("client");
-    let (tx, rx) = config_watch::channel();
+    let (tx, rx) = caapf::context::config_channel();
     tx.send_replace(Some(Arc::new(EffectiveConfig::default())));
     let ctx = Arc::new(Context::new(
         client,

@@ -1121,3 +1121,88 @@ async fn an_oversized_body_is_a_failure() {
     );
     assert_eq!(response.kind, "GeneratePatchesResponse");
 }
+
+/// At steady state (the bootstrap Secret exists) GeneratePatches and BeforeClusterCreate answer
+/// from the watch of bootstrap Secrets without a request to the API server; a Cluster without a
+/// Secret costs one GET (a miss is confirmed live, never answered from the cache), and no hook
+/// LISTs per request (the sandbox request log).
+#[tokio::test]
+async fn hooks_answer_from_the_bootstrap_secret_watch_without_listing() {
+    use caapf::hooks::bootstrap_secrets::BootstrapSecrets;
+    use kube_sandbox::Verb;
+
+    let env = Env::start(Some(
+        "cluster: {}\nruntimeExtension: {beforeClusterUpgrade: {waitForBundlesReady: true}}",
+    ))
+    .await;
+    let cluster = env
+        .capi_cluster("c1", json!({}), "quick-start", false)
+        .await;
+    env.capi_cluster("c2", json!({}), "quick-start", false)
+        .await;
+    let secrets: Api<Secret> = Api::namespaced(env.client(), NS);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "c1-fleet-agent-bootstrap", "namespace": NS,
+            "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
+        "stringData": {MANIFEST_KEY: "kind: Namespace\n"},
+    }))
+    .expect("secret");
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("bootstrap secret");
+
+    let (view, feed) = BootstrapSecrets::new();
+    let stop = CancellationToken::new();
+    tokio::spawn(feed.run(env.client(), None, stop.clone()));
+    let ctx = env
+        .ctx
+        .with_shutdown(stop.clone())
+        .with_bootstrap_secrets(view.clone());
+    common::eventually("the watch knows the bootstrap Secret of c1", || async {
+        view.known_present(NS, "c1").then_some(())
+    })
+    .await;
+
+    let patches = |response: &Response| -> usize {
+        let ResponseBody::Patches { items } = &response.body else {
+            panic!("{response:?}");
+        };
+        let bytes =
+            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, &items[0].patch)
+                .expect("base64");
+        serde_json::from_slice::<Vec<Value>>(&bytes)
+            .expect("patch")
+            .len()
+    };
+    let request = serde_json::to_vec(&generate_patches_request("c1")).expect("json");
+    env.sandbox.requests().reset();
+    for _ in 0..10 {
+        let response = handlers::handle(&ctx, Hook::GeneratePatches, &request).await;
+        assert!(patches(&response) > 0, "{response:?}");
+        assert_success(&call_with(&ctx, Hook::BeforeClusterCreate, &cluster).await);
+    }
+    assert_eq!(
+        env.sandbox.requests().all().len(),
+        0,
+        "answered from the watch: {:?}",
+        env.sandbox.requests().all()
+    );
+
+    // No Secret for c2: the miss is confirmed by one GET per call, and nothing is listed.
+    let request = serde_json::to_vec(&generate_patches_request("c2")).expect("json");
+    env.sandbox.requests().reset();
+    let response = handlers::handle(&ctx, Hook::GeneratePatches, &request).await;
+    assert_eq!(patches(&response), 0, "{response:?}");
+    let secret_gets = env.sandbox.requests().count(|r| {
+        r.verb == Verb::Get && r.resource == "secrets" && r.name == "c2-fleet-agent-bootstrap"
+    });
+    assert_eq!(secret_gets, 1);
+
+    // BeforeClusterUpgrade reads the Fleet Cluster by name, it does not list the namespace.
+    env.sandbox.requests().reset();
+    assert_success(&call_with(&ctx, Hook::BeforeClusterUpgrade, &cluster).await);
+    let lists = env.sandbox.requests().count(|r| r.verb == Verb::List);
+    assert_eq!(lists, 0, "{:?}", env.sandbox.requests().all());
+    stop.cancel();
+}

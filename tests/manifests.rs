@@ -231,7 +231,7 @@ spec:
 }
 
 fn port(flag: &str) -> u16 {
-    caapf::server::parse_bind_address(flag)
+    caapf::probes::parse_bind_address(flag)
         .expect("address")
         .map(|a: SocketAddr| a.port())
         .expect("enabled")

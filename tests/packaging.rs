@@ -40,7 +40,7 @@ fn instructions(text: &str) -> Vec<String> {
 }
 
 fn port(address: &str) -> u16 {
-    caapf::server::parse_bind_address(address)
+    caapf::probes::parse_bind_address(address)
         .expect("address")
         .expect("enabled")
         .port()

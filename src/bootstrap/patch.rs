@@ -89,7 +89,7 @@ pub fn patched(object: &Value, template: Template, secret_name: &str) -> Value {
 /// The RFC 6902 patch from `object` to [`patched`] (empty when nothing is missing). An error only
 /// if a key cannot be written as a JSON pointer (never silently an `add` at the root, which
 /// would replace the whole template).
-pub fn json_patch(
+pub fn bootstrap_patch(
     object: &Value,
     template: Template,
     secret_name: &str,
@@ -244,7 +244,7 @@ mod tests {
         let template = json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlaneTemplate",
             "spec": {"template": {"spec": {"kubeadmConfigSpec": {}}}}});
         let patch = serde_json::to_value(
-            json_patch(
+            bootstrap_patch(
                 &template,
                 Template::KubeadmControlPlane,
                 "c1-fleet-agent-bootstrap",

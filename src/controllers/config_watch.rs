@@ -9,7 +9,7 @@ use kube::{Api, Client};
 use crate::api::FleetAddonConfig;
 use crate::context::ConfigSender;
 use crate::model::config::EffectiveConfig;
-use crate::server::Readiness;
+use crate::probes::Readiness;
 
 /// Readiness check name: the configuration has been read once.
 pub const READY_CHECK: &str = "config";

@@ -267,8 +267,19 @@ impl Helm {
     ) -> Result<()> {
         let major = self.major().await?;
         // Removed when dropped, after helm has finished (or was killed).
+        // Written off the async workers (file creation and a write of the whole values).
         let values_file = match values {
-            Some(values) => Some(ValuesFile::write(&self.home, values)?),
+            Some(values) => {
+                let (home, values) = (self.home.clone(), values.clone());
+                let written =
+                    tokio::task::spawn_blocking(move || ValuesFile::write(&home, &values))
+                        .await
+                        .map_err(|err| Error::Helm {
+                            step: "deploy",
+                            message: format!("writing the values file: {err}"),
+                        })??;
+                Some(written)
+            }
             None => None,
         };
         let args = argv::deploy(

@@ -4,10 +4,13 @@
 //! - [`types`]: the wire format (hand-written serde types);
 //! - [`cluster`]: the embedded Cluster, v1beta1 or v1beta2, decoded by shape;
 //! - [`handlers`]: one function per hook;
+//! - [`bootstrap_secrets`]: which bootstrap Secrets exist (a watch), so that hooks answer
+//!   without a request to the API server at steady state;
 //! - [`tls`]: the serving certificate, reloaded when cert-manager rotates it;
 //! - [`limits`]: the body budget, body reader and idle tracking that bound memory under abuse;
 //! - [`server`]: routing, limits, timeouts, metrics.
 
+pub mod bootstrap_secrets;
 pub mod cluster;
 pub mod handlers;
 pub mod limits;

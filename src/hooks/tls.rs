@@ -22,7 +22,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
-use crate::server::Readiness;
+use crate::probes::Readiness;
 
 /// File name of the certificate chain (PEM).
 pub const CERT_FILE: &str = "tls.crt";

@@ -15,6 +15,36 @@ use crate::names;
 /// Labels or annotations.
 pub type StringMap = BTreeMap<String, String>;
 
+/// The Cluster API group version the controllers watch.
+pub const WATCHED_API_VERSION: &str = "cluster.x-k8s.io/v1beta2";
+
+/// The resources of [`WATCHED_API_VERSION`] the controllers watch.
+pub const WATCHED_RESOURCES: [&str; 2] = ["clusters", "clusterclasses"];
+
+/// What is wrong with the management cluster's Cluster API, from discovery: `served` holds the
+/// resource names served in [`WATCHED_API_VERSION`], `None` when that group version is not
+/// served at all. Cluster API v1.11.0 is the first release serving `v1beta2`
+/// (kubernetes-sigs/cluster-api `config/crd/bases/cluster.x-k8s.io_clusters.yaml`: v1.10.0
+/// serves only `v1beta1`, v1.11.0 serves `v1beta1` and `v1beta2`, stored as `v1beta2`).
+pub fn cluster_api_problem(served: Option<&[String]>) -> Option<String> {
+    const HINT: &str = "this provider needs Cluster API v1.11 or later (v1.10 and earlier serve only cluster.x-k8s.io/v1beta1): install or upgrade it with clusterctl";
+    let Some(served) = served else {
+        return Some(format!(
+            "the API server does not serve {WATCHED_API_VERSION}: {HINT}"
+        ));
+    };
+    let missing: Vec<&str> = WATCHED_RESOURCES
+        .into_iter()
+        .filter(|resource| !served.iter().any(|s| s == resource))
+        .collect();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "the API server serves {WATCHED_API_VERSION} without {}: {HINT}",
+            missing.join(", ")
+        )
+    })
+}
+
 /// A reference from a Cluster to its control plane or infrastructure object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObjectRef {
@@ -339,6 +369,35 @@ fn string_map(value: Option<&Value>) -> StringMap {
         .flatten()
         .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
         .collect()
+}
+
+#[cfg(test)]
+mod cluster_api_tests {
+    use super::*;
+
+    #[test]
+    fn the_watched_cluster_api_must_be_served() {
+        let both = ["clusters".to_string(), "clusterclasses".to_string()];
+        let no_classes = ["clusters".to_string()];
+        let rows: [(Option<&[String]>, Option<&str>); 4] = [
+            (Some(&both), None),
+            // Cluster API v1.10: no v1beta2 at all.
+            (None, Some("does not serve cluster.x-k8s.io/v1beta2")),
+            (Some(&no_classes), Some("without clusterclasses")),
+            (Some(&[]), Some("without clusters, clusterclasses")),
+        ];
+        for (served, expected) in rows {
+            let problem = cluster_api_problem(served);
+            match expected {
+                None => assert_eq!(problem, None),
+                Some(part) => {
+                    let problem = problem.expect("a problem");
+                    assert!(problem.contains(part), "{problem}");
+                    assert!(problem.contains("v1.11 or later"), "{problem}");
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

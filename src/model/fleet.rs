@@ -336,6 +336,119 @@ pub fn desired_bundle_namespace_mapping(
     mapping
 }
 
+/// The Fleet Cluster the runtime extension (BeforeClusterCreate) creates for an agent-initiated
+/// Cluster without one: only the name, the client ID and the mark
+/// [`names::REGISTRATION_ANNOTATION`], so the import controller keeps it agent-initiated even
+/// when FleetAddonConfig alone would not. The hook only ever creates it (never updates it), so
+/// this client ID is the one kept forever; every other field is the import controller's (a
+/// field written here would stay co-owned by the hook's field manager, and the import
+/// controller could never remove it, e.g. a label removed from the CAPI Cluster).
+pub fn runtime_extension_stub(
+    cluster: &ClusterView,
+    import: &ClusterImport,
+    client_id: &str,
+) -> FleetCluster {
+    let mut fleet_cluster = registration_stub(cluster, import, client_id);
+    fleet_cluster
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(
+            names::REGISTRATION_ANNOTATION.to_string(),
+            names::REGISTRATION_RUNTIME_EXTENSION.to_string(),
+        );
+    fleet_cluster
+}
+
+/// Name of the ClusterRegistrationToken of a CAPI Cluster (CAAPF's: the CAPI Cluster name).
+pub fn registration_token_name(cluster: &ClusterView) -> String {
+    cluster.name.clone()
+}
+
+/// Owner reference to the CAPI Cluster for its bootstrap Secret: [`cluster_owner_reference`]
+/// (the API version the Cluster came in, `v1beta1` on Cluster API releases that serve only
+/// it), `None` without a uid.
+pub fn bootstrap_secret_owner(cluster: &ClusterView) -> Option<OwnerReference> {
+    (!cluster.uid.is_empty()).then(|| cluster_owner_reference(cluster))
+}
+
+#[cfg(test)]
+mod runtime_extension_tests {
+    use super::*;
+    use crate::model::config::EffectiveConfig;
+    use serde_json::json;
+
+    fn cluster() -> ClusterView {
+        ClusterView::from_json(&json!({
+            "metadata": {"name": "c1", "namespace": "ns", "uid": "u-1",
+                "labels": {"env": "dev"},
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}", "team": "a"}},
+            "spec": {"topology": {"class": "quick-start", "classNamespace": "classes"}}
+        }))
+        .expect("cluster")
+    }
+
+    #[test]
+    fn fleet_cluster_is_the_minimal_registration_stub_marked_as_prepared() {
+        let config = EffectiveConfig::default();
+        let import = config.cluster.as_ref().expect("import");
+        let fleet_cluster = runtime_extension_stub(&cluster(), import, "id-1");
+        let value = serde_json::to_value(&fleet_cluster).expect("json");
+        assert_eq!(value["metadata"]["name"], "c1");
+        assert!(
+            value["metadata"].get("labels").is_none(),
+            "the import controller owns labels"
+        );
+        assert_eq!(
+            value["metadata"]["annotations"],
+            json!({"fleet.addons.cluster.x-k8s.io/registration": "runtime-extension"})
+        );
+        assert_eq!(value["spec"]["clientID"], "id-1");
+        assert!(value["spec"]["kubeConfigSecret"].is_null());
+        assert!(prepared_by_runtime_extension(Some(&fleet_cluster)));
+        assert!(is_agent_initiated(import, &cluster(), Some(&fleet_cluster)));
+    }
+
+    /// The bootstrap Secret's owner and the Fleet objects' owners name the same API version.
+    /// They disagreed when the hook told the version from the fields only: a request Cluster
+    /// with `apiVersion: cluster.x-k8s.io/v1beta1` and neither topology nor references got a
+    /// `v1beta2` owner on its Secret, a `v1beta1` one on its Fleet Cluster.
+    #[test]
+    fn bootstrap_secret_owner_follows_the_request_version() {
+        let rows = [
+            (cluster(), Some("cluster.x-k8s.io/v1beta1")),
+            (
+                ClusterView::from_json(&json!({"apiVersion": "cluster.x-k8s.io/v1beta1",
+                    "metadata": {"name": "c1", "namespace": "ns", "uid": "u-1"}, "spec": {}}))
+                .expect("cluster"),
+                Some("cluster.x-k8s.io/v1beta1"),
+            ),
+            (
+                ClusterView::from_json(&json!({"apiVersion": "cluster.x-k8s.io/v1beta2",
+                    "metadata": {"name": "c1", "namespace": "ns", "uid": "u-1"}, "spec": {}}))
+                .expect("cluster"),
+                Some("cluster.x-k8s.io/v1beta2"),
+            ),
+            (
+                ClusterView::from_json(&json!({"metadata": {"name": "c1", "namespace": "ns"}}))
+                    .expect("cluster"),
+                None,
+            ),
+        ];
+        for (cluster, expected) in rows {
+            let owner = bootstrap_secret_owner(&cluster);
+            assert_eq!(
+                owner.as_ref().map(|o| o.api_version.as_str()),
+                expected,
+                "{cluster:?}"
+            );
+            if let Some(owner) = owner {
+                assert_eq!(owner, cluster_owner_reference(&cluster));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

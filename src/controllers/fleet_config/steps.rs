@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, ObjectReference, Secret};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use kube::runtime::events::EventType;
 use kube::{Client, Resource};
 
@@ -27,7 +27,7 @@ use crate::model::fleet_status::{
     REPO_ADD, REPO_UPDATE, VersionUpdate, selection_frozen,
 };
 use crate::model::fleet_values::{self, ServerValues};
-use crate::{Error, names};
+use crate::{Error, apply, names};
 
 /// A step that can fail; its name appears in `Ready`'s reason (`<Step>Failed`) and message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -350,12 +350,10 @@ async fn read_ca(client: &Client, reference: &ObjectReference) -> Result<String,
     }
 }
 
-/// How often a read-modify-write of a ConfigMap is retried when someone else wrote in between.
-const CONFLICT_RETRIES: usize = 3;
-
 /// Changes one data key of a ConfigMap with `change` (which returns the new text, or `None` when
 /// nothing changes), with a JSON merge patch of that key only, conditional on the
-/// resourceVersion read (so a concurrent writer is never overwritten; we read again instead).
+/// resourceVersion read (so a concurrent writer is never overwritten: [`apply::merge_patch_guarded`]
+/// reads again instead).
 async fn update_config_map_key(
     client: &Client,
     namespace: &str,
@@ -366,8 +364,8 @@ async fn update_config_map_key(
 ) -> Result<bool, Error> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let full = format!("{namespace}/{name}");
-    for attempt in 1..=CONFLICT_RETRIES {
-        let config_map = api.get_opt(name).await?.ok_or_else(|| Error::Missing {
+    let written = apply::merge_patch_guarded(&api, name, names::FIELD_MANAGER, |config_map| {
+        let config_map = config_map.ok_or_else(|| Error::Missing {
             kind: "ConfigMap",
             name: full.clone(),
             reason: missing_reason.to_string(),
@@ -378,29 +376,13 @@ async fn update_config_map_key(
             name: full.clone(),
             reason: format!("data.{key} {reason}"),
         })?;
-        let Some(next) = next else {
-            return Ok(false);
-        };
-        let patch = serde_json::json!({
-            "metadata": {"resourceVersion": config_map.meta().resource_version},
-            "data": {key: next},
-        });
-        let params = PatchParams {
-            field_manager: Some(names::FIELD_MANAGER.to_string()),
-            ..PatchParams::default()
-        };
-        match api.patch(name, &params, &Patch::Merge(&patch)).await {
-            Ok(_) => {
-                tracing::info!(config_map = %full, key, "updated");
-                return Ok(true);
-            }
-            Err(kube::Error::Api(status)) if status.code == 409 && attempt < CONFLICT_RETRIES => {
-                tracing::debug!(config_map = %full, "changed while we wrote it; reading again");
-            }
-            Err(err) => return Err(err.into()),
-        }
+        Ok(next.map(|next| serde_json::json!({"data": {key: next}})))
+    })
+    .await?;
+    if written {
+        tracing::info!(config_map = %full, key, "updated");
     }
-    unreachable!("the last attempt returns")
+    Ok(written)
 }
 
 /// The feature gates into the `fleet` values key of the referenced ConfigMap.

@@ -31,7 +31,7 @@ use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
 use fleet_api_rs::fleet_cluster_registration_token::ClusterRegistrationToken;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind, ObjectMeta};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -44,15 +44,14 @@ use crate::bootstrap::manifest::{
 };
 use crate::context::Context;
 use crate::hooks::cluster::ClusterInfo;
-use crate::hooks::handlers::registration::{
-    cluster_owner, desired_fleet_cluster, desired_token, new_client_id, token_name,
-};
 use crate::hooks::handlers::topology::FLEET_AGENT_VARIABLE;
 use crate::hooks::types::Outcome;
 use crate::model::agent_bootstrap::FleetAgentSetting;
 use crate::model::config::{ClusterImport, EffectiveConfig};
+use crate::model::fleet;
 use crate::model::selection::ClusterFacts;
 use crate::names;
+use crate::{Error, apply};
 
 /// Retry interval while Fleet issues the token or writes its Secret.
 const RETRY_FLEET: i32 = 5;
@@ -149,8 +148,33 @@ pub async fn before_cluster_create(ctx: &Context, cluster: &ClusterInfo) -> Outc
         FleetAgentSetting::Disabled => Outcome::Success {
             message: format!("nothing to prepare: {FLEET_AGENT_VARIABLE}.enabled is false"),
         },
-        FleetAgentSetting::Enabled => prepare_in_background(ctx, cluster, PREPARE_WAIT).await,
+        FleetAgentSetting::Enabled => match prepared(ctx, cluster) {
+            Some(done) => done,
+            None => prepare_in_background(ctx, cluster, PREPARE_WAIT).await,
+        },
     }
+}
+
+/// Success without a request when the bootstrap Secret is known to exist (the watch,
+/// [`crate::hooks::bootstrap_secrets`]) and the configuration can be read without problems:
+/// what [`prepare_bootstrap`] answers then too, whatever the selection says (a Cluster that is
+/// not imported gets Success as well). `None`: not known, ask the API server.
+fn prepared(ctx: &Context, cluster: &ClusterInfo) -> Option<Outcome> {
+    let config = ctx.config()?;
+    if config.problems_under("spec.cluster").next().is_some()
+        || !ctx
+            .bootstrap_secrets
+            .known_present(&cluster.namespace, &cluster.name)
+    {
+        return None;
+    }
+    Some(Outcome::Success {
+        message: format!(
+            "bootstrap Secret {}/{} exists",
+            cluster.namespace,
+            bootstrap::secret_name(&cluster.name)
+        ),
+    })
 }
 
 /// Removes a Cluster from [`Context::preparing`] when its preparation ends, however it ends.
@@ -324,7 +348,8 @@ async fn prepare_agent_initiated(
     let fleet_cluster = match get_opt(&fleet_clusters, &fleet_name, "Fleet Cluster", ns).await? {
         Some(existing) => existing,
         None => {
-            let desired = desired_fleet_cluster(cluster, import, &new_client_id());
+            let desired =
+                fleet::runtime_extension_stub(cluster, import, &fleet::random_client_id());
             create_or_get(&fleet_clusters, &desired, &fleet_name, "Fleet Cluster", ns).await?
         }
     };
@@ -345,35 +370,35 @@ async fn prepare_agent_initiated(
         Some(id) => id,
         None => {
             // An existing Fleet Cluster without a client ID (e.g. created by hand): give it one.
-            let id = new_client_id();
-            fleet_clusters
-                .patch(
+            let id = fleet::random_client_id();
+            apply::merge_patch(
+                &fleet_clusters,
+                &fleet_name,
+                &json!({"spec": {"clientID": id}}),
+                names::RUNTIME_EXTENSION_FIELD_MANAGER,
+            )
+            .await
+            .map_err(|err| {
+                api_retry(
+                    "setting the client ID of Fleet Cluster",
+                    ns,
                     &fleet_name,
-                    &patch_params(),
-                    &Patch::Merge(json!({"spec": {"clientID": id}})),
+                    &err,
                 )
-                .await
-                .map_err(|err| {
-                    api_retry(
-                        "setting the client ID of Fleet Cluster",
-                        ns,
-                        &fleet_name,
-                        &err,
-                    )
-                })?;
+            })?;
             fleet_spec.client_id = Some(id.clone());
             id
         }
     };
 
     let tokens: Api<ClusterRegistrationToken> = Api::namespaced(ctx.client.clone(), ns);
-    let token_name = token_name(cluster);
+    let token_name = fleet::registration_token_name(cluster);
     let token = match get_opt(&tokens, &token_name, "ClusterRegistrationToken", ns).await? {
         Some(token) => token,
         None => {
             create_or_get(
                 &tokens,
-                &desired_token(cluster, import),
+                &fleet::desired_registration_token(cluster, import),
                 &token_name,
                 "ClusterRegistrationToken",
                 ns,
@@ -452,10 +477,10 @@ async fn prepare_agent_initiated(
 
     // The agent settings the import controller applies to the Fleet Cluster (the live object may
     // still be the minimal first version): the bootstrap agent must match what Fleet manages.
-    let full = crate::model::fleet::desired_fleet_cluster(
+    let full = fleet::desired_fleet_cluster(
         cluster,
         import,
-        &crate::model::fleet::Registration::AgentInitiated {
+        &fleet::Registration::AgentInitiated {
             client_id: client_id.clone(),
         },
         None,
@@ -543,7 +568,7 @@ async fn ensure_bootstrap_secret(
                 names::CAPI_CLUSTER_NAME_LABEL.to_string(),
                 cluster.name.clone(),
             )])),
-            owner_references: cluster_owner(cluster).map(|owner| vec![owner]),
+            owner_references: fleet::bootstrap_secret_owner(cluster).map(|owner| vec![owner]),
             ..Default::default()
         },
         type_: Some("Opaque".to_string()),
@@ -574,7 +599,7 @@ async fn before_cluster_delete_steps(
     let tokens: Api<ClusterRegistrationToken> = Api::namespaced(ctx.client.clone(), ns);
     let fleet_clusters: Api<FleetCluster> = Api::namespaced(ctx.client.clone(), ns);
     let secret_name = bootstrap::secret_name(&cluster.name);
-    let token_name = token_name(cluster);
+    let token_name = fleet::registration_token_name(cluster);
 
     delete_if_present(&secrets, &secret_name, "Secret", ns).await?;
     delete_if_present(&tokens, &token_name, "ClusterRegistrationToken", ns).await?;
@@ -595,7 +620,7 @@ async fn before_cluster_delete_steps(
                 .owner_references()
                 .iter()
                 .any(|owner| owner.uid == cluster.uid);
-        let prepared = crate::model::fleet::prepared_by_runtime_extension(Some(&fleet));
+        let prepared = fleet::prepared_by_runtime_extension(Some(&fleet));
         if fleet.meta().deletion_timestamp.is_none() && (owned || prepared) {
             delete_if_present(&fleet_clusters, &fleet_name, "Fleet Cluster", ns).await?;
         }
@@ -651,29 +676,16 @@ async fn before_cluster_upgrade_steps(
         return Ok(Outcome::ok());
     }
     let ns = cluster.namespace.as_str();
+    // One GET of the Fleet Cluster the import controller keeps for this Cluster (the name the
+    // configuration gives, as BeforeClusterDelete finds it), not a LIST of the namespace per
+    // request. Not a cache: a Fleet Cluster seen before it registered would hold the upgrade
+    // a watch latency longer, and the bundle states below must be live anyway.
     let fleet_clusters: Api<FleetCluster> = Api::namespaced(ctx.client.clone(), ns);
-    let listed = fleet_clusters
-        .list(&ListParams::default())
-        .await
-        .map_err(|err| api_retry("listing Fleet Clusters in", ns, "", &err))?;
     let expected_name = config.cluster.as_ref().map_or_else(
         || cluster.name.clone(),
         |import| import.fleet_cluster_name(&cluster.name),
     );
-    let owned = |fleet: &&FleetCluster| {
-        !cluster.uid.is_empty()
-            && fleet
-                .owner_references()
-                .iter()
-                .any(|o| o.uid == cluster.uid)
-    };
-    let fleet = listed.items.iter().find(owned).or_else(|| {
-        listed
-            .items
-            .iter()
-            .find(|fleet| fleet.meta().name.as_deref() == Some(expected_name.as_str()))
-    });
-    let Some(fleet) = fleet else {
+    let Some(fleet) = get_opt(&fleet_clusters, &expected_name, "Fleet Cluster", ns).await? else {
         return Ok(Outcome::Success {
             message: format!(
                 "Cluster {} has no Fleet Cluster: no bundles to wait for",
@@ -699,12 +711,15 @@ async fn before_cluster_upgrade_steps(
         &GroupVersionKind::gvk("fleet.cattle.io", "v1alpha1", "BundleDeployment"),
         "bundledeployments",
     );
+    // A LIST, on purpose: the hold must follow the live states of all the Cluster's
+    // BundleDeployments (a stale "ready" lets an upgrade through), it is scoped to the Fleet
+    // Cluster's own namespace, and only with `waitForBundlesReady`, which is off by default.
     let deployments: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &fleet_ns, &resource);
     let listed = deployments
         .list(&ListParams::default())
         .await
-        .map_err(|err| api_retry("listing BundleDeployments in", &fleet_ns, "", &err))?;
+        .map_err(|err| api_retry("listing BundleDeployments in", &fleet_ns, "", &err.into()))?;
     let objects: Vec<Value> = listed
         .items
         .iter()
@@ -802,20 +817,6 @@ async fn namespace_labels(
     Ok(found.and_then(|ns| ns.metadata.labels).unwrap_or_default())
 }
 
-fn patch_params() -> PatchParams {
-    PatchParams {
-        field_manager: Some(names::RUNTIME_EXTENSION_FIELD_MANAGER.to_string()),
-        ..Default::default()
-    }
-}
-
-fn post_params() -> PostParams {
-    PostParams {
-        field_manager: Some(names::RUNTIME_EXTENSION_FIELD_MANAGER.to_string()),
-        ..Default::default()
-    }
-}
-
 fn object_key(ns: &str, name: &str) -> String {
     match (ns.is_empty(), name.is_empty()) {
         (true, _) => name.to_string(),
@@ -825,10 +826,11 @@ fn object_key(ns: &str, name: &str) -> String {
 }
 
 /// A retry naming what failed; API errors by their message (deterministic, no secrets). Never a
-/// Failure: an outage or a missing RBAC rule of ours must not fail a Cluster's lifecycle.
-fn api_retry(what: &str, ns: &str, name: &str, err: &kube::Error) -> Outcome {
+/// Failure: an outage or a missing RBAC rule of ours must not fail a Cluster's lifecycle. The one
+/// place where the lifecycle hooks turn an error of ours into their answer.
+fn api_retry(what: &str, ns: &str, name: &str, err: &Error) -> Outcome {
     let cause = match err {
-        kube::Error::Api(status) => format!("{} ({})", status.message, status.code),
+        Error::Kube(kube::Error::Api(status)) => format!("{} ({})", status.message, status.code),
         other => other.to_string(),
     };
     Outcome::retry(
@@ -843,11 +845,11 @@ where
 {
     api.get_opt(name)
         .await
-        .map_err(|err| api_retry(&format!("reading {kind}"), ns, name, &err))
+        .map_err(|err| api_retry(&format!("reading {kind}"), ns, name, &err.into()))
 }
 
-/// Creates `object`; when someone else created it first (another replica, the import
-/// controller), returns theirs: never overwrites.
+/// [`apply::create_or_adopt`] as the hooks' field manager: another replica's or the import
+/// controller's copy wins.
 async fn create_or_get<K>(
     api: &Api<K>,
     object: &K,
@@ -856,27 +858,21 @@ async fn create_or_get<K>(
     ns: &str,
 ) -> Result<K, Outcome>
 where
-    K: Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+    K: Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
-    match api.create(&post_params(), object).await {
-        Ok(created) => Ok(created),
-        Err(kube::Error::Api(status)) if status.code == 409 => api
-            .get(name)
-            .await
-            .map_err(|err| api_retry(&format!("reading {kind}"), ns, name, &err)),
-        Err(err) => Err(api_retry(&format!("creating {kind}"), ns, name, &err)),
-    }
+    apply::create_or_adopt(api, object, names::RUNTIME_EXTENSION_FIELD_MANAGER)
+        .await
+        .map_err(|err| api_retry(&format!("creating {kind}"), ns, name, &err))
 }
 
 async fn delete_if_present<K>(api: &Api<K>, name: &str, kind: &str, ns: &str) -> Result<(), Outcome>
 where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    match api.delete(name, &DeleteParams::background()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(err) => Err(api_retry(&format!("deleting {kind}"), ns, name, &err)),
-    }
+    apply::delete_if_exists(api, name)
+        .await
+        .map(drop)
+        .map_err(|err| api_retry(&format!("deleting {kind}"), ns, name, &err))
 }
 
 #[cfg(test)]

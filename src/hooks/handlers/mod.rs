@@ -3,7 +3,6 @@
 
 pub mod discovery;
 pub mod lifecycle;
-pub mod registration;
 pub mod topology;
 
 use serde_json::Value;

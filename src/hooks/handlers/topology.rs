@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 
 use crate::bootstrap;
-use crate::bootstrap::patch::{classify, json_patch};
+use crate::bootstrap::patch::{bootstrap_patch, classify};
 use crate::context::Context;
 use crate::hooks::handlers::lifecycle;
 use crate::hooks::types::{
@@ -89,6 +89,12 @@ pub async fn serve_generate_patches(ctx: &Context, request: &GeneratePatchesRequ
             "the builtin variable has no cluster.name or cluster.namespace",
         );
     };
+    // "Present" may come from the watch; "absent" only from the API server: a stale miss would
+    // drop the patch of a Cluster that has it and roll its control plane
+    // ([`crate::hooks::bootstrap_secrets`]).
+    if ctx.bootstrap_secrets.known_present(namespace, name) {
+        return generate_patches(request, true);
+    }
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
     let secret = bootstrap::secret_name(name);
     match secrets.get_metadata_opt(&secret).await {
@@ -155,7 +161,7 @@ fn item_patch(
         .as_str()
         .filter(|name| !name.is_empty())
         .ok_or("the builtin variable has no cluster.name")?;
-    json_patch(object, template, &bootstrap::secret_name(cluster_name))
+    bootstrap_patch(object, template, &bootstrap::secret_name(cluster_name))
 }
 
 /// The variables this extension reads, item values over global ones (`builtin` merged field by
