@@ -59,6 +59,22 @@ pub async fn apply_if_changed<K>(
 where
     K: Resource + Serialize + DeserializeOwned + Clone + Debug,
 {
+    apply_if_changed_as(api, desired, live, manager, |_| {}).await
+}
+
+/// [`apply_if_changed`] for objects whose cache keeps a different form than the API server
+/// sends (a subtree as a digest, see [`crate::model::diff::digest_subtree`]): `comparable`
+/// brings both sides to the cached form before the no-op check; the apply sends `desired`.
+pub async fn apply_if_changed_as<K>(
+    api: &Api<K>,
+    desired: &K,
+    live: Option<&K>,
+    manager: &str,
+    comparable: impl Fn(&mut Value),
+) -> Result<Written>
+where
+    K: Resource + Serialize + DeserializeOwned + Clone + Debug,
+{
     let name = desired
         .meta()
         .name
@@ -66,9 +82,12 @@ where
         .ok_or_else(|| Error::Serialization("desired object has no name".into()))?;
     let desired_json = serde_json::to_value(desired)?;
     if let Some(live) = live {
-        let live_json = serde_json::to_value(live)?;
+        let mut live_json = serde_json::to_value(live)?;
+        comparable(&mut live_json);
+        let mut compared = desired_json.clone();
+        comparable(&mut compared);
         if !apply_would_change(
-            &desired_json,
+            &compared,
             &live_json,
             owned_fields(&live_json, manager).as_deref(),
         ) {

@@ -54,6 +54,80 @@ pub fn compact_fields(entry: &mut ManagedFieldsEntry) {
     }
 }
 
+/// The key of a digest that stands for a subtree (see [`digest_subtree`]).
+pub const DIGEST_KEY: &str = "caapf.internal/sha256";
+
+/// Replaces the value at `pointer` (if any) by `{DIGEST_KEY: <sha256 of its canonical JSON>}`;
+/// a value that already is a digest stays as it is.
+///
+/// Caches keep large subtrees that are only ever compared whole (a Fleet Cluster's
+/// `templateValues`, a copy of its CAPI Cluster) as such a digest; the no-op check digests the
+/// desired object the same way before comparing. The canonical form sorts keys and writes an
+/// integral number as an integer (as [`numbers_equal`] compares them), so `1.0` and `1` agree.
+pub fn digest_subtree(object: &mut Value, pointer: &str) {
+    let Some(value) = object.pointer_mut(pointer) else {
+        return;
+    };
+    if value.is_null() || is_digest(value) {
+        return;
+    }
+    let mut canonical = String::new();
+    write_canonical(value, &mut canonical);
+    let digest = ring::digest::digest(&ring::digest::SHA256, canonical.as_bytes());
+    let hex: String = digest
+        .as_ref()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    let mut marker = Map::new();
+    marker.insert(DIGEST_KEY.to_string(), Value::String(hex));
+    *value = Value::Object(marker);
+}
+
+fn is_digest(value: &Value) -> bool {
+    value
+        .as_object()
+        .is_some_and(|map| map.len() == 1 && map.contains_key(DIGEST_KEY))
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            // serde_json's Map is ordered by key here (no `preserve_order`); sort anyway so the
+            // form does not depend on a feature another crate might turn on.
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (key, child)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(child, out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        Value::Number(number) => match number.as_f64() {
+            Some(x) if x.fract() == 0.0 && x.abs() < 9_007_199_254_740_992.0 => {
+                out.push_str(&format!("{}", x as i64));
+            }
+            _ => out.push_str(&number.to_string()),
+        },
+        other => out.push_str(&other.to_string()),
+    }
+}
+
 fn is_subset(desired: &Value, live: &Value, path: &str) -> bool {
     match (desired, live) {
         (Value::Object(want), Value::Object(have)) => want.iter().all(|(key, value)| {
@@ -105,6 +179,11 @@ fn numbers_equal(a: &Value, b: &Value) -> bool {
 
 /// Whether `owned` (fieldsV1) names a field that `desired` no longer sets.
 fn drops_owned(owned: &Value, desired: &Value) -> bool {
+    // A digest stands for a whole subtree that [`is_subset`] compares exactly: equal digests
+    // mean nothing under it is dropped.
+    if is_digest(desired) {
+        return false;
+    }
     let Some(owned) = owned.as_object() else {
         return false;
     };
@@ -293,5 +372,72 @@ mod tests {
         assert!(apply_would_change(&desired, &live, Some(&owned)));
         let empty = json!({"metadata": {"annotations": {}}});
         assert!(!apply_would_change(&empty, &json!({"metadata": {}}), None));
+    }
+
+    #[test]
+    fn digested_subtrees_compare_whole() {
+        // As the caches keep a Fleet Cluster (fieldsV1 as text, templateValues as a digest), and
+        // as the no-op check digests the desired object.
+        let cached = |live: Value| {
+            let mut live = live;
+            digest_subtree(&mut live, "/spec/templateValues");
+            live
+        };
+        let digested = |desired: Value| {
+            let mut desired = desired;
+            digest_subtree(&mut desired, "/spec/templateValues");
+            desired
+        };
+        for live in both_forms() {
+            let live = cached(live);
+            let owned = owned_fields(&live, "addon-provider-fleet").map(Cow::into_owned);
+            assert!(
+                !apply_would_change(&digested(desired()), &live, owned.as_ref()),
+                "same values: no change"
+            );
+            let mut changed = desired();
+            changed["spec"]["templateValues"]["Cluster"]["spec"]["replicas"] = json!(3);
+            assert!(apply_would_change(
+                &digested(changed),
+                &live,
+                owned.as_ref()
+            ));
+            let mut dropped = desired();
+            dropped["spec"]["templateValues"]["Cluster"] = json!({});
+            assert!(apply_would_change(
+                &digested(dropped),
+                &live,
+                owned.as_ref()
+            ));
+            // Other fields are still compared one by one.
+            let mut label = desired();
+            label["metadata"]["labels"]["env"] = json!("prod");
+            assert!(apply_would_change(&digested(label), &live, owned.as_ref()));
+        }
+    }
+
+    #[test]
+    fn digests_are_canonical_and_idempotent() {
+        let digest = |value: Value| {
+            let mut object = json!({"v": value});
+            digest_subtree(&mut object, "/v");
+            object["v"].clone()
+        };
+        assert_eq!(
+            digest(json!({"a": 1, "b": [1.0, "x"]})),
+            digest(json!({"b": [1, "x"], "a": 1.0}))
+        );
+        assert_ne!(digest(json!({"a": 1})), digest(json!({"a": 2})));
+        assert_ne!(digest(json!({"a": [1, 2]})), digest(json!({"a": [2, 1]})));
+        assert_ne!(digest(json!({"a": 1.5})), digest(json!({"a": 1})));
+        let once = digest(json!({"a": 1}));
+        let mut twice = json!({"v": once.clone()});
+        digest_subtree(&mut twice, "/v");
+        assert_eq!(twice["v"], once);
+        // Absent or null: nothing to digest.
+        let mut object = json!({"v": null});
+        digest_subtree(&mut object, "/v");
+        digest_subtree(&mut object, "/missing");
+        assert_eq!(object, json!({"v": null}));
     }
 }

@@ -14,14 +14,17 @@ use serde_json::Value;
 
 use crate::api::CapiCluster;
 use crate::apply::{
-    Outcome, add_finalizer, apply_if_changed, create_if_missing, delete_if_exists, remove_finalizer,
+    Outcome, add_finalizer, apply_if_changed_as, create_if_missing, delete_if_exists,
+    remove_finalizer,
 };
 use crate::controllers::import::context::{Decided, ImportContext};
 use crate::controllers::import::expectations::{self, Key};
 use crate::controllers::import::references::Lookup;
+use crate::controllers::import::stores::TEMPLATE_VALUES;
 use crate::controllers::reconcile::retry_after;
 use crate::model::capi::{ClusterView, ObjectRef as CapiRef};
 use crate::model::config::ClusterImport;
+use crate::model::diff::digest_subtree;
 use crate::model::fleet::{
     FleetClusterWrite, Registration, client_id, desired_fleet_cluster, desired_registration_token,
     fleet_cluster_write, random_client_id, registration_stub, template_values,
@@ -179,11 +182,13 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
             let desired = desired_fleet_cluster(&view, import, &registration, Some(values));
             let written = match fleet_cluster_write(import.patch_resource, live.as_deref()) {
                 FleetClusterWrite::Apply => {
-                    apply_if_changed(
+                    // The cache keeps templateValues as a digest (stores.rs).
+                    apply_if_changed_as(
                         &fleet_clusters,
                         &desired,
                         live.as_deref(),
                         names::FIELD_MANAGER,
+                        |object| digest_subtree(object, TEMPLATE_VALUES),
                     )
                     .await?
                 }
