@@ -27,9 +27,10 @@ macro_rules! capi_resource {
         }
 
         impl $name {
-            /// The whole object as JSON.
-            pub fn to_json(&self) -> Value {
-                serde_json::to_value(self).unwrap_or(Value::Null)
+            /// The whole object as JSON (an error, never a silent `null`: `templateValues`
+            /// built from `null` would empty a Fleet Cluster's values).
+            pub fn to_json(&self) -> crate::Result<Value> {
+                Ok(serde_json::to_value(self)?)
             }
         }
 
@@ -86,6 +87,6 @@ mod tests {
             "status": {"phase": "NotYetInvented"}
         });
         let cluster: CapiCluster = serde_json::from_value(json.clone()).expect("decodes");
-        assert_eq!(cluster.to_json(), json);
+        assert_eq!(cluster.to_json().expect("encodes"), json);
     }
 }

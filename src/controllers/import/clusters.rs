@@ -155,7 +155,7 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
                 let written = add_finalizer(&clusters, cluster).await?;
                 wrote(ctx, &keys.cluster, cluster, written);
             }
-            let values = template_values_for(&cluster.to_json(), &view, &regarding, ctx).await;
+            let values = template_values_for(&cluster.to_json()?, &view, &regarding, ctx).await;
             let cached_rv = live
                 .as_ref()
                 .and_then(|l| l.meta().resource_version.clone());
