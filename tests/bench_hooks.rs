@@ -232,6 +232,8 @@ async fn connect(port: u16, ca: &CertificateDer<'static>) -> Option<Sender> {
     .with_no_client_auth();
     config.alpn_protocols = vec![b"h2".to_vec()];
     let tcp = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    // As Go's net package (Cluster API's client) does by default.
+    tcp.set_nodelay(true).ok()?;
     let tls = TlsConnector::from(Arc::new(config))
         .connect(ServerName::try_from("localhost").expect("name"), tcp)
         .await

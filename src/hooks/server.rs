@@ -233,6 +233,12 @@ async fn accept_loop(
                 }
             },
         };
+        // Small HTTP/2 frames must not wait for Nagle's algorithm (with the peer's delayed ACK
+        // that adds tens of milliseconds to every answer); Go's net package, which Cluster API's
+        // client uses, sets TCP_NODELAY on its side by default too.
+        if let Err(err) = stream.set_nodelay(true) {
+            tracing::debug!(%err, "setting TCP_NODELAY on a runtime extension connection");
+        }
         tokio::spawn(serve_connection(
             stream,
             peer,
