@@ -22,9 +22,8 @@
 //! and 100), `BENCH_HOOK_RATE`, `BENCH_HOOK_SECONDS`.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,99 +32,19 @@ use futures::{StreamExt, stream};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, Config};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-/// Concurrent connections of the set-up client.
-const CONNECTIONS: usize = 8;
-/// How long any set-up phase may take before the benchmark gives up.
-const PHASE_TIMEOUT: Duration = Duration::from_secs(1800);
+#[path = "bench_common/mod.rs"]
+mod bench_common;
 
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// The release binaries next to the `caapf` this test was built with.
-fn binary(name: &str) -> PathBuf {
-    let caapf = PathBuf::from(env!("CARGO_BIN_EXE_caapf"));
-    let path = caapf.with_file_name(name);
-    assert!(
-        path.exists(),
-        "{} not built: run `make bench-hooks` (cargo build --release --workspace --bins)",
-        path.display()
-    );
-    path
-}
-
-/// A child process, stopped with SIGTERM (the sandbox writes its snapshot on the way out).
-struct Process(Child);
-
-impl Process {
-    fn stop(mut self) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.0.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-async fn sandbox(dir: &Path, prepare: bool) -> (Process, Client, PathBuf) {
-    let kubeconfig = dir.join(if prepare {
-        "prepare.kubeconfig"
-    } else {
-        "run.kubeconfig"
-    });
-    let mut command = Command::new(binary("kube-sandbox"));
-    command
-        .arg("--snapshot-dir")
-        .arg(dir.join("snapshot"))
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .arg("--validate")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    if !prepare {
-        command.arg("--snapshot-read-only");
-    }
-    let mut child = command.spawn().expect("start kube-sandbox");
-    let stdout = child.stdout.take().expect("sandbox stdout");
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("sandbox says where it listens");
-    assert!(line.contains("listening on"), "kube-sandbox: {line}");
-    let config = Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig"),
-        &Default::default(),
-    )
-    .await
-    .expect("sandbox config");
-    (
-        Process(child),
-        Client::try_from(config).expect("client"),
-        kubeconfig,
-    )
-}
-
-fn namespace_of(i: usize, namespaces: usize) -> String {
-    format!("ns-{}", i % namespaces)
-}
+use bench_common::{
+    CONNECTIONS, PHASE_TIMEOUT, Process, binary, env_usize, free_port, load_average,
+    manager_requests, namespace_of, reset_requests, sandbox, wait_for,
+};
 
 async fn prepare(dir: &Path, clusters: usize, namespaces: usize) {
     std::fs::create_dir_all(dir.join("snapshot")).expect("snapshot dir");
@@ -208,13 +127,6 @@ fn certificates(dir: &Path) -> CertificateDer<'static> {
     std::fs::write(dir.join("tls.crt"), cert.pem()).expect("tls.crt");
     std::fs::write(dir.join("tls.key"), key.serialize_pem()).expect("tls.key");
     ca.der().clone()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 type Sender = hyper::client::conn::http2::SendRequest<Full<Bytes>>;
@@ -393,27 +305,6 @@ async fn open_loop(sender: &Sender, workload: &Workload, rate: usize, seconds: u
     }
 }
 
-async fn manager_requests(client: &Client) -> Vec<Value> {
-    let request = http::Request::get("/sandbox/requests")
-        .body(Vec::new())
-        .expect("request");
-    let all: Value = client.request(request).await.expect("request log");
-    let agent = caapf::client::user_agent();
-    all.as_array()
-        .into_iter()
-        .flatten()
-        .filter(|r| r["userAgent"] == agent.as_str())
-        .cloned()
-        .collect()
-}
-
-async fn reset_requests(client: &Client) {
-    let request = http::Request::delete("/sandbox/requests")
-        .body(Vec::new())
-        .expect("request");
-    let _: Value = client.request(request).await.expect("reset request log");
-}
-
 fn by_verb(requests: &[Value]) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
     for r in requests {
@@ -425,24 +316,6 @@ fn by_verb(requests: &[Value]) -> BTreeMap<String, usize> {
         *counts.entry(key).or_default() += 1;
     }
     counts
-}
-
-async fn wait_for<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + PHASE_TIMEOUT;
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -464,7 +337,7 @@ async fn hook_latency_benchmark() {
     let (sandbox, client, kubeconfig) = sandbox(dir.path(), false).await;
     let ca = certificates(&dir.path().join("certs"));
     let webhook_port = free_port();
-    let manager = Process(
+    let manager = Process::new(
         Command::new(binary("caapf"))
             .env("KUBECONFIG", &kubeconfig)
             .arg("--health-probe-bind-address=0")
@@ -479,6 +352,7 @@ async fn hook_latency_benchmark() {
             .stderr(Stdio::null())
             .spawn()
             .expect("start caapf"),
+        "caapf",
     );
     // Steady state: the import done and the manager quiet.
     let fleet: Api<fleet_api_rs::fleet_cluster::Cluster> = Api::all(client.clone());

@@ -1090,23 +1090,7 @@ async fn runtime_extension_stub_is_completed_and_never_pins_fields() {
     h.namespace("edge", json!({})).await;
     h.cluster("edge", plain_cluster("c1", json!({"team": "a"})))
         .await;
-    let stub = json!({
-        "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "Cluster",
-        "metadata": {"name": "c1", "namespace": "edge",
-                     "annotations": {names::REGISTRATION_ANNOTATION: names::REGISTRATION_RUNTIME_EXTENSION}},
-        "spec": {"clientID": "from-the-hook"}
-    });
-    let stub: FleetCluster = serde_json::from_value(stub).expect("stub");
-    Api::<FleetCluster>::namespaced(h.client.clone(), "edge")
-        .create(
-            &PostParams {
-                field_manager: Some(names::RUNTIME_EXTENSION_FIELD_MANAGER.into()),
-                ..Default::default()
-            },
-            &stub,
-        )
-        .await
-        .expect("stub created");
+    create_hook_stub(&h, "edge", "c1").await;
     // Not agent-initiated by configuration: the mark alone makes it so (and it does not wait for
     // the control plane).
     h.start().await;
@@ -1154,23 +1138,7 @@ async fn create_only_completes_a_registration_stub_once() {
     h.config("cluster: {patchResource: false}").await;
     h.cluster("edge", plain_cluster("c1", json!({"team": "a"})))
         .await;
-    let stub: FleetCluster = serde_json::from_value(json!({
-        "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "Cluster",
-        "metadata": {"name": "c1", "namespace": "edge",
-                     "annotations": {names::REGISTRATION_ANNOTATION: names::REGISTRATION_RUNTIME_EXTENSION}},
-        "spec": {"clientID": "from-the-hook"}
-    }))
-    .expect("stub");
-    Api::<FleetCluster>::namespaced(h.client.clone(), "edge")
-        .create(
-            &PostParams {
-                field_manager: Some(names::RUNTIME_EXTENSION_FIELD_MANAGER.into()),
-                ..Default::default()
-            },
-            &stub,
-        )
-        .await
-        .expect("stub created");
+    create_hook_stub(&h, "edge", "c1").await;
     h.start().await;
     let fleet = eventually("stub completed although create-only", || async {
         h.fleet_cluster("edge", "c1")
@@ -1200,4 +1168,25 @@ async fn create_only_completes_a_registration_stub_once() {
         "never updated after completion"
     );
     h.stop().await;
+}
+
+/// The registration stub BeforeClusterCreate creates (client ID `from-the-hook`, its field manager).
+async fn create_hook_stub(h: &Harness, namespace: &str, name: &str) {
+    let stub: FleetCluster = serde_json::from_value(json!({
+        "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": name, "namespace": namespace,
+                     "annotations": {names::REGISTRATION_ANNOTATION: names::REGISTRATION_RUNTIME_EXTENSION}},
+        "spec": {"clientID": "from-the-hook"}
+    }))
+    .expect("stub");
+    Api::<FleetCluster>::namespaced(h.client.clone(), namespace)
+        .create(
+            &PostParams {
+                field_manager: Some(names::RUNTIME_EXTENSION_FIELD_MANAGER.into()),
+                ..Default::default()
+            },
+            &stub,
+        )
+        .await
+        .expect("stub created");
 }
