@@ -235,7 +235,8 @@ async fn accept_loop(
         };
         // Small HTTP/2 frames must not wait for Nagle's algorithm (with the peer's delayed ACK
         // that adds tens of milliseconds to every answer); Go's net package, which Cluster API's
-        // client uses, sets TCP_NODELAY on its side by default too.
+        // client uses, sets TCP_NODELAY on its side by default too (`net/tcpsock.go`, `TCPConn.SetNoDelay`:
+        // "The default is true (no delay)").
         if let Err(err) = stream.set_nodelay(true) {
             tracing::debug!(%err, "setting TCP_NODELAY on a runtime extension connection");
         }
