@@ -584,7 +584,8 @@ fn bundle_readiness_from_fleet_status() {
         bundle("b1", res.clone(), 0, json!({})),
         bundle("b2", res.clone(), 0, json!({})),
     ];
-    let ready = json!({"observedGeneration": 2, "summary": {"ready": 1, "desiredReady": 1}});
+    let ready = json!({"observedGeneration": 2, "summary": {"ready": 1, "desiredReady": 1},
+        "partitions": [{"name": "All", "count": 1, "maxUnavailable": 1}]});
     let cases = [
         ("none", vec![], BundlesStatus::Missing),
         (
@@ -636,6 +637,39 @@ fn bundle_readiness_from_fleet_status() {
                 bundle("b2", res.clone(), 2, ready.clone()),
             ],
             BundlesStatus::Waiting("Bundle b1 ready on 0/0 clusters".into()),
+        ),
+        (
+            // Fleet before v0.16: the summary of a new generation still judges the
+            // BundleDeployment by its old deployment ID; the partition counts it unavailable.
+            "summary ready for the old content, partition not up to date",
+            vec![
+                bundle("b1", res.clone(), 2, ready.clone()),
+                bundle(
+                    "b2",
+                    res.clone(),
+                    2,
+                    json!({"observedGeneration": 2, "summary": {"ready": 1, "desiredReady": 1},
+                        "partitions": [{"name": "All", "count": 1, "maxUnavailable": 1, "unavailable": 1}]}),
+                ),
+            ],
+            BundlesStatus::Waiting(
+                "Bundle b2: 1 cluster(s) not up to date with the current content yet".into(),
+            ),
+        ),
+        (
+            "no partition status",
+            vec![
+                bundle("b1", res.clone(), 2, ready.clone()),
+                bundle(
+                    "b2",
+                    res.clone(),
+                    2,
+                    json!({"observedGeneration": 2, "summary": {"ready": 1, "desiredReady": 1}}),
+                ),
+            ],
+            BundlesStatus::Waiting(
+                "Bundle b2: 0 cluster(s) not up to date with the current content yet".into(),
+            ),
         ),
         (
             "all ready",
