@@ -199,7 +199,9 @@ pub fn bundles_status(desired: &[Value], live: &[Value]) -> BundlesStatus {
                 "Bundle {bundle} ready on {ready}/{desired_ready} clusters{detail}"
             ));
         }
-        let partitions = status["partitions"].as_array().map_or(&[][..], Vec::as_slice);
+        let partitions = status["partitions"]
+            .as_array()
+            .map_or(&[][..], Vec::as_slice);
         let unavailable: i64 = partitions
             .iter()
             .map(|p| p["unavailable"].as_i64().unwrap_or(0))
@@ -265,6 +267,35 @@ impl Default for Timeouts {
 
 /// How often to look again while waiting (watch events usually come first).
 pub const RECHECK: Duration = Duration::from_secs(30);
+
+/// Whether the recorded move state of a Cluster is [`Phase::Moved`]: its definition now lives in
+/// the workload cluster, which manages itself; this management cluster must not act on it.
+/// A missing or unreadable annotation is not moved.
+pub fn is_moved(annotations: &StringMap) -> bool {
+    matches!(parse_state(annotations), Ok(Some(state)) if state.phase == Phase::Moved)
+}
+
+/// When to look again: `requeue`, but no later than just after the current phase's timeout, so
+/// a timeout is noticed when it expires and not up to [`RECHECK`] later.
+pub fn next_check(
+    state: Option<&MoveState>,
+    requeue: Option<Duration>,
+    timeouts: &Timeouts,
+    now: i64,
+) -> Option<Duration> {
+    let requeue = requeue?;
+    let limit = match state.map(|s| s.phase) {
+        Some(Phase::WaitingUnblocked) => timeouts.unblock,
+        Some(Phase::WaitingTarget) => timeouts.target,
+        _ => return Some(requeue),
+    };
+    let state = state?;
+    // Timeouts compare whole seconds (`since` is Unix seconds): one more second is past it.
+    let left = limit
+        .saturating_sub(elapsed(state, now))
+        .saturating_add(Duration::from_secs(1));
+    Some(requeue.min(left))
+}
 
 /// The state to record (`None`: leave the annotation as it is) and the actions that follow.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -684,3 +684,92 @@ fn bundle_readiness_from_fleet_status() {
         assert_eq!(bundles_status(&desired, &live), want, "{name}");
     }
 }
+
+#[test]
+fn moved_only_when_recorded_as_moved() {
+    let with = |value: &str| -> StringMap {
+        [(MOVE_STATE_ANNOTATION.to_string(), value.to_string())]
+            .into_iter()
+            .collect()
+    };
+    let cases = [
+        ("no annotation", StringMap::new(), false),
+        ("moved", with(r#"{"phase":"Moved","since":1}"#), true),
+        (
+            "waiting",
+            with(r#"{"phase":"WaitingTarget","since":1}"#),
+            false,
+        ),
+        ("failed", with(r#"{"phase":"Failed","since":1}"#), false),
+        ("unreadable", with("Moved"), false),
+    ];
+    for (name, annotations, want) in cases {
+        assert_eq!(is_moved(&annotations), want, "{name}");
+    }
+}
+
+#[test]
+fn checks_again_when_a_timeout_expires() {
+    let timeouts = Timeouts {
+        unblock: Duration::from_secs(60),
+        target: Duration::from_secs(100),
+    };
+    let at = |phase| MoveState {
+        phase,
+        since: 1000,
+        message: String::new(),
+        paused_by_move: true,
+    };
+    let cases = [
+        (
+            "no requeue",
+            Some(at(Phase::WaitingTarget)),
+            None,
+            1000,
+            None,
+        ),
+        (
+            "far from the timeout",
+            Some(at(Phase::WaitingTarget)),
+            Some(RECHECK),
+            1000,
+            Some(RECHECK),
+        ),
+        (
+            "target timeout close",
+            Some(at(Phase::WaitingTarget)),
+            Some(RECHECK),
+            1090,
+            Some(Duration::from_secs(11)),
+        ),
+        (
+            "unblock timeout close",
+            Some(at(Phase::WaitingUnblocked)),
+            Some(RECHECK),
+            1055,
+            Some(Duration::from_secs(6)),
+        ),
+        (
+            "past the timeout",
+            Some(at(Phase::WaitingTarget)),
+            Some(RECHECK),
+            1200,
+            Some(Duration::from_secs(1)),
+        ),
+        (
+            "no timeout in this phase",
+            Some(at(Phase::ResumingTarget)),
+            Some(RECHECK),
+            1200,
+            Some(RECHECK),
+        ),
+        ("no state", None, Some(RECHECK), 1200, Some(RECHECK)),
+    ];
+    for (name, state, requeue, now, want) in cases {
+        assert_eq!(
+            next_check(state.as_ref(), requeue, &timeouts, now),
+            want,
+            "{name}"
+        );
+    }
+}
