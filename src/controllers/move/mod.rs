@@ -22,7 +22,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::{NamespaceResourceScope, PartialObjectMeta, Resource};
 use kube::runtime::controller::{Action, Config, Controller};
@@ -145,7 +145,18 @@ pub async fn run(base: Arc<Context>) {
         base: base.clone(),
     });
     let shutdown = base.shutdown.clone();
-    Controller::for_stream(cluster_events, reader)
+    // A stop before the Cluster watch's first list completes: kube's applier holds reconciles
+    // until the store is ready and would wait for that list forever (the stopped trigger stream
+    // is no longer polled), so end here; no reconcile can be running yet.
+    let (ready, stop) = (reader.clone(), shutdown.clone());
+    let stopped_before_ready = async move {
+        stop.cancelled().await;
+        if ready.wait_until_ready().now_or_never().is_none() {
+            return;
+        }
+        std::future::pending::<()>().await;
+    };
+    let controller = Controller::for_stream(cluster_events, reader)
         .with_config(Config::default().concurrency(CONCURRENCY))
         .watches_stream(bundle_events, |bundle: PartialObjectMeta<FleetBundle>| {
             let cluster = bundle.labels().get(MOVE_CLUSTER_LABEL)?.clone();
@@ -154,8 +165,11 @@ pub async fn run(base: Arc<Context>) {
         .reconcile_all_on(config_changes)
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(reconcile, error_policy, ctx)
-        .for_each(|_| std::future::ready(()))
-        .await;
+        .for_each(|_| std::future::ready(()));
+    tokio::select! {
+        () = controller => {}
+        () = stopped_before_ready => {}
+    }
 }
 
 /// Reconciles one Cluster through the one reconcile wrapper (metrics, backoff).
