@@ -156,6 +156,17 @@ pub struct ManagerFlags {
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub sync_period: Duration,
 
+    /// Self-managed Clusters: how long a move waits for Fleet to report the moved objects
+    /// ready on the workload cluster before it fails and unpauses the source (Go duration;
+    /// docs/self-managed.md).
+    #[arg(long, env = "CAAPF_MOVE_TARGET_TIMEOUT", default_value = "30m", value_parser = parse_duration)]
+    pub move_target_timeout: Duration,
+
+    /// Self-managed Clusters: how long a move waits for `clusterctl.cluster.x-k8s.io/block-move`
+    /// annotations to go before it fails and unpauses the source (Go duration).
+    #[arg(long, env = "CAAPF_MOVE_UNBLOCK_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
+    pub move_unblock_timeout: Duration,
+
     /// Only watch CAPI objects in this namespace (default: all namespaces).
     #[arg(long, env = "CAAPF_NAMESPACE")]
     pub namespace: Option<String>,
@@ -390,6 +401,8 @@ mod tests {
         assert_eq!(f.health_probe_bind_address, ":9440");
         assert_eq!(f.metrics_bind_address, ":8080");
         assert_eq!(f.sync_period, Duration::from_secs(600));
+        assert_eq!(f.move_target_timeout, Duration::from_secs(30 * 60));
+        assert_eq!(f.move_unblock_timeout, Duration::from_secs(10 * 60));
         assert_eq!(f.verbosity, 0);
         assert_eq!(f.helm_timeout, Duration::from_secs(300));
         assert_eq!(f.helm_home, None);

@@ -5,7 +5,7 @@
 //! - on **every replica**: the health and metrics endpoints, the `FleetAddonConfig` watch (a
 //!   read-only cache: the runtime extension, which every replica serves, decides with it);
 //! - on the **leader** only: everything that writes — the import controllers and their status
-//!   writer (and the Fleet install controller). These "leader tasks" start when the replica
+//!   writer, the move controller (self-managed Clusters) and the Fleet install controller. These "leader tasks" start when the replica
 //!   acquires the Lease (at once without `--leader-elect`).
 //!
 //! Losing the Lease (not renewed within the renew deadline, or another holder seen) aborts the
@@ -253,6 +253,7 @@ fn spawn_leader_tasks(ctx: Arc<Context>) -> JoinSet<()> {
     let mut tasks = JoinSet::new();
     tasks.spawn(import::run(ctx.clone()));
     tasks.spawn(crate::controllers::misnamed_config::run(ctx.clone()));
+    tasks.spawn(crate::controllers::r#move::run(ctx.clone()));
     // Lets a running helm command finish on a graceful stop (so no release is left
     // pending-upgrade); killed when leadership is lost.
     tasks.spawn(fleet_config::run(ctx));

@@ -83,8 +83,57 @@ async fn list(
     }
 }
 
+/// What a move is built from: the graph of the Cluster and the providers to install.
+#[derive(Debug)]
+pub struct MoveInputs {
+    pub graph: MoveGraph,
+    pub providers: ProviderPlan,
+}
+
 /// Reads everything a move of `namespace/cluster` needs and builds the graph and the Bundles.
 pub async fn preview(client: &Client, namespace: &str, cluster: &str) -> Result<Preview> {
+    let MoveInputs { graph, providers } =
+        gather(client, namespace, cluster)
+            .await?
+            .map_err(|reason| Error::Missing {
+                kind: "Cluster",
+                name: format!("{namespace}/{cluster}"),
+                reason,
+            })?;
+    let configs: Api<FleetAddonConfig> = Api::all(client.clone());
+    let config = match configs.get_opt(names::CONFIG_NAME).await {
+        Ok(config) => config,
+        Err(kube::Error::Api(status)) if status.code == 404 => None,
+        Err(err) => return Err(err.into()),
+    };
+    let fleet_cluster = EffectiveConfig::resolve(config.as_ref()).fleet_cluster_name(cluster);
+    let bundles = move_plan::bundles(&PlanInput {
+        cluster_namespace: namespace,
+        cluster_name: cluster,
+        fleet_cluster_name: &fleet_cluster,
+        graph: &graph,
+        providers: &providers,
+        target_paused: true,
+    })
+    .map_err(|e| Error::Serialization(e.to_string()))?;
+    Ok(Preview {
+        namespace: namespace.into(),
+        cluster: cluster.into(),
+        fleet_cluster,
+        graph,
+        providers,
+        bundles,
+    })
+}
+
+/// Reads the graph's objects and the providers of `namespace/cluster` (lists and gets only).
+/// The outer error is the API's; the inner one says why the graph cannot be built from what
+/// was read (e.g. the Cluster is gone).
+pub async fn gather(
+    client: &Client,
+    namespace: &str,
+    cluster: &str,
+) -> Result<std::result::Result<MoveInputs, String>> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crds = crds
         .list(&ListParams::default().labels(move_graph::CLUSTERCTL_LABEL))
@@ -139,13 +188,10 @@ pub async fn preview(client: &Client, namespace: &str, cluster: &str) -> Result<
         }
     }
 
-    let graph = move_graph::move_graph(namespace, cluster, &objects, &types).map_err(|e| {
-        Error::Missing {
-            kind: "Cluster",
-            name: format!("{namespace}/{cluster}"),
-            reason: e.to_string(),
-        }
-    })?;
+    let graph = match move_graph::move_graph(namespace, cluster, &objects, &types) {
+        Ok(graph) => graph,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
 
     let mut operator = Vec::new();
     for kind in move_plan::PROVIDER_KINDS {
@@ -182,31 +228,7 @@ pub async fn preview(client: &Client, namespace: &str, cluster: &str) -> Result<
         }
     }
     let providers = move_plan::provider_plan(&inventory, &operator, &secrets);
-
-    let configs: Api<FleetAddonConfig> = Api::all(client.clone());
-    let config = match configs.get_opt(names::CONFIG_NAME).await {
-        Ok(config) => config,
-        Err(kube::Error::Api(status)) if status.code == 404 => None,
-        Err(err) => return Err(err.into()),
-    };
-    let fleet_cluster = EffectiveConfig::resolve(config.as_ref()).fleet_cluster_name(cluster);
-    let bundles = move_plan::bundles(&PlanInput {
-        cluster_namespace: namespace,
-        cluster_name: cluster,
-        fleet_cluster_name: &fleet_cluster,
-        graph: &graph,
-        providers: &providers,
-        target_paused: true,
-    })
-    .map_err(|e| Error::Serialization(e.to_string()))?;
-    Ok(Preview {
-        namespace: namespace.into(),
-        cluster: cluster.into(),
-        fleet_cluster,
-        graph,
-        providers,
-        bundles,
-    })
+    Ok(Ok(MoveInputs { graph, providers }))
 }
 
 /// The human-readable report: creation groups, skipped objects, provider warnings, Bundles.

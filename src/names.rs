@@ -53,6 +53,10 @@ pub const FIELD_MANAGER: &str = "addon-provider-fleet";
 /// controller (name and client ID only; see [`crate::model::fleet::registration_stub`]).
 pub const REGISTRATION_FIELD_MANAGER: &str = "addon-provider-fleet-registration";
 
+/// Field manager of the move controller (src/controllers/move/): the move-state annotation and
+/// `spec.paused` of a self-managed Cluster, and the move Bundles.
+pub const MOVE_FIELD_MANAGER: &str = "addon-provider-fleet-move";
+
 /// Field manager for namespace annotations (CAAPF's name).
 pub const NAMESPACE_FIELD_MANAGER: &str = "namespace-addon-provider-fleet";
 

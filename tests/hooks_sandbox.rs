@@ -394,6 +394,19 @@ async fn before_cluster_create_prepares_agent_initiated_registration_then_succee
             .expect("Fleet Cluster");
         assert_eq!(client_id(&fleet), id);
 
+        // Once the Cluster has moved into itself (docs/self-managed.md), deleting the source
+        // copy touches none of them: they serve the self-managed cluster.
+        let mut moved = cluster.clone();
+        moved["metadata"]["annotations"] = json!({
+            caapf::model::move_state::MOVE_STATE_ANNOTATION: r#"{"phase":"Moved","since":1}"#,
+        });
+        env.sandbox.requests().reset();
+        assert_success(&env.call(Hook::BeforeClusterDelete, &moved).await);
+        assert_eq!(env.writes(), 0, "{:?}", env.sandbox.requests().all());
+        assert!(env.bootstrap_secret("c1").await.is_some());
+        assert!(env.get(&token(), NS, "c1").await.is_some());
+        assert!(env.get(&fleet_cluster(), NS, "c1").await.is_some());
+
         // BeforeClusterDelete removes the Secret, the token and the owned Fleet Cluster.
         let deleted = env.call(Hook::BeforeClusterDelete, &cluster).await;
         assert_success(&deleted);

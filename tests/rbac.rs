@@ -93,7 +93,110 @@ const ALLOWLIST: &[(&str, &str, &str, &str, &str)] = &[
         "patch",
         "as above, for the LeaderElection Event on the Lease",
     ),
+    (
+        "ClusterRole",
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        "list",
+        MOVE_RULES,
+    ),
+    ("ClusterRole", "cluster.x-k8s.io", "*", "list", MOVE_RULES),
+    (
+        "ClusterRole",
+        "addons.cluster.x-k8s.io",
+        "*",
+        "list",
+        MOVE_RULES,
+    ),
+    (
+        "ClusterRole",
+        "bootstrap.cluster.x-k8s.io",
+        "*",
+        "list",
+        MOVE_RULES,
+    ),
+    (
+        "ClusterRole",
+        "controlplane.cluster.x-k8s.io",
+        "*",
+        "list",
+        MOVE_RULES,
+    ),
+    (
+        "ClusterRole",
+        "infrastructure.cluster.x-k8s.io",
+        "*",
+        "list",
+        MOVE_RULES,
+    ),
+    (
+        "ClusterRole",
+        "ipam.cluster.x-k8s.io",
+        "*",
+        "list",
+        MOVE_RULES,
+    ),
+    (
+        "ClusterRole",
+        "runtime.cluster.x-k8s.io",
+        "*",
+        "list",
+        MOVE_RULES,
+    ),
+    (
+        "ClusterRole",
+        "clusterctl.cluster.x-k8s.io",
+        "*",
+        "list",
+        MOVE_RULES,
+    ),
+    (
+        "ClusterRole",
+        "operator.cluster.x-k8s.io",
+        "*",
+        "list",
+        MOVE_RULES,
+    ),
+    (
+        "ClusterRole",
+        "fleet.cattle.io",
+        "bundles",
+        "list",
+        MOVE_RULES,
+    ),
+    (
+        "ClusterRole",
+        "fleet.cattle.io",
+        "bundles",
+        "watch",
+        MOVE_RULES,
+    ),
+    (
+        "ClusterRole",
+        "fleet.cattle.io",
+        "bundles",
+        "create",
+        MOVE_RULES,
+    ),
+    (
+        "ClusterRole",
+        "fleet.cattle.io",
+        "bundles",
+        "patch",
+        MOVE_RULES,
+    ),
+    (
+        "ClusterRole",
+        "fleet.cattle.io",
+        "bundles",
+        "delete",
+        MOVE_RULES,
+    ),
 ];
+
+/// Why the move controller's rules are not used here.
+const MOVE_RULES: &str = "the move controller (self-managed Clusters): tests/move.rs runs it as this \
+     ServiceAccount with config/default and fails on any 403";
 
 /// One RBAC rule, flattened.
 #[derive(Debug)]

@@ -6,6 +6,8 @@ pub mod config_watch;
 pub mod fleet_config;
 pub mod import;
 pub mod misnamed_config;
+#[path = "move/mod.rs"]
+pub mod r#move;
 pub mod reconcile;
 pub mod retry_log;
 pub mod watch_backoff;

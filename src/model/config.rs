@@ -61,6 +61,10 @@ pub struct ClusterImport {
     pub fleet_ready_condition: bool,
     /// Fleet's agent check-in interval (how often agents update `status.agent.lastSeen`).
     pub agent_checkin_interval: Duration,
+    /// `spec.cluster.selfManagedSelector`: Clusters it matches are moved into themselves
+    /// (docs/self-managed.md; [`crate::model::move_state::opted_in`]).
+    pub self_managed_selector:
+        Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
 }
 
 impl EffectiveConfig {
@@ -169,6 +173,7 @@ impl Default for EffectiveConfig {
                 delete_deselected: false,
                 fleet_ready_condition: true,
                 agent_checkin_interval: DEFAULT_AGENT_CHECKIN_INTERVAL,
+                self_managed_selector: None,
             }),
             cluster_class: Some(ClassGroups {
                 patch_resource: true,
@@ -305,6 +310,7 @@ fn cluster_import(config: &ClusterConfig, install: Option<&FleetInstall>) -> Clu
         delete_deselected: config.deselect_policy.as_deref() == Some("Delete"),
         fleet_ready_condition: config.set_fleet_ready_condition != Some(false),
         agent_checkin_interval: agent_checkin_interval(config, install),
+        self_managed_selector: config.self_managed_selector.clone(),
     }
 }
 

@@ -163,7 +163,9 @@ pub fn desired(
         return Desired::Keep;
     }
     match decision {
-        Decision::Paused { .. } | Decision::Hold | Decision::Cleanup => Desired::Keep,
+        Decision::Paused { .. } | Decision::Hold | Decision::Cleanup | Decision::Moved => {
+            Desired::Keep
+        }
         Decision::Release { .. } | Decision::Ignore => Desired::Remove,
         Decision::Wait | Decision::Import { .. } => {
             let enabled = config
@@ -741,6 +743,7 @@ mod tests {
             Decision::Paused { selected: true },
             Decision::Hold,
             Decision::Cleanup,
+            Decision::Moved,
         ] {
             assert_eq!(
                 desired(&keep, &view(json!({})), &on, None, now),

@@ -27,6 +27,12 @@ pub enum Decision {
     Wait,
     /// Selected: keep the Fleet objects.
     Import { agent_initiated: bool },
+    /// Its definition was moved into the workload cluster itself (move state `Moved`,
+    /// docs/self-managed.md): the workload cluster manages itself, this management cluster
+    /// writes nothing for it. Its Fleet Cluster is **kept** (the agent keeps delivering
+    /// add-ons, the move Bundles stay reported) and no longer owned by the source Cluster, so
+    /// deleting the source copy leaves it alone; a deleted source only loses our finalizer.
+    Moved,
 }
 
 impl Decision {
@@ -34,7 +40,10 @@ impl Decision {
     pub fn is_selected(&self) -> bool {
         matches!(
             self,
-            Decision::Paused { selected: true } | Decision::Wait | Decision::Import { .. }
+            Decision::Paused { selected: true }
+                | Decision::Wait
+                | Decision::Import { .. }
+                | Decision::Moved
         )
     }
 
@@ -52,6 +61,11 @@ pub fn decide(
     namespace_labels: &StringMap,
     live: Option<&FleetCluster>,
 ) -> Decision {
+    // Before anything else: a moved Cluster stays paused, and the decisions below (Paused,
+    // Cleanup, Release) would act on what is now the workload cluster's own Fleet Cluster.
+    if crate::model::move_state::is_moved(&cluster.annotations) {
+        return Decision::Moved;
+    }
     let import = config.cluster.as_ref();
     let selected = import.is_some_and(|import| {
         import.selection.selects(ClusterFacts {
@@ -90,6 +104,25 @@ pub fn decide(
         return Decision::Wait;
     }
     Decision::Import { agent_initiated }
+}
+
+/// For a [`Decision::Moved`] Cluster: the owner references its Fleet Cluster must keep, without
+/// the source Cluster's (matched by UID), so the garbage collector does not delete the Fleet
+/// Cluster with the source copy. `None` when the source does not own it (nothing to write).
+pub fn disowned_after_move(
+    owners: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+    cluster_uid: &str,
+) -> Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>> {
+    if cluster_uid.is_empty() || !owners.iter().any(|o| o.uid == cluster_uid) {
+        return None;
+    }
+    Some(
+        owners
+            .iter()
+            .filter(|o| o.uid != cluster_uid)
+            .cloned()
+            .collect(),
+    )
 }
 
 /// What a Cluster counts as in `status.clusters` and the cluster gauges while selection is
@@ -159,6 +192,20 @@ mod tests {
         let deleting = json!({"deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["fleet.addons.cluster.x-k8s.io"]});
         let deleting_no_fin = json!({"deletionTimestamp": "2026-01-01T00:00:00Z"});
         let paused = json!({"annotations": {"cluster.x-k8s.io/paused": "true"}, "labels": {"import": "yes"}});
+        let moved = |extra: Value| {
+            let mut metadata = json!({"annotations": {
+                "fleet.addons.cluster.x-k8s.io/move-state": r#"{"phase":"Moved","since":1,"pausedByMove":true}"#,
+            }, "finalizers": ["fleet.addons.cluster.x-k8s.io"]});
+            if let Some(extra) = extra.as_object() {
+                for (k, v) in extra {
+                    metadata[k] = v.clone();
+                }
+            }
+            metadata
+        };
+        let moving = json!({"annotations": {
+            "fleet.addons.cluster.x-k8s.io/move-state": r#"{"phase":"WaitingTarget","since":1,"pausedByMove":true}"#,
+        }, "finalizers": ["fleet.addons.cluster.x-k8s.io"]});
         let by_label = "cluster: {selector: {matchLabels: {import: \"yes\"}}}";
         let by_label_delete =
             "cluster: {selector: {matchLabels: {import: \"yes\"}}, deselectPolicy: Delete}";
@@ -266,6 +313,40 @@ mod tests {
                 want: Decision::Paused { selected: false },
             },
             Row {
+                name: "moved: left alone although paused",
+                config: EffectiveConfig::default(),
+                cluster: cluster(moved(json!({})), json!({"paused": true}), true),
+                want: Decision::Moved,
+            },
+            Row {
+                name: "moved and unpaused by someone: still not managed here",
+                config: EffectiveConfig::default(),
+                cluster: cluster(moved(json!({})), json!({}), true),
+                want: Decision::Moved,
+            },
+            Row {
+                name: "moved and deselected: the Fleet Cluster is not released",
+                config: config(by_label_delete),
+                cluster: cluster(moved(json!({})), json!({"paused": true}), true),
+                want: Decision::Moved,
+            },
+            Row {
+                name: "moved source deleted: no cleanup of the Fleet Cluster",
+                config: EffectiveConfig::default(),
+                cluster: cluster(
+                    moved(json!({"deletionTimestamp": "2026-01-01T00:00:00Z"})),
+                    json!({"paused": true}),
+                    true,
+                ),
+                want: Decision::Moved,
+            },
+            Row {
+                name: "a move in progress is an ordinary paused Cluster",
+                config: EffectiveConfig::default(),
+                cluster: cluster(moving, json!({"paused": true}), true),
+                want: Decision::Paused { selected: true },
+            },
+            Row {
                 name: "invalid selection holds",
                 config: config("cluster: {namespaceRegexes: [\"(\"]}"),
                 cluster: cluster(labelled_fin, json!({}), true),
@@ -289,6 +370,33 @@ mod tests {
                 "{}",
                 row.name
             );
+        }
+    }
+
+    #[test]
+    fn moved_fleet_cluster_is_disowned() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let owner = |uid: &str| OwnerReference {
+            api_version: "cluster.x-k8s.io/v1beta2".into(),
+            kind: "Cluster".into(),
+            name: "c1".into(),
+            uid: uid.into(),
+            ..Default::default()
+        };
+        let cases = [
+            ("no owners", vec![], "u1", None),
+            ("owned by the source", vec![owner("u1")], "u1", Some(vec![])),
+            (
+                "other owners stay",
+                vec![owner("u0"), owner("u1")],
+                "u1",
+                Some(vec![owner("u0")]),
+            ),
+            ("owned by someone else", vec![owner("u0")], "u1", None),
+            ("unknown source UID", vec![owner("")], "", None),
+        ];
+        for (name, owners, uid, want) in cases {
+            assert_eq!(disowned_after_move(&owners, uid), want, "{name}");
         }
     }
 

@@ -187,7 +187,11 @@ const STRIPPED_METADATA: [&str; 9] = [
 ];
 
 /// The object as it must be written to the target: server fields, owner references (re-linked
-/// separately), `generateName` of named objects and `status` removed.
+/// separately), `generateName` of named objects and `status` removed; so are this provider's
+/// own marks of the move (the move-state annotation changes at every step and would change the
+/// Bundles with it; the opt-in label would make a provider running on the target try to move
+/// the cluster again) and its finalizer (nothing on the target removes it unless this provider
+/// runs there and imports the Cluster, which adds it again).
 pub fn strip_for_target(object: &DynamicObject) -> Value {
     let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
     if let Some(metadata) = value.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -196,6 +200,26 @@ pub fn strip_for_target(object: &DynamicObject) -> Value {
         }
         if metadata.get("name").is_some_and(|n| n.as_str() != Some("")) {
             metadata.remove("generateName");
+        }
+        for (field, key) in [
+            ("annotations", super::move_state::MOVE_STATE_ANNOTATION),
+            ("labels", super::move_state::SELF_MANAGED_LABEL),
+            ("finalizers", crate::names::FINALIZER),
+        ] {
+            let now_empty = match metadata.get_mut(field) {
+                Some(Value::Object(map)) => {
+                    map.remove(key);
+                    map.is_empty()
+                }
+                Some(Value::Array(list)) => {
+                    list.retain(|f| f.as_str() != Some(key));
+                    list.is_empty()
+                }
+                _ => false,
+            };
+            if now_empty {
+                metadata.remove(field);
+            }
         }
     }
     if let Some(map) = value.as_object_mut() {

@@ -50,6 +50,47 @@ fn strip_for_target_removes_server_fields_and_status() {
 }
 
 #[test]
+fn strip_for_target_removes_the_marks_of_the_move() {
+    let mut object = obj(
+        CAPI,
+        "Cluster",
+        "default",
+        "c1",
+        "u-c1",
+        &[],
+        &[
+            (crate::model::move_state::SELF_MANAGED_LABEL, "true"),
+            ("team", "a"),
+        ],
+        json!({"spec": {"paused": true}}),
+    );
+    object.metadata.annotations = Some(
+        [(
+            crate::model::move_state::MOVE_STATE_ANNOTATION.to_string(),
+            r#"{"phase":"Publishing","since":1}"#.to_string(),
+        )]
+        .into(),
+    );
+    object.metadata.finalizers = Some(vec![
+        crate::names::FINALIZER.to_string(),
+        "cluster.cluster.x-k8s.io".to_string(),
+    ]);
+    let got = strip_for_target(&object);
+    assert_eq!(
+        got["metadata"],
+        json!({"name": "c1", "namespace": "default", "labels": {"team": "a"},
+            "finalizers": ["cluster.cluster.x-k8s.io"]})
+    );
+    object.metadata.finalizers = Some(vec![crate::names::FINALIZER.to_string()]);
+    object.metadata.labels = None;
+    let got = strip_for_target(&object);
+    assert_eq!(
+        got["metadata"],
+        json!({"name": "c1", "namespace": "default"})
+    );
+}
+
+#[test]
 fn set_paused_on_clusters_and_classes_only() {
     let cases = [
         (

@@ -137,8 +137,25 @@ pub enum BundlesStatus {
 }
 
 /// Compares the live Bundles with the desired ones (by name and `spec.resources`) and reads
-/// Fleet's readiness (`status.observedGeneration` = `metadata.generation`, `summary.ready` =
-/// `summary.desiredReady` > 0; `BundleSummary` in fleet `bundle_types.go`).
+/// Fleet's readiness as Fleet's Bundle controller reports it (rancher/fleet
+/// `internal/cmd/controller/reconciler/bundle_controller.go`, v0.12 to v0.16):
+///
+/// - `status.observedGeneration` = `metadata.generation`: the controller wrote the status from
+///   the current spec (it sets `observedGeneration` in the same status update as the summary);
+/// - `status.summary.ready` = `status.summary.desiredReady` > 0: one BundleDeployment per
+///   targeted cluster (`target/status.go` `Summary`), each in state `Ready`
+///   (`summary.GetDeploymentState`: applied deployment ID = spec deployment ID, resources ready,
+///   not modified);
+/// - every `status.partitions[].unavailable` = 0: a target counts as unavailable there until its
+///   BundleDeployment has *applied the deployment ID of the current content* and is ready
+///   (`target/status.go` `upToDate`, `isUnavailable`). The summary alone is not enough: before
+///   Fleet v0.16 (`effectiveDeployment`, rancher/fleet#4780) the summary written for a new
+///   generation still judged the BundleDeployment by its old deployment ID, so a Bundle whose
+///   content had just changed (the copies being resumed) read `Ready` for the old content.
+///
+/// Content: we write `spec.resources` inline; Fleet copies them into a `Content` object (or OCI
+/// when `contentsId` is set, which only `fleet apply` does) without changing the Bundle's spec,
+/// so comparing `spec.resources` with ours is exact.
 pub fn bundles_status(desired: &[Value], live: &[Value]) -> BundlesStatus {
     let name = |b: &Value| b["metadata"]["name"].as_str().unwrap_or("").to_string();
     if desired.is_empty() {
@@ -180,6 +197,18 @@ pub fn bundles_status(desired: &[Value], live: &[Value]) -> BundlesStatus {
                 .unwrap_or_default();
             return BundlesStatus::Waiting(format!(
                 "Bundle {bundle} ready on {ready}/{desired_ready} clusters{detail}"
+            ));
+        }
+        let partitions = status["partitions"]
+            .as_array()
+            .map_or(&[][..], Vec::as_slice);
+        let unavailable: i64 = partitions
+            .iter()
+            .map(|p| p["unavailable"].as_i64().unwrap_or(0))
+            .sum();
+        if partitions.is_empty() || unavailable > 0 {
+            return BundlesStatus::Waiting(format!(
+                "Bundle {bundle}: {unavailable} cluster(s) not up to date with the current content yet"
             ));
         }
     }
@@ -238,6 +267,35 @@ impl Default for Timeouts {
 
 /// How often to look again while waiting (watch events usually come first).
 pub const RECHECK: Duration = Duration::from_secs(30);
+
+/// Whether the recorded move state of a Cluster is [`Phase::Moved`]: its definition now lives in
+/// the workload cluster, which manages itself; this management cluster must not act on it.
+/// A missing or unreadable annotation is not moved.
+pub fn is_moved(annotations: &StringMap) -> bool {
+    matches!(parse_state(annotations), Ok(Some(state)) if state.phase == Phase::Moved)
+}
+
+/// When to look again: `requeue`, but no later than just after the current phase's timeout, so
+/// a timeout is noticed when it expires and not up to [`RECHECK`] later.
+pub fn next_check(
+    state: Option<&MoveState>,
+    requeue: Option<Duration>,
+    timeouts: &Timeouts,
+    now: i64,
+) -> Option<Duration> {
+    let requeue = requeue?;
+    let limit = match state.map(|s| s.phase) {
+        Some(Phase::WaitingUnblocked) => timeouts.unblock,
+        Some(Phase::WaitingTarget) => timeouts.target,
+        _ => return Some(requeue),
+    };
+    let state = state?;
+    // Timeouts compare whole seconds (`since` is Unix seconds): one more second is past it.
+    let left = limit
+        .saturating_sub(elapsed(state, now))
+        .saturating_add(Duration::from_secs(1));
+    Some(requeue.min(left))
+}
 
 /// The state to record (`None`: leave the annotation as it is) and the actions that follow.
 #[derive(Clone, Debug, PartialEq, Eq)]

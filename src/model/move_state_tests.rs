@@ -584,7 +584,8 @@ fn bundle_readiness_from_fleet_status() {
         bundle("b1", res.clone(), 0, json!({})),
         bundle("b2", res.clone(), 0, json!({})),
     ];
-    let ready = json!({"observedGeneration": 2, "summary": {"ready": 1, "desiredReady": 1}});
+    let ready = json!({"observedGeneration": 2, "summary": {"ready": 1, "desiredReady": 1},
+        "partitions": [{"name": "All", "count": 1, "maxUnavailable": 1}]});
     let cases = [
         ("none", vec![], BundlesStatus::Missing),
         (
@@ -638,6 +639,39 @@ fn bundle_readiness_from_fleet_status() {
             BundlesStatus::Waiting("Bundle b1 ready on 0/0 clusters".into()),
         ),
         (
+            // Fleet before v0.16: the summary of a new generation still judges the
+            // BundleDeployment by its old deployment ID; the partition counts it unavailable.
+            "summary ready for the old content, partition not up to date",
+            vec![
+                bundle("b1", res.clone(), 2, ready.clone()),
+                bundle(
+                    "b2",
+                    res.clone(),
+                    2,
+                    json!({"observedGeneration": 2, "summary": {"ready": 1, "desiredReady": 1},
+                        "partitions": [{"name": "All", "count": 1, "maxUnavailable": 1, "unavailable": 1}]}),
+                ),
+            ],
+            BundlesStatus::Waiting(
+                "Bundle b2: 1 cluster(s) not up to date with the current content yet".into(),
+            ),
+        ),
+        (
+            "no partition status",
+            vec![
+                bundle("b1", res.clone(), 2, ready.clone()),
+                bundle(
+                    "b2",
+                    res.clone(),
+                    2,
+                    json!({"observedGeneration": 2, "summary": {"ready": 1, "desiredReady": 1}}),
+                ),
+            ],
+            BundlesStatus::Waiting(
+                "Bundle b2: 0 cluster(s) not up to date with the current content yet".into(),
+            ),
+        ),
+        (
             "all ready",
             vec![
                 bundle("b1", res.clone(), 2, ready.clone()),
@@ -648,5 +682,94 @@ fn bundle_readiness_from_fleet_status() {
     ];
     for (name, live, want) in cases {
         assert_eq!(bundles_status(&desired, &live), want, "{name}");
+    }
+}
+
+#[test]
+fn moved_only_when_recorded_as_moved() {
+    let with = |value: &str| -> StringMap {
+        [(MOVE_STATE_ANNOTATION.to_string(), value.to_string())]
+            .into_iter()
+            .collect()
+    };
+    let cases = [
+        ("no annotation", StringMap::new(), false),
+        ("moved", with(r#"{"phase":"Moved","since":1}"#), true),
+        (
+            "waiting",
+            with(r#"{"phase":"WaitingTarget","since":1}"#),
+            false,
+        ),
+        ("failed", with(r#"{"phase":"Failed","since":1}"#), false),
+        ("unreadable", with("Moved"), false),
+    ];
+    for (name, annotations, want) in cases {
+        assert_eq!(is_moved(&annotations), want, "{name}");
+    }
+}
+
+#[test]
+fn checks_again_when_a_timeout_expires() {
+    let timeouts = Timeouts {
+        unblock: Duration::from_secs(60),
+        target: Duration::from_secs(100),
+    };
+    let at = |phase| MoveState {
+        phase,
+        since: 1000,
+        message: String::new(),
+        paused_by_move: true,
+    };
+    let cases = [
+        (
+            "no requeue",
+            Some(at(Phase::WaitingTarget)),
+            None,
+            1000,
+            None,
+        ),
+        (
+            "far from the timeout",
+            Some(at(Phase::WaitingTarget)),
+            Some(RECHECK),
+            1000,
+            Some(RECHECK),
+        ),
+        (
+            "target timeout close",
+            Some(at(Phase::WaitingTarget)),
+            Some(RECHECK),
+            1090,
+            Some(Duration::from_secs(11)),
+        ),
+        (
+            "unblock timeout close",
+            Some(at(Phase::WaitingUnblocked)),
+            Some(RECHECK),
+            1055,
+            Some(Duration::from_secs(6)),
+        ),
+        (
+            "past the timeout",
+            Some(at(Phase::WaitingTarget)),
+            Some(RECHECK),
+            1200,
+            Some(Duration::from_secs(1)),
+        ),
+        (
+            "no timeout in this phase",
+            Some(at(Phase::ResumingTarget)),
+            Some(RECHECK),
+            1200,
+            Some(RECHECK),
+        ),
+        ("no state", None, Some(RECHECK), 1200, Some(RECHECK)),
+    ];
+    for (name, state, requeue, now, want) in cases {
+        assert_eq!(
+            next_check(state.as_ref(), requeue, &timeouts, now),
+            want,
+            "{name}"
+        );
     }
 }

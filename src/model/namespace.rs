@@ -101,7 +101,11 @@ pub struct NamespaceFacts<'a> {
 /// Computes the plan for one namespace.
 pub fn plan(facts: &NamespaceFacts<'_>) -> NamespacePlan {
     let workspace_annotation = facts.clusters.iter().any(|(_, decision)| {
-        decision.is_imported() || **decision == Decision::Paused { selected: true }
+        decision.is_imported()
+            || matches!(
+                **decision,
+                Decision::Paused { selected: true } | Decision::Moved
+            )
     });
 
     // Classes from other namespaces used by selected Clusters of this namespace.

@@ -29,7 +29,7 @@ use crate::model::fleet::{
     FleetClusterWrite, Registration, client_id, desired_fleet_cluster, desired_registration_token,
     fleet_cluster_write, random_client_id, registration_stub, template_values,
 };
-use crate::model::import::{Decision, waits_for_terminating_namespace};
+use crate::model::import::{Decision, disowned_after_move, waits_for_terminating_namespace};
 use crate::model::namespace::NamespaceState;
 use crate::names;
 use crate::{Error, Result};
@@ -109,6 +109,33 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
     let regarding = cluster.object_ref(&());
     match decision {
         Decision::Paused { .. } | Decision::Hold | Decision::Ignore => Ok(Action::await_change()),
+        Decision::Moved => {
+            // The Fleet Cluster now serves the self-managed cluster: keep it, and keep the
+            // garbage collector from deleting it with the source copy.
+            let owners = live
+                .as_deref()
+                .map(|l| l.owner_references().to_vec())
+                .unwrap_or_default();
+            if let Some(kept) = disowned_after_move(&owners, &view.uid) {
+                let patch = serde_json::json!({"metadata": {"ownerReferences": kept}});
+                crate::apply::merge_patch_guarded(
+                    &fleet_clusters,
+                    &fleet_name,
+                    names::FIELD_MANAGER,
+                    |current: Option<&FleetCluster>| {
+                        Ok(current
+                            .is_some_and(|c| c.owner_references().iter().any(|o| o.uid == view.uid))
+                            .then(|| patch.clone()))
+                    },
+                )
+                .await?;
+            }
+            if view.deleting && view.has_finalizer() {
+                let written = remove_finalizer(&clusters, cluster).await?;
+                wrote(ctx, &keys.cluster, cluster, written);
+            }
+            Ok(Action::await_change())
+        }
         Decision::Cleanup => {
             let live = confirm_absent(live, &fleet_clusters, &fleet_name).await?;
             cleanup(&view, live.as_deref(), &fleet_clusters, ctx).await?;

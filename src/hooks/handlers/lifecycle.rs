@@ -594,6 +594,11 @@ async fn before_cluster_delete_steps(
     ctx: &Context,
     cluster: &ClusterInfo,
 ) -> Result<Outcome, Outcome> {
+    // A Cluster moved into itself (docs/self-managed.md): its Fleet Cluster, token and bootstrap
+    // Secret now serve the self-managed cluster; deleting the source copy keeps them.
+    if crate::model::move_state::is_moved(&cluster.annotations) {
+        return Ok(Outcome::ok());
+    }
     let ns = cluster.namespace.as_str();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     let tokens: Api<ClusterRegistrationToken> = Api::namespaced(ctx.client.clone(), ns);
