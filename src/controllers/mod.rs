@@ -9,3 +9,4 @@ pub mod misnamed_config;
 pub mod reconcile;
 pub mod retry_log;
 pub mod watch_backoff;
+pub mod watch_list;
