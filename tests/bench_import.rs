@@ -16,7 +16,8 @@
 //! Environment: `BENCH_CLUSTERS` (default 1000), `BENCH_NAMESPACES` (default N/20, between 10
 //! and 100), `BENCH_MODES` (`;`-separated extra manager flags, default
 //! `--kube-api-qps=100 --kube-api-burst=200`, Cluster API's own values; empty: defaults only),
-//! `BENCH_MANAGER_WRAPPER` (a command the manager runs under, e.g. a heap profiler).
+//! `BENCH_MANAGER_WRAPPER` (a command the manager runs under, e.g. a heap profiler),
+//! `BENCH_SANDBOX_ARGS` (extra `kube-sandbox` flags for the runs, e.g. `--no-watch-list`).
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

@@ -293,13 +293,14 @@ async fn readiness_of_leaders_and_followers() {
         leader_elect_retry_period: Duration::from_millis(200),
         ..served(&h.flags)
     };
-    // Slow CAPI Cluster lists keep the leader's caches unsynced for a while.
+    // Slow CAPI Cluster lists (streaming or paged) keep the leader's caches unsynced for a
+    // while.
     if std::env::var("NOFAULT").is_err() {
         h.sandbox.set_faults(FaultConfig {
             rules: vec![FaultRule {
                 target: FaultTarget::Reads,
                 resource: Some("clusters".into()),
-                verbs: Some(vec!["LIST".into()]),
+                verbs: Some(vec!["LIST".into(), "WATCH".into()]),
                 latency_ms: Some(1500),
                 ..Default::default()
             }],

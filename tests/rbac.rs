@@ -304,7 +304,14 @@ fn dynamic(group: &str, kind: &str) -> ApiResource {
 
 /// Plays the import scenarios; returns the requests.
 async fn import_scenario() -> Vec<RequestRecord> {
-    let mut h = Harness::new().await;
+    // A server without streaming lists (kube-apiserver 1.33's default): the watches then list
+    // in pages as well as watch, so the `list` rights the fallback needs are exercised too.
+    let mut h = Harness::with_options(kube_sandbox::SandboxOptions {
+        validate_custom_resources: true,
+        watch_list: false,
+        ..Default::default()
+    })
+    .await;
     for ns in [NAMESPACE, "team-a", "classes", "apps", "edge"] {
         h.namespace(ns, json!({})).await;
     }

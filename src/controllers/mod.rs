@@ -11,3 +11,4 @@ pub mod r#move;
 pub mod reconcile;
 pub mod retry_log;
 pub mod watch_backoff;
+pub mod watch_list;

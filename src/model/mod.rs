@@ -22,3 +22,4 @@ pub mod retry;
 pub mod selection;
 pub mod validation;
 pub mod version;
+pub mod watch;

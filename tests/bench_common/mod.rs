@@ -124,6 +124,13 @@ pub async fn sandbox(dir: &Path, prepare: bool) -> (Process, Client, PathBuf) {
         .stderr(Stdio::inherit());
     if !prepare {
         command.arg("--snapshot-read-only");
+        // `BENCH_SANDBOX_ARGS="--no-watch-list"` plays a server without streaming lists
+        // (kube-apiserver 1.33's default): the manager then lists in pages.
+        command.args(
+            std::env::var("BENCH_SANDBOX_ARGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        );
     }
     let mut child = command.spawn().expect("start kube-sandbox");
     let stdout = child.stdout.take().expect("sandbox stdout");

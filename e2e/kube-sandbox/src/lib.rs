@@ -92,6 +92,11 @@ pub struct SandboxOptions {
     /// `pattern`, `format`, `x-kubernetes-validations` CEL rules), as a real server does.
     /// On by default.
     pub validate_custom_resources: bool,
+    /// Serve streaming lists (`sendInitialEvents=true` watches), as kube-apiserver does with
+    /// its `WatchList` feature gate on (the default in 1.32 and from 1.34; off in 1.33 and
+    /// before 1.32, and in aggregated API servers that do not enable it). Off, such a watch gets
+    /// the 422 a server without the gate answers. On by default.
+    pub watch_list: bool,
 }
 
 impl Default for SandboxOptions {
@@ -104,6 +109,7 @@ impl Default for SandboxOptions {
             snapshot_read_only: false,
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             bookmark_interval: Duration::from_secs(30),
+            watch_list: true,
             history_limit: 100_000,
             watch_buffer: 10_000,
             namespace_cleanup_delay: Duration::from_secs(1),
@@ -246,6 +252,7 @@ impl Sandbox {
                 .filter(|_| !opts.snapshot_read_only),
             snapshot_writer: Mutex::new(()),
             validate: opts.validate_custom_resources,
+            watch_list: opts.watch_list,
             periodic_close: Mutex::new(None),
             auth: Default::default(),
         });

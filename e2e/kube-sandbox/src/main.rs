@@ -44,6 +44,10 @@ struct Args {
     /// Validation is the default; kept so that existing command lines keep working.
     #[arg(long, hide = true)]
     validate: bool,
+    /// Refuse streaming lists (`sendInitialEvents=true`) with the 422 of a kube-apiserver whose
+    /// WatchList feature gate is off (1.33 and before 1.32, or an aggregated API server).
+    #[arg(long)]
+    no_watch_list: bool,
     /// Seconds between periodic watch bookmarks.
     #[arg(long, default_value_t = 30.0)]
     bookmark_interval_seconds: f64,
@@ -75,6 +79,7 @@ async fn main() {
         addr: args.addr,
         bookmark_interval: Duration::from_secs_f64(args.bookmark_interval_seconds.max(0.05)),
         validate_custom_resources: !args.no_validate,
+        watch_list: !args.no_watch_list,
         ..SandboxOptions::default()
     };
     let sandbox = match Sandbox::start_with(opts).await {

@@ -49,6 +49,8 @@ pub struct App {
     pub snapshot_dir: Option<PathBuf>,
     /// Validate custom resources against their schemas.
     pub validate: bool,
+    /// Serve streaming lists ([`crate::SandboxOptions::watch_list`]).
+    pub watch_list: bool,
     /// Serializes snapshot writes.
     pub snapshot_writer: Mutex<()>,
     /// The periodic watch closer configured by fault injection.
@@ -792,7 +794,7 @@ fn list(
     fmt: Format,
 ) -> ApiResult<Response> {
     let (labels, fields) = selectors(q, def)?;
-    let limit: usize = match q.get("limit") {
+    let mut limit: usize = match q.get("limit") {
         Some(l) if !l.is_empty() => l
             .parse()
             .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
@@ -812,6 +814,13 @@ fn list(
     } else {
         let st = app.store.lock();
         let rv_param = q.get("resourceVersion").unwrap_or("");
+        if rv_param == "0" {
+            // resourceVersion=0 is served from kube-apiserver's watch cache, which ignores
+            // `limit` and returns every object in one response (apiserver
+            // `pkg/storage/cacher/cacher.go`, `computeListLimit`: "the limit is ignored for
+            // requests that set RV == 0").
+            limit = 0;
+        }
         let rv_match = q.get("resourceVersionMatch").unwrap_or("");
         let (objs, list_rv) = match (rv_param, rv_match) {
             ("", "") | ("0", _) => (st.bucket(&gr).cloned().unwrap_or_default(), st.rv),
@@ -929,6 +938,22 @@ fn start_watch(
     }
     let send_initial = q.flag("sendInitialEvents");
     let bookmarks = q.flag("allowWatchBookmarks");
+    if send_initial && !app.watch_list {
+        // kube-apiserver without the WatchList gate: apimachinery
+        // `pkg/apis/meta/internalversion/validation/validation.go`, `validateWatchOptions`.
+        let mut e = ApiError::invalid(
+            "meta.k8s.io",
+            "ListOptions",
+            "",
+            vec![Cause {
+                reason: "FieldValueForbidden".into(),
+                message: "Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled".into(),
+                field: "sendInitialEvents".into(),
+            }],
+        );
+        e.details.name = None;
+        return Err(e);
+    }
     if send_initial {
         if q.get("resourceVersionMatch") != Some("NotOlderThan") {
             return Err(ApiError::invalid_field(

@@ -172,16 +172,20 @@ impl References {
         let triggers = self.triggers.clone();
         let shutdown = self.shutdown.clone();
         let kind = resource.kind.clone();
-        let stream = watcher(api, watcher::Config::default().any_semantic())
-            .backoff(crate::controllers::watch_backoff::WatchBackoff::default())
-            .modify(|object: &mut DynamicObject| {
-                object.metadata.managed_fields = None;
-                if let Some(data) = object.data.as_object_mut() {
-                    // Status changes often and is never part of templateValues.
-                    data.remove("status");
-                }
-            })
-            .reflect(writer);
+        let stream = crate::controllers::watch_list::events(
+            kind.clone(),
+            watcher::Config::default().page_size(500),
+            move |config| watcher(api.clone(), config),
+        )
+        .backoff(crate::controllers::watch_backoff::WatchBackoff::default())
+        .modify(|object: &mut DynamicObject| {
+            object.metadata.managed_fields = None;
+            if let Some(data) = object.data.as_object_mut() {
+                // Status changes often and is never part of templateValues.
+                data.remove("status");
+            }
+        })
+        .reflect(writer);
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             // Last user-visible hash per object: status-only changes trigger nothing. A relist

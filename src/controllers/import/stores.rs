@@ -35,6 +35,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::api::{BundleNamespaceMapping, CapiCluster, CapiClusterClass};
 use crate::cli::ManagerFlags;
 use crate::controllers::watch_backoff::WatchBackoff;
+use crate::controllers::watch_list;
 use crate::model::capi::{ClassRef, ClusterView, StringMap, keep_read_status};
 use crate::model::diff::{compact_fields, digest_subtree};
 use crate::names;
@@ -137,7 +138,10 @@ impl Watches {
 impl Stores {
     /// The caches, the hubs to subscribe from, and the watches that fill both once started.
     pub fn new(client: &Client, flags: &ManagerFlags) -> (Stores, Hubs, Watches) {
-        let plain = watcher::Config::default().any_semantic().page_size(500);
+        // Streaming lists, or consistent lists in pages of 500 where the server has none
+        // (`crate::controllers::watch_list`): never `any_semantic()`, whose list a real server
+        // answers whole, ignoring the page size.
+        let plain = watcher::Config::default().page_size(500);
         // `--watch-filter` applies to CAPI objects; `--namespace` to everything namespaced
         // except BundleNamespaceMappings and Namespaces.
         let capi_config = match flags.watch_filter_label() {
@@ -153,7 +157,7 @@ impl Stores {
         let clusters_by_namespace = Index::new(|c: &CapiCluster| c.metadata.namespace.clone());
         let clusters_by_class = Index::new(cross_namespace_class_key);
         let clusters = PendingWatch::new(
-            watcher(
+            events(
                 api::<CapiCluster>(client, capi_ns.as_deref()),
                 capi_config.clone(),
             )
@@ -173,7 +177,7 @@ impl Stores {
             &mut listed,
         );
         let fleet_clusters = PendingWatch::new(
-            watcher(
+            events(
                 api::<FleetCluster>(client, fleet_ns.as_deref()),
                 plain.clone(),
             )
@@ -309,6 +313,18 @@ fn cross_namespace_class_key(cluster: &CapiCluster) -> Option<String> {
     ClusterView::of(cluster)?
         .cross_namespace_class()
         .map(class_key)
+}
+
+/// The events of a watch of `api` ([`watch_list::events`]).
+fn events<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> BoxStream<'static, watcher::Result<watcher::Event<K>>>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let kind = K::kind(&()).to_string();
+    watch_list::events(kind, config, move |config| watcher(api.clone(), config))
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -479,7 +495,7 @@ where
         indexes: Vec<Index<K>>,
         listed: &mut Vec<watch::Receiver<bool>>,
     ) -> Self {
-        let events = watcher(api, config)
+        let events = events(api, config)
             .backoff(WatchBackoff::default())
             .modify(slim::<K>)
             .boxed();
@@ -502,10 +518,13 @@ where
         config: watcher::Config,
         listed: &mut Vec<watch::Receiver<bool>>,
     ) -> Self {
-        let events = metadata_watcher(api, config)
-            .backoff(WatchBackoff::default())
-            .modify(slim::<PartialObjectMeta<K>>)
-            .boxed();
+        let kind = K::kind(&()).to_string();
+        let events = watch_list::events(kind, config, move |config| {
+            metadata_watcher(api.clone(), config)
+        })
+        .backoff(WatchBackoff::default())
+        .modify(slim::<PartialObjectMeta<K>>)
+        .boxed();
         Self::new(events, Vec::new(), listed)
     }
 }

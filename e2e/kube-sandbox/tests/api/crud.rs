@@ -703,6 +703,32 @@ async fn pagination_is_consistent() {
     );
 }
 
+/// kube-apiserver serves `resourceVersion=0` lists from its watch cache and ignores `limit`
+/// there (apiserver `pkg/storage/cacher/cacher.go`, `computeListLimit`): a client asking for
+/// pages with RV 0 gets every object at once. Any other resourceVersion is paginated.
+#[tokio::test]
+async fn resource_version_zero_ignores_limit() {
+    let s = bare().await;
+    let c = s.client();
+    for i in 0..5 {
+        create_cm(&c, "default", &format!("z-{i}"), json!({"zero": "yes"})).await;
+    }
+    let base = "/api/v1/namespaces/default/configmaps?labelSelector=zero&limit=2";
+    let whole = get(&c, &format!("{base}&resourceVersion=0")).await.json();
+    assert_eq!(whole["items"].as_array().unwrap().len(), 5);
+    assert!(whole["metadata"].get("continue").is_none());
+    let whole = get(
+        &c,
+        &format!("{base}&resourceVersion=0&resourceVersionMatch=NotOlderThan"),
+    )
+    .await
+    .json();
+    assert_eq!(whole["items"].as_array().unwrap().len(), 5);
+    let paged = get(&c, base).await.json();
+    assert_eq!(paged["items"].as_array().unwrap().len(), 2);
+    assert!(paged["metadata"]["continue"].is_string());
+}
+
 #[tokio::test]
 async fn list_resource_version_semantics() {
     let s = bare().await;

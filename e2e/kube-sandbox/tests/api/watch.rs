@@ -275,6 +275,41 @@ async fn streaming_list_initial_events() {
     assert_status(&r, 422, "Invalid");
 }
 
+/// A server without the WatchList gate (kube-apiserver 1.33's default, or an aggregated API
+/// server) refuses streaming lists with apimachinery's `validateWatchOptions` 422; plain watches
+/// and lists still work.
+#[tokio::test]
+async fn streaming_lists_refused_without_the_watch_list_gate() {
+    let s = Sandbox::start_with(SandboxOptions {
+        watch_list: false,
+        ..SandboxOptions::default()
+    })
+    .await
+    .unwrap();
+    let c = s.client();
+    let r = get(
+        &c,
+        &format!("{CMS}?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"),
+    )
+    .await;
+    let status = assert_status(&r, 422, "Invalid");
+    assert_eq!(
+        status["message"],
+        "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"
+    );
+    assert_eq!(
+        status["details"]["causes"][0]["reason"],
+        "FieldValueForbidden"
+    );
+    assert_eq!(status["details"]["causes"][0]["field"], "sendInitialEvents");
+    assert!(status["details"].get("name").is_none());
+    let cur = s.resource_version();
+    let mut w =
+        WatchStream::open(&c, &format!("{CMS}?watch=true&resourceVersion={cur}"), &[]).await;
+    create_cm(&c, "default", "plain", json!({})).await;
+    assert_eq!(name(&w.next().await.unwrap()), "plain");
+}
+
 #[tokio::test]
 async fn too_old_resource_version_is_gone() {
     let s = bare().await;
