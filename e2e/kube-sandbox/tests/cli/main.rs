@@ -51,7 +51,12 @@ impl Server {
             .strip_prefix("kube-sandbox listening on ")
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
             .to_string();
-        assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+        let scheme = if extra.contains(&"--tls") {
+            "https"
+        } else {
+            "http"
+        };
+        assert!(url.starts_with(&format!("{scheme}://127.0.0.1:")), "{url}");
         Server { child, url, dir }
     }
 
@@ -209,6 +214,39 @@ fn listening_line_kubeconfig_and_signals() {
         let st = s.wait_exit(Duration::from_secs(10));
         assert!(st.success(), "{sig}: {st:?}");
     }
+}
+
+/// `--tls`: HTTPS with a generated CA in the kubeconfig (and the admin's token, without which
+/// kubectl would prompt for a password); a ServiceAccount token given to kubectl is used, as
+/// client-go sends credentials over TLS only.
+#[test]
+fn tls_flag_serves_https_and_kubectl_sends_tokens() {
+    let s = Server::start(&["--crds", "none", "--tls"]);
+    let kc = std::fs::read_to_string(s.kubeconfig()).unwrap();
+    assert!(kc.contains("certificate-authority-data: "), "{kc}");
+    assert_eq!(
+        s.kubectl(&["auth", "can-i", "create", "clusterroles"])
+            .trim(),
+        "yes"
+    );
+    s.kubectl(&["create", "serviceaccount", "robot", "-n", "default"]);
+    let token = s.kubectl(&["create", "token", "robot", "-n", "default"]);
+    let as_robot = |args: &[&str]| {
+        let mut all = vec!["--token", token.trim()];
+        all.extend_from_slice(args);
+        s.kubectl_cmd(&all).output().expect("running kubectl")
+    };
+    let out = as_robot(&["auth", "can-i", "list", "namespaces"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "no");
+    assert!(!out.status.success());
+    let out = as_robot(&["get", "namespaces"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(
+            "User \"system:serviceaccount:default:robot\" cannot list resource \"namespaces\""
+        ),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
