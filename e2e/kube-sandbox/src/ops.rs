@@ -972,20 +972,23 @@ pub fn publish_root_ca(st: &mut State, ns: &str) {
 
 /// Stores an object created by the sandbox itself (bootstrap objects), with metadata filled
 /// in.
-pub fn seed(st: &mut State, gr: &GroupResource, mut obj: Value) {
+pub fn seed(st: &mut State, gr: &GroupResource, obj: Value) {
+    seed_as(st, gr, obj, "kube-apiserver");
+}
+
+/// Stores an object created by a simulated component (`manager` in `managedFields`), with
+/// metadata filled in.
+pub fn seed_as(st: &mut State, gr: &GroupResource, mut obj: Value, manager: &str) {
+    let api_version = obj
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("v1")
+        .to_string();
     let m = meta_mut(&mut obj);
     m.entry("uid").or_insert_with(|| json!(new_uid()));
     m.entry("creationTimestamp")
         .or_insert_with(|| json!(now_rfc3339()));
-    ssa::record_update(
-        None,
-        &mut obj,
-        "kube-apiserver",
-        "v1",
-        "",
-        Node(None),
-        false,
-    );
+    ssa::record_update(None, &mut obj, manager, &api_version, "", Node(None), false);
     st.put(gr, obj);
 }
 
