@@ -1306,3 +1306,28 @@ async fn kubectl_auth_can_i_as_the_service_account_follows_the_roles_of_config()
         "kubectl asked as someone else"
     );
 }
+
+/// The API server refuses a role that grants more than its writer holds unless the writer may
+/// `escalate` (`k8s.io/kubernetes` `pkg/registry/rbac/clusterrole/policybased/storage.go`):
+/// Fleet's chart creates ClusterRoles granting everything on `fleet.cattle.io`, so the
+/// installer role without `escalate` fails the install with that 403, as on a cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_escalate_the_installer_cannot_create_fleet_s_cluster_roles() {
+    let escalate = ("rbac.authorization.k8s.io", "clusterroles", "escalate");
+    let (mut h, _dir, _user) =
+        install_as_service_account(fleet_common::helm_bin(), Some(escalate)).await;
+    let client = h.client.clone();
+    let conditions = eventually("the install refused for escalation", || {
+        condition_mentioning(
+            client.clone(),
+            "is attempting to grant RBAC permissions not currently held",
+        )
+    })
+    .await;
+    assert!(
+        conditions
+            .contains("clusterroles.rbac.authorization.k8s.io \"fleet-controller\" is forbidden"),
+        "{conditions}"
+    );
+    h.stop().await;
+}

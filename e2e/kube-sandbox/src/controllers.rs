@@ -197,13 +197,13 @@ fn replica_sets(st: &mut State, deployment: &Arc<Value>, replicas: i64) {
         .bucket(&rs_gr)
         .into_iter()
         .flat_map(|objects| objects.values())
-        .filter(|rs| crate::util::namespace_of(rs) == ns)
-        .cloned()
         .filter(|rs| {
-            owner_refs(rs)
-                .iter()
-                .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid.as_str()))
+            crate::util::namespace_of(rs) == ns
+                && owner_refs(rs)
+                    .iter()
+                    .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid.as_str()))
         })
+        .cloned()
         .collect();
     // Earlier templates: scaled to zero.
     for old in owned.iter().filter(|rs| name_of(rs) != current) {
@@ -320,6 +320,7 @@ fn delete_object(st: &mut State, gr: &(String, String), ns: &str, name: &str) {
         manager: ops::CONTROLLER_MANAGER.to_string(),
         dry_run: false,
         validate: false,
+        escalation: None,
     };
     let _ = ops::delete(st, &ctx, &DeleteOpts::default());
 }

@@ -30,6 +30,7 @@ pub mod crd;
 pub mod crds;
 pub mod discovery;
 pub mod error;
+pub mod escalation;
 pub mod faults;
 pub mod fieldset;
 pub mod ops;
@@ -620,6 +621,7 @@ fn preload_crd(st: &mut store::State, crd: serde_json::Value) -> Result<(), Sand
         manager: "kube-sandbox".into(),
         dry_run: false,
         validate: false,
+        escalation: None,
     };
     let gr = (
         "apiextensions.k8s.io".to_string(),

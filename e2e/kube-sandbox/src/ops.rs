@@ -63,6 +63,9 @@ pub struct Ctx {
     pub dry_run: bool,
     /// Validate custom resources against their schema.
     pub validate: bool,
+    /// Check RBAC writes for privilege escalation as this writer (`None`: not checked, e.g.
+    /// the admin or the sandbox itself).
+    pub escalation: Option<crate::escalation::Escalation>,
 }
 
 impl Ctx {
@@ -783,6 +786,11 @@ fn finish(
         if !causes.is_empty() {
             return Err(ApiError::invalid(&def.group, &def.kind, &ctx.name, causes));
         }
+    }
+    if def.group == "rbac.authorization.k8s.io"
+        && let Some(esc) = &ctx.escalation
+    {
+        crate::escalation::check(esc, &def.plural, &ctx.namespace, &new, old.as_deref())?;
     }
     if def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions" {
         crd::validate(st, &new, old.as_deref())?;

@@ -694,3 +694,94 @@ async fn over_tls_kubectl_acts_as_the_token_s_service_account() {
     assert_eq!((ok, out.as_str()), (true, "yes"), "{err}");
     s.shutdown().await;
 }
+
+/// Privilege-escalation prevention through the API (`k8s.io/kubernetes`
+/// `pkg/registry/rbac/*/policybased/storage.go`): a ServiceAccount that may create
+/// ClusterRoles and bindings cannot create one granting more than it holds (the real 403),
+/// can with `escalate`, and can bind a role it does not hold only with `bind`.
+#[tokio::test]
+async fn role_writes_cannot_escalate_without_escalate_or_bind() {
+    let (s, admin, bot) = with_bot().await;
+    let grant = |verbs: Value| {
+        rbac(
+            "ClusterRole",
+            "",
+            "writer",
+            json!({"rules": [{"apiGroups": ["rbac.authorization.k8s.io"],
+                              "resources": ["clusterroles", "clusterrolebindings"], "verbs": verbs}]}),
+        )
+    };
+    create(
+        &admin,
+        &rbac_path("clusterroles", ""),
+        grant(json!(["create"])),
+    )
+    .await;
+    create(
+        &admin,
+        &rbac_path("clusterrolebindings", ""),
+        rbac(
+            "ClusterRoleBinding",
+            "",
+            "writer",
+            json!({"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "writer"},
+                   "subjects": [{"kind": "ServiceAccount", "name": "bot", "namespace": "team"}]}),
+        ),
+    )
+    .await;
+    let wide = rbac(
+        "ClusterRole",
+        "",
+        "wide",
+        json!({"rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]}),
+    );
+    let r = post(&bot, &rbac_path("clusterroles", ""), wide.clone()).await;
+    let v = assert_status(&r, 403, "Forbidden");
+    assert_eq!(
+        v["message"],
+        format!(
+            "clusterroles.rbac.authorization.k8s.io \"wide\" is forbidden: user \"{SA_USER}\" (groups=[\"system:serviceaccounts\" \"system:serviceaccounts:team\" \"system:authenticated\"]) is attempting to grant RBAC permissions not currently held:\n{{APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\"]}}"
+        )
+    );
+    // A role within its own rights is fine.
+    let narrow = rbac(
+        "ClusterRole",
+        "",
+        "narrow",
+        json!({"rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["create"]}]}),
+    );
+    create(&bot, &rbac_path("clusterroles", ""), narrow).await;
+
+    // With escalate the wide role is allowed; binding it needs bind (or its rights).
+    let roles = Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(admin.clone());
+    let patch = |verbs: Value| {
+        let roles = roles.clone();
+        async move {
+            roles
+                .patch(
+                    "writer",
+                    &PatchParams::default(),
+                    &Patch::Merge(
+                        json!({"rules": [{"apiGroups": ["rbac.authorization.k8s.io"],
+                    "resources": ["clusterroles", "clusterrolebindings"], "verbs": verbs}]}),
+                    ),
+                )
+                .await
+                .expect("patch the writer role");
+        }
+    };
+    patch(json!(["create", "escalate"])).await;
+    create(&bot, &rbac_path("clusterroles", ""), wide).await;
+    let binding = rbac(
+        "ClusterRoleBinding",
+        "",
+        "wide",
+        json!({"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "wide"},
+               "subjects": [{"kind": "User", "name": "someone"}]}),
+    );
+    let r = post(&bot, &rbac_path("clusterrolebindings", ""), binding.clone()).await;
+    assert_status(&r, 403, "Forbidden");
+    patch(json!(["create", "escalate", "bind"])).await;
+    create(&bot, &rbac_path("clusterrolebindings", ""), binding).await;
+    s.shutdown().await;
+}
