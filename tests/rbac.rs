@@ -20,6 +20,13 @@
 //! `config/extensionconfig` ClusterRole; what helm does must be allowed by the optional
 //! `config/fleet-installer`. Every rule and verb of the manager's roles and the extension role
 //! must be used by some request, or be in [`ALLOWLIST`] with the code path that needs it.
+//!
+//! The tests at the end run the real helm and kubectl as the ServiceAccount: the sandbox serves
+//! TLS there, because client-go sends a kubeconfig's token only over TLS (`k8s.io/client-go`
+//! `tools/clientcmd/client_config.go`). helm 4 and helm 3 install charts shaped like Fleet's as
+//! the ServiceAccount under `config/fleet-installer` (a rule taken out fails the install with
+//! the API server's 403, `escalate` included), and `kubectl auth can-i` answers per the roles
+//! of `config/`.
 
 mod common;
 #[path = "fleet_common/mod.rs"]
