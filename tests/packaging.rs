@@ -1,5 +1,5 @@
 //! What cannot run here (no container engine, no Tilt) is checked statically: the Dockerfile
-//! agrees with the binary's defaults and pins helm; tilt-provider.yaml follows CAPI's Tilt
+//! agrees with the binary's defaults and pins the helm the tests run; tilt-provider.yaml follows CAPI's Tilt
 //! contract for a non-Go provider; the Tiltfile builds the image the manifests name and its
 //! variable substitution renders config/default as clusterctl would.
 
@@ -169,6 +169,48 @@ fn dockerfile_matches_the_binary_and_pins_helm() {
         ignore.lines().any(|l| l.trim() == "/target"),
         ".dockerignore excludes target/"
     );
+}
+
+/// The Dockerfile's `ARG HELM_VERSION` is the one place helm's version is pinned: the helm the
+/// tests run by default (`./bin/helm`, installed by `hack/install-helm.sh`, shipped by
+/// `make image`) must be that version, and both scripts read it from the Dockerfile instead of
+/// naming a version of their own.
+#[test]
+fn the_image_helm_is_the_helm_the_tests_run() {
+    let steps = instructions(&read("Dockerfile"));
+    let pinned = steps
+        .iter()
+        .find_map(|s| s.strip_prefix("ARG HELM_VERSION="))
+        .expect("ARG HELM_VERSION")
+        .trim()
+        .to_string();
+    let helm = root().join("bin/helm");
+    assert!(
+        helm.is_file(),
+        "{} is missing: run hack/install-helm.sh (or `make tools`)",
+        helm.display()
+    );
+    let out = Command::new(&helm)
+        .args(["version", "--template", "{{.Version}}"])
+        .output()
+        .expect("running bin/helm");
+    assert!(out.status.success(), "bin/helm version failed");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        pinned,
+        "bin/helm (hack/install-helm.sh) and the Dockerfile's ARG HELM_VERSION differ"
+    );
+    for script in ["hack/install-helm.sh", "hack/build-image.sh"] {
+        let text = read(script);
+        assert!(
+            text.contains("s/^ARG HELM_VERSION=//p"),
+            "{script} reads the version from the Dockerfile"
+        );
+        assert!(
+            !text.contains(&format!("HELM_VERSION={pinned}")),
+            "{script} names the version itself"
+        );
+    }
 }
 
 #[test]

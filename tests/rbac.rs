@@ -20,6 +20,13 @@
 //! `config/extensionconfig` ClusterRole; what helm does must be allowed by the optional
 //! `config/fleet-installer`. Every rule and verb of the manager's roles and the extension role
 //! must be used by some request, or be in [`ALLOWLIST`] with the code path that needs it.
+//!
+//! The tests at the end run the real helm and kubectl as the ServiceAccount: the sandbox serves
+//! TLS there, because client-go sends a kubeconfig's token only over TLS (`k8s.io/client-go`
+//! `tools/clientcmd/client_config.go`). helm 4 and helm 3 install charts shaped like Fleet's as
+//! the ServiceAccount under `config/fleet-installer` (a rule taken out fails the install with
+//! the API server's 403, `escalate` included), and `kubectl auth can-i` answers per the roles
+//! of `config/`.
 
 mod common;
 #[path = "fleet_common/mod.rs"]
@@ -1050,4 +1057,394 @@ fn bindings_name_the_deployment_service_account_and_never_cluster_admin() {
     assert_eq!(binding["subjects"][0]["namespace"], NAMESPACE);
     find(&extension, "ExtensionConfig", "caapf");
     assert!(extension.iter().all(|o| o["kind"] != "Namespace"));
+}
+
+/// The installer ClusterRole of `config/fleet-installer`, optionally without one verb of one
+/// resource (group, resource, verb).
+fn installer_role(without: Option<(&str, &str, &str)>) -> Vec<Value> {
+    let mut objects = kustomize("config/fleet-installer");
+    if let Some((group, resource, verb)) = without {
+        let role = objects
+            .iter_mut()
+            .find(|o| o["kind"] == "ClusterRole")
+            .expect("installer role");
+        let mut found = false;
+        for rule in role["rules"].as_array_mut().expect("rules") {
+            if strings(&rule["apiGroups"]).iter().any(|g| g == group)
+                && strings(&rule["resources"]).iter().any(|r| r == resource)
+            {
+                let verbs: Vec<String> = strings(&rule["verbs"])
+                    .into_iter()
+                    .filter(|v| v != verb)
+                    .collect();
+                rule["verbs"] = json!(verbs);
+                found = true;
+            }
+        }
+        assert!(found, "no installer rule for {group}/{resource}");
+    }
+    objects
+}
+
+/// helm, started by the manager, installs Fleet from charts with the structure of Fleet's real
+/// ones as the manager's ServiceAccount, authorized by `config/default` plus
+/// `config/fleet-installer` (with `without` taken out of the installer role). The sandbox
+/// serves TLS, so helm (client-go) sends the token of the kubeconfig it gets through
+/// `--helm-kubeconfig` (in a cluster, helm uses the pod's ServiceAccount token the same way).
+/// Returns the harness (manager running, FleetAddonConfig created) and the charts' directory.
+async fn install_as_service_account(
+    helm: std::path::PathBuf,
+    without: Option<(&str, &str, &str)>,
+) -> (Harness, tempfile::TempDir, String) {
+    use kube_sandbox::{CrdSet, SandboxOptions};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repo = fleet_common::real_charts::repository(dir.path()).await;
+    let mut h = Harness::with_options(SandboxOptions {
+        crds: vec![CrdSet::Capi, CrdSet::Bootstrap, CrdSet::Provider],
+        tls: true,
+        ..Default::default()
+    })
+    .await;
+    h.namespace(NAMESPACE, json!({})).await;
+    let mut objects = kustomize("config/default");
+    objects.extend(installer_role(without));
+    h.run_as_service_account(&objects, NAMESPACE, SERVICE_ACCOUNT)
+        .await;
+    let kubeconfig = dir.path().join("kubeconfig");
+    h.sandbox
+        .write_kubeconfig_with_token(&kubeconfig, h.token.as_deref().expect("token"))
+        .expect("kubeconfig");
+    h.flags.helm_binary = helm.display().to_string();
+    h.flags.helm_kubeconfig = Some(kubeconfig);
+    h.flags.helm_home = Some(dir.path().join("helm-home"));
+    h.start().await;
+    h.config(&format!(
+        "install: {{version: {}, repository: \"{}\"}}\nconfig: {{server: {{custom: {{apiServerUrl: \"https://fleet.example.com\"}}}}}}",
+        fleet_common::real_charts::VERSION,
+        repo.url()
+    ))
+    .await;
+    // The repository serves until the test ends.
+    std::mem::forget(repo);
+    (
+        h,
+        dir,
+        format!("system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"),
+    )
+}
+
+/// helm's requests in the request log (helm's User-Agent is `Helm/<version>`).
+fn helm_requests(h: &Harness) -> Vec<RequestRecord> {
+    h.sandbox
+        .requests()
+        .all()
+        .into_iter()
+        .filter(|r| r.user_agent.starts_with("Helm/"))
+        .collect()
+}
+
+/// The FleetAddonConfig's conditions, `type: message`, when one of them mentions `text`.
+async fn condition_mentioning(client: kube::Client, text: &str) -> Option<String> {
+    let config: caapf::api::FleetAddonConfig = Api::all(client)
+        .get_opt("fleet-addon-config")
+        .await
+        .expect("config")?;
+    let conditions = &config.status.as_ref()?.conditions;
+    conditions
+        .iter()
+        .any(|c| c.message.contains(text))
+        .then(|| {
+            conditions
+                .iter()
+                .map(|c| format!("{}={}: {}", c.type_, c.status, c.message))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+}
+
+/// Waits for `Ready=True`; on timeout fails with the conditions and what helm was refused.
+async fn wait_installed(h: &Harness) {
+    let deadline = tokio::time::Instant::now() + common::TIMEOUT;
+    while condition_mentioning(h.client.clone(), "")
+        .await
+        .is_none_or(|c| !c.contains("Ready=True"))
+    {
+        if tokio::time::Instant::now() > deadline {
+            let refused: Vec<String> = helm_requests(h)
+                .iter()
+                .filter(|r| r.code == 403)
+                .map(|r| format!("{:?} {} {}", r.verb, r.resource, r.name))
+                .collect();
+            panic!(
+                "Fleet not installed by the ServiceAccount after {:?}: {:?}; helm refused: {refused:#?}",
+                common::TIMEOUT,
+                condition_mentioning(h.client.clone(), "").await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// helm 4 installs Fleet's real-shaped charts as the manager's ServiceAccount: with the
+/// installer role of `config/fleet-installer` minus `create` on CRDs the install fails with the
+/// API server's 403 (shown in the FleetAddonConfig's conditions), exactly as on a cluster; with
+/// the rule back the next retry installs Fleet. Every request helm made was authenticated as the
+/// ServiceAccount.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_installs_fleet_as_the_service_account_with_the_installer_role() {
+    let crds = (
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        "create",
+    );
+    let (mut h, _dir, user) =
+        install_as_service_account(fleet_common::helm_bin(), Some(crds)).await;
+    let refused = format!(
+        "User \"{user}\" cannot create resource \"customresourcedefinitions\" in API group \"apiextensions.k8s.io\""
+    );
+    let client = h.client.clone();
+    let conditions = eventually("the install refused by the API server", || {
+        condition_mentioning(client.clone(), &refused)
+    })
+    .await;
+    assert!(conditions.contains("Ready=False"), "{conditions}");
+    // helm 4 creates by server-side apply (APPLY), helm 3 by POST: both need `create`.
+    let denied: BTreeSet<String> = helm_requests(&h)
+        .iter()
+        .filter(|r| r.code == 403)
+        .map(|r| format!("{:?} {}", r.verb, r.resource))
+        .collect();
+    assert!(
+        !denied.is_empty()
+            && denied
+                .iter()
+                .all(|d| d == "Apply customresourcedefinitions"
+                    || d == "Post customresourcedefinitions"),
+        "helm was refused only what the role lacks: {denied:?}"
+    );
+
+    // The rule is back: the next retry installs everything the charts hold.
+    common::apply_rbac(&h.client, &installer_role(None)).await;
+    wait_installed(&h).await;
+    let requests = helm_requests(&h);
+    let users: BTreeSet<&str> = requests.iter().map(|r| r.user.as_str()).collect();
+    assert_eq!(users, [user.as_str()].into(), "helm's identities");
+    // Every kind of the charts was created (201) by helm, and the hook Job deleted after it
+    // succeeded.
+    for resource in [
+        "customresourcedefinitions",
+        "cronjobs",
+        "jobs",
+        "deployments",
+        "services",
+        "roles",
+        "rolebindings",
+        "clusterroles",
+        "clusterrolebindings",
+        "serviceaccounts",
+        "configmaps",
+        "secrets",
+    ] {
+        assert!(
+            requests
+                .iter()
+                .any(|r| r.verb.is_write() && r.resource == resource && r.code == 201),
+            "helm did not create {resource} as the ServiceAccount"
+        );
+    }
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.verb == Verb::Delete && r.resource == "jobs" && r.code == 200),
+        "helm did not delete the succeeded hook Job"
+    );
+    h.stop().await;
+}
+
+/// helm 3 (`HELM3_BIN`, also supported) installs the same charts as the ServiceAccount with the
+/// installer role as shipped: no request refused, every one authenticated as the ServiceAccount.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm3_installs_fleet_as_the_service_account_with_the_installer_role() {
+    let (mut h, _dir, user) = install_as_service_account(fleet_common::helm3_bin(), None).await;
+    wait_installed(&h).await;
+    let requests = helm_requests(&h);
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.resource == "cronjobs" && r.code == 201),
+        "helm 3 created the CronJob"
+    );
+    let users: BTreeSet<&str> = requests.iter().map(|r| r.user.as_str()).collect();
+    assert_eq!(users, [user.as_str()].into(), "helm's identities");
+    let refused: Vec<String> = requests
+        .iter()
+        .filter(|r| r.code == 403)
+        .map(|r| format!("{:?} {} {}", r.verb, r.resource, r.name))
+        .collect();
+    assert!(refused.is_empty(), "refused: {refused:#?}");
+    h.stop().await;
+}
+
+/// `kubectl auth can-i` as the manager's ServiceAccount (a token kubeconfig over TLS, so
+/// kubectl sends it), answered from the roles of `config/`: the default install, then with the
+/// optional runtime extension role, then with the optional Fleet installer role.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_auth_can_i_as_the_service_account_follows_the_roles_of_config() {
+    use kube_sandbox::SandboxOptions;
+    // (kubectl auth can-i arguments; default install, + extensionconfig, + fleet-installer)
+    let table: &[(&[&str], [bool; 3])] = &[
+        (
+            &["create", "clusters.fleet.cattle.io", "-n", "team-a"],
+            [true; 3],
+        ),
+        (
+            &["delete", "clusters.cluster.x-k8s.io", "-n", "team-a"],
+            [false; 3],
+        ),
+        (
+            &[
+                "patch",
+                "clusters.cluster.x-k8s.io",
+                "--subresource=status",
+                "-n",
+                "team-a",
+            ],
+            [true; 3],
+        ),
+        (
+            &[
+                "update",
+                "clusters.cluster.x-k8s.io",
+                "--subresource=status",
+                "-n",
+                "team-a",
+            ],
+            [false; 3],
+        ),
+        (
+            &["watch", "fleetaddonconfigs.addons.cluster.x-k8s.io"],
+            [true; 3],
+        ),
+        (
+            &["update", "leases.coordination.k8s.io", "-n", NAMESPACE],
+            [true; 3],
+        ),
+        (
+            &["update", "leases.coordination.k8s.io", "-n", "default"],
+            [false, false, false],
+        ),
+        (&["get", "secrets", "-n", "team-a"], [true; 3]),
+        (&["create", "secrets", "-n", "team-a"], [false, true, true]),
+        (
+            &["list", "bundledeployments.fleet.cattle.io", "-n", "team-a"],
+            [false, true, true],
+        ),
+        (
+            &["create", "customresourcedefinitions"],
+            [false, false, true],
+        ),
+        (
+            &["create", "cronjobs.batch", "-n", "cattle-fleet-system"],
+            [false, false, true],
+        ),
+        (&["escalate", "clusterroles"], [false, false, true]),
+        (&["impersonate", "users"], [false; 3]),
+    ];
+    let mut h = Harness::with_options(SandboxOptions {
+        tls: true,
+        ..Default::default()
+    })
+    .await;
+    h.namespace(NAMESPACE, json!({})).await;
+    h.run_as_service_account(&kustomize("config/default"), NAMESPACE, SERVICE_ACCOUNT)
+        .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    h.sandbox
+        .write_kubeconfig_with_token(&kubeconfig, h.token.as_deref().expect("token"))
+        .expect("kubeconfig");
+    let can_i = |args: &'static [&'static str]| {
+        let kubeconfig = kubeconfig.clone();
+        async move {
+            let out = tokio::time::timeout(
+                Duration::from_secs(60),
+                tokio::process::Command::new("kubectl")
+                    .arg("--kubeconfig")
+                    .arg(&kubeconfig)
+                    .args(["auth", "can-i"])
+                    .args(args)
+                    .output(),
+            )
+            .await
+            .expect("kubectl finished")
+            .expect("running kubectl");
+            let answer = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            // Exit code 0 and "yes", or 1 and "no".
+            match (out.status.code(), answer.as_str()) {
+                (Some(0), "yes") => true,
+                (Some(1), "no") => false,
+                other => panic!(
+                    "kubectl auth can-i {args:?}: {other:?} {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ),
+            }
+        }
+    };
+    for (stage, extra) in [
+        "config/default",
+        "config/extensionconfig",
+        "config/fleet-installer",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if stage > 0 {
+            common::apply_rbac(&h.client, &kustomize(extra)).await;
+        }
+        let answers = futures::future::join_all(table.iter().map(|(args, _)| can_i(args))).await;
+        let wrong: Vec<String> = table
+            .iter()
+            .zip(answers)
+            .filter(|((_, want), got)| want[stage] != *got)
+            .map(|((args, want), got)| format!("{args:?}: {got}, want {}", want[stage]))
+            .collect();
+        assert!(wrong.is_empty(), "with {extra}: {wrong:#?}");
+    }
+    let reviews = h.sandbox.requests().all();
+    let reviews: Vec<&RequestRecord> = reviews
+        .iter()
+        .filter(|r| r.resource == "selfsubjectaccessreviews")
+        .collect();
+    assert_eq!(reviews.len(), table.len() * 3);
+    assert!(
+        reviews
+            .iter()
+            .all(|r| r.user == format!("system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}")),
+        "kubectl asked as someone else"
+    );
+}
+
+/// The API server refuses a role that grants more than its writer holds unless the writer may
+/// `escalate` (`k8s.io/kubernetes` `pkg/registry/rbac/clusterrole/policybased/storage.go`):
+/// Fleet's chart creates ClusterRoles granting everything on `fleet.cattle.io`, so the
+/// installer role without `escalate` fails the install with that 403, as on a cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_escalate_the_installer_cannot_create_fleet_s_cluster_roles() {
+    let escalate = ("rbac.authorization.k8s.io", "clusterroles", "escalate");
+    let (mut h, _dir, _user) =
+        install_as_service_account(fleet_common::helm_bin(), Some(escalate)).await;
+    let client = h.client.clone();
+    let conditions = eventually("the install refused for escalation", || {
+        condition_mentioning(
+            client.clone(),
+            "is attempting to grant RBAC permissions not currently held",
+        )
+    })
+    .await;
+    assert!(
+        conditions
+            .contains("clusterroles.rbac.authorization.k8s.io \"fleet-controller\" is forbidden"),
+        "{conditions}"
+    );
+    h.stop().await;
 }

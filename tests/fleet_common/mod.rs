@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod real_charts;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};

@@ -78,6 +78,13 @@ impl Auth {
         t
     }
 
+    /// Accepts `token` for a user from now on (a token chosen by the caller, e.g. one that
+    /// must survive a restart).
+    pub fn register_user_token(&self, token: &str, user: UserInfo) {
+        self.lock_tokens()
+            .insert(token.to_string(), Identity::User(user));
+    }
+
     /// Issues a token for an existing ServiceAccount (404 when it does not exist).
     pub fn issue_service_account_token(
         &self,

@@ -3,7 +3,8 @@
 //! - **workloads**: Deployments, StatefulSets and DaemonSets get a ready status (all replicas
 //!   updated, ready and available; Deployment `Available`/`Progressing` conditions;
 //!   `observedGeneration`) after each write, and Jobs complete at once, so `helm --wait`, helm
-//!   hooks and `kubectl rollout status` finish;
+//!   hooks and `kubectl rollout status` finish. A Deployment also gets its ReplicaSet (see
+//!   [`replica_sets`]): helm 3's `--wait` looks for it;
 //! - **garbage collector**: deletes objects whose owners (by uid) are all gone and drops
 //!   dangling ownerReferences when some owners remain (background propagation);
 //! - **namespace**: deletes everything in a terminating namespace, then the namespace.
@@ -150,12 +151,160 @@ fn workload(st: &mut State, plural: &str, ns: &str, name: &str) {
         }
         _ => return,
     };
+    if plural == "deployments" {
+        replica_sets(st, &old, replicas);
+    }
     if old.get("status") == Some(&status) {
         return;
     }
     let mut new = (*old).clone();
     new["status"] = status;
     controller_write(st, &gr, &old, new);
+}
+
+/// The label a Deployment's controller adds to its ReplicaSets and their pod templates.
+const POD_TEMPLATE_HASH: &str = "pod-template-hash";
+
+/// The ReplicaSets of a Deployment, as the deployment controller leaves them after a finished
+/// rollout: one for the current pod template (named `<deployment>-<hash>`, the template with a
+/// `pod-template-hash` label added to it, its labels and its selector, controlled by the
+/// Deployment, all replicas ready), and the ones of earlier templates scaled to zero.
+///
+/// helm 3's `--wait` needs it (`helm.sh/helm/v3` `pkg/kube/ready.go`, `IsReady` for a
+/// Deployment: `deploymentutil.GetNewReplicaSet` lists ReplicaSets by the Deployment's selector,
+/// keeps those it controls and picks the one whose template equals the Deployment's ignoring
+/// `pod-template-hash`; then `deploymentReady` wants the ReplicaSet's `observedGeneration` equal
+/// to its `generation` and `readyReplicas` at least `replicas - maxUnavailable`). Without it
+/// helm 3 waits until its timeout. The hash is the FNV-1a (32 bit) of the template's JSON,
+/// written with the real controller's alphabet (`k8s.io/apimachinery` `util/rand`
+/// `SafeEncodeString`), not the real hash of the Go struct.
+fn replica_sets(st: &mut State, deployment: &Arc<Value>, replicas: i64) {
+    let rs_gr = ("apps".to_string(), "replicasets".to_string());
+    let (ns, name) = (
+        crate::util::namespace_of(deployment).to_string(),
+        name_of(deployment).to_string(),
+    );
+    let Some(uid) = meta_str(deployment, "uid").map(str::to_string) else {
+        return;
+    };
+    let template = deployment
+        .pointer("/spec/template")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let hash = template_hash(&template);
+    let current = format!("{name}-{hash}");
+    let owned: Vec<Arc<Value>> = st
+        .bucket(&rs_gr)
+        .into_iter()
+        .flat_map(|objects| objects.values())
+        .filter(|rs| {
+            crate::util::namespace_of(rs) == ns
+                && owner_refs(rs)
+                    .iter()
+                    .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid.as_str()))
+        })
+        .cloned()
+        .collect();
+    // Earlier templates: scaled to zero.
+    for old in owned.iter().filter(|rs| name_of(rs) != current) {
+        if old.pointer("/spec/replicas").and_then(Value::as_i64) == Some(0) {
+            continue;
+        }
+        let mut new = (**old).clone();
+        new["spec"]["replicas"] = json!(0);
+        let generation = old
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(1)
+            + 1;
+        new["metadata"]["generation"] = json!(generation);
+        new["status"] = json!({"replicas": 0, "observedGeneration": generation});
+        controller_write(st, &rs_gr, old, new);
+    }
+    let mut labels = template
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    labels.insert(POD_TEMPLATE_HASH.into(), json!(hash));
+    let mut rs_template = template.clone();
+    rs_template["metadata"]["labels"] = Value::Object(labels.clone());
+    let mut selector = deployment
+        .pointer("/spec/selector")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    selector["matchLabels"][POD_TEMPLATE_HASH] = json!(hash);
+    let existing = owned.iter().find(|rs| name_of(rs) == current).cloned();
+    let generation = existing
+        .as_ref()
+        .and_then(|rs| rs.pointer("/metadata/generation"))
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
+    let spec = json!({"replicas": replicas, "selector": selector, "template": rs_template});
+    let generation = match &existing {
+        Some(rs) if rs.get("spec") != Some(&spec) => generation + 1,
+        _ => generation,
+    };
+    let status = json!({
+        "replicas": replicas,
+        "fullyLabeledReplicas": replicas,
+        "readyReplicas": replicas,
+        "availableReplicas": replicas,
+        "observedGeneration": generation,
+    });
+    match existing {
+        Some(rs) => {
+            if rs.get("spec") == Some(&spec) && rs.get("status") == Some(&status) {
+                return;
+            }
+            let mut new = (*rs).clone();
+            new["spec"] = spec;
+            new["status"] = status;
+            new["metadata"]["generation"] = json!(generation);
+            controller_write(st, &rs_gr, &rs, new);
+        }
+        None => {
+            let revision = owned.len() + 1;
+            let mut rs = json!({
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "metadata": {
+                    "name": current,
+                    "namespace": ns,
+                    "labels": labels,
+                    "annotations": {
+                        "deployment.kubernetes.io/desired-replicas": replicas.to_string(),
+                        "deployment.kubernetes.io/revision": revision.to_string(),
+                    },
+                    "generation": 1,
+                    "ownerReferences": [{
+                        "apiVersion": "apps/v1", "kind": "Deployment", "name": name, "uid": uid,
+                        "controller": true, "blockOwnerDeletion": true,
+                    }],
+                },
+                "spec": spec,
+                "status": status,
+            });
+            rs["status"]["observedGeneration"] = json!(1);
+            ops::seed_as(st, &rs_gr, rs, ops::CONTROLLER_MANAGER);
+        }
+    }
+}
+
+/// A short, stable name suffix for a pod template: FNV-1a of its JSON, as decimal digits mapped
+/// to the alphabet of `k8s.io/apimachinery` `util/rand.SafeEncodeString` (no vowels, no
+/// look-alike characters), as the real `pod-template-hash` is written.
+fn template_hash(template: &Value) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in template.to_string().bytes() {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    hash.to_string()
+        .bytes()
+        .map(|b| ALPHABET[usize::from(b) % ALPHABET.len()] as char)
+        .collect()
 }
 
 fn delete_object(st: &mut State, gr: &(String, String), ns: &str, name: &str) {
@@ -171,6 +320,7 @@ fn delete_object(st: &mut State, gr: &(String, String), ns: &str, name: &str) {
         manager: ops::CONTROLLER_MANAGER.to_string(),
         dry_run: false,
         validate: false,
+        escalation: None,
     };
     let _ = ops::delete(st, &ctx, &DeleteOpts::default());
 }

@@ -30,6 +30,7 @@ pub mod crd;
 pub mod crds;
 pub mod discovery;
 pub mod error;
+pub mod escalation;
 pub mod faults;
 pub mod fieldset;
 pub mod ops;
@@ -45,6 +46,7 @@ pub mod server;
 pub mod snapshot;
 pub mod ssa;
 pub mod store;
+pub mod tls;
 pub mod util;
 pub mod watch;
 
@@ -97,6 +99,11 @@ pub struct SandboxOptions {
     /// before 1.32, and in aggregated API servers that do not enable it). Off, such a watch gets
     /// the 422 a server without the gate answers. On by default.
     pub watch_list: bool,
+    /// Serve HTTPS instead of plain HTTP, with a CA and serving certificate generated at start
+    /// ([`Sandbox::ca_pem`]; kubeconfigs carry it). Needed for kubectl and helm to send a
+    /// kubeconfig's token: client-go reads credentials only over TLS (see [`tls`]).
+    /// Off by default.
+    pub tls: bool,
 }
 
 impl Default for SandboxOptions {
@@ -114,6 +121,7 @@ impl Default for SandboxOptions {
             watch_buffer: 10_000,
             namespace_cleanup_delay: Duration::from_secs(1),
             validate_custom_resources: true,
+            tls: false,
         }
     }
 }
@@ -156,6 +164,12 @@ pub enum SandboxError {
     /// `restart` needs a snapshot directory.
     #[error("restart needs SandboxOptions::snapshot_dir")]
     NoSnapshotDir,
+    /// The TLS certificate could not be generated.
+    #[error("generating the TLS certificate: {message}")]
+    Tls {
+        /// What went wrong.
+        message: String,
+    },
     /// A token could not be issued (the ServiceAccount does not exist).
     #[error("issuing a token: {message}")]
     Auth {
@@ -170,6 +184,8 @@ pub struct Sandbox {
     app: Arc<App>,
     addr: SocketAddr,
     opts: SandboxOptions,
+    /// The CA and serving certificate when [`SandboxOptions::tls`] is set (kept by `restart`).
+    tls: Option<Arc<tls::TlsMaterial>>,
     shutdown: tokio::sync::watch::Sender<bool>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
@@ -206,6 +222,15 @@ impl Sandbox {
 
     /// Starts a sandbox with options.
     pub async fn start_with(opts: SandboxOptions) -> Result<Sandbox, SandboxError> {
+        Sandbox::start_inner(opts, None).await
+    }
+
+    /// Starts a sandbox, serving TLS with `tls` (a restart keeps its certificate, so clients
+    /// holding the CA keep working) or with new material when `opts.tls` asks for it.
+    async fn start_inner(
+        opts: SandboxOptions,
+        tls: Option<Arc<tls::TlsMaterial>>,
+    ) -> Result<Sandbox, SandboxError> {
         let store = Arc::new(Store::new(opts.history_limit, opts.watch_buffer));
         {
             let mut st = store.lock();
@@ -237,6 +262,14 @@ impl Sandbox {
             addr: opts.addr,
             source,
         })?;
+        let tls = match (opts.tls, tls) {
+            (false, _) => None,
+            (true, Some(material)) => Some(material),
+            (true, None) => Some(Arc::new(
+                tls::TlsMaterial::generate(addr.ip())
+                    .map_err(|message| SandboxError::Tls { message })?,
+            )),
+        };
         let (close_tx, _) = tokio::sync::watch::channel(0u64);
         let app = Arc::new(App {
             store: store.clone(),
@@ -256,21 +289,35 @@ impl Sandbox {
             periodic_close: Mutex::new(None),
             auth: Default::default(),
         });
+        if let Some(material) = &tls {
+            app.auth
+                .register_user_token(material.admin_token(), auth::admin());
+        }
         let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
         let mut tasks = Vec::new();
         let router = server::router(app.clone());
         let mut rx = shutdown_rx.clone();
         let app_for_server = app.clone();
+        let graceful = async move {
+            let _ = rx.wait_for(|v| *v).await;
+            // Open watches would keep graceful shutdown waiting forever.
+            app_for_server.close_all_watches();
+        };
+        let material = tls.clone();
         tasks.push(tokio::spawn(async move {
-            let graceful = async move {
-                let _ = rx.wait_for(|v| *v).await;
-                // Open watches would keep graceful shutdown waiting forever.
-                app_for_server.close_all_watches();
+            let served = match material {
+                Some(material) => {
+                    axum::serve(tls::TlsListener::new(listener, &material), router)
+                        .with_graceful_shutdown(graceful)
+                        .await
+                }
+                None => {
+                    axum::serve(listener, router)
+                        .with_graceful_shutdown(graceful)
+                        .await
+                }
             };
-            if let Err(e) = axum::serve(listener, router)
-                .with_graceful_shutdown(graceful)
-                .await
-            {
+            if let Err(e) = served {
                 tracing::error!(error = %e, "kube-sandbox server stopped");
             }
         }));
@@ -300,14 +347,33 @@ impl Sandbox {
             app,
             addr,
             opts,
+            tls,
             shutdown,
             tasks: Mutex::new(tasks),
         })
     }
 
-    /// Base URL, `http://127.0.0.1:PORT`.
+    /// Base URL, `http://127.0.0.1:PORT` (`https://` with [`SandboxOptions::tls`]).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// The CA certificate (PEM) that signed the serving certificate, with
+    /// [`SandboxOptions::tls`]; `None` over plain HTTP.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.tls.as_deref().map(tls::TlsMaterial::ca_pem)
+    }
+
+    /// A `kube::Config` for this sandbox: its URL, trusting its CA over TLS, no credentials.
+    fn config(&self) -> kube::Config {
+        let url = self
+            .url()
+            .parse()
+            .expect("a socket address always forms a valid URL");
+        let mut config = kube::Config::new(url);
+        config.root_cert = self.tls.as_ref().map(|m| vec![m.ca_der().to_vec()]);
+        config
     }
 
     /// The bound address.
@@ -317,23 +383,26 @@ impl Sandbox {
 
     /// A `kube::Client` for this sandbox (default namespace `default`).
     pub fn client(&self) -> kube::Client {
-        let url = self
-            .url()
-            .parse()
-            .expect("a socket address always forms a valid URL");
-        let config = kube::Config::new(url);
-        kube::Client::try_from(config).expect("a plain-HTTP client config is always valid")
+        kube::Client::try_from(self.config()).expect("the sandbox's client config is valid")
     }
 
-    /// A kubeconfig whose current context targets this sandbox.
+    /// A kubeconfig whose current context targets this sandbox, as the admin: without
+    /// credentials over plain HTTP; over TLS with `certificate-authority-data` and the admin's
+    /// bearer token (client-go prompts for a password when a TLS kubeconfig has no credential;
+    /// see [`tls`]).
     pub fn kubeconfig(&self) -> kube::config::Kubeconfig {
-        kube::config::Kubeconfig::from_yaml(&kubeconfig_yaml(&self.url()))
+        kube::config::Kubeconfig::from_yaml(&self.kubeconfig_text(None))
             .expect("the generated kubeconfig is valid")
     }
 
     /// Writes [`Sandbox::kubeconfig`] to a file.
     pub fn write_kubeconfig(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
-        std::fs::write(path, kubeconfig_yaml(&self.url()))
+        std::fs::write(path, self.kubeconfig_text(None))
+    }
+
+    fn kubeconfig_text(&self, token: Option<&str>) -> String {
+        let admin = self.tls.as_deref().map(tls::TlsMaterial::admin_token);
+        kubeconfig_document(&self.url(), self.ca_pem(), token.or(admin))
     }
 
     /// Issues a bearer token for an existing ServiceAccount, as the TokenRequest subresource
@@ -361,18 +430,15 @@ impl Sandbox {
     /// A `kube::Client` that authenticates with a bearer token (see
     /// [`Sandbox::service_account_token`]).
     pub fn client_with_token(&self, token: &str) -> kube::Client {
-        let url = self
-            .url()
-            .parse()
-            .expect("a socket address always forms a valid URL");
-        let mut config = kube::Config::new(url);
+        let mut config = self.config();
         config.auth_info.token = Some(token.to_string().into());
-        kube::Client::try_from(config).expect("a plain-HTTP client config is always valid")
+        kube::Client::try_from(config).expect("the sandbox's client config is valid")
     }
 
-    /// A kubeconfig whose user authenticates with a bearer token.
+    /// A kubeconfig whose user authenticates with a bearer token. kubectl and helm send it
+    /// only over TLS ([`SandboxOptions::tls`]); the `kube` client sends it either way.
     pub fn kubeconfig_with_token(&self, token: &str) -> kube::config::Kubeconfig {
-        kube::config::Kubeconfig::from_yaml(&kubeconfig_yaml_with_token(&self.url(), token))
+        kube::config::Kubeconfig::from_yaml(&self.kubeconfig_text(Some(token)))
             .expect("the generated kubeconfig is valid")
     }
 
@@ -383,10 +449,7 @@ impl Sandbox {
         path: impl AsRef<Path>,
         token: &str,
     ) -> std::io::Result<()> {
-        write_private(
-            path.as_ref(),
-            &kubeconfig_yaml_with_token(&self.url(), token),
-        )
+        write_private(path.as_ref(), &self.kubeconfig_text(Some(token)))
     }
 
     /// The request log.
@@ -476,8 +539,9 @@ impl Sandbox {
         }
         let mut opts = self.opts.clone();
         opts.addr = self.addr;
+        let tls = self.tls.clone();
         self.shutdown().await;
-        Sandbox::start_with(opts).await
+        Sandbox::start_inner(opts, tls).await
     }
 }
 
@@ -564,6 +628,7 @@ fn preload_crd(st: &mut store::State, crd: serde_json::Value) -> Result<(), Sand
         manager: "kube-sandbox".into(),
         dry_run: false,
         validate: false,
+        escalation: None,
     };
     let gr = (
         "apiextensions.k8s.io".to_string(),
@@ -586,16 +651,39 @@ fn preload_crd(st: &mut store::State, crd: serde_json::Value) -> Result<(), Sand
 
 /// A kubeconfig document targeting `url` (plain HTTP, no credentials).
 pub fn kubeconfig_yaml(url: &str) -> String {
+    kubeconfig_document(url, None, None)
+}
+
+/// A kubeconfig document targeting `url` whose user sends `token` as a bearer token.
+pub fn kubeconfig_yaml_with_token(url: &str, token: &str) -> String {
+    kubeconfig_document(url, None, Some(token))
+}
+
+/// A kubeconfig document targeting `url`, trusting `ca_pem` (as `certificate-authority-data`)
+/// when given, whose user sends `token` when given.
+pub fn kubeconfig_document(url: &str, ca_pem: Option<&str>, token: Option<&str>) -> String {
+    use base64::Engine as _;
+    let ca = ca_pem
+        .map(|pem| {
+            format!(
+                "\n    certificate-authority-data: {}",
+                base64::engine::general_purpose::STANDARD.encode(pem)
+            )
+        })
+        .unwrap_or_default();
+    let user = token
+        .map(|token| format!("\n    token: {token}"))
+        .unwrap_or_else(|| " {}".to_string());
     format!(
         "apiVersion: v1
 kind: Config
 clusters:
 - name: kube-sandbox
   cluster:
-    server: {url}
+    server: {url}{ca}
 users:
 - name: kube-sandbox
-  user: {{}}
+  user:{user}
 contexts:
 - name: kube-sandbox
   context:
@@ -606,11 +694,6 @@ current-context: kube-sandbox
 preferences: {{}}
 "
     )
-}
-
-/// A kubeconfig document targeting `url` whose user sends `token` as a bearer token.
-pub fn kubeconfig_yaml_with_token(url: &str, token: &str) -> String {
-    kubeconfig_yaml(url).replace("  user: {}\n", &format!("  user:\n    token: {token}\n"))
 }
 
 fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {

@@ -8,7 +8,8 @@ use std::time::Duration;
 use clap::Parser;
 use kube_sandbox::{CrdSet, Sandbox, SandboxOptions};
 
-/// In-memory Kubernetes API server for tests and demos (plain HTTP on 127.0.0.1).
+/// In-memory Kubernetes API server for tests and demos (plain HTTP on 127.0.0.1, or HTTPS with
+/// `--tls`).
 #[derive(Debug, Parser)]
 #[command(name = "kube-sandbox", version)]
 struct Args {
@@ -48,6 +49,11 @@ struct Args {
     /// WatchList feature gate is off (1.33 and before 1.32, or an aggregated API server).
     #[arg(long)]
     no_watch_list: bool,
+    /// Serve HTTPS with a CA and certificate generated at start (the kubeconfig carries the CA
+    /// as certificate-authority-data). kubectl and helm send a kubeconfig's token only over
+    /// TLS; over plain HTTP they are always the admin.
+    #[arg(long)]
+    tls: bool,
     /// Seconds between periodic watch bookmarks.
     #[arg(long, default_value_t = 30.0)]
     bookmark_interval_seconds: f64,
@@ -80,6 +86,7 @@ async fn main() {
         bookmark_interval: Duration::from_secs_f64(args.bookmark_interval_seconds.max(0.05)),
         validate_custom_resources: !args.no_validate,
         watch_list: !args.no_watch_list,
+        tls: args.tls,
         ..SandboxOptions::default()
     };
     let sandbox = match Sandbox::start_with(opts).await {

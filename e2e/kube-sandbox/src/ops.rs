@@ -63,6 +63,9 @@ pub struct Ctx {
     pub dry_run: bool,
     /// Validate custom resources against their schema.
     pub validate: bool,
+    /// Check RBAC writes for privilege escalation as this writer (`None`: not checked, e.g.
+    /// the admin or the sandbox itself).
+    pub escalation: Option<crate::escalation::Escalation>,
 }
 
 impl Ctx {
@@ -784,6 +787,11 @@ fn finish(
             return Err(ApiError::invalid(&def.group, &def.kind, &ctx.name, causes));
         }
     }
+    if def.group == "rbac.authorization.k8s.io"
+        && let Some(esc) = &ctx.escalation
+    {
+        crate::escalation::check(esc, &def.plural, &ctx.namespace, &new, old.as_deref())?;
+    }
     if def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions" {
         crd::validate(st, &new, old.as_deref())?;
         if ctx.subresource.is_empty() {
@@ -972,20 +980,23 @@ pub fn publish_root_ca(st: &mut State, ns: &str) {
 
 /// Stores an object created by the sandbox itself (bootstrap objects), with metadata filled
 /// in.
-pub fn seed(st: &mut State, gr: &GroupResource, mut obj: Value) {
+pub fn seed(st: &mut State, gr: &GroupResource, obj: Value) {
+    seed_as(st, gr, obj, "kube-apiserver");
+}
+
+/// Stores an object created by a simulated component (`manager` in `managedFields`), with
+/// metadata filled in.
+pub fn seed_as(st: &mut State, gr: &GroupResource, mut obj: Value, manager: &str) {
+    let api_version = obj
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("v1")
+        .to_string();
     let m = meta_mut(&mut obj);
     m.entry("uid").or_insert_with(|| json!(new_uid()));
     m.entry("creationTimestamp")
         .or_insert_with(|| json!(now_rfc3339()));
-    ssa::record_update(
-        None,
-        &mut obj,
-        "kube-apiserver",
-        "v1",
-        "",
-        Node(None),
-        false,
-    );
+    ssa::record_update(None, &mut obj, manager, &api_version, "", Node(None), false);
     st.put(gr, obj);
 }
 

@@ -384,6 +384,19 @@ impl Policy {
         errors
     }
 
+    /// The rules of the role a binding in `namespace` refers to (`GetRoleReferenceRules`;
+    /// a ClusterRole's with aggregation resolved); `None` when it does not exist.
+    pub fn role_rules(&self, kind: &str, namespace: &str, name: &str) -> Option<Vec<PolicyRule>> {
+        match kind {
+            "ClusterRole" => self.cluster_roles.get(name).cloned(),
+            "Role" => self
+                .roles
+                .get(&(namespace.to_string(), name.to_string()))
+                .cloned(),
+            _ => None,
+        }
+    }
+
     /// Authorizes an action (`system:masters` is always allowed).
     pub fn authorize(&self, user: &UserInfo, action: &Action) -> Decision {
         if user.is_master() {

@@ -746,7 +746,7 @@ fn dispatch(
         Verb::Get => get(app, &def, t, fmt),
         Verb::List => list(app, &def, t, q, fmt),
         Verb::Watch => start_watch(app, def, t, q, fmt),
-        _ => write(app, verb, &def, headers, q, ct, t, body, fmt),
+        _ => write(app, user, verb, &def, headers, q, ct, t, body, fmt),
     }
 }
 
@@ -1054,6 +1054,7 @@ fn parse_body(body: &[u8]) -> ApiResult<Value> {
 #[allow(clippy::too_many_arguments)]
 fn write(
     app: &Arc<App>,
+    user: &UserInfo,
     verb: Verb,
     def: &Arc<ResourceDef>,
     headers: &HeaderMap,
@@ -1084,6 +1085,13 @@ fn write(
         manager: field_manager(q, headers),
         dry_run: dry_run_q,
         validate: app.validate,
+        // RBAC writes by anyone but system:masters are checked for privilege escalation.
+        escalation: (def.group == "rbac.authorization.k8s.io" && !user.is_master()).then(|| {
+            crate::escalation::Escalation {
+                user: user.clone(),
+                policy: app.auth.policy(&app.store),
+            }
+        }),
     };
     if def.namespaced && t.namespace.is_none() && verb != Verb::DeleteCollection {
         return Err(not_found_path());

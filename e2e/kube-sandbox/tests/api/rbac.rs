@@ -488,3 +488,300 @@ async fn an_apply_that_creates_needs_create_too() {
     assert_eq!(apply("new").await.code, 201);
     s.shutdown().await;
 }
+
+/// Runs kubectl with `kubeconfig` and `args`; returns (exit success, stdout, stderr).
+async fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .output(),
+    )
+    .await
+    .expect("kubectl finished")
+    .expect("running kubectl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        String::from_utf8_lossy(&out.stderr).trim().to_string(),
+    )
+}
+
+/// With `tls`, the sandbox serves HTTPS with a CA it generated: the kube client (plain and with
+/// a token) trusts it, a watch streams over it, kubeconfigs carry it, and kubectl, which reads
+/// a kubeconfig's token only over TLS (`k8s.io/client-go` `tools/clientcmd/client_config.go`,
+/// `DirectClientConfig.ClientConfig`: "only try to read the auth information if we are
+/// secure"), acts as the ServiceAccount: `auth can-i` answers by its roles and a denied `get`
+/// is the real 403.
+#[tokio::test]
+async fn over_tls_kubectl_acts_as_the_token_s_service_account() {
+    let s = kube_sandbox::Sandbox::start_with(kube_sandbox::SandboxOptions {
+        crds: vec![kube_sandbox::CrdSet::Capi],
+        tls: true,
+        ..Default::default()
+    })
+    .await
+    .expect("starting the sandbox");
+    assert!(s.url().starts_with("https://127.0.0.1:"), "{}", s.url());
+    let ca = s.ca_pem().expect("a CA over TLS").to_string();
+    assert!(ca.starts_with("-----BEGIN CERTIFICATE-----"), "{ca}");
+    let admin = s.client();
+    create_ns(&admin, "team").await;
+    create(
+        &admin,
+        "/api/v1/namespaces/team/serviceaccounts",
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "bot"}}),
+    )
+    .await;
+    let token = s.service_account_token("team", "bot").expect("token");
+    create(
+        &admin,
+        &rbac_path("roles", "team"),
+        rbac(
+            "Role",
+            "team",
+            "lister",
+            json!({"rules": [{"apiGroups": ["cluster.x-k8s.io"], "resources": ["clusters"], "verbs": ["list", "get"]}]}),
+        ),
+    )
+    .await;
+    create(
+        &admin,
+        &rbac_path("rolebindings", "team"),
+        rbac(
+            "RoleBinding",
+            "team",
+            "lister",
+            json!({"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "lister"},
+                   "subjects": [{"kind": "ServiceAccount", "name": "bot", "namespace": "team"}]}),
+        ),
+    )
+    .await;
+
+    // The kube client with the token, over TLS; and a watch.
+    let bot = s.client_with_token(&token);
+    let clusters: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        bot.clone(),
+        "team",
+        &kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+            "cluster.x-k8s.io",
+            "v1beta2",
+            "Cluster",
+        )),
+    );
+    assert!(
+        clusters
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(bot.clone(), "team");
+    let err = cms.list(&ListParams::default()).await.unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 403),
+        "{err}"
+    );
+    let watched: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(admin.clone(), "team");
+    let mut events = std::pin::pin!(kube::runtime::watcher(watched, Default::default()));
+    use futures::StreamExt;
+    let mut saw_root_ca = false;
+    while !saw_root_ca {
+        let event = tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .expect("a watch event over TLS")
+            .expect("stream open")
+            .expect("no watch error");
+        if let kube::runtime::watcher::Event::InitApply(cm) = event {
+            saw_root_ca = cm.metadata.name.as_deref() == Some("kube-root-ca.crt");
+        }
+    }
+
+    // The kubeconfig carries the CA; with the token, kubectl is the ServiceAccount.
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    s.write_kubeconfig_with_token(&kc, &token).unwrap();
+    let text = std::fs::read_to_string(&kc).unwrap();
+    use base64::Engine as _;
+    assert!(
+        text.contains(&format!(
+            "certificate-authority-data: {}",
+            base64::engine::general_purpose::STANDARD.encode(&ca)
+        )),
+        "{text}"
+    );
+    for (args, allowed) in [
+        (
+            &[
+                "auth",
+                "can-i",
+                "list",
+                "clusters.cluster.x-k8s.io",
+                "-n",
+                "team",
+            ][..],
+            true,
+        ),
+        (
+            &[
+                "auth",
+                "can-i",
+                "list",
+                "clusters.cluster.x-k8s.io",
+                "-n",
+                "default",
+            ][..],
+            false,
+        ),
+        (
+            &[
+                "auth",
+                "can-i",
+                "delete",
+                "clusters.cluster.x-k8s.io",
+                "-n",
+                "team",
+            ][..],
+            false,
+        ),
+        (&["auth", "can-i", "delete", "clusterroles"][..], false),
+    ] {
+        let (ok, out, err) = kubectl(&kc, args).await;
+        // `auth can-i` exits 1 and prints "no" when the answer is no.
+        assert_eq!(
+            (ok, out.as_str()),
+            (allowed, if allowed { "yes" } else { "no" }),
+            "{args:?}: {err}"
+        );
+    }
+    let (ok, _, err) = kubectl(&kc, &["get", "configmaps", "-n", "team"]).await;
+    assert!(!ok);
+    assert!(
+        err.contains("configmaps is forbidden: User \"system:serviceaccount:team:bot\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"team\""),
+        "{err}"
+    );
+    let (ok, out, err) = kubectl(
+        &kc,
+        &[
+            "get",
+            "clusters.cluster.x-k8s.io",
+            "-n",
+            "team",
+            "-o",
+            "name",
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(out, "");
+    let kubectl_users: std::collections::BTreeSet<String> = s
+        .requests()
+        .all()
+        .into_iter()
+        .filter(|r| r.user_agent.starts_with("kubectl"))
+        .map(|r| r.user)
+        .collect();
+    assert_eq!(kubectl_users, [SA_USER.to_string()].into());
+
+    // Without a token the kubeconfig is the admin's, over TLS too.
+    let admin_kc = dir.path().join("admin");
+    s.write_kubeconfig(&admin_kc).unwrap();
+    let (ok, out, err) = kubectl(&admin_kc, &["auth", "can-i", "delete", "clusterroles"]).await;
+    assert_eq!((ok, out.as_str()), (true, "yes"), "{err}");
+    s.shutdown().await;
+}
+
+/// Privilege-escalation prevention through the API (`k8s.io/kubernetes`
+/// `pkg/registry/rbac/*/policybased/storage.go`): a ServiceAccount that may create
+/// ClusterRoles and bindings cannot create one granting more than it holds (the real 403),
+/// can with `escalate`, and can bind a role it does not hold only with `bind`.
+#[tokio::test]
+async fn role_writes_cannot_escalate_without_escalate_or_bind() {
+    let (s, admin, bot) = with_bot().await;
+    let grant = |verbs: Value| {
+        rbac(
+            "ClusterRole",
+            "",
+            "writer",
+            json!({"rules": [{"apiGroups": ["rbac.authorization.k8s.io"],
+                              "resources": ["clusterroles", "clusterrolebindings"], "verbs": verbs}]}),
+        )
+    };
+    create(
+        &admin,
+        &rbac_path("clusterroles", ""),
+        grant(json!(["create"])),
+    )
+    .await;
+    create(
+        &admin,
+        &rbac_path("clusterrolebindings", ""),
+        rbac(
+            "ClusterRoleBinding",
+            "",
+            "writer",
+            json!({"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "writer"},
+                   "subjects": [{"kind": "ServiceAccount", "name": "bot", "namespace": "team"}]}),
+        ),
+    )
+    .await;
+    let wide = rbac(
+        "ClusterRole",
+        "",
+        "wide",
+        json!({"rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]}),
+    );
+    let r = post(&bot, &rbac_path("clusterroles", ""), wide.clone()).await;
+    let v = assert_status(&r, 403, "Forbidden");
+    assert_eq!(
+        v["message"],
+        format!(
+            "clusterroles.rbac.authorization.k8s.io \"wide\" is forbidden: user \"{SA_USER}\" (groups=[\"system:serviceaccounts\" \"system:serviceaccounts:team\" \"system:authenticated\"]) is attempting to grant RBAC permissions not currently held:\n{{APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\"]}}"
+        )
+    );
+    // A role within its own rights is fine.
+    let narrow = rbac(
+        "ClusterRole",
+        "",
+        "narrow",
+        json!({"rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["create"]}]}),
+    );
+    create(&bot, &rbac_path("clusterroles", ""), narrow).await;
+
+    // With escalate the wide role is allowed; binding it needs bind (or its rights).
+    let roles = Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(admin.clone());
+    let patch = |verbs: Value| {
+        let roles = roles.clone();
+        async move {
+            roles
+                .patch(
+                    "writer",
+                    &PatchParams::default(),
+                    &Patch::Merge(
+                        json!({"rules": [{"apiGroups": ["rbac.authorization.k8s.io"],
+                    "resources": ["clusterroles", "clusterrolebindings"], "verbs": verbs}]}),
+                    ),
+                )
+                .await
+                .expect("patch the writer role");
+        }
+    };
+    patch(json!(["create", "escalate"])).await;
+    create(&bot, &rbac_path("clusterroles", ""), wide).await;
+    let binding = rbac(
+        "ClusterRoleBinding",
+        "",
+        "wide",
+        json!({"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "wide"},
+               "subjects": [{"kind": "User", "name": "someone"}]}),
+    );
+    let r = post(&bot, &rbac_path("clusterrolebindings", ""), binding.clone()).await;
+    assert_status(&r, 403, "Forbidden");
+    patch(json!(["create", "escalate", "bind"])).await;
+    create(&bot, &rbac_path("clusterrolebindings", ""), binding).await;
+    s.shutdown().await;
+}

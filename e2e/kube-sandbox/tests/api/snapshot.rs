@@ -132,3 +132,43 @@ async fn a_read_only_snapshot_is_loaded_but_never_written() {
         );
     }
 }
+
+/// Over TLS a restart keeps the certificate and the admin's token: a client and a kubeconfig
+/// made before the restart keep working.
+#[tokio::test]
+async fn restart_over_tls_keeps_the_certificate_and_the_admin_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Sandbox::start_with(SandboxOptions {
+        crds: vec![],
+        snapshot_dir: Some(dir.path().to_path_buf()),
+        tls: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let client = s.client();
+    let kubeconfig = s.kubeconfig();
+    let ca = s.ca_pem().unwrap().to_string();
+    let s = s.restart().await.unwrap();
+    assert_eq!(s.ca_pem(), Some(ca.as_str()));
+    let from_kubeconfig = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    for c in [client, from_kubeconfig] {
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(c);
+        namespaces
+            .get("default")
+            .await
+            .expect("the old client works");
+    }
+    assert_eq!(
+        s.requests().count(|r| r.resource == "namespaces"
+            && r.code == 200
+            && r.user == kube_sandbox::auth::ADMIN_USER),
+        2
+    );
+    s.shutdown().await;
+}

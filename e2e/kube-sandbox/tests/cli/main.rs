@@ -51,7 +51,12 @@ impl Server {
             .strip_prefix("kube-sandbox listening on ")
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
             .to_string();
-        assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+        let scheme = if extra.contains(&"--tls") {
+            "https"
+        } else {
+            "http"
+        };
+        assert!(url.starts_with(&format!("{scheme}://127.0.0.1:")), "{url}");
         Server { child, url, dir }
     }
 
@@ -209,6 +214,39 @@ fn listening_line_kubeconfig_and_signals() {
         let st = s.wait_exit(Duration::from_secs(10));
         assert!(st.success(), "{sig}: {st:?}");
     }
+}
+
+/// `--tls`: HTTPS with a generated CA in the kubeconfig (and the admin's token, without which
+/// kubectl would prompt for a password); a ServiceAccount token given to kubectl is used, as
+/// client-go sends credentials over TLS only.
+#[test]
+fn tls_flag_serves_https_and_kubectl_sends_tokens() {
+    let s = Server::start(&["--crds", "none", "--tls"]);
+    let kc = std::fs::read_to_string(s.kubeconfig()).unwrap();
+    assert!(kc.contains("certificate-authority-data: "), "{kc}");
+    assert_eq!(
+        s.kubectl(&["auth", "can-i", "create", "clusterroles"])
+            .trim(),
+        "yes"
+    );
+    s.kubectl(&["create", "serviceaccount", "robot", "-n", "default"]);
+    let token = s.kubectl(&["create", "token", "robot", "-n", "default"]);
+    let as_robot = |args: &[&str]| {
+        let mut all = vec!["--token", token.trim()];
+        all.extend_from_slice(args);
+        s.kubectl_cmd(&all).output().expect("running kubectl")
+    };
+    let out = as_robot(&["auth", "can-i", "list", "namespaces"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "no");
+    assert!(!out.status.success());
+    let out = as_robot(&["get", "namespaces"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(
+            "User \"system:serviceaccount:default:robot\" cannot list resource \"namespaces\""
+        ),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -635,6 +673,148 @@ fn kubectl_against_the_binary() {
     s.kubectl(&["create", "-f", both.to_str().unwrap()]);
     let out = s.kubectl(&["delete", "-f", both.to_str().unwrap()]);
     assert!(out.contains("configmap \"inside\" deleted"), "{out}");
+}
+
+/// helm 3's `--wait` finds a Deployment's new ReplicaSet (`helm.sh/helm/v3` `pkg/kube/ready.go`):
+/// the sandbox's deployment controller creates it (template + `pod-template-hash`, controlled by
+/// the Deployment, ready), a new one for a changed template while the old one is scaled to zero,
+/// and the garbage collector removes them with the Deployment.
+#[test]
+fn helm3_waits_for_the_replica_set_of_a_deployment() {
+    let helm3 = {
+        let p = std::env::var_os("HELM3_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bin/helm3"));
+        assert!(
+            p.is_file(),
+            "helm 3 not found at {}: run hack/install-helm.sh (or set HELM3_BIN)",
+            p.display()
+        );
+        p
+    };
+    let s = Server::start(&["--crds", "none"]);
+    let chart = s.dir.path().join("chart");
+    write(
+        &chart,
+        "Chart.yaml",
+        "apiVersion: v2\nname: web\nversion: 0.1.0\n",
+    );
+    write(&chart, "values.yaml", "tag: \"1\"\n");
+    write(
+        &chart,
+        "templates/deployment.yaml",
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: web
+        image: "nginx:{{ .Values.tag }}"
+"#,
+    );
+    let helm = |args: &[&str]| {
+        let mut c = Command::new(&helm3);
+        s.env(&mut c);
+        c.args(args);
+        ok(c.output().expect("running helm 3"), "helm3", args)
+    };
+    let chart = chart.to_str().unwrap();
+    helm(&[
+        "install",
+        "web",
+        chart,
+        "-n",
+        "default",
+        "--wait",
+        "--timeout",
+        "60s",
+    ]);
+    let sets = |s: &Server| -> Vec<Value> {
+        let list: Value = serde_json::from_str(&s.kubectl(&[
+            "get",
+            "replicasets",
+            "-n",
+            "default",
+            "-o",
+            "json",
+        ]))
+        .unwrap();
+        list["items"].as_array().unwrap().clone()
+    };
+    let first = sets(&s);
+    assert_eq!(first.len(), 1, "{first:#?}");
+    let rs = &first[0];
+    let hash = rs["metadata"]["labels"]["pod-template-hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(rs["metadata"]["name"], format!("web-{hash}"));
+    assert_eq!(rs["metadata"]["ownerReferences"][0]["kind"], "Deployment");
+    assert_eq!(rs["metadata"]["ownerReferences"][0]["controller"], true);
+    assert_eq!(
+        rs["spec"]["selector"]["matchLabels"]["pod-template-hash"],
+        hash.as_str()
+    );
+    assert_eq!(
+        rs["spec"]["template"]["metadata"]["labels"]["pod-template-hash"],
+        hash.as_str()
+    );
+    assert_eq!(rs["status"]["readyReplicas"], 2);
+
+    helm(&[
+        "upgrade",
+        "web",
+        chart,
+        "-n",
+        "default",
+        "--set",
+        "tag=2",
+        "--wait",
+        "--timeout",
+        "60s",
+    ]);
+    let second = sets(&s);
+    assert_eq!(second.len(), 2, "{second:#?}");
+    let old = second
+        .iter()
+        .find(|r| r["metadata"]["name"] == rs["metadata"]["name"])
+        .unwrap();
+    assert_eq!(old["spec"]["replicas"], 0);
+    let new = second
+        .iter()
+        .find(|r| r["metadata"]["name"] != rs["metadata"]["name"])
+        .unwrap();
+    assert_eq!(
+        new["spec"]["template"]["spec"]["containers"][0]["image"],
+        "nginx:2"
+    );
+    assert_eq!(new["status"]["readyReplicas"], 2);
+
+    helm(&[
+        "uninstall",
+        "web",
+        "-n",
+        "default",
+        "--wait",
+        "--timeout",
+        "60s",
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !sets(&s).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "ReplicaSets outlived their Deployment"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 #[test]
