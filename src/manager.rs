@@ -253,7 +253,6 @@ fn spawn_leader_tasks(ctx: Arc<Context>) -> JoinSet<()> {
     let mut tasks = JoinSet::new();
     tasks.spawn(import::run(ctx.clone()));
     tasks.spawn(crate::controllers::misnamed_config::run(ctx.clone()));
-    tasks.spawn(crate::controllers::r#move::run(ctx.clone()));
     // Lets a running helm command finish on a graceful stop (so no release is left
     // pending-upgrade); killed when leadership is lost.
     tasks.spawn(fleet_config::run(ctx));

@@ -223,6 +223,13 @@ pub async fn run(base: Arc<Context>) {
             )
             .for_each(|_| ready(()));
 
+    // The move controller (self-managed Clusters) shares the Cluster watch and cache.
+    let moves = crate::controllers::r#move::controller(
+        base.clone(),
+        hubs.clusters.subscribe(),
+        stores.clusters.clone(),
+    );
+
     // Every subscription is taken: the watches can start.
     watches.start(hubs, &mut reflectors);
 
@@ -234,6 +241,7 @@ pub async fn run(base: Arc<Context>) {
     controllers.spawn(groups);
     controllers.spawn(health);
     controllers.spawn(mappings);
+    controllers.spawn(moves);
     tokio::select! {
         _ = controllers.join_next() => {}
         () = base.shutdown.cancelled() => {}

@@ -3,10 +3,11 @@
 //! [`crate::model::move_state::decide`]: [`reconcile`] observes, the model decides, the state is
 //! recorded on the Cluster, then the actions run.
 //!
-//! Watches (all cheap, none keeps a Cluster's body in memory):
-//! - CAPI Clusters, metadata only (labels and annotations tell whether a Cluster opted in or is
-//!   being moved; every change of a Cluster, status included, moves its resourceVersion, so the
-//!   health controller's `FleetReady` write wakes a Cluster waiting for its Fleet Cluster);
+//! Watches (none of its own over every Cluster):
+//! - CAPI Clusters, the import's shared watch and cache (labels and annotations tell whether a
+//!   Cluster opted in or is being moved; every change of a Cluster, status included, reaches the
+//!   feed, so the health controller's `FleetReady` write wakes a Cluster waiting for its Fleet
+//!   Cluster);
 //! - move Bundles (labelled [`MOVE_CLUSTER_LABEL`]), metadata only: Fleet's status writes wake
 //!   the Cluster the Bundle moves;
 //! - the configuration: a change (e.g. `selfManagedSelector`) re-evaluates every Cluster.
@@ -22,11 +23,11 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::{NamespaceResourceScope, PartialObjectMeta, Resource};
 use kube::runtime::controller::{Action, Config, Controller};
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, metadata_watcher, watcher};
 use kube::{Api, ResourceExt};
 use serde::{Deserialize, Serialize};
@@ -35,11 +36,13 @@ use serde_json::{Map, Value};
 use crate::api::CapiCluster;
 use crate::context::Context;
 use crate::controllers::backoff::Backoff;
+use crate::controllers::import::stores::Feed;
 use crate::controllers::reconcile::retry_after;
 use crate::controllers::watch_backoff::WatchBackoff;
+use crate::controllers::watch_list;
 use crate::model::move_plan::MOVE_CLUSTER_LABEL;
 use crate::model::move_state::Timeouts;
-use crate::{Error, Result, names};
+use crate::{Error, Result};
 
 /// Controller name in metrics and logs.
 pub const CONTROLLER: &str = "move";
@@ -94,41 +97,26 @@ pub struct MoveContext {
     pub timeouts: Timeouts,
 }
 
-type ClusterMeta = PartialObjectMeta<CapiCluster>;
-
-/// Runs the move controller until shutdown (leader only: it writes).
-pub async fn run(base: Arc<Context>) {
-    let mut config = base.config.clone();
-    if crate::context::wait_for_config(&mut config).await.is_none() {
-        return;
-    }
+/// The move controller, ready to run (leader only: it writes): fed by the import's shared
+/// Cluster watch and cache (a second watch of every Cluster would cost a second cache of
+/// 10,000 objects), its own watch of the move Bundles, and configuration changes.
+pub fn controller(
+    base: Arc<Context>,
+    clusters: Feed<CapiCluster>,
+    store: Store<CapiCluster>,
+) -> impl Future<Output = ()> + Send {
     let client = base.controllers.clone();
-    let (clusters, bundles): (Api<CapiCluster>, Api<FleetBundle>) =
-        match base.flags.watch_namespace() {
-            Some(ns) => (
-                Api::namespaced(client.clone(), ns),
-                Api::namespaced(client, ns),
-            ),
-            None => (Api::all(client.clone()), Api::all(client)),
-        };
-    let mut cluster_config = watcher::Config::default().any_semantic();
-    if let Some(filter) = base.flags.watch_filter_label() {
-        cluster_config =
-            cluster_config.labels(&format!("{}={filter}", names::CAPI_WATCH_FILTER_LABEL));
-    }
-    let bundle_config = watcher::Config::default()
-        .any_semantic()
-        .labels(MOVE_CLUSTER_LABEL);
-
-    let (reader, writer) = reflector::store::<ClusterMeta>();
-    let cluster_events = metadata_watcher(clusters, cluster_config)
-        .backoff(WatchBackoff::default())
-        .modify(|meta: &mut ClusterMeta| meta.metadata.managed_fields = None)
-        .reflect(writer)
-        .touched_objects();
-    let bundle_events = metadata_watcher(bundles, bundle_config)
-        .backoff(WatchBackoff::default())
-        .touched_objects();
+    let bundles: Api<FleetBundle> = match base.flags.watch_namespace() {
+        Some(ns) => Api::namespaced(client, ns),
+        None => Api::all(client),
+    };
+    let bundle_events = watch_list::events(
+        "Bundle".to_string(),
+        watcher::Config::default().labels(MOVE_CLUSTER_LABEL),
+        move |config| metadata_watcher(bundles.clone(), config),
+    )
+    .backoff(WatchBackoff::default())
+    .touched_objects();
     let mut changes = base.config.clone();
     changes.mark_unchanged();
     let config_changes = futures::stream::unfold(changes, |mut changes| async move {
@@ -144,36 +132,20 @@ pub async fn run(base: Arc<Context>) {
         backoff: Backoff::default(),
         base: base.clone(),
     });
-    let shutdown = base.shutdown.clone();
-    // A stop before the Cluster watch's first list completes: kube's applier holds reconciles
-    // until the store is ready and would wait for that list forever (the stopped trigger stream
-    // is no longer polled), so end here; no reconcile can be running yet.
-    let (ready, stop) = (reader.clone(), shutdown.clone());
-    let stopped_before_ready = async move {
-        stop.cancelled().await;
-        if ready.wait_until_ready().now_or_never().is_none() {
-            return;
-        }
-        std::future::pending::<()>().await;
-    };
-    let controller = Controller::for_stream(cluster_events, reader)
+    Controller::for_shared_stream(clusters, store)
         .with_config(Config::default().concurrency(CONCURRENCY))
         .watches_stream(bundle_events, |bundle: PartialObjectMeta<FleetBundle>| {
             let cluster = bundle.labels().get(MOVE_CLUSTER_LABEL)?.clone();
-            Some(ObjectRef::<ClusterMeta>::new(&cluster).within(&bundle.namespace()?))
+            Some(ObjectRef::<CapiCluster>::new(&cluster).within(&bundle.namespace()?))
         })
         .reconcile_all_on(config_changes)
-        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .graceful_shutdown_on(base.shutdown.clone().cancelled_owned())
         .run(reconcile, error_policy, ctx)
-        .for_each(|_| std::future::ready(()));
-    tokio::select! {
-        () = controller => {}
-        () = stopped_before_ready => {}
-    }
+        .for_each(|_| std::future::ready(()))
 }
 
 /// Reconciles one Cluster through the one reconcile wrapper (metrics, backoff).
-pub async fn reconcile(cluster: Arc<ClusterMeta>, ctx: Arc<MoveContext>) -> Result<Action> {
+pub async fn reconcile(cluster: Arc<CapiCluster>, ctx: Arc<MoveContext>) -> Result<Action> {
     crate::controllers::reconcile::observed(
         CONTROLLER,
         &*cluster,
@@ -185,7 +157,7 @@ pub async fn reconcile(cluster: Arc<ClusterMeta>, ctx: Arc<MoveContext>) -> Resu
 }
 
 /// Retries a failed Cluster with the shared per-object backoff.
-pub fn error_policy(cluster: Arc<ClusterMeta>, error: &Error, ctx: Arc<MoveContext>) -> Action {
+pub fn error_policy(cluster: Arc<CapiCluster>, error: &Error, ctx: Arc<MoveContext>) -> Action {
     retry_after(CONTROLLER, &*cluster, error, &ctx.backoff)
 }
 

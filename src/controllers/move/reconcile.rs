@@ -15,7 +15,7 @@ use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
-use super::{CONFIG_WAIT, ClusterMeta, FleetBundle, MoveContext};
+use super::{CONFIG_WAIT, FleetBundle, MoveContext};
 use crate::api::CapiCluster;
 use crate::apply::{apply_if_changed, delete_if_exists, merge_patch};
 use crate::model::config::{DEFAULT_AGENT_CHECKIN_INTERVAL, EffectiveConfig};
@@ -47,7 +47,7 @@ fn needs_graph(phase: Option<Phase>) -> bool {
     )
 }
 
-pub(super) async fn reconcile(meta: &ClusterMeta, ctx: &MoveContext) -> Result<Action> {
+pub(super) async fn reconcile(meta: &CapiCluster, ctx: &MoveContext) -> Result<Action> {
     let Some(config) = ctx.base.config() else {
         return Ok(Action::requeue(CONFIG_WAIT));
     };
