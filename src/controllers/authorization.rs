@@ -29,7 +29,7 @@ use tokio::time::Instant;
 
 use crate::api::FleetAddonConfig;
 use crate::context::Context;
-use crate::model::authorization::{self, AUTHORIZED, Denials, RequestInfo};
+use crate::model::authorization::{self, AUTHORIZED, Denials, Live, RequestInfo};
 use crate::model::fleet_status::ConditionSpec;
 use crate::names;
 
@@ -218,12 +218,12 @@ pub async fn run(ctx: Arc<Context>) {
     loop {
         let (desired, next_expiry) = authorization.condition();
         let now = Instant::now();
-        // Something to say: a denial; or a False condition to clear, known from our own
-        // writes or, once nothing was refused for as long as a denial lives, left by an
-        // earlier run.
-        let worth = !desired.status
-            || matches!(&live, Some(Some(c)) if c.status != "True")
-            || (live.is_none() && now >= started + authorization::EXPIRY);
+        let known = match &live {
+            None => Live::Unknown,
+            Some(Some(c)) if c.status == "False" => Live::False,
+            Some(_) => Live::NotFalse,
+        };
+        let worth = authorization::worth_a_look(&desired, known, now - started);
         if worth && now >= not_before {
             match step(&api, &mut live, &desired).await {
                 Ok(wrote) => {

@@ -244,6 +244,24 @@ pub fn needs_write(current: Option<&ConditionSpec>, desired: &ConditionSpec) -> 
     }
 }
 
+/// What the writer knows of the condition on the object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Live {
+    /// Not read yet (or a write failed).
+    Unknown,
+    /// Absent, or True.
+    NotFalse,
+    False,
+}
+
+/// Whether the writer has something to do: a denial to report; a False condition to clear,
+/// known from its own reads and writes or, once the process has run for [`EXPIRY`] (as long as
+/// a denial lives), possibly left False by an earlier run (then it reads it once). Nothing
+/// otherwise: no request while nothing is refused.
+pub fn worth_a_look(desired: &ConditionSpec, live: Live, running_for: Duration) -> bool {
+    !desired.status || live == Live::False || (live == Live::Unknown && running_for >= EXPIRY)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -495,6 +513,36 @@ mod tests {
                 needs_write(current, desired),
                 want,
                 "{current:?} -> {desired:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_writer_looks_only_with_something_to_say() {
+        let mut denials = Denials::default();
+        let ok = denials.condition();
+        denials.denied(
+            info("get", "", "secrets", "", "ns"),
+            "import controllers",
+            Instant::now(),
+        );
+        let refused = denials.condition();
+        let early = Duration::from_secs(1);
+        for (desired, live, running_for, want) in [
+            (&refused, Live::Unknown, early, true),
+            (&refused, Live::NotFalse, early, true),
+            (&ok, Live::Unknown, early, false),
+            (&ok, Live::NotFalse, early, false),
+            (&ok, Live::False, early, true),
+            // A False condition of an earlier run: read once after EXPIRY.
+            (&ok, Live::Unknown, EXPIRY, true),
+            (&ok, Live::NotFalse, EXPIRY, false),
+        ] {
+            assert_eq!(
+                worth_a_look(desired, live, running_for),
+                want,
+                "{} {live:?} {running_for:?}",
+                desired.status
             );
         }
     }
