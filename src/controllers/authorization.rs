@@ -268,6 +268,11 @@ async fn step(
             .into_iter()
             .next();
         let Some(object) = found else {
+            if desired.status {
+                // No object, so no False condition to clear: nothing to do until a denial.
+                *live = Some(None);
+                return Ok(false);
+            }
             return Err(crate::Error::Missing {
                 kind: "FleetAddonConfig",
                 name: names::CONFIG_NAME.to_string(),
