@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::bootstrap::chart::AgentChart;
 use crate::cli::ManagerFlags;
+use crate::controllers::authorization::Authorization;
 use crate::hooks::bootstrap_secrets::BootstrapSecrets;
 use crate::metrics::Metrics;
 use crate::model::config::EffectiveConfig;
@@ -62,6 +63,9 @@ pub struct Context {
     /// Which bootstrap Secrets exist, for the hooks (never fed unless the manager, or a test,
     /// runs its feed: then every lookup misses and the hooks read the API server).
     pub bootstrap_secrets: BootstrapSecrets,
+    /// Requests the API server refused, from every client of the process
+    /// ([`crate::controllers::authorization`]).
+    pub authorization: Authorization,
 }
 
 fn reporter() -> Reporter {
@@ -99,7 +103,26 @@ impl Context {
             agent_chart,
             preparing: Arc::default(),
             bootstrap_secrets: BootstrapSecrets::default(),
+            authorization: Authorization::default(),
         }
+    }
+
+    /// The same context with the priority client observed for refused requests, named
+    /// `component` in the `Authorized` condition.
+    pub fn with_observed_priority_client(mut self, component: &'static str) -> Self {
+        self.client = self.authorization.observe(self.client.clone(), component);
+        self
+    }
+
+    /// The same context for one part of the manager: its controllers' client observed for
+    /// refused requests, named `component` in the `Authorized` condition (the Event recorder
+    /// stays on the shared client).
+    pub fn for_component(&self, component: &'static str) -> Self {
+        let mut ctx = self.with_shutdown(self.shutdown.clone());
+        ctx.controllers = self
+            .authorization
+            .observe(self.controllers.clone(), component);
+        ctx
     }
 
     /// The same context with the hooks' view of the bootstrap Secrets (see
@@ -131,6 +154,7 @@ impl Context {
             agent_chart: self.agent_chart.clone(),
             preparing: self.preparing.clone(),
             bootstrap_secrets: self.bootstrap_secrets.clone(),
+            authorization: self.authorization.clone(),
         }
     }
 

@@ -28,7 +28,10 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::ManagerFlags;
 use crate::client::Clients;
 use crate::context::Context;
-use crate::controllers::{config_watch, fleet_config, import};
+use crate::controllers::{authorization, config_watch, fleet_config, import};
+
+/// The name of the priority client's users in the `Authorized` condition.
+const PRIORITY_COMPONENT: &str = "hooks, leader election and configuration watch";
 use crate::leader::{ElectionConfig, Elector, Renewal};
 use crate::{Error, Result};
 use crate::{hooks, probes};
@@ -115,8 +118,10 @@ impl Manager {
         let ctx = Arc::new(
             Context::new(client.clone(), flags, config_rx, shutdown.clone())
                 .with_controllers_client(clients.controllers)
-                .with_bootstrap_secrets(bootstrap_secrets),
+                .with_bootstrap_secrets(bootstrap_secrets)
+                .with_observed_priority_client(PRIORITY_COMPONENT),
         );
+        let client = ctx.client.clone();
 
         let (health_address, metrics_address) = probes::serve(
             probes::parse_bind_address(&ctx.flags.health_probe_bind_address)?,
@@ -251,11 +256,22 @@ impl Manager {
 /// is cancelled on SIGTERM and when this replica stops leading.
 fn spawn_leader_tasks(ctx: Arc<Context>) -> JoinSet<()> {
     let mut tasks = JoinSet::new();
-    tasks.spawn(import::run(ctx.clone()));
-    tasks.spawn(crate::controllers::misnamed_config::run(ctx.clone()));
+    // Each part on its own view of the controllers' client (one rate limit), so that the
+    // `Authorized` condition names who was refused.
+    tasks.spawn(import::run(Arc::new(
+        ctx.for_component("import controllers"),
+    )));
+    tasks.spawn(crate::controllers::misnamed_config::run(Arc::new(
+        ctx.for_component("FleetAddonConfig name check"),
+    )));
+    tasks.spawn(authorization::run(Arc::new(
+        ctx.for_component("Authorized condition writer"),
+    )));
     // Lets a running helm command finish on a graceful stop (so no release is left
     // pending-upgrade); killed when leadership is lost.
-    tasks.spawn(fleet_config::run(ctx));
+    tasks.spawn(fleet_config::run(Arc::new(
+        ctx.for_component("Fleet installation controller"),
+    )));
     tasks
 }
 

@@ -60,6 +60,10 @@ pub const MOVE_FIELD_MANAGER: &str = "addon-provider-fleet-move";
 /// Field manager for namespace annotations (CAAPF's name).
 pub const NAMESPACE_FIELD_MANAGER: &str = "namespace-addon-provider-fleet";
 
+/// Field manager for the `FleetAddonConfig` condition `Authorized` (requests the API server
+/// refused; [`crate::controllers::authorization`]).
+pub const AUTHORIZATION_STATUS_FIELD_MANAGER: &str = "addon-provider-fleet-authorization";
+
 /// Field manager for `FleetAddonConfig` status (CAAPF's name).
 pub const STATUS_FIELD_MANAGER: &str = "fleet-addon-controller";
 

@@ -895,16 +895,15 @@ async fn the_manager_needs_exactly_the_rights_it_is_given() {
     }
 }
 
-/// The default ClusterRole without `create` on Fleet Clusters: importing a Cluster gets the API
-/// server's 403. The manager keeps running, retries with backoff (no hot loop), and imports the
-/// Cluster once the rule is back.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_rule_is_a_403_the_manager_backs_off_from_and_recovers() {
+/// `config/default` with the manager's ClusterRole lacking `create` on Fleet Clusters: the
+/// rendered objects, the crippled ClusterRole, and the same role with the rule restored.
+fn without_fleet_cluster_create() -> (Vec<Value>, Value, Value) {
     let mut objects = kustomize("config/default");
     let role = objects
         .iter_mut()
         .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "caapf-manager-role")
         .expect("manager role");
+    let restored = role.clone();
     let fleet_clusters = role["rules"]
         .as_array_mut()
         .expect("rules")
@@ -922,13 +921,11 @@ async fn a_missing_rule_is_a_403_the_manager_backs_off_from_and_recovers() {
             .collect::<Vec<_>>()
     );
     let crippled = role.clone();
+    (objects, crippled, restored)
+}
 
-    let mut h = Harness::new().await;
-    h.namespace(NAMESPACE, json!({})).await;
-    h.namespace("team-a", json!({})).await;
-    h.run_as_service_account(&objects, NAMESPACE, SERVICE_ACCOUNT)
-        .await;
-    h.config("cluster: {}").await;
+/// The CAPI Cluster `team-a/c1`, ready to import (manager-initiated).
+async fn importable_cluster(h: &Harness) {
     h.cluster(
         "team-a",
         json!({"metadata": {"name": "c1"}, "spec": {
@@ -938,6 +935,40 @@ async fn a_missing_rule_is_a_403_the_manager_backs_off_from_and_recovers() {
     )
     .await;
     h.initialize("team-a", "c1").await;
+}
+
+/// The `Authorized` condition of the FleetAddonConfig, as (status, reason, message).
+async fn authorized(h: &Harness) -> Option<(String, String, String)> {
+    let config = Api::<caapf::api::FleetAddonConfig>::all(h.client.clone())
+        .get_opt(names::CONFIG_NAME)
+        .await
+        .expect("get FleetAddonConfig")?;
+    let condition = config
+        .status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Authorized")?;
+    Some((condition.status, condition.reason, condition.message))
+}
+
+/// What the condition says about the refused import.
+const REFUSED_IMPORT: &str =
+    "import controllers cannot create clusters.fleet.cattle.io in namespace team-a";
+
+/// The default ClusterRole without `create` on Fleet Clusters: importing a Cluster gets the API
+/// server's 403. The manager keeps running, retries with backoff (no hot loop), says so in the
+/// FleetAddonConfig condition `Authorized` (written once, not per retry), imports the Cluster
+/// once the rule is back and sets the condition True.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_rule_is_a_403_the_manager_backs_off_from_and_recovers() {
+    let (objects, _, restored) = without_fleet_cluster_create();
+    let mut h = Harness::new().await;
+    h.namespace(NAMESPACE, json!({})).await;
+    h.namespace("team-a", json!({})).await;
+    h.run_as_service_account(&objects, NAMESPACE, SERVICE_ACCOUNT)
+        .await;
+    h.config("cluster: {}").await;
+    importable_cluster(&h).await;
     h.start().await;
     let denied = |h: &Harness| {
         h.sandbox.requests().count(|r| {
@@ -964,22 +995,127 @@ async fn a_missing_rule_is_a_403_the_manager_backs_off_from_and_recovers() {
     assert!(h.sandbox.requests().all().iter().any(|r| from_manager(r)
         && r.user == format!("system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}")));
 
-    // The rule comes back: the next retry imports the Cluster.
-    let mut restored = crippled;
-    for rule in restored["rules"].as_array_mut().expect("rules") {
-        if rule["apiGroups"] == json!(["fleet.cattle.io"])
-            && rule["resources"] == json!(["clusters"])
-        {
-            rule["verbs"] = full.clone();
-        }
-    }
+    // The condition names who was refused what, where.
+    let (status, reason, message) = eventually("Authorized is False", || async {
+        authorized(&h)
+            .await
+            .filter(|(status, ..)| status == "False")
+    })
+    .await;
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "Forbidden"));
+    assert_eq!(
+        message,
+        format!(
+            "{REFUSED_IMPORT} (check the ClusterRole caapf-manager-role and the Roles bound to the manager's ServiceAccount)"
+        )
+    );
+    // Not written again by the next failing retry (nothing else changes the status meanwhile:
+    // the Fleet reconcile is done and the import counts are stable).
+    let status_writes = |h: &Harness| {
+        h.sandbox.requests().count(|r| {
+            from_manager(r) && r.resource == "fleetaddonconfigs" && r.subresource == "status"
+        })
+    };
+    let (writes, refused) = (status_writes(&h), denied(&h));
+    eventually("the next retry is refused", || async {
+        (denied(&h) > refused).then_some(())
+    })
+    .await;
+    assert_eq!(
+        status_writes(&h),
+        writes,
+        "a status write per failing retry"
+    );
+
+    // The rule comes back: the next retry imports the Cluster, and the condition clears.
     common::apply_rbac(&h.client, &[restored]).await;
     eventually(
         "the Fleet Cluster is created after the rule is restored",
         || async { h.fleet_cluster("team-a", "c1").await.map(|_| ()) },
     )
     .await;
+    let (_, reason, message) = eventually("Authorized is True", || async {
+        authorized(&h).await.filter(|(status, ..)| status == "True")
+    })
+    .await;
+    assert_eq!(reason, "Authorized");
+    assert!(!message.contains("cannot"), "{message}");
     h.stop().await;
+}
+
+/// The manager binary, refused the same way: its log has one ERROR line naming the component,
+/// verb, resource and namespace (JSON, as a user gets it), and never its token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_403_is_logged_as_an_error_naming_verb_and_resource_without_the_token() {
+    let (objects, _, _) = without_fleet_cluster_create();
+    let h = Harness::new().await;
+    h.namespace(NAMESPACE, json!({})).await;
+    h.namespace("team-a", json!({})).await;
+    common::apply_rbac(&h.client, &objects).await;
+    let token = h
+        .sandbox
+        .service_account_token(NAMESPACE, SERVICE_ACCOUNT)
+        .expect("token");
+    h.config("cluster: {}").await;
+    importable_cluster(&h).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    h.sandbox
+        .write_kubeconfig_with_token(&kubeconfig, &token)
+        .expect("kubeconfig");
+    let process = common::process::ManagerProcess::start(
+        &kubeconfig,
+        dir.path(),
+        "caapf-rbac",
+        0,
+        // As the Deployment in config/ runs it.
+        &["--log-format=json".to_string()],
+    );
+    let log = process.log.clone();
+    let refusal = |text: &str| {
+        text.lines()
+            .filter(|l| l.contains("\"verb\":\"create\"") && l.contains("clusters.fleet.cattle.io"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let line = tokio::time::timeout(common::TIMEOUT, async {
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if let Some(line) = refusal(&text).into_iter().next() {
+                return line;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "no ERROR line for the refusal in: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        )
+    });
+    let entry: Value = serde_json::from_str(&line).expect("a JSON log line");
+    assert_eq!(entry["level"], "ERROR", "{line}");
+    // Events are flattened (src/telemetry.rs).
+    let fields = &entry;
+    assert_eq!(fields["component"], "import controllers", "{line}");
+    assert_eq!(fields["resource"], "clusters.fleet.cattle.io", "{line}");
+    assert_eq!(fields["namespace"], "team-a", "{line}");
+    // The condition is there too (what a user reads next).
+    eventually("Authorized is False", || async {
+        authorized(&h)
+            .await
+            .filter(|(status, _, message)| status == "False" && message.contains(REFUSED_IMPORT))
+    })
+    .await;
+    process.kill().await;
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(!text.contains(&token), "the token is in the log");
+    assert_eq!(
+        refusal(&text).len(),
+        1,
+        "one line per denial, not per retry: {text}"
+    );
 }
 
 #[test]

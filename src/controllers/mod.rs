@@ -1,6 +1,7 @@
 //! Controllers: thin adapters that gather inputs from caches, call the model and apply the
 //! result.
 
+pub mod authorization;
 pub mod backoff;
 pub mod config_watch;
 pub mod fleet_config;

@@ -9,7 +9,7 @@
 use std::net::IpAddr;
 
 use base64::Engine;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 /// Namespace and name of the Service whose endpoints are the API server.
@@ -22,6 +22,39 @@ pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 pub const ROOT_CA_CONFIG_MAP: &str = "kube-root-ca.crt";
 /// Key of a CA certificate in a ConfigMap or Secret.
 pub const CA_KEY: &str = "ca.crt";
+
+/// The field that names a custom CA.
+pub const CA_REF_FIELD: &str = "spec.config.server.custom.apiServerCaConfigRef";
+
+/// Where a custom CA is read from: a ConfigMap (the default) or a Secret, by namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CaReference {
+    pub secret: bool,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl CaReference {
+    /// `namespace/name`, for messages.
+    pub fn full_name(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// The CA reference of `spec.config.server.custom`: `kind: Secret` reads a Secret, any other
+/// kind a ConfigMap; name and namespace are required (the message names the field).
+pub fn ca_reference(reference: &ObjectReference) -> Result<CaReference, String> {
+    let namespace = reference.namespace.clone().unwrap_or_default();
+    let name = reference.name.clone().unwrap_or_default();
+    if namespace.is_empty() || name.is_empty() {
+        return Err(format!("{CA_REF_FIELD}: name and namespace are required"));
+    }
+    Ok(CaReference {
+        secret: reference.kind.as_deref() == Some("Secret"),
+        namespace,
+        name,
+    })
+}
 
 /// `https://<host>:<port>`, with an IPv6 address in brackets.
 pub fn https_url(host: &str, port: i32) -> String {
@@ -372,6 +405,49 @@ mod tests {
         assert_eq!(
             encode_ca(pem),
             "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUIKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo="
+        );
+    }
+
+    #[test]
+    fn ca_references() {
+        let reference =
+            |kind: Option<&str>, namespace: Option<&str>, name: Option<&str>| ObjectReference {
+                kind: kind.map(str::to_string),
+                namespace: namespace.map(str::to_string),
+                name: name.map(str::to_string),
+                ..Default::default()
+            };
+        let want = |secret| {
+            Ok(CaReference {
+                secret,
+                namespace: "ns".into(),
+                name: "ca".into(),
+            })
+        };
+        let missing = Err(
+            "spec.config.server.custom.apiServerCaConfigRef: name and namespace are required"
+                .to_string(),
+        );
+        for (input, expected) in [
+            (reference(None, Some("ns"), Some("ca")), want(false)),
+            (
+                reference(Some("ConfigMap"), Some("ns"), Some("ca")),
+                want(false),
+            ),
+            (
+                reference(Some("Secret"), Some("ns"), Some("ca")),
+                want(true),
+            ),
+            (reference(Some("Secret"), None, Some("ca")), missing.clone()),
+            (reference(None, Some("ns"), Some("")), missing.clone()),
+        ] {
+            assert_eq!(ca_reference(&input), expected, "{input:?}");
+        }
+        assert_eq!(
+            ca_reference(&reference(None, Some("ns"), Some("ca")))
+                .map(|r| r.full_name())
+                .as_deref(),
+            Ok("ns/ca")
         );
     }
 }

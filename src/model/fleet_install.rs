@@ -13,7 +13,12 @@
 //! Versions are chart versions (`helm list` chart column, `helm show chart` version), never
 //! `appVersion`.
 
-use crate::model::config::InstallTarget;
+use crate::helm::scrub::ResolveFailure;
+use crate::model::config::{EffectiveConfig, InstallTarget};
+use crate::model::fleet_status::{
+    ConditionSpec, FLAGS_UPDATE, INSTALLED, REPO_ADD, REPO_UPDATE, Step,
+};
+use crate::model::fleet_values;
 use crate::model::version::ChartVersion;
 
 /// One release from `helm list -o json`.
@@ -149,6 +154,115 @@ pub fn resulting_version(action: &ReleaseAction) -> Option<&str> {
         ReleaseAction::Upgrade { to, .. } => Some(to),
         ReleaseAction::Blocked { .. } => None,
     }
+}
+
+/// What carrying out a [`ReleaseAction`] takes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReleaseStep {
+    /// Nothing to run.
+    Nothing,
+    /// The release must not be touched: fail with this message.
+    Refuse(String),
+    /// Run `helm install` (or `upgrade`) at `version`; `note` is the Event's text on success.
+    Run {
+        upgrade: bool,
+        version: String,
+        note: String,
+    },
+}
+
+/// The helm command (and its Event text) for `action` on `release`.
+pub fn release_step(release: &str, action: &ReleaseAction) -> ReleaseStep {
+    match action {
+        ReleaseAction::Keep { .. } => ReleaseStep::Nothing,
+        ReleaseAction::Blocked { message } => ReleaseStep::Refuse(message.clone()),
+        ReleaseAction::Install { version } => ReleaseStep::Run {
+            upgrade: false,
+            version: version.clone(),
+            note: format!("Installed {release} version {version}"),
+        },
+        ReleaseAction::Upgrade { from, to, reason } => ReleaseStep::Run {
+            upgrade: true,
+            version: to.clone(),
+            note: match reason {
+                UpgradeReason::Version => format!("Upgraded {release} from {from} to {to}"),
+                UpgradeReason::Values => format!("Upgraded {release} {to} with new values"),
+                UpgradeReason::Repair => {
+                    format!("Upgraded {release} {to} again after a failed operation")
+                }
+            },
+        },
+    }
+}
+
+/// `RepoAdd` once the repository (shown as `repository`, without credentials) answered.
+pub fn repository_reachable(repository: &str) -> ConditionSpec {
+    ConditionSpec::ok(
+        REPO_ADD,
+        format!("Chart repository {repository} is reachable"),
+    )
+}
+
+/// Which step a failed chart lookup fails (`RepoAdd` when the repository could not be fetched,
+/// `RepoUpdate` when it answered without the chart or version), the condition that reports it,
+/// and `RepoAdd` as reached when the repository did answer.
+pub fn resolve_failed(
+    failure: ResolveFailure,
+    repository: &str,
+) -> (Step, &'static str, Option<ConditionSpec>) {
+    match failure {
+        ResolveFailure::Unreachable => (Step::RepoAdd, REPO_ADD, None),
+        ResolveFailure::ChartMissing => (
+            Step::RepoUpdate,
+            REPO_UPDATE,
+            Some(repository_reachable(repository)),
+        ),
+    }
+}
+
+/// `RepoUpdate` once both charts were resolved.
+pub fn charts_resolved(
+    pinned: bool,
+    crd_chart: &ChartInfo,
+    fleet_chart: &ChartInfo,
+) -> ConditionSpec {
+    ConditionSpec::ok(
+        REPO_UPDATE,
+        format!(
+            "{} available: fleet-crd {}, fleet {}",
+            if pinned {
+                "Pinned version"
+            } else {
+                "Latest version"
+            },
+            crd_chart.version_text,
+            fleet_chart.version_text
+        ),
+    )
+}
+
+/// `Installed` and `FlagsUpdate` once both releases are at their target.
+pub fn installed(
+    crd_version: &str,
+    fleet_version: &str,
+    namespace: &str,
+    config: &EffectiveConfig,
+) -> [ConditionSpec; 2] {
+    [
+        ConditionSpec::ok(
+            INSTALLED,
+            format!(
+                "fleet-crd {crd_version} and fleet {fleet_version} are installed in namespace {namespace}"
+            ),
+        ),
+        ConditionSpec::ok(
+            FLAGS_UPDATE,
+            format!(
+                "Feature gates are set in the fleet release: {}",
+                fleet_values::gate_summary(&config.fleet)
+            ),
+        ),
+    ]
 }
 
 /// Whether the values of a release equal the desired values. Both are JSON objects as helm
@@ -511,5 +625,107 @@ mod tests {
         ));
         assert!(!values_match(&obj(json!({})), &obj(a)));
         assert!(values_match(&obj(json!({})), &obj(json!({}))));
+    }
+
+    #[test]
+    fn release_steps_and_their_event_notes() {
+        let v = |s: &str| s.to_string();
+        let run = |upgrade, version: &str, note: &str| ReleaseStep::Run {
+            upgrade,
+            version: v(version),
+            note: v(note),
+        };
+        for (action, want) in [
+            (
+                ReleaseAction::Keep {
+                    version: v("1.0.0"),
+                },
+                ReleaseStep::Nothing,
+            ),
+            (
+                ReleaseAction::Blocked {
+                    message: v("stuck"),
+                },
+                ReleaseStep::Refuse(v("stuck")),
+            ),
+            (
+                ReleaseAction::Install {
+                    version: v("1.0.0"),
+                },
+                run(false, "1.0.0", "Installed fleet version 1.0.0"),
+            ),
+            (
+                ReleaseAction::Upgrade {
+                    from: v("1.0.0"),
+                    to: v("1.1.0"),
+                    reason: UpgradeReason::Version,
+                },
+                run(true, "1.1.0", "Upgraded fleet from 1.0.0 to 1.1.0"),
+            ),
+            (
+                ReleaseAction::Upgrade {
+                    from: v("1.0.0"),
+                    to: v("1.0.0"),
+                    reason: UpgradeReason::Values,
+                },
+                run(true, "1.0.0", "Upgraded fleet 1.0.0 with new values"),
+            ),
+            (
+                ReleaseAction::Upgrade {
+                    from: v("1.0.0"),
+                    to: v("1.0.0"),
+                    reason: UpgradeReason::Repair,
+                },
+                run(
+                    true,
+                    "1.0.0",
+                    "Upgraded fleet 1.0.0 again after a failed operation",
+                ),
+            ),
+        ] {
+            assert_eq!(release_step("fleet", &action), want, "{action:?}");
+        }
+    }
+
+    #[test]
+    fn a_failed_lookup_fails_repo_add_or_repo_update() {
+        let (step, type_, reached) = resolve_failed(ResolveFailure::Unreachable, "https://r");
+        assert_eq!((step, type_, reached), (Step::RepoAdd, REPO_ADD, None));
+        let (step, type_, reached) = resolve_failed(ResolveFailure::ChartMissing, "https://r");
+        assert_eq!((step, type_), (Step::RepoUpdate, REPO_UPDATE));
+        assert_eq!(
+            reached,
+            Some(ConditionSpec::ok(
+                REPO_ADD,
+                "Chart repository https://r is reachable"
+            ))
+        );
+    }
+
+    #[test]
+    fn resolved_and_installed_messages() {
+        let pinned = charts_resolved(true, &chart("1.0.0"), &chart("1.0.1"));
+        assert_eq!(pinned.type_, REPO_UPDATE);
+        assert_eq!(
+            pinned.message,
+            "Pinned version available: fleet-crd 1.0.0, fleet 1.0.1"
+        );
+        let latest = charts_resolved(false, &chart("1.0.0"), &chart("1.0.0"));
+        assert!(latest.message.starts_with("Latest version available"));
+        let config = EffectiveConfig::resolve(None);
+        let [installed, flags] = installed("1.0.0", "1.0.1", "cattle-fleet-system", &config);
+        assert_eq!(
+            installed.message,
+            "fleet-crd 1.0.0 and fleet 1.0.1 are installed in namespace cattle-fleet-system"
+        );
+        assert!(installed.status && flags.status);
+        assert_eq!(flags.type_, FLAGS_UPDATE);
+        assert!(
+            flags
+                .message
+                .starts_with("Feature gates are set in the fleet release: "),
+            "{}",
+            flags.message
+        );
     }
 }

@@ -4,12 +4,20 @@
 //! Condition types are CAAPF's (`RepoAdd`, `RepoUpdate`, `Installed`, `FlagsUpdate`, `Ready`)
 //! plus `ConfigValid`. A True condition has `reason == type`, as in CAAPF; a False one has a
 //! reason naming the cause. `lastTransitionTime` changes only when `status` changes.
+//!
+//! One reconcile's findings are collected in a [`Report`]: the steps it ran ([`Step`]), the
+//! conditions they set, the first failure; [`Report::finish`] decides `Ready` from them.
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+use crate::Error;
 use crate::api::FleetAddonConfigStatus;
+use crate::model::config::EffectiveConfig;
+use crate::model::fleet_values;
+use crate::names;
 
 /// The chart repository could be fetched (http(s): its index; OCI: the registry answered).
 pub const REPO_ADD: &str = "RepoAdd";
@@ -51,6 +59,197 @@ pub fn selection_frozen(cluster_problems: &[String]) -> Option<ConditionSpec> {
             ),
         )
     })
+}
+
+/// A step of the Fleet reconcile that can fail; its name appears in `Ready`'s reason
+/// (`<Step>Failed`) and message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    ServerConfig,
+    FeatureGates,
+    Helm,
+    RepoAdd,
+    RepoUpdate,
+    Install,
+    FleetControllerConfig,
+}
+
+impl Step {
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::ServerConfig => "ServerConfig",
+            Step::FeatureGates => "FeatureGates",
+            Step::Helm => "Helm",
+            Step::RepoAdd => "RepoAdd",
+            Step::RepoUpdate => "RepoUpdate",
+            Step::Install => "Install",
+            Step::FleetControllerConfig => "FleetControllerConfig",
+        }
+    }
+
+    /// The reason of a False condition this step's failure sets.
+    pub fn reason(self) -> String {
+        format!("{}Failed", self.name())
+    }
+}
+
+/// The conditions the installation steps report on (kept as they were when a step before them
+/// stops the reconcile).
+pub const INSTALL_TYPES: [&str; 4] = [REPO_ADD, REPO_UPDATE, INSTALLED, FLAGS_UPDATE];
+
+/// What one reconcile found and did. Every owned condition starts as "remove" (not applicable);
+/// steps set or keep theirs.
+pub struct Report {
+    pub updates: BTreeMap<&'static str, ConditionUpdate>,
+    pub version: VersionUpdate,
+    pub failure: Option<(Step, Error)>,
+    /// The spec has problems (reported in `ConfigValid`; not retried until it changes).
+    pub invalid: bool,
+}
+
+impl Default for Report {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Report {
+    pub fn new() -> Self {
+        Self {
+            updates: OWNED_TYPES
+                .iter()
+                .map(|t| (*t, ConditionUpdate::Remove))
+                .collect(),
+            version: VersionUpdate::Remove,
+            failure: None,
+            invalid: false,
+        }
+    }
+
+    pub fn set(&mut self, condition: ConditionSpec) {
+        self.updates
+            .insert(condition.type_, ConditionUpdate::Set(condition));
+    }
+
+    pub fn keep(&mut self, types: &[&'static str]) {
+        for t in types {
+            self.updates.insert(t, ConditionUpdate::Keep);
+        }
+    }
+
+    /// Records a failed step: its condition (if it has one) and the failure for `Ready`.
+    pub fn fail(&mut self, step: Step, condition: Option<&'static str>, error: Error) {
+        if let Some(type_) = condition {
+            self.set(ConditionSpec::failed(
+                type_,
+                &step.reason(),
+                error.to_string(),
+            ));
+        }
+        self.failure = Some((step, error));
+    }
+
+    /// The installation's conditions and the version stay as they were unless a later step
+    /// sets them (a step before the installation failed, or the installation starts and has
+    /// not got far yet).
+    pub fn keep_install_state(&mut self) {
+        self.keep(&INSTALL_TYPES);
+        self.version = VersionUpdate::Keep;
+    }
+
+    /// `ConfigValid` and `SelectionFrozen` from the spec's problems. Returns whether the
+    /// installation sections (`spec.install`, `spec.config`) have problems: then nothing may
+    /// act on them and their conditions keep the last good state.
+    pub fn check_spec(&mut self, config: &EffectiveConfig) -> bool {
+        if config.problems.is_empty() {
+            self.set(ConditionSpec::ok(CONFIG_VALID, "The spec is valid"));
+        } else {
+            let problems: Vec<String> = config.problems.iter().map(ToString::to_string).collect();
+            self.set(ConditionSpec::failed(
+                CONFIG_VALID,
+                "Invalid",
+                problems.join("; "),
+            ));
+            self.invalid = true;
+        }
+        let cluster_problems: Vec<String> = config
+            .problems_under("spec.cluster")
+            .map(ToString::to_string)
+            .collect();
+        if let Some(frozen) = selection_frozen(&cluster_problems) {
+            self.set(frozen);
+        }
+        let blocked = config.problems_under("spec.install").next().is_some()
+            || config.problems_under("spec.config").next().is_some();
+        if blocked {
+            self.keep_install_state();
+        }
+        blocked
+    }
+
+    /// Sets `Ready` from what the steps reported; call once, last.
+    pub fn finish(&mut self, config: &EffectiveConfig) {
+        let ready = if let Some((step, err)) = &self.failure {
+            ConditionSpec::failed(READY, &step.reason(), format!("{}: {err}", step.name()))
+        } else if self.invalid {
+            ConditionSpec::failed(
+                READY,
+                "ConfigInvalid",
+                "The spec has problems, see the ConfigValid condition",
+            )
+        } else if let VersionUpdate::Set(version) = &self.version {
+            ConditionSpec::ok(
+                READY,
+                format!("Fleet {version} is installed and configured"),
+            )
+        } else if config.fleet.server.is_some() || config.fleet.feature_gates_config_map.is_some() {
+            ConditionSpec::ok(READY, "Fleet settings are in place")
+        } else {
+            ConditionSpec::ok(
+                READY,
+                "Nothing to do: spec.install and spec.config.server are not set",
+            )
+        };
+        self.set(ready);
+    }
+}
+
+/// `namespace/name` of an object reference (empty parts when unset), for messages.
+fn reference_name(reference: &ObjectReference) -> String {
+    format!(
+        "{}/{}",
+        reference.namespace.as_deref().unwrap_or_default(),
+        reference.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// `FlagsUpdate` after the feature gates were written to the values ConfigMap `reference`.
+pub fn gates_written_to_config_map(
+    reference: &ObjectReference,
+    config: &EffectiveConfig,
+) -> ConditionSpec {
+    ConditionSpec::ok(
+        FLAGS_UPDATE,
+        format!(
+            "Feature gates written to ConfigMap {} key {}: {}",
+            reference_name(reference),
+            names::FEATURE_GATES_VALUES_KEY,
+            fleet_values::gate_summary(&config.fleet)
+        ),
+    )
+}
+
+/// `Installed` when `spec.install` is set but ignored because the feature gates go to the values
+/// ConfigMap `reference` (whoever reads it manages Fleet).
+pub fn install_skipped(reference: &ObjectReference) -> ConditionSpec {
+    ConditionSpec::failed(
+        INSTALLED,
+        "Skipped",
+        format!(
+            "spec.install is ignored while spec.config.featureGates.configMap.ref is set ({}): Fleet is managed by whoever reads that ConfigMap",
+            reference_name(reference)
+        ),
+    )
 }
 
 /// A condition as the controller decides it (without times and generation).
@@ -376,6 +575,186 @@ mod tests {
                     "observedGeneration": 4, "lastTransitionTime": "2026-01-01T00:00:00Z",
                 }]},
             })
+        );
+    }
+
+    fn with_problems(paths: &[&str]) -> EffectiveConfig {
+        let mut config = EffectiveConfig::resolve(None);
+        config.problems = paths
+            .iter()
+            .map(|p| crate::model::validation::FieldError::new(*p, "bad"))
+            .collect();
+        config
+    }
+
+    fn set(report: &Report, type_: &str) -> Option<ConditionSpec> {
+        match report.updates.get(type_) {
+            Some(ConditionUpdate::Set(spec)) => Some(spec.clone()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn spec_problems_decide_config_valid_selection_frozen_and_blocking() {
+        // (problem paths, ConfigValid status, frozen, blocked)
+        for (paths, valid, frozen, blocked) in [
+            (&[][..], true, false, false),
+            (
+                &["spec.cluster.namespaceRegexes[0]"][..],
+                false,
+                true,
+                false,
+            ),
+            (&["spec.install.version"][..], false, false, true),
+            (&["spec.config.server"][..], false, false, true),
+            (
+                &["spec.cluster.selector", "spec.install.version"][..],
+                false,
+                true,
+                true,
+            ),
+        ] {
+            let mut report = Report::new();
+            assert_eq!(
+                report.check_spec(&with_problems(paths)),
+                blocked,
+                "{paths:?}"
+            );
+            let config_valid = set(&report, CONFIG_VALID).expect("ConfigValid set");
+            assert_eq!(config_valid.status, valid, "{paths:?}");
+            assert_eq!(report.invalid, !valid, "{paths:?}");
+            if !valid {
+                assert_eq!(config_valid.reason, "Invalid");
+                assert!(config_valid.message.contains(paths[0]), "{config_valid:?}");
+            }
+            assert_eq!(
+                set(&report, SELECTION_FROZEN).is_some(),
+                frozen,
+                "{paths:?}"
+            );
+            for type_ in INSTALL_TYPES {
+                let kept = report.updates.get(type_) == Some(&ConditionUpdate::Keep);
+                assert_eq!(kept, blocked, "{paths:?} {type_}");
+            }
+            assert_eq!(report.version == VersionUpdate::Keep, blocked, "{paths:?}");
+        }
+    }
+
+    #[test]
+    fn ready_follows_the_first_failure_then_validity_then_what_was_done() {
+        let plain = EffectiveConfig::resolve(None);
+        let mut with_server = EffectiveConfig::resolve(None);
+        with_server.fleet.server = Some(crate::model::config::ServerSource::InferLocal);
+        let failure = || Some((Step::Install, Error::InvalidConfig("x".into())));
+        // (failure, invalid, version, config, status, reason, message)
+        for (failure, invalid, version, config, status, reason, message) in [
+            (
+                failure(),
+                true,
+                VersionUpdate::Keep,
+                &plain,
+                false,
+                "InstallFailed",
+                "Install: invalid FleetAddonConfig: x",
+            ),
+            (
+                None,
+                true,
+                VersionUpdate::Set("1.0.0".into()),
+                &plain,
+                false,
+                "ConfigInvalid",
+                "The spec has problems, see the ConfigValid condition",
+            ),
+            (
+                None,
+                false,
+                VersionUpdate::Set("1.0.0".into()),
+                &plain,
+                true,
+                READY,
+                "Fleet 1.0.0 is installed and configured",
+            ),
+            (
+                None,
+                false,
+                VersionUpdate::Keep,
+                &with_server,
+                true,
+                READY,
+                "Fleet settings are in place",
+            ),
+            (
+                None,
+                false,
+                VersionUpdate::Remove,
+                &plain,
+                true,
+                READY,
+                "Nothing to do: spec.install and spec.config.server are not set",
+            ),
+        ] {
+            let mut report = Report::new();
+            report.failure = failure;
+            report.invalid = invalid;
+            report.version = version;
+            report.finish(config);
+            let ready = set(&report, READY).expect("Ready set");
+            assert_eq!(
+                (ready.status, ready.reason.as_str(), ready.message.as_str()),
+                (status, reason, message)
+            );
+        }
+    }
+
+    #[test]
+    fn a_failed_step_sets_its_condition_and_keeps_the_rest() {
+        let mut report = Report::new();
+        report.keep_install_state();
+        report.fail(
+            Step::FeatureGates,
+            Some(FLAGS_UPDATE),
+            Error::InvalidConfig("x".into()),
+        );
+        let flags = set(&report, FLAGS_UPDATE).expect("FlagsUpdate set");
+        assert!(!flags.status);
+        assert_eq!(flags.reason, "FeatureGatesFailed");
+        for type_ in [REPO_ADD, REPO_UPDATE, INSTALLED] {
+            assert_eq!(report.updates.get(type_), Some(&ConditionUpdate::Keep));
+        }
+        // Conditions no step touched are removed.
+        assert_eq!(report.updates.get(READY), Some(&ConditionUpdate::Remove));
+        assert_eq!(
+            report.failure.as_ref().map(|f| f.0),
+            Some(Step::FeatureGates)
+        );
+    }
+
+    #[test]
+    fn config_map_messages_name_the_reference() {
+        let reference = ObjectReference {
+            namespace: Some("fleet-values".into()),
+            name: Some("gates".into()),
+            ..Default::default()
+        };
+        let config = EffectiveConfig::resolve(None);
+        let written = gates_written_to_config_map(&reference, &config);
+        assert_eq!(written.type_, FLAGS_UPDATE);
+        assert!(
+            written.message.starts_with(&format!(
+                "Feature gates written to ConfigMap fleet-values/gates key {}: ",
+                names::FEATURE_GATES_VALUES_KEY
+            )),
+            "{}",
+            written.message
+        );
+        let skipped = install_skipped(&reference);
+        assert_eq!((skipped.type_, skipped.status), (INSTALLED, false));
+        assert_eq!(skipped.reason, "Skipped");
+        assert!(
+            skipped.message.contains("(fleet-values/gates)"),
+            "{}",
+            skipped.message
         );
     }
 }

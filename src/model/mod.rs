@@ -2,6 +2,7 @@
 
 pub mod agent_bootstrap;
 pub mod api_server;
+pub mod authorization;
 pub mod capi;
 pub mod config;
 pub mod diff;

@@ -11,6 +11,9 @@
 //!   and triggers from watched objects do not shorten that wait; a spec change does;
 //! - reconciles run one at a time; helm runs one command at a time in the whole process.
 
+pub mod install;
+pub mod server;
+pub mod settings;
 pub mod steps;
 pub mod watches;
 
