@@ -1206,3 +1206,32 @@ async fn hooks_answer_from_the_bootstrap_secret_watch_without_listing() {
     assert_eq!(lists, 0, "{:?}", env.sandbox.requests().all());
     stop.cancel();
 }
+
+/// `apply::create_or_get` tells its own creation from someone else's object, and never
+/// overwrites theirs (the hooks' and the import's "create, adopt on 409").
+#[tokio::test]
+async fn create_or_get_says_whether_it_created() {
+    use caapf::apply::{CreateOrGet, create_or_get};
+    let sandbox = Sandbox::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(sandbox.client(), "default");
+    let object = |value: &str| -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": "one"}, "data": {"k": value}}))
+            .expect("configmap")
+    };
+    let first = create_or_get(&api, &object("first"), "test")
+        .await
+        .expect("create");
+    assert!(
+        matches!(&first, CreateOrGet::Created(cm) if cm.data.as_ref().and_then(|d| d.get("k")).map(String::as_str) == Some("first")),
+        "{first:?}"
+    );
+    let second = create_or_get(&api, &object("second"), "test")
+        .await
+        .expect("get");
+    assert!(!second.created());
+    let kept = second.into_object().expect("existing");
+    assert_eq!(
+        kept.data.and_then(|d| d.get("k").cloned()).as_deref(),
+        Some("first")
+    );
+}

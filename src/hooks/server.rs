@@ -33,7 +33,8 @@ use crate::context::Context;
 use crate::hooks::handlers::{self, discovery};
 use crate::hooks::limits::{Activity, BodyBudget, Tracked, read_body};
 use crate::hooks::tls::CertStore;
-use crate::hooks::types::{Hook, Outcome, Response};
+use crate::hooks::types::{Hook, Response};
+use crate::model::hook_plan::HookOutcome;
 use crate::{Error, Result};
 
 /// Readiness check: the extension serves a valid certificate.
@@ -472,7 +473,7 @@ pub async fn respond_within(
             label,
             Response::lifecycle(
                 hook,
-                Outcome::retry(
+                HookOutcome::retry(
                     DEADLINE_RETRY_SECONDS,
                     format!("{} did not finish within {limit:?}; retrying", hook.name()),
                 ),

@@ -10,6 +10,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::model::hook_plan::HookOutcome;
+
 /// API version of every request and response.
 pub const API_VERSION: &str = "hooks.runtime.cluster.x-k8s.io/v1alpha1";
 
@@ -264,62 +266,18 @@ pub enum ResponseBody {
     Empty {},
 }
 
-/// What a handler decided, before it is encoded for a hook.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Outcome {
-    /// Done; proceed.
-    Success { message: String },
-    /// Blocking hooks: ask again after this many seconds (> 0).
-    Retry { after_seconds: i32, message: String },
-    /// Refused, with a message for the user (deterministic, no secrets).
-    Failure { message: String },
-}
-
-impl Outcome {
-    /// The metric label of the outcome.
-    pub fn label(&self) -> &'static str {
-        match self {
-            Outcome::Success { .. } => "Success",
-            Outcome::Retry { .. } => "Retry",
-            Outcome::Failure { .. } => "Failure",
-        }
-    }
-
-    /// Success without a message.
-    pub fn ok() -> Self {
-        Outcome::Success {
-            message: String::new(),
-        }
-    }
-
-    /// Failure with a message.
-    pub fn failure(message: impl Into<String>) -> Self {
-        Outcome::Failure {
-            message: message.into(),
-        }
-    }
-
-    /// Retry after `after_seconds` (at least 1).
-    pub fn retry(after_seconds: i32, message: impl Into<String>) -> Self {
-        Outcome::Retry {
-            after_seconds: after_seconds.max(1),
-            message: message.into(),
-        }
-    }
-}
-
 impl Response {
     /// Encodes a lifecycle outcome for `hook`. A retry for a hook that cannot retry is a failure
     /// (a programming error surfaced, not hidden).
-    pub fn lifecycle(hook: Hook, outcome: Outcome) -> Self {
+    pub fn lifecycle(hook: Hook, outcome: HookOutcome) -> Self {
         let (status, message, retry) = match outcome {
-            Outcome::Success { message } => (ResponseStatus::Success, message, 0),
-            Outcome::Retry {
+            HookOutcome::Success { message } => (ResponseStatus::Success, message, 0),
+            HookOutcome::Retry {
                 after_seconds,
                 message,
             } if hook.retries() => (ResponseStatus::Success, message, after_seconds),
-            Outcome::Retry { message, .. } => (ResponseStatus::Failure, message, 0),
-            Outcome::Failure { message } => (ResponseStatus::Failure, message, 0),
+            HookOutcome::Retry { message, .. } => (ResponseStatus::Failure, message, 0),
+            HookOutcome::Failure { message } => (ResponseStatus::Failure, message, 0),
         };
         let body = if hook.retries() {
             ResponseBody::Retry {
@@ -414,7 +372,7 @@ mod tests {
 
     #[test]
     fn retry_responses_always_carry_retry_after_seconds() {
-        let response = Response::lifecycle(Hook::BeforeClusterDelete, Outcome::ok());
+        let response = Response::lifecycle(Hook::BeforeClusterDelete, HookOutcome::ok());
         assert_eq!(
             serde_json::to_value(&response).unwrap_or_default(),
             json!({
@@ -424,7 +382,7 @@ mod tests {
                 "retryAfterSeconds": 0
             })
         );
-        let plain = Response::lifecycle(Hook::AfterControlPlaneInitialized, Outcome::ok());
+        let plain = Response::lifecycle(Hook::AfterControlPlaneInitialized, HookOutcome::ok());
         assert_eq!(
             serde_json::to_value(&plain).unwrap_or_default(),
             json!({
@@ -439,11 +397,12 @@ mod tests {
     fn a_retry_is_a_failure_for_hooks_that_cannot_retry() {
         let response = Response::lifecycle(
             Hook::AfterControlPlaneInitialized,
-            Outcome::retry(5, "later"),
+            HookOutcome::retry(5, "later"),
         );
         assert_eq!(response.status, ResponseStatus::Failure);
         assert_eq!(response.label(), "Failure");
-        let response = Response::lifecycle(Hook::BeforeClusterCreate, Outcome::retry(5, "later"));
+        let response =
+            Response::lifecycle(Hook::BeforeClusterCreate, HookOutcome::retry(5, "later"));
         assert_eq!(response.label(), "Retry");
     }
 }

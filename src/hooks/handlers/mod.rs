@@ -1,17 +1,21 @@
 //! One handler per hook family, each a function from request to response. Side effects only in
 //! BeforeClusterCreate and BeforeClusterDelete.
 
+mod api;
+pub mod create;
+pub mod delete;
 pub mod discovery;
-pub mod lifecycle;
 pub mod topology;
+pub mod upgrade;
 
 use serde_json::Value;
 
 use crate::context::Context;
 use crate::hooks::cluster::ClusterInfo;
 use crate::hooks::types::{
-    API_VERSION, GeneratePatchesRequest, Hook, LifecycleRequest, Outcome, RequestMeta, Response,
+    API_VERSION, GeneratePatchesRequest, Hook, LifecycleRequest, RequestMeta, Response,
 };
+use crate::model::hook_plan::HookOutcome;
 
 /// Decodes `body` as the request of `hook` and answers it. Every problem with the request is a
 /// Failure answer naming it.
@@ -84,32 +88,29 @@ async fn lifecycle_outcome(
     hook: Hook,
     cluster: &ClusterInfo,
     request: &LifecycleRequest,
-) -> Outcome {
+) -> HookOutcome {
     match hook {
-        Hook::BeforeClusterCreate => lifecycle::before_cluster_create(ctx, cluster).await,
-        Hook::BeforeClusterDelete => lifecycle::before_cluster_delete(ctx, cluster).await,
+        Hook::BeforeClusterCreate => create::before_cluster_create(ctx, cluster).await,
+        Hook::BeforeClusterDelete => delete::before_cluster_delete(ctx, cluster).await,
         Hook::BeforeClusterUpgrade => {
-            lifecycle::before_cluster_upgrade(
-                ctx,
-                cluster,
-                request.to_kubernetes_version.as_deref(),
-            )
-            .await
+            upgrade::before_cluster_upgrade(ctx, cluster, request.to_kubernetes_version.as_deref())
+                .await
         }
-        Hook::AfterControlPlaneInitialized => lifecycle::after_control_plane_initialized(cluster),
+        // Nothing to do: the import controller watches Clusters itself.
+        Hook::AfterControlPlaneInitialized => HookOutcome::ok(),
         Hook::Discovery | Hook::GeneratePatches | Hook::DiscoverVariables => {
-            Outcome::failure(format!("{} is not a lifecycle hook", hook.name()))
+            HookOutcome::failure(format!("{} is not a lifecycle hook", hook.name()))
         }
     }
 }
 
-fn log_outcome(hook: Hook, cluster: &ClusterInfo, outcome: &Outcome) {
+fn log_outcome(hook: Hook, cluster: &ClusterInfo, outcome: &HookOutcome) {
     let (status, message) = match outcome {
-        Outcome::Success { message } => ("Success", message),
-        Outcome::Retry { message, .. } => ("Retry", message),
-        Outcome::Failure { message } => ("Failure", message),
+        HookOutcome::Success { message } => ("Success", message),
+        HookOutcome::Retry { message, .. } => ("Retry", message),
+        HookOutcome::Failure { message } => ("Failure", message),
     };
-    if matches!(outcome, Outcome::Failure { .. }) {
+    if matches!(outcome, HookOutcome::Failure { .. }) {
         tracing::warn!(hook = hook.name(), cluster = %cluster.name, namespace = %cluster.namespace, status, %message, "hook answered");
     } else {
         tracing::debug!(hook = hook.name(), cluster = %cluster.name, namespace = %cluster.namespace, status, %message, "hook answered");

@@ -16,15 +16,14 @@ use kube::api::Api;
 use crate::bootstrap;
 use crate::bootstrap::patch::{bootstrap_patch, classify};
 use crate::context::Context;
-use crate::hooks::handlers::lifecycle;
+use crate::hooks::handlers::create;
 use crate::hooks::types::{
     ClusterClassVariable, GeneratePatchesRequest, GeneratePatchesResponseItem, Hook, PatchType,
     Response, ResponseBody, Variable, VariableSchema,
 };
-use crate::model::agent_bootstrap::{FleetAgentSetting, PatchPlan, patch_plan};
-
-/// Name of the variable this extension defines.
-pub const FLEET_AGENT_VARIABLE: &str = "fleetAgent";
+use crate::model::agent_bootstrap::{
+    FLEET_AGENT_VARIABLE, FleetAgentSetting, PatchPlan, patch_plan,
+};
 
 /// The `fleetAgent` variable: a static schema, valid for the v1beta1 and v1beta2 variable types.
 ///
@@ -100,7 +99,7 @@ pub async fn serve_generate_patches(ctx: &Context, request: &GeneratePatchesRequ
     match secrets.get_metadata_opt(&secret).await {
         Ok(Some(_)) => generate_patches(request, true),
         Ok(None) => {
-            lifecycle::prepare_existing(ctx, namespace, name);
+            create::prepare_existing(ctx, namespace, name);
             generate_patches(request, false)
         }
         Err(err) => Response::failure(
