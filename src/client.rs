@@ -55,7 +55,7 @@ pub fn user_agent_for(pod: Option<&str>) -> String {
     }
 }
 
-/// The manager's two clients (see the module documentation).
+/// The manager's two clients ((see [`retry_after_header`])he module documentation).
 #[derive(Clone)]
 pub struct Clients {
     /// The controllers' client, rate-limited by `--kube-api-qps`/`--kube-api-burst`.
@@ -112,7 +112,7 @@ fn build_with_limit(mut config: kube::Config, limit: RateLimitLayer) -> Result<C
 /// `maxRetries`).
 pub const MAX_RETRIES: u32 = 10;
 
-/// Retries a request the server turned away with a `Retry-After` (see [`retry_after`]), after
+/// Retries a request the server turned away with a `Retry-After` (see [`retry_after_header`]), after
 /// the delay it asks for, up to [`MAX_RETRIES`] times. A request whose body cannot be replayed
 /// (a stream) is not retried.
 #[derive(Clone, Debug, Default)]
@@ -129,7 +129,7 @@ impl<Res, E> Policy<Request<Body>, Response<Res>, E> for RetryAfter {
         result: &mut std::result::Result<Response<Res>, E>,
     ) -> Option<Sleep> {
         let response = result.as_ref().ok()?;
-        let wait = retry_after(response.status(), response.headers())?;
+        let wait = retry_after_header(response.status(), response.headers())?;
         if self.attempts >= MAX_RETRIES {
             return None;
         }
@@ -155,7 +155,7 @@ impl<Res, E> Policy<Request<Body>, Response<Res>, E> for RetryAfter {
 /// How long the server asks to wait before a retry: `429 Too Many Requests` (API Priority and
 /// Fairness rejecting a request) or any 5xx, with a `Retry-After` header in whole seconds —
 /// client-go's `checkWait` (`rest/with_retry.go`, v0.36.3). `None`: not to be retried.
-pub fn retry_after(status: StatusCode, headers: &HeaderMap) -> Option<Duration> {
+pub fn retry_after_header(status: StatusCode, headers: &HeaderMap) -> Option<Duration> {
     if status != StatusCode::TOO_MANY_REQUESTS && !status.is_server_error() {
         return None;
     }
@@ -345,7 +345,7 @@ mod tests {
         for (code, headers, expected) in cases {
             let status = StatusCode::from_u16(*code).expect("status");
             assert_eq!(
-                retry_after(status, headers),
+                retry_after_header(status, headers),
                 expected.map(Duration::from_secs),
                 "{code} {headers:?}"
             );

@@ -425,7 +425,7 @@ pub fn prepared(cluster: &ClusterView, fleet_cluster: &str, chart_version: &str)
 
 /// The Fleet Cluster the import controller keeps for `cluster`: the name the configuration
 /// gives (`None`, or import disabled: the Cluster's own name).
-pub fn fleet_cluster_name(cluster: &ClusterView, config: Option<&EffectiveConfig>) -> String {
+pub fn fleet_cluster_of(cluster: &ClusterView, config: Option<&EffectiveConfig>) -> String {
     config.map_or_else(
         || cluster.name.clone(),
         |config| config.fleet_cluster_name(&cluster.name),

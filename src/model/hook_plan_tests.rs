@@ -429,7 +429,7 @@ fn the_fleet_cluster_name_follows_the_configuration() {
         (Some(config("cluster: {naming: {prefix: \"p-\"}}")), "p-c1"),
     ];
     for (config, expected) in rows {
-        assert_eq!(fleet_cluster_name(&c, config.as_ref()), expected);
+        assert_eq!(fleet_cluster_of(&c, config.as_ref()), expected);
     }
 }
 

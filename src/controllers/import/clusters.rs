@@ -21,7 +21,7 @@ use crate::controllers::import::expectations::{self, Key};
 use crate::controllers::import::references::Lookup;
 use crate::controllers::import::stores::TEMPLATE_VALUES;
 use crate::controllers::reconcile::retry_after;
-use crate::model::capi::{ClusterView, ObjectRef as CapiRef};
+use crate::model::capi::{ClusterView, ProviderRef};
 use crate::model::config::ClusterImport;
 use crate::model::diff::digest_subtree;
 use crate::model::fleet::{
@@ -399,7 +399,7 @@ async fn template_values_for(
 
 async fn resolve(
     view: &ClusterView,
-    reference: Option<&CapiRef>,
+    reference: Option<&ProviderRef>,
     role: &'static str,
     regarding: &ObjectReference,
     ctx: &ImportContext,

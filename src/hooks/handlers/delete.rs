@@ -33,7 +33,7 @@ async fn delete_steps(ctx: &Context, cluster: &ClusterInfo) -> Result<HookOutcom
 
     delete_if_present(&secrets, &secret_name, "Secret", ns).await?;
     delete_if_present(&tokens, &token_name, "ClusterRegistrationToken", ns).await?;
-    let fleet_name = plan::fleet_cluster_name(cluster, ctx.config().as_deref());
+    let fleet_name = plan::fleet_cluster_of(cluster, ctx.config().as_deref());
     if let Some(fleet) = get_opt(&fleet_clusters, &fleet_name, "Fleet Cluster", ns).await?
         && plan::deletes_fleet_cluster(cluster, &fleet)
     {

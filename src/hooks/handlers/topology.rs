@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 
 use crate::bootstrap;
-use crate::bootstrap::patch::{bootstrap_patch, classify};
+use crate::bootstrap::patch::{bootstrap_patch, classify_template};
 use crate::context::Context;
 use crate::hooks::handlers::create;
 use crate::hooks::types::{
@@ -73,7 +73,7 @@ pub fn discover_variables() -> Response {
 pub async fn serve_generate_patches(ctx: &Context, request: &GeneratePatchesRequest) -> Response {
     let wanted = request.items.iter().any(|item| {
         let variables = merged_variables(&request.variables, &item.variables);
-        matches!(classify(&item.object), Ok(Some(_))) && variables.setting().enabled()
+        matches!(classify_template(&item.object), Ok(Some(_))) && variables.setting().enabled()
     });
     if !wanted {
         return generate_patches(request, false);
@@ -150,7 +150,7 @@ fn item_patch(
     variables: &Variables,
     secret_exists: bool,
 ) -> Result<json_patch::Patch, String> {
-    let Some(template) = classify(object)? else {
+    let Some(template) = classify_template(object)? else {
         return Ok(json_patch::Patch::default());
     };
     if patch_plan(variables.setting(), secret_exists) != PatchPlan::Patch {

@@ -39,7 +39,7 @@ async fn upgrade_steps(
     // request. Not a cache: a Fleet Cluster seen before it registered would hold the upgrade
     // a watch latency longer, and the bundle states below must be live anyway.
     let fleet_clusters: Api<FleetCluster> = Api::namespaced(ctx.client.clone(), ns);
-    let fleet_name = plan::fleet_cluster_name(cluster, config.as_deref());
+    let fleet_name = plan::fleet_cluster_of(cluster, config.as_deref());
     let fleet = get_opt(&fleet_clusters, &fleet_name, "Fleet Cluster", ns).await?;
     let bundle_ns = plan::bundle_namespace(cluster, fleet.as_ref())?;
     let resource = ApiResource::from_gvk_with_plural(
