@@ -15,8 +15,8 @@ use crate::model::hook_plan::HookOutcome;
 /// API version of every request and response.
 pub const API_VERSION: &str = "hooks.runtime.cluster.x-k8s.io/v1alpha1";
 
-/// The hooks this extension knows. Discovery only advertises hooks every supported CAPI release
-/// (v1.10 onward) has in its catalog: an unknown hook fails the whole discovery.
+/// The hooks this extension knows; how each is served is its row in
+/// [`crate::hooks::handlers::HOOKS`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Hook {
     Discovery,
@@ -29,17 +29,6 @@ pub enum Hook {
 }
 
 impl Hook {
-    /// Every hook served.
-    pub const ALL: [Hook; 7] = [
-        Hook::Discovery,
-        Hook::BeforeClusterCreate,
-        Hook::AfterControlPlaneInitialized,
-        Hook::BeforeClusterUpgrade,
-        Hook::BeforeClusterDelete,
-        Hook::GeneratePatches,
-        Hook::DiscoverVariables,
-    ];
-
     /// The hook name as CAPI spells it (`BeforeClusterCreate`); also the metric label.
     pub fn name(self) -> &'static str {
         match self {
@@ -51,13 +40,6 @@ impl Hook {
             Hook::GeneratePatches => "GeneratePatches",
             Hook::DiscoverVariables => "DiscoverVariables",
         }
-    }
-
-    /// The hook from the lower-case path segment (`beforeclustercreate`).
-    pub fn from_path_segment(segment: &str) -> Option<Hook> {
-        Hook::ALL
-            .into_iter()
-            .find(|hook| hook.name().eq_ignore_ascii_case(segment))
     }
 
     /// `kind` of the request.
@@ -357,18 +339,6 @@ impl Response {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn hooks_from_path_segments() {
-        for hook in Hook::ALL {
-            assert_eq!(
-                Hook::from_path_segment(&hook.name().to_ascii_lowercase()),
-                Some(hook)
-            );
-        }
-        assert_eq!(Hook::from_path_segment("afterclusterupgrade"), None);
-        assert_eq!(Hook::from_path_segment(""), None);
-    }
 
     #[test]
     fn retry_responses_always_carry_retry_after_seconds() {

@@ -233,7 +233,9 @@ fn before_cluster_create_waits_for_what_fleet_writes() {
     };
     let values =
         b"apiServerURL: https://fleet.example:6443\ntoken: t\nclusterNamespace: fleet-default\n";
-    let rows: [(Option<Secret>, Result<(), (&str, i32)>); 5] = [
+    /// `Ok`: parsed; `Err`: a retry with this part of the message, after this long.
+    type Expected<'a> = Result<(), (&'a str, i32)>;
+    let rows: [(Option<Secret>, Expected); 5] = [
         (Some(secret(Some(values))), Ok(())),
         (None, Err(("waiting for Fleet to write", RETRY_FLEET))),
         (
@@ -466,7 +468,7 @@ fn before_cluster_upgrade_holds_only_when_configured_and_bundles_are_not_ready()
         "status": {"appliedDeploymentID": "x", "ready": true, "nonModified": true}});
     let pending = json!({"metadata": {"name": "b"}, "spec": {"deploymentID": "y"}});
     assert_eq!(
-        upgrade_answer(&c, "c1", &[ready.clone()], Some("v1.31.0")),
+        upgrade_answer(&c, "c1", std::slice::from_ref(&ready), Some("v1.31.0")),
         HookOutcome::success("all 1 Fleet bundles of Fleet Cluster team-a/c1 are ready")
     );
     assert_eq!(
