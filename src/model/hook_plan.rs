@@ -36,7 +36,7 @@ pub const RETRY_CONFIG: i32 = 30;
 /// Retry interval of a held upgrade.
 pub const RETRY_UPGRADE: i32 = 30;
 /// At most this many bundle names in a message.
-const MAX_LISTED_BUNDLES: usize = 10;
+pub const MAX_LISTED_BUNDLES: usize = 10;
 
 /// What a lifecycle hook decided, before it is encoded for its hook
 /// (`crate::hooks::types::Response::lifecycle`).
