@@ -1234,4 +1234,22 @@ async fn create_or_get_says_whether_it_created() {
         kept.data.and_then(|d| d.get("k").cloned()).as_deref(),
         Some("first")
     );
+    // A 409 for an object that is gone by the read that follows: neither ours nor theirs.
+    sandbox.set_faults(kube_sandbox::FaultConfig {
+        rules: vec![kube_sandbox::FaultRule {
+            target: kube_sandbox::FaultTarget::Writes,
+            resource: Some("configmaps".to_string()),
+            verbs: Some(vec!["POST".to_string()]),
+            fraction: 1.0,
+            code: Some(409),
+            ..kube_sandbox::FaultRule::default()
+        }],
+        ..kube_sandbox::FaultConfig::default()
+    });
+    let mut absent = object("third");
+    absent.metadata.name = Some("two".to_string());
+    let vanished = create_or_get(&api, &absent, "test")
+        .await
+        .expect("no error");
+    assert_eq!(vanished, CreateOrGet::Vanished);
 }
