@@ -125,9 +125,36 @@ where
     }
 }
 
+/// What [`create_or_get`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CreateOrGet<K> {
+    /// We created it: the object as the API server answered the create.
+    Created(K),
+    /// Someone else had created it (409): theirs, as read after the conflict.
+    Existing(K),
+    /// It existed at the create (409) but was gone by the read that followed.
+    Vanished,
+}
+
+impl<K> CreateOrGet<K> {
+    /// The object, created or found (`None` when it vanished).
+    pub fn into_object(self) -> Option<K> {
+        match self {
+            CreateOrGet::Created(object) | CreateOrGet::Existing(object) => Some(object),
+            CreateOrGet::Vanished => None,
+        }
+    }
+
+    /// Whether this call created it.
+    pub fn created(&self) -> bool {
+        matches!(self, CreateOrGet::Created(_))
+    }
+}
+
 /// Creates `object` with field manager `manager`; when someone else created it first (another
-/// replica, another controller), returns theirs: never overwrites.
-pub async fn create_or_adopt<K>(api: &Api<K>, object: &K, manager: &str) -> Result<K>
+/// replica, another controller), reads and returns theirs: never overwrites. Says which it was,
+/// so callers can tell their own creation (an event, an expectation) from an adoption.
+pub async fn create_or_get<K>(api: &Api<K>, object: &K, manager: &str) -> Result<CreateOrGet<K>>
 where
     K: Resource + Serialize + DeserializeOwned + Clone + Debug,
 {
@@ -136,10 +163,13 @@ where
         ..PostParams::default()
     };
     match api.create(&params, object).await {
-        Ok(created) => Ok(created),
+        Ok(created) => Ok(CreateOrGet::Created(created)),
         Err(kube::Error::Api(status)) if status.code == 409 => {
             let name = object.meta().name.clone().unwrap_or_default();
-            Ok(api.get(&name).await?)
+            Ok(match api.get_opt(&name).await? {
+                Some(existing) => CreateOrGet::Existing(existing),
+                None => CreateOrGet::Vanished,
+            })
         }
         Err(err) => Err(err.into()),
     }

@@ -2,7 +2,8 @@
 //! server audit logs and request metrics show who called):
 //!
 //! - the **controllers' client**, with a client-side token-bucket rate limit
-//!   (`--kube-api-qps`, `--kube-api-burst`), as client-go's `QPS`/`Burst`;
+//!   (`--kube-api-qps`, `--kube-api-burst`), as client-go's `QPS`/`Burst` ([`TokenBucket`], the
+//!   `governor` crate's rate limiter; requests wait for their turn, they never fail for it);
 //! - the **priority client**, for the leader election Lease and the Runtime SDK hooks, with no
 //!   client-side limit: a Lease renewal or a hook answer must never wait behind thousands of
 //!   queued import requests (a late renewal loses the Lease; CAPI waits for the hook). Its load
@@ -17,10 +18,16 @@
 //! `MaxRetries` default 10, client-go v0.36.3).
 
 use std::future::Future;
+use std::num::NonZeroU32;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use governor::clock::{Clock, FakeRelativeClock};
+use governor::middleware::NoOpMiddleware;
+use governor::nanos::Nanos;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use kube::Client;
 use kube::client::{Body, ClientBuilder};
@@ -55,7 +62,7 @@ pub fn user_agent_for(pod: Option<&str>) -> String {
     }
 }
 
-/// The manager's two clients (see the module documentation).
+/// The manager's two clients ((see [`retry_after_header`])he module documentation).
 #[derive(Clone)]
 pub struct Clients {
     /// The controllers' client, rate-limited by `--kube-api-qps`/`--kube-api-burst`.
@@ -112,7 +119,7 @@ fn build_with_limit(mut config: kube::Config, limit: RateLimitLayer) -> Result<C
 /// `maxRetries`).
 pub const MAX_RETRIES: u32 = 10;
 
-/// Retries a request the server turned away with a `Retry-After` (see [`retry_after`]), after
+/// Retries a request the server turned away with a `Retry-After` (see [`retry_after_header`]), after
 /// the delay it asks for, up to [`MAX_RETRIES`] times. A request whose body cannot be replayed
 /// (a stream) is not retried.
 #[derive(Clone, Debug, Default)]
@@ -129,7 +136,7 @@ impl<Res, E> Policy<Request<Body>, Response<Res>, E> for RetryAfter {
         result: &mut std::result::Result<Response<Res>, E>,
     ) -> Option<Sleep> {
         let response = result.as_ref().ok()?;
-        let wait = retry_after(response.status(), response.headers())?;
+        let wait = retry_after_header(response.status(), response.headers())?;
         if self.attempts >= MAX_RETRIES {
             return None;
         }
@@ -155,7 +162,7 @@ impl<Res, E> Policy<Request<Body>, Response<Res>, E> for RetryAfter {
 /// How long the server asks to wait before a retry: `429 Too Many Requests` (API Priority and
 /// Fairness rejecting a request) or any 5xx, with a `Retry-After` header in whole seconds —
 /// client-go's `checkWait` (`rest/with_retry.go`, v0.36.3). `None`: not to be retried.
-pub fn retry_after(status: StatusCode, headers: &HeaderMap) -> Option<Duration> {
+pub fn retry_after_header(status: StatusCode, headers: &HeaderMap) -> Option<Duration> {
     if status != StatusCode::TOO_MANY_REQUESTS && !status.is_server_error() {
         return None;
     }
@@ -169,44 +176,51 @@ pub fn retry_after(status: StatusCode, headers: &HeaderMap) -> Option<Duration> 
     Some(Duration::from_secs(seconds))
 }
 
-/// A token bucket: holds up to `capacity` tokens, refilled at `rate` per second; a request
-/// takes one. client-go's `NewTokenBucketRateLimiter(qps, burst)`.
-#[derive(Clone, Debug)]
+/// client-go's `NewTokenBucketRateLimiter(qps, burst)`: `burst` requests at once, then one every
+/// `1/qps`; idle time refills up to `burst`, not beyond. The arithmetic is the `governor` crate's
+/// (GCRA, which admits exactly what a token bucket of that size and rate admits), on a clock we
+/// move to the time we are given, so that the tower service below waits with tokio's timer
+/// (and tests run on tokio's paused clock). A refused request takes nothing.
 pub struct TokenBucket {
-    capacity: f64,
-    rate: f64,
-    tokens: f64,
-    last: Instant,
+    limiter: RateLimiter<NotKeyed, InMemoryState, FakeRelativeClock, NoOpMiddleware<Nanos>>,
+    /// Shared with `limiter`: moved forward to the `now` of each call.
+    clock: FakeRelativeClock,
+    origin: Instant,
 }
 
-impl TokenBucket {
-    /// A full bucket. `burst` below 1 is taken as 1; `qps` must be positive.
-    pub fn new(qps: f64, burst: u32, now: Instant) -> Self {
-        let capacity = f64::from(burst.max(1));
-        Self {
-            capacity,
-            rate: qps,
-            tokens: capacity,
-            last: now,
-        }
-    }
+/// The longest interval between two requests a positive `--kube-api-qps` can ask for (governor
+/// counts time in nanoseconds in a `u64`, about 584 years).
+const LONGEST_PERIOD: Duration = Duration::from_secs(365 * 24 * 3600);
 
-    fn refill(&mut self, now: Instant) {
-        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * self.rate).min(self.capacity);
-        self.last = now;
+impl TokenBucket {
+    /// A full bucket. `burst` below 1 is taken as 1; `qps` must be positive (a rate above one
+    /// request per nanosecond is taken as that).
+    pub fn new(qps: f64, burst: u32, now: Instant) -> Self {
+        let period = Duration::try_from_secs_f64(1.0 / qps)
+            .unwrap_or(LONGEST_PERIOD)
+            .clamp(Duration::from_nanos(1), LONGEST_PERIOD);
+        let burst = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
+        let quota = Quota::with_period(period)
+            .unwrap_or_else(|| Quota::per_second(NonZeroU32::MAX))
+            .allow_burst(burst);
+        let clock = FakeRelativeClock::default();
+        Self {
+            limiter: RateLimiter::direct_with_clock(quota, clock.clone()),
+            clock,
+            origin: now,
+        }
     }
 
     /// Takes a token at `now`, or says how long to wait until one is available.
     pub fn try_take(&mut self, now: Instant) -> Result<(), Duration> {
-        self.refill(now);
-        // The epsilon absorbs floating-point error after waiting exactly the advised time.
-        if self.tokens >= 1.0 - 1e-9 {
-            self.tokens = (self.tokens - 1.0).max(0.0);
-            Ok(())
-        } else {
-            Err(Duration::from_secs_f64((1.0 - self.tokens) / self.rate))
+        let at = now.saturating_duration_since(self.origin);
+        let current = Duration::from(self.clock.now());
+        if at > current {
+            self.clock.advance(at - current);
         }
+        self.limiter
+            .check()
+            .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
     }
 }
 
@@ -345,7 +359,7 @@ mod tests {
         for (code, headers, expected) in cases {
             let status = StatusCode::from_u16(*code).expect("status");
             assert_eq!(
-                retry_after(status, headers),
+                retry_after_header(status, headers),
                 expected.map(Duration::from_secs),
                 "{code} {headers:?}"
             );
@@ -432,6 +446,24 @@ mod tests {
             assert_eq!(bucket.try_take(later), Ok(()));
         }
         assert!(bucket.try_take(later).is_err());
+    }
+
+    #[test]
+    fn fractional_qps_spaces_requests_more_than_a_second_apart() {
+        let t0 = Instant::now();
+        let mut bucket = TokenBucket::new(0.5, 1, t0);
+        assert_eq!(bucket.try_take(t0), Ok(()));
+        assert_eq!(bucket.try_take(t0), Err(Duration::from_secs(2)));
+        let wait = bucket
+            .try_take(t0 + Duration::from_millis(500))
+            .expect_err("a quarter of the interval");
+        assert_eq!(wait, Duration::from_millis(1500));
+        assert_eq!(bucket.try_take(t0 + Duration::from_secs(2)), Ok(()));
+        // A `now` before the last one (callers racing) changes nothing and waits as long.
+        assert_eq!(
+            bucket.try_take(t0 + Duration::from_secs(1)),
+            Err(Duration::from_secs(2))
+        );
     }
 
     #[test]

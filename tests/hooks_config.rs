@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use caapf::hooks::handlers::discovery::{DISCOVER_VARIABLES, GENERATE_PATCHES, HANDLERS};
+use caapf::hooks::handlers::{DISCOVER_VARIABLES, GENERATE_PATCHES, HOOKS};
 use serde_json::Value;
 
 fn documents(relative: &str) -> Vec<Value> {
@@ -112,7 +112,7 @@ fn the_guide_references_the_served_handlers() {
     }
     assert!(guide.contains(&format!("{GENERATE_PATCHES}.{config_name}")));
     assert!(guide.contains(&format!("{DISCOVER_VARIABLES}.{config_name}")));
-    for handler in HANDLERS {
+    for handler in HOOKS.iter().filter_map(|spec| spec.advertised) {
         assert!(
             guide.contains(&format!("`{}`", handler.name)),
             "{}",

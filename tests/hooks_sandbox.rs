@@ -1219,3 +1219,50 @@ async fn hooks_answer_from_the_bootstrap_secret_watch_without_listing() {
     assert_eq!(lists, 0, "{:?}", env.sandbox.requests().all());
     stop.cancel();
 }
+
+/// `apply::create_or_get` tells its own creation from someone else's object, and never
+/// overwrites theirs (the hooks' and the import's "create, adopt on 409").
+#[tokio::test]
+async fn create_or_get_says_whether_it_created() {
+    use caapf::apply::{CreateOrGet, create_or_get};
+    let sandbox = Sandbox::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(sandbox.client(), "default");
+    let object = |value: &str| -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": "one"}, "data": {"k": value}}))
+            .expect("configmap")
+    };
+    let first = create_or_get(&api, &object("first"), "test")
+        .await
+        .expect("create");
+    assert!(
+        matches!(&first, CreateOrGet::Created(cm) if cm.data.as_ref().and_then(|d| d.get("k")).map(String::as_str) == Some("first")),
+        "{first:?}"
+    );
+    let second = create_or_get(&api, &object("second"), "test")
+        .await
+        .expect("get");
+    assert!(!second.created());
+    let kept = second.into_object().expect("existing");
+    assert_eq!(
+        kept.data.and_then(|d| d.get("k").cloned()).as_deref(),
+        Some("first")
+    );
+    // A 409 for an object that is gone by the read that follows: neither ours nor theirs.
+    sandbox.set_faults(kube_sandbox::FaultConfig {
+        rules: vec![kube_sandbox::FaultRule {
+            target: kube_sandbox::FaultTarget::Writes,
+            resource: Some("configmaps".to_string()),
+            verbs: Some(vec!["POST".to_string()]),
+            fraction: 1.0,
+            code: Some(409),
+            ..kube_sandbox::FaultRule::default()
+        }],
+        ..kube_sandbox::FaultConfig::default()
+    });
+    let mut absent = object("third");
+    absent.metadata.name = Some("two".to_string());
+    let vanished = create_or_get(&api, &absent, "test")
+        .await
+        .expect("no error");
+    assert_eq!(vanished, CreateOrGet::Vanished);
+}

@@ -36,7 +36,7 @@ pub enum Template {
 /// Which template `object` is: `Ok(None)` for templates that need nothing (infrastructure,
 /// worker bootstrap, other control planes); an error for a known kind in an unknown version
 /// (so a future API version fails loudly instead of silently booting without the agent).
-pub fn classify(object: &Value) -> Result<Option<Template>, String> {
+pub fn classify_template(object: &Value) -> Result<Option<Template>, String> {
     let kind = object["kind"].as_str().unwrap_or_default();
     let template = match kind {
         "KubeadmControlPlaneTemplate" => Template::KubeadmControlPlane,
@@ -197,7 +197,7 @@ mod tests {
     #[test]
     fn classify_templates() {
         let t = |api_version: &str, kind: &str| {
-            classify(&json!({"apiVersion": api_version, "kind": kind}))
+            classify_template(&json!({"apiVersion": api_version, "kind": kind}))
         };
         assert_eq!(
             t(

@@ -9,8 +9,7 @@ use std::ops::Deref;
 
 use serde_json::Value;
 
-use crate::hooks::handlers::topology::FLEET_AGENT_VARIABLE;
-use crate::model::agent_bootstrap::FleetAgentSetting;
+use crate::model::agent_bootstrap::{FLEET_AGENT_VARIABLE, FleetAgentSetting};
 use crate::model::capi::ClusterView;
 
 /// Which Cluster API version the object has the shape of.

@@ -30,10 +30,11 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
-use crate::hooks::handlers::{self, discovery};
+use crate::hooks::handlers;
 use crate::hooks::limits::{Activity, BodyBudget, Tracked, read_body};
 use crate::hooks::tls::CertStore;
-use crate::hooks::types::{Hook, Outcome, Response};
+use crate::hooks::types::{Hook, Response};
+use crate::model::hook_plan::HookOutcome;
 use crate::{Error, Result};
 
 /// Readiness check: the extension serves a valid certificate.
@@ -350,7 +351,7 @@ pub fn route(path: &str) -> Route {
     if segments.next().is_some() {
         return Route::Unknown(format!("{path}: too many path segments"));
     }
-    match Hook::from_path_segment(hook_segment) {
+    match handlers::hook_of_segment(hook_segment) {
         Some(hook) => Route::Hook { hook, handler },
         None => Route::Unknown(format!("unknown hook {hook_segment:?}")),
     }
@@ -416,13 +417,7 @@ pub async fn respond_within(
         Route::Unknown(message) => return ("unknown", Response::failure(None, message)),
     };
     let label = hook.name();
-    let known = match (hook, handler.as_deref()) {
-        (Hook::Discovery, None) => true,
-        (Hook::Discovery, Some(_)) => false,
-        (hook, Some(name)) => discovery::find(hook, name).is_some(),
-        (_, None) => false,
-    };
-    if !known {
+    if handlers::find(hook, handler.as_deref()).is_none() {
         return (
             label,
             Response::failure(
@@ -472,7 +467,7 @@ pub async fn respond_within(
             label,
             Response::lifecycle(
                 hook,
-                Outcome::retry(
+                HookOutcome::retry(
                     DEADLINE_RETRY_SECONDS,
                     format!("{} did not finish within {limit:?}; retrying", hook.name()),
                 ),

@@ -10,11 +10,13 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::model::hook_plan::HookOutcome;
+
 /// API version of every request and response.
 pub const API_VERSION: &str = "hooks.runtime.cluster.x-k8s.io/v1alpha1";
 
-/// The hooks this extension knows. Discovery only advertises hooks every supported CAPI release
-/// (v1.10 onward) has in its catalog: an unknown hook fails the whole discovery.
+/// The hooks this extension knows; how each is served is its row in
+/// [`crate::hooks::handlers::HOOKS`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Hook {
     Discovery,
@@ -27,17 +29,6 @@ pub enum Hook {
 }
 
 impl Hook {
-    /// Every hook served.
-    pub const ALL: [Hook; 7] = [
-        Hook::Discovery,
-        Hook::BeforeClusterCreate,
-        Hook::AfterControlPlaneInitialized,
-        Hook::BeforeClusterUpgrade,
-        Hook::BeforeClusterDelete,
-        Hook::GeneratePatches,
-        Hook::DiscoverVariables,
-    ];
-
     /// The hook name as CAPI spells it (`BeforeClusterCreate`); also the metric label.
     pub fn name(self) -> &'static str {
         match self {
@@ -49,13 +40,6 @@ impl Hook {
             Hook::GeneratePatches => "GeneratePatches",
             Hook::DiscoverVariables => "DiscoverVariables",
         }
-    }
-
-    /// The hook from the lower-case path segment (`beforeclustercreate`).
-    pub fn from_path_segment(segment: &str) -> Option<Hook> {
-        Hook::ALL
-            .into_iter()
-            .find(|hook| hook.name().eq_ignore_ascii_case(segment))
     }
 
     /// `kind` of the request.
@@ -264,62 +248,18 @@ pub enum ResponseBody {
     Empty {},
 }
 
-/// What a handler decided, before it is encoded for a hook.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Outcome {
-    /// Done; proceed.
-    Success { message: String },
-    /// Blocking hooks: ask again after this many seconds (> 0).
-    Retry { after_seconds: i32, message: String },
-    /// Refused, with a message for the user (deterministic, no secrets).
-    Failure { message: String },
-}
-
-impl Outcome {
-    /// The metric label of the outcome.
-    pub fn label(&self) -> &'static str {
-        match self {
-            Outcome::Success { .. } => "Success",
-            Outcome::Retry { .. } => "Retry",
-            Outcome::Failure { .. } => "Failure",
-        }
-    }
-
-    /// Success without a message.
-    pub fn ok() -> Self {
-        Outcome::Success {
-            message: String::new(),
-        }
-    }
-
-    /// Failure with a message.
-    pub fn failure(message: impl Into<String>) -> Self {
-        Outcome::Failure {
-            message: message.into(),
-        }
-    }
-
-    /// Retry after `after_seconds` (at least 1).
-    pub fn retry(after_seconds: i32, message: impl Into<String>) -> Self {
-        Outcome::Retry {
-            after_seconds: after_seconds.max(1),
-            message: message.into(),
-        }
-    }
-}
-
 impl Response {
     /// Encodes a lifecycle outcome for `hook`. A retry for a hook that cannot retry is a failure
     /// (a programming error surfaced, not hidden).
-    pub fn lifecycle(hook: Hook, outcome: Outcome) -> Self {
+    pub fn lifecycle(hook: Hook, outcome: HookOutcome) -> Self {
         let (status, message, retry) = match outcome {
-            Outcome::Success { message } => (ResponseStatus::Success, message, 0),
-            Outcome::Retry {
+            HookOutcome::Success { message } => (ResponseStatus::Success, message, 0),
+            HookOutcome::Retry {
                 after_seconds,
                 message,
             } if hook.retries() => (ResponseStatus::Success, message, after_seconds),
-            Outcome::Retry { message, .. } => (ResponseStatus::Failure, message, 0),
-            Outcome::Failure { message } => (ResponseStatus::Failure, message, 0),
+            HookOutcome::Retry { message, .. } => (ResponseStatus::Failure, message, 0),
+            HookOutcome::Failure { message } => (ResponseStatus::Failure, message, 0),
         };
         let body = if hook.retries() {
             ResponseBody::Retry {
@@ -401,20 +341,8 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn hooks_from_path_segments() {
-        for hook in Hook::ALL {
-            assert_eq!(
-                Hook::from_path_segment(&hook.name().to_ascii_lowercase()),
-                Some(hook)
-            );
-        }
-        assert_eq!(Hook::from_path_segment("afterclusterupgrade"), None);
-        assert_eq!(Hook::from_path_segment(""), None);
-    }
-
-    #[test]
     fn retry_responses_always_carry_retry_after_seconds() {
-        let response = Response::lifecycle(Hook::BeforeClusterDelete, Outcome::ok());
+        let response = Response::lifecycle(Hook::BeforeClusterDelete, HookOutcome::ok());
         assert_eq!(
             serde_json::to_value(&response).unwrap_or_default(),
             json!({
@@ -424,7 +352,7 @@ mod tests {
                 "retryAfterSeconds": 0
             })
         );
-        let plain = Response::lifecycle(Hook::AfterControlPlaneInitialized, Outcome::ok());
+        let plain = Response::lifecycle(Hook::AfterControlPlaneInitialized, HookOutcome::ok());
         assert_eq!(
             serde_json::to_value(&plain).unwrap_or_default(),
             json!({
@@ -439,11 +367,12 @@ mod tests {
     fn a_retry_is_a_failure_for_hooks_that_cannot_retry() {
         let response = Response::lifecycle(
             Hook::AfterControlPlaneInitialized,
-            Outcome::retry(5, "later"),
+            HookOutcome::retry(5, "later"),
         );
         assert_eq!(response.status, ResponseStatus::Failure);
         assert_eq!(response.label(), "Failure");
-        let response = Response::lifecycle(Hook::BeforeClusterCreate, Outcome::retry(5, "later"));
+        let response =
+            Response::lifecycle(Hook::BeforeClusterCreate, HookOutcome::retry(5, "later"));
         assert_eq!(response.label(), "Retry");
     }
 }

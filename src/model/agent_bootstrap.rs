@@ -17,6 +17,10 @@
 
 use serde_json::Value;
 
+/// Name of the ClusterClass variable this extension defines (DiscoverVariables) and reads from
+/// Clusters (`spec.topology.variables`, with the control plane's override).
+pub const FLEET_AGENT_VARIABLE: &str = "fleetAgent";
+
 /// Whether a Cluster's control plane uses the Fleet agent bootstrap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FleetAgentSetting {

@@ -47,7 +47,7 @@ pub fn cluster_api_problem(served: Option<&[String]>) -> Option<String> {
 
 /// A reference from a Cluster to its control plane or infrastructure object.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ObjectRef {
+pub struct ProviderRef {
     /// API group (`v1beta2` `apiGroup`, or the group of `v1beta1` `apiVersion`).
     pub group: String,
     /// `v1beta1` references carry a version; `v1beta2` ones do not (the served version is used).
@@ -84,8 +84,8 @@ pub struct ClusterView {
     /// `status.initialization.controlPlaneInitialized` (`v1beta2`).
     pub control_plane_initialized: bool,
     pub class: Option<ClassRef>,
-    pub control_plane_ref: Option<ObjectRef>,
-    pub infrastructure_ref: Option<ObjectRef>,
+    pub control_plane_ref: Option<ProviderRef>,
+    pub infrastructure_ref: Option<ProviderRef>,
     /// `spec.topology.variables` as name → value.
     pub variables: BTreeMap<String, Value>,
 }
@@ -315,7 +315,7 @@ fn class_ref(topology: &Value, cluster_namespace: &str) -> Option<ClassRef> {
     })
 }
 
-fn object_ref(reference: &Value, cluster_namespace: &str) -> Option<ObjectRef> {
+fn object_ref(reference: &Value, cluster_namespace: &str) -> Option<ProviderRef> {
     let kind = str_at(reference, "kind")?.to_string();
     let name = str_at(reference, "name")?.to_string();
     let (group, version) = match (
@@ -329,7 +329,7 @@ fn object_ref(reference: &Value, cluster_namespace: &str) -> Option<ObjectRef> {
         },
         (None, None) => return None,
     };
-    Some(ObjectRef {
+    Some(ProviderRef {
         group,
         version,
         kind,

@@ -89,7 +89,7 @@ pub struct Health {
 
 /// How the agent of an imported Cluster registers (for the messages).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Registration {
+pub enum RegistrationPath {
     /// With this ClusterRegistrationToken (`namespace/name`).
     AgentInitiated { token: String },
     /// Fleet deploys the agent through this kubeconfig Secret (`namespace/name`).
@@ -128,11 +128,11 @@ pub fn health_of(
         }),
         Decision::Import { agent_initiated } => {
             let registration = if *agent_initiated {
-                Registration::AgentInitiated {
+                RegistrationPath::AgentInitiated {
                     token: format!("{}/{}", view.namespace, view.name),
                 }
             } else {
-                Registration::ManagerInitiated {
+                RegistrationPath::ManagerInitiated {
                     kubeconfig_secret: format!(
                         "{}/{}",
                         view.namespace,
@@ -182,7 +182,7 @@ pub fn desired(
 
 /// The condition of an imported Cluster from its Fleet Cluster's status.
 pub fn evaluate(
-    registration: &Registration,
+    registration: &RegistrationPath,
     status: Option<&ClusterStatus>,
     checkin_interval: Duration,
     now: Timestamp,
@@ -220,7 +220,7 @@ pub fn evaluate(
     }
 }
 
-fn not_registered(registration: &Registration, status: Option<&ClusterStatus>) -> Health {
+fn not_registered(registration: &RegistrationPath, status: Option<&ClusterStatus>) -> Health {
     let health = |reason, message: String| Health {
         ready: false,
         reason,
@@ -228,13 +228,13 @@ fn not_registered(registration: &Registration, status: Option<&ClusterStatus>) -
         recheck_after: None,
     };
     match registration {
-        Registration::AgentInitiated { token } => health(
+        RegistrationPath::AgentInitiated { token } => health(
             reason::AGENT_NOT_REGISTERED,
             format!(
                 "Waiting for the Fleet agent to register with ClusterRegistrationToken {token}: no agent has checked in yet"
             ),
         ),
-        Registration::ManagerInitiated { kubeconfig_secret } => {
+        RegistrationPath::ManagerInitiated { kubeconfig_secret } => {
             let failure = status
                 .and_then(|s| s.conditions.as_ref())
                 .into_iter()
@@ -466,14 +466,14 @@ mod tests {
         include_str!("../../tests/fixtures/fleet/status-bundles-not-ready.yaml");
     const READY: &str = include_str!("../../tests/fixtures/fleet/status-ready.yaml");
 
-    fn agent() -> Registration {
-        Registration::AgentInitiated {
+    fn agent() -> RegistrationPath {
+        RegistrationPath::AgentInitiated {
             token: "clusters/c1".into(),
         }
     }
 
-    fn manager() -> Registration {
-        Registration::ManagerInitiated {
+    fn manager() -> RegistrationPath {
+        RegistrationPath::ManagerInitiated {
             kubeconfig_secret: "clusters/c1-kubeconfig".into(),
         }
     }
@@ -484,7 +484,7 @@ mod tests {
     fn reasons_from_real_shaped_fleet_statuses() {
         struct Row {
             name: &'static str,
-            registration: Registration,
+            registration: RegistrationPath,
             status: Option<&'static str>,
             now: &'static str,
             ready: bool,

@@ -55,7 +55,7 @@ impl Decision {
 
 /// Decides for one Cluster. `namespace_labels` are the labels of its namespace (empty when
 /// unknown); `live` is its Fleet Cluster, when one exists.
-pub fn decide(
+pub fn import_decision(
     cluster: &ClusterView,
     config: &EffectiveConfig,
     namespace_labels: &StringMap,
@@ -365,7 +365,7 @@ mod tests {
         ];
         for row in rows {
             assert_eq!(
-                decide(&row.cluster, &row.config, &StringMap::new(), None),
+                import_decision(&row.cluster, &row.config, &StringMap::new(), None),
                 row.want,
                 "{}",
                 row.name
@@ -405,9 +405,9 @@ mod tests {
         let config = config("cluster: {namespaceSelector: {matchLabels: {fleet: \"on\"}}}");
         let view = cluster(json!({}), json!({}), true);
         let on = StringMap::from([("fleet".to_string(), "on".to_string())]);
-        assert!(decide(&view, &config, &on, None).is_imported());
+        assert!(import_decision(&view, &config, &on, None).is_imported());
         assert_eq!(
-            decide(&view, &config, &StringMap::new(), None),
+            import_decision(&view, &config, &StringMap::new(), None),
             Decision::Ignore
         );
     }

@@ -11,6 +11,7 @@ pub mod fleet_health;
 pub mod fleet_install;
 pub mod fleet_status;
 pub mod fleet_values;
+pub mod hook_plan;
 pub mod import;
 #[cfg(test)]
 pub mod move_fixtures;

@@ -1,7 +1,7 @@
 //! The hand-over of a Cluster to itself, as a state machine recorded on the Cluster.
 //!
 //! The state lives in the annotation [`MOVE_STATE_ANNOTATION`] (JSON: `phase`, `since`,
-//! `message`, `pausedByMove`). [`decide`] is pure: from the recorded state and what the controller
+//! `message`, `pausedByMove`). [`decide_move`] is pure: from the recorded state and what the controller
 //! observes it returns the state to record and the actions to take. The controller records the
 //! state **before** acting, and every phase re-issues its actions until their effect is observed,
 //! so a restart at any step resumes where it stopped (docs/self-managed.md, section 4).
@@ -367,7 +367,7 @@ fn elapsed(state: &MoveState, now: i64) -> Duration {
 }
 
 /// The next step of the hand-over.
-pub fn decide(current: Option<&MoveState>, obs: &Observed, timeouts: &Timeouts) -> Decision {
+pub fn decide_move(current: Option<&MoveState>, obs: &Observed, timeouts: &Timeouts) -> Decision {
     let Some(state) = current else {
         if !obs.opted_in {
             return Decision::idle();

@@ -318,7 +318,7 @@ fn transitions() {
         ),
     ];
     for (name, current, observed, want_record, want_actions) in cases {
-        let d = decide(current.as_ref(), &observed, &t);
+        let d = decide_move(current.as_ref(), &observed, &t);
         assert_eq!(
             d.record.as_ref().map(|s| (s.phase, s.paused_by_move)),
             want_record,
@@ -343,7 +343,7 @@ fn transitions() {
 
 #[test]
 fn failures_say_why() {
-    let d = decide(
+    let d = decide_move(
         Some(&state(Phase::WaitingTarget, true)),
         &Observed {
             spec_paused: true,
@@ -405,7 +405,7 @@ impl World {
 
     /// One reconcile; with `crash`, the provider stops after recording the state.
     fn step(&mut self, crash: bool) {
-        let d = decide(self.state.as_ref(), &self.observe(), &Timeouts::default());
+        let d = decide_move(self.state.as_ref(), &self.observe(), &Timeouts::default());
         if let Some(record) = d.record {
             self.state = Some(record);
         }
@@ -439,7 +439,7 @@ fn run(target_works: bool, crash_at: usize) -> (World, Vec<Phase>) {
             phases.push(p);
         }
         let settled = world.observe();
-        let idle = decide(world.state.as_ref(), &settled, &Timeouts::default());
+        let idle = decide_move(world.state.as_ref(), &settled, &Timeouts::default());
         if matches!(world.phase(), Some(Phase::Moved | Phase::Failed))
             && idle.actions.is_empty()
             && idle.record.is_none()

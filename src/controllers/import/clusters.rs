@@ -6,7 +6,6 @@ use std::time::Duration;
 use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
 use fleet_api_rs::fleet_cluster_registration_token::ClusterRegistrationToken;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::PostParams;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
@@ -14,15 +13,15 @@ use serde_json::Value;
 
 use crate::api::CapiCluster;
 use crate::apply::{
-    Outcome, add_finalizer, apply_if_changed_as, create_if_missing, delete_if_exists,
-    remove_finalizer,
+    Outcome, add_finalizer, apply_if_changed_as, create_if_missing, create_or_get,
+    delete_if_exists, remove_finalizer,
 };
 use crate::controllers::import::context::{Decided, ImportContext};
 use crate::controllers::import::expectations::{self, Key};
 use crate::controllers::import::references::Lookup;
 use crate::controllers::import::stores::TEMPLATE_VALUES;
 use crate::controllers::reconcile::retry_after;
-use crate::model::capi::{ClusterView, ObjectRef as CapiRef};
+use crate::model::capi::{ClusterView, ProviderRef};
 use crate::model::config::ClusterImport;
 use crate::model::diff::digest_subtree;
 use crate::model::fleet::{
@@ -268,18 +267,9 @@ async fn create_registration_stub(
     api: &Api<FleetCluster>,
 ) -> Result<(Option<Arc<FleetCluster>>, bool)> {
     let stub = registration_stub(view, import, &random_client_id());
-    let params = PostParams {
-        field_manager: Some(names::REGISTRATION_FIELD_MANAGER.to_string()),
-        ..Default::default()
-    };
-    match api.create(&params, &stub).await {
-        Ok(created) => Ok((Some(Arc::new(created)), true)),
-        Err(kube::Error::Api(status)) if status.code == 409 => {
-            let name = import.fleet_cluster_name(&view.name);
-            Ok((api.get_opt(&name).await?.map(Arc::new), false))
-        }
-        Err(err) => Err(err.into()),
-    }
+    let found = create_or_get(api, &stub, names::REGISTRATION_FIELD_MANAGER).await?;
+    let created = found.created();
+    Ok((found.into_object().map(Arc::new), created))
 }
 
 async fn report(
@@ -436,7 +426,7 @@ async fn template_values_for(
 
 async fn resolve(
     view: &ClusterView,
-    reference: Option<&CapiRef>,
+    reference: Option<&ProviderRef>,
     role: &'static str,
     regarding: &ObjectReference,
     ctx: &ImportContext,

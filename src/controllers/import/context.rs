@@ -21,7 +21,7 @@ use crate::controllers::import::stores::Stores;
 use crate::controllers::reconcile;
 use crate::model::capi::ClusterView;
 use crate::model::config::EffectiveConfig;
-use crate::model::import::{Decision, decide};
+use crate::model::import::{Decision, import_decision};
 
 /// What the import controllers share.
 pub struct ImportContext {
@@ -94,7 +94,7 @@ impl ImportContext {
         let fleet_name = config.fleet_cluster_name(&view.name);
         let live = self.stores.fleet_cluster(&view.namespace, &fleet_name);
         let namespace_labels = self.stores.namespace_labels(&view.namespace);
-        let decision = decide(&view, config, &namespace_labels, live.as_deref());
+        let decision = import_decision(&view, config, &namespace_labels, live.as_deref());
         Some(Decided {
             view,
             fleet_name,

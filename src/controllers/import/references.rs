@@ -19,7 +19,7 @@ use tokio::sync::{Mutex, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::CapiCluster;
-use crate::model::capi::ObjectRef as CapiRef;
+use crate::model::capi::ProviderRef;
 
 /// How long a reconcile waits for a new cache's first list before going on without it.
 const FIRST_LIST_WAIT: Duration = Duration::from_secs(10);
@@ -84,7 +84,7 @@ impl References {
     }
 
     /// Looks up a referenced object in its cache, starting the cache on first use.
-    pub async fn lookup(&self, reference: &CapiRef) -> Lookup {
+    pub async fn lookup(&self, reference: &ProviderRef) -> Lookup {
         let Watched {
             store,
             resource,
@@ -115,7 +115,7 @@ impl References {
         }
     }
 
-    async fn store_for(&self, reference: &CapiRef) -> Result<Watched, String> {
+    async fn store_for(&self, reference: &ProviderRef) -> Result<Watched, String> {
         let key = (reference.group.clone(), reference.kind.clone());
         let slot = self
             .entries
@@ -147,7 +147,7 @@ impl References {
         }
     }
 
-    async fn start(&self, reference: &CapiRef) -> Result<Watched, String> {
+    async fn start(&self, reference: &ProviderRef) -> Result<Watched, String> {
         let group = discovery::group(&self.client, &reference.group)
             .await
             .map_err(|err| format!("API group {} is not served: {err}", reference.group))?;

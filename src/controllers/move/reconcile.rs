@@ -1,6 +1,6 @@
 //! One reconcile of the move controller: observe the Cluster (fresh), its Fleet Cluster, its
 //! move Bundles and, when the phase needs it, its object graph; let
-//! [`crate::model::move_state::decide`] choose; record the new state on the Cluster (folding a
+//! [`crate::model::move_state::decide_move`] choose; record the new state on the Cluster (folding a
 //! pause change into the same guarded patch, so the state and the pause never disagree); then
 //! run the remaining actions. Every action is idempotent and re-issued until its effect is seen,
 //! so a restart at any point resumes.
@@ -19,10 +19,10 @@ use super::{CONFIG_WAIT, FleetBundle, MoveContext};
 use crate::api::CapiCluster;
 use crate::apply::{apply_if_changed, delete_if_exists, merge_patch};
 use crate::model::config::{DEFAULT_AGENT_CHECKIN_INTERVAL, EffectiveConfig};
-use crate::model::fleet_health::{self, Registration};
+use crate::model::fleet_health::{self, RegistrationPath};
 use crate::model::move_plan::{self, MOVE_CLUSTER_LABEL, PlanInput};
 use crate::model::move_state::{
-    self, Action as MoveAction, BundlesStatus, MoveState, Observed, Phase, bundles_status, decide,
+    self, Action as MoveAction, BundlesStatus, MoveState, Observed, Phase, bundles_status, decide_move,
     next_check, opted_in, parse_state, state_annotation,
 };
 use crate::move_preview::{self, MoveInputs};
@@ -177,7 +177,7 @@ pub(super) async fn reconcile(meta: &CapiCluster, ctx: &MoveContext) -> Result<A
         bundles,
         now,
     };
-    let decision = decide(current.as_ref(), &observed, &ctx.timeouts);
+    let decision = decide_move(current.as_ref(), &observed, &ctx.timeouts);
     tracing::debug!(cluster = %name, %namespace, ?phase, ?decision, "move decided");
 
     let mut actions = decision.actions.clone();
@@ -289,7 +289,7 @@ async fn fleet_cluster_ready(
         .as_ref()
         .map_or(DEFAULT_AGENT_CHECKIN_INTERVAL, |c| c.agent_checkin_interval);
     // The registration only shapes messages, which are not used here.
-    let registration = Registration::ManagerInitiated {
+    let registration = RegistrationPath::ManagerInitiated {
         kubeconfig_secret: format!("{namespace}/{}", names::kubeconfig_secret_name(cluster)),
     };
     Ok(fleet_health::evaluate(

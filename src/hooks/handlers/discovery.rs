@@ -1,107 +1,31 @@
-//! Discovery: the handlers this extension serves, with their timeouts and failure policies.
-//!
-//! Only hooks in the catalog of every supported CAPI release (v1.10 onward) are advertised: a hook
-//! a release does not know fails its whole discovery.
-//!
-//! | hook | handler | timeout | failure policy | why |
-//! |---|---|---|---|---|
-//! | BeforeClusterCreate | `before-cluster-create` | 10 s | `Ignore` | Cluster API calls it for every Cluster of the selected namespaces, so an outage of ours must not block them all; the control-plane patch follows the bootstrap Secret (GeneratePatches adds it only once the Secret exists), so a Cluster created while this hook was unreachable gets its bootstrap one reconcile later, never a patch naming a missing Secret |
-//! | AfterControlPlaneInitialized | `after-control-plane-initialized` | 5 s | `Ignore` | informational only; the import controller does not depend on it |
-//! | BeforeClusterUpgrade | `before-cluster-upgrade` | 10 s | `Ignore` | an optional gate: an unreachable extension must not stop upgrades (an answer "retry" still holds them) |
-//! | BeforeClusterDelete | `before-cluster-delete` | 10 s | `Ignore` | an uninstalled extension must not block every deletion; what it would clean up is owned by the CAPI Cluster (garbage-collected) or expires (the token's TTL) |
-//! | GeneratePatches | `fleet-agent-bootstrap` | 10 s | `Fail` | `Ignore` would apply the templates without the patch on a transport error, flipping the desired control plane and rolling machines |
-//! | DiscoverVariables | `fleet-agent-variables` | 10 s | `Fail` | the ClusterClass must know `fleetAgent` before Clusters use it; CAPI retries |
+//! Discovery: the handlers this extension serves, with their timeouts and failure policies,
+//! derived from the one table [`super::HOOKS`] (where each failure policy is explained). The
+//! wire format is Cluster API's `DiscoveryResponse` (`api/runtime/hooks/v1alpha1/
+//! discovery_types.go`, v1.14; `exp/runtime/hooks/api/v1alpha1/` in older releases).
 
+use crate::hooks::handlers::HOOKS;
 use crate::hooks::types::{
-    API_VERSION, ExtensionHandler, FailurePolicy, GroupVersionHook, Hook, Response, ResponseBody,
+    API_VERSION, ExtensionHandler, GroupVersionHook, Hook, Response, ResponseBody,
 };
-
-/// Handler name of BeforeClusterCreate.
-pub const BEFORE_CLUSTER_CREATE: &str = "before-cluster-create";
-/// Handler name of AfterControlPlaneInitialized.
-pub const AFTER_CONTROL_PLANE_INITIALIZED: &str = "after-control-plane-initialized";
-/// Handler name of BeforeClusterUpgrade.
-pub const BEFORE_CLUSTER_UPGRADE: &str = "before-cluster-upgrade";
-/// Handler name of BeforeClusterDelete.
-pub const BEFORE_CLUSTER_DELETE: &str = "before-cluster-delete";
-/// Handler name of GeneratePatches, referenced by ClusterClasses as
-/// `fleet-agent-bootstrap.<ExtensionConfig name>`. Distinctive on purpose: BeforeClusterCreate
-/// recognises ClusterClasses that use it by this prefix.
-pub const GENERATE_PATCHES: &str = "fleet-agent-bootstrap";
-/// Handler name of DiscoverVariables (`fleet-agent-variables.<ExtensionConfig name>`).
-pub const DISCOVER_VARIABLES: &str = "fleet-agent-variables";
-
-/// One served handler.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HandlerSpec {
-    pub hook: Hook,
-    pub name: &'static str,
-    pub timeout_seconds: i32,
-    pub failure_policy: FailurePolicy,
-}
-
-/// Every handler, in discovery order.
-pub const HANDLERS: [HandlerSpec; 6] = [
-    HandlerSpec {
-        hook: Hook::BeforeClusterCreate,
-        name: BEFORE_CLUSTER_CREATE,
-        timeout_seconds: 10,
-        failure_policy: FailurePolicy::Ignore,
-    },
-    HandlerSpec {
-        hook: Hook::AfterControlPlaneInitialized,
-        name: AFTER_CONTROL_PLANE_INITIALIZED,
-        timeout_seconds: 5,
-        failure_policy: FailurePolicy::Ignore,
-    },
-    HandlerSpec {
-        hook: Hook::BeforeClusterUpgrade,
-        name: BEFORE_CLUSTER_UPGRADE,
-        timeout_seconds: 10,
-        failure_policy: FailurePolicy::Ignore,
-    },
-    HandlerSpec {
-        hook: Hook::BeforeClusterDelete,
-        name: BEFORE_CLUSTER_DELETE,
-        timeout_seconds: 10,
-        failure_policy: FailurePolicy::Ignore,
-    },
-    HandlerSpec {
-        hook: Hook::GeneratePatches,
-        name: GENERATE_PATCHES,
-        timeout_seconds: 10,
-        failure_policy: FailurePolicy::Fail,
-    },
-    HandlerSpec {
-        hook: Hook::DiscoverVariables,
-        name: DISCOVER_VARIABLES,
-        timeout_seconds: 10,
-        failure_policy: FailurePolicy::Fail,
-    },
-];
-
-/// The handler serving `hook` under `name`, if any.
-pub fn find(hook: Hook, name: &str) -> Option<&'static HandlerSpec> {
-    HANDLERS
-        .iter()
-        .find(|spec| spec.hook == hook && spec.name == name)
-}
 
 /// The discovery response.
 pub fn handle() -> Response {
     Response::success(
         Hook::Discovery,
         ResponseBody::Handlers {
-            handlers: HANDLERS
+            handlers: HOOKS
                 .iter()
-                .map(|spec| ExtensionHandler {
-                    name: spec.name.to_string(),
-                    request_hook: GroupVersionHook {
-                        api_version: API_VERSION.to_string(),
-                        hook: spec.hook.name().to_string(),
-                    },
-                    timeout_seconds: spec.timeout_seconds,
-                    failure_policy: spec.failure_policy,
+                .filter_map(|spec| {
+                    let advertised = spec.advertised?;
+                    Some(ExtensionHandler {
+                        name: advertised.name.to_string(),
+                        request_hook: GroupVersionHook {
+                            api_version: API_VERSION.to_string(),
+                            hook: spec.hook.name().to_string(),
+                        },
+                        timeout_seconds: advertised.timeout_seconds,
+                        failure_policy: advertised.failure_policy,
+                    })
                 })
                 .collect(),
         },
@@ -128,8 +52,14 @@ mod tests {
     #[test]
     fn handler_names_are_unique_dns1123_labels_and_hooks_known_since_capi_1_10() {
         let mut names = Vec::new();
-        for spec in HANDLERS {
-            let name = spec.name;
+        let mut advertised = 0;
+        for spec in HOOKS {
+            let Some(handler) = spec.advertised else {
+                assert_eq!(spec.hook, Hook::Discovery);
+                continue;
+            };
+            advertised += 1;
+            let name = handler.name;
             assert!(name.len() <= 63, "{name}");
             assert!(
                 name.chars()
@@ -144,7 +74,30 @@ mod tests {
                 "{} is not known to CAPI v1.10",
                 spec.hook.name()
             );
-            assert!((1..=30).contains(&spec.timeout_seconds));
+            assert!((1..=30).contains(&handler.timeout_seconds));
         }
+        assert_eq!(advertised, HOOKS.len() - 1);
+    }
+
+    /// Every advertised row is in the discovery answer, in table order, and the answer is the one
+    /// Cluster API has been reading (the golden fixture of the server tests).
+    #[test]
+    fn the_discovery_answer_is_derived_from_the_table_and_unchanged() {
+        let fixture: serde_json::Value =
+            serde_json::from_str(include_str!("../../../tests/fixtures/hooks/discovery.json"))
+                .expect("fixture");
+        let answer = serde_json::to_value(handle()).expect("json");
+        assert_eq!(answer, fixture["response"]);
+        let names: Vec<&str> = answer["handlers"]
+            .as_array()
+            .expect("handlers")
+            .iter()
+            .filter_map(|h| h["name"].as_str())
+            .collect();
+        let rows: Vec<&str> = HOOKS
+            .iter()
+            .filter_map(|spec| spec.advertised.map(|a| a.name))
+            .collect();
+        assert_eq!(names, rows);
     }
 }

@@ -1,21 +1,192 @@
-//! One handler per hook family, each a function from request to response. Side effects only in
-//! BeforeClusterCreate and BeforeClusterDelete.
+//! The hooks this extension serves, one row each in [`HOOKS`] (hook, handler name, the function
+//! answering it, timeout, failure policy), and the dispatch of a request to its row. Discovery
+//! ([`discovery`]), routing (`crate::hooks::server`) and dispatch ([`handle`]) are derived from
+//! the table: adding a hook is a row and a function.
+//!
+//! One handler per hook family, each a function from request to response:
+//! [`create`] (BeforeClusterCreate), [`delete`] (BeforeClusterDelete), [`upgrade`]
+//! (BeforeClusterUpgrade), [`topology`] (GeneratePatches, DiscoverVariables), [`discovery`].
+//! Side effects only in BeforeClusterCreate (and the preparation GeneratePatches asks for) and
+//! BeforeClusterDelete; what they decide is in [`crate::model::hook_plan`].
 
+mod api;
+pub mod create;
+pub mod delete;
 pub mod discovery;
-pub mod lifecycle;
 pub mod topology;
+pub mod upgrade;
 
+use futures::future::BoxFuture;
 use serde_json::Value;
 
 use crate::context::Context;
 use crate::hooks::cluster::ClusterInfo;
 use crate::hooks::types::{
-    API_VERSION, GeneratePatchesRequest, Hook, LifecycleRequest, Outcome, RequestMeta, Response,
+    API_VERSION, FailurePolicy, GeneratePatchesRequest, Hook, LifecycleRequest, RequestMeta,
+    Response,
 };
+use crate::model::hook_plan::HookOutcome;
+
+/// Handler name of BeforeClusterCreate.
+pub const BEFORE_CLUSTER_CREATE: &str = "before-cluster-create";
+/// Handler name of AfterControlPlaneInitialized.
+pub const AFTER_CONTROL_PLANE_INITIALIZED: &str = "after-control-plane-initialized";
+/// Handler name of BeforeClusterUpgrade.
+pub const BEFORE_CLUSTER_UPGRADE: &str = "before-cluster-upgrade";
+/// Handler name of BeforeClusterDelete.
+pub const BEFORE_CLUSTER_DELETE: &str = "before-cluster-delete";
+/// Handler name of GeneratePatches, referenced by ClusterClasses as
+/// `fleet-agent-bootstrap.<ExtensionConfig name>`. Distinctive on purpose: BeforeClusterCreate
+/// recognises ClusterClasses that use it by this prefix.
+pub const GENERATE_PATCHES: &str = "fleet-agent-bootstrap";
+/// Handler name of DiscoverVariables (`fleet-agent-variables.<ExtensionConfig name>`).
+pub const DISCOVER_VARIABLES: &str = "fleet-agent-variables";
+
+/// The function answering a hook, by the request it decodes.
+#[derive(Clone, Copy, Debug)]
+pub enum Serve {
+    /// The discovery answer, derived from [`HOOKS`].
+    Discovery,
+    /// A `GeneratePatchesRequest`.
+    GeneratePatches,
+    /// A `DiscoverVariablesRequest` (nothing in it is read).
+    DiscoverVariables,
+    /// A lifecycle request (the Cluster, and for upgrades the versions).
+    Lifecycle(
+        for<'a> fn(
+            &'a Context,
+            &'a ClusterInfo,
+            &'a LifecycleRequest,
+        ) -> BoxFuture<'a, HookOutcome>,
+    ),
+}
+
+/// How discovery advertises a handler: `ExtensionHandler` of Cluster API's
+/// `api/runtime/hooks/v1alpha1/discovery_types.go` (v1.14; `exp/runtime/hooks/api/v1alpha1/` in
+/// older releases): `name`, `timeoutSeconds`, `failurePolicy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Advertised {
+    /// Handler name: a DNS-1123 label, unique in this extension.
+    pub name: &'static str,
+    pub timeout_seconds: i32,
+    pub failure_policy: FailurePolicy,
+}
+
+/// One served hook.
+#[derive(Clone, Copy, Debug)]
+pub struct HookSpec {
+    pub hook: Hook,
+    pub serve: Serve,
+    /// `None` for Discovery itself (served without a handler name, not advertised).
+    pub advertised: Option<Advertised>,
+}
+
+impl HookSpec {
+    /// The path Cluster API calls (`GVHToPath`, `api/runtime/catalog/catalog.go`, v1.14: the
+    /// group, the version, the lower-case hook name and, if any, the handler name).
+    pub fn path(&self) -> String {
+        let hook = self.hook.name().to_ascii_lowercase();
+        match self.advertised {
+            Some(handler) => format!("/{API_VERSION}/{hook}/{}", handler.name),
+            None => format!("/{API_VERSION}/{hook}"),
+        }
+    }
+}
+
+const fn advertised(
+    name: &'static str,
+    timeout_seconds: i32,
+    failure_policy: FailurePolicy,
+) -> Option<Advertised> {
+    Some(Advertised {
+        name,
+        timeout_seconds,
+        failure_policy,
+    })
+}
+
+/// Every hook served, in discovery order. Only hooks in the catalog of every supported CAPI
+/// release (v1.10 onward) are advertised: a hook a release does not know fails its whole
+/// discovery. Why each failure policy:
+///
+/// | hook | policy | why |
+/// |---|---|---|
+/// | BeforeClusterCreate | `Ignore` | Cluster API calls it for every Cluster of the selected namespaces, so an outage of ours must not block them all; the control-plane patch follows the bootstrap Secret (GeneratePatches adds it only once the Secret exists), so a Cluster created while this hook was unreachable gets its bootstrap one reconcile later, never a patch naming a missing Secret |
+/// | AfterControlPlaneInitialized | `Ignore` | informational only; the import controller does not depend on it |
+/// | BeforeClusterUpgrade | `Ignore` | an optional gate: an unreachable extension must not stop upgrades (an answer "retry" still holds them) |
+/// | BeforeClusterDelete | `Ignore` | an uninstalled extension must not block every deletion; what it would clean up is owned by the CAPI Cluster (garbage-collected) or expires (the token's TTL) |
+/// | GeneratePatches | `Fail` | `Ignore` would apply the templates without the patch on a transport error, flipping the desired control plane and rolling machines |
+/// | DiscoverVariables | `Fail` | the ClusterClass must know `fleetAgent` before Clusters use it; CAPI retries |
+pub const HOOKS: &[HookSpec] = &[
+    HookSpec {
+        hook: Hook::Discovery,
+        serve: Serve::Discovery,
+        advertised: None,
+    },
+    HookSpec {
+        hook: Hook::BeforeClusterCreate,
+        serve: Serve::Lifecycle(|ctx, cluster, _| {
+            Box::pin(create::before_cluster_create(ctx, cluster))
+        }),
+        advertised: advertised(BEFORE_CLUSTER_CREATE, 10, FailurePolicy::Ignore),
+    },
+    HookSpec {
+        hook: Hook::AfterControlPlaneInitialized,
+        // Nothing to do: the import controller watches Clusters itself.
+        serve: Serve::Lifecycle(|_, _, _| Box::pin(async { HookOutcome::ok() })),
+        advertised: advertised(AFTER_CONTROL_PLANE_INITIALIZED, 5, FailurePolicy::Ignore),
+    },
+    HookSpec {
+        hook: Hook::BeforeClusterUpgrade,
+        serve: Serve::Lifecycle(|ctx, cluster, request| {
+            Box::pin(upgrade::before_cluster_upgrade(
+                ctx,
+                cluster,
+                request.to_kubernetes_version.as_deref(),
+            ))
+        }),
+        advertised: advertised(BEFORE_CLUSTER_UPGRADE, 10, FailurePolicy::Ignore),
+    },
+    HookSpec {
+        hook: Hook::BeforeClusterDelete,
+        serve: Serve::Lifecycle(|ctx, cluster, _| {
+            Box::pin(delete::before_cluster_delete(ctx, cluster))
+        }),
+        advertised: advertised(BEFORE_CLUSTER_DELETE, 10, FailurePolicy::Ignore),
+    },
+    HookSpec {
+        hook: Hook::GeneratePatches,
+        serve: Serve::GeneratePatches,
+        advertised: advertised(GENERATE_PATCHES, 10, FailurePolicy::Fail),
+    },
+    HookSpec {
+        hook: Hook::DiscoverVariables,
+        serve: Serve::DiscoverVariables,
+        advertised: advertised(DISCOVER_VARIABLES, 10, FailurePolicy::Fail),
+    },
+];
+
+/// The hook a path segment names (`beforeclustercreate`, compared without case), if served.
+pub fn hook_of_segment(segment: &str) -> Option<Hook> {
+    HOOKS
+        .iter()
+        .find(|spec| spec.hook.name().eq_ignore_ascii_case(segment))
+        .map(|spec| spec.hook)
+}
+
+/// The row serving `hook` under `handler` (`None`: Discovery's path, which has no handler name).
+pub fn find(hook: Hook, handler: Option<&str>) -> Option<&'static HookSpec> {
+    HOOKS.iter().find(|spec| {
+        spec.hook == hook && spec.advertised.map(|advertised| advertised.name) == handler
+    })
+}
 
 /// Decodes `body` as the request of `hook` and answers it. Every problem with the request is a
 /// Failure answer naming it.
 pub async fn handle(ctx: &Context, hook: Hook, body: &[u8]) -> Response {
+    let Some(spec) = HOOKS.iter().find(|spec| spec.hook == hook) else {
+        return Response::failure(Some(hook), format!("{} is not served", hook.name()));
+    };
     let value: Value = match serde_json::from_slice(body) {
         Ok(value) => value,
         Err(err) => {
@@ -45,20 +216,17 @@ pub async fn handle(ctx: &Context, hook: Hook, body: &[u8]) -> Response {
             format!("expected apiVersion {API_VERSION}, got {api_version}"),
         );
     }
-    match hook {
-        Hook::Discovery => discovery::handle(),
-        Hook::DiscoverVariables => topology::discover_variables(),
-        Hook::GeneratePatches => match serde_json::from_value::<GeneratePatchesRequest>(value) {
+    match spec.serve {
+        Serve::Discovery => discovery::handle(),
+        Serve::DiscoverVariables => topology::discover_variables(),
+        Serve::GeneratePatches => match serde_json::from_value::<GeneratePatchesRequest>(value) {
             Ok(request) => topology::serve_generate_patches(ctx, &request).await,
             Err(err) => Response::failure(
                 Some(hook),
                 format!("malformed GeneratePatchesRequest: {err}"),
             ),
         },
-        Hook::BeforeClusterCreate
-        | Hook::BeforeClusterDelete
-        | Hook::BeforeClusterUpgrade
-        | Hook::AfterControlPlaneInitialized => {
+        Serve::Lifecycle(answer) => {
             let request = match serde_json::from_value::<LifecycleRequest>(value) {
                 Ok(request) => request,
                 Err(err) => {
@@ -72,46 +240,83 @@ pub async fn handle(ctx: &Context, hook: Hook, body: &[u8]) -> Response {
                 Ok(cluster) => cluster,
                 Err(message) => return Response::failure(Some(hook), message),
             };
-            let outcome = lifecycle_outcome(ctx, hook, &cluster, &request).await;
+            let outcome = answer(ctx, &cluster, &request).await;
             log_outcome(hook, &cluster, &outcome);
             Response::lifecycle(hook, outcome)
         }
     }
 }
 
-async fn lifecycle_outcome(
-    ctx: &Context,
-    hook: Hook,
-    cluster: &ClusterInfo,
-    request: &LifecycleRequest,
-) -> Outcome {
-    match hook {
-        Hook::BeforeClusterCreate => lifecycle::before_cluster_create(ctx, cluster).await,
-        Hook::BeforeClusterDelete => lifecycle::before_cluster_delete(ctx, cluster).await,
-        Hook::BeforeClusterUpgrade => {
-            lifecycle::before_cluster_upgrade(
-                ctx,
-                cluster,
-                request.to_kubernetes_version.as_deref(),
-            )
-            .await
-        }
-        Hook::AfterControlPlaneInitialized => lifecycle::after_control_plane_initialized(cluster),
-        Hook::Discovery | Hook::GeneratePatches | Hook::DiscoverVariables => {
-            Outcome::failure(format!("{} is not a lifecycle hook", hook.name()))
-        }
-    }
-}
-
-fn log_outcome(hook: Hook, cluster: &ClusterInfo, outcome: &Outcome) {
+fn log_outcome(hook: Hook, cluster: &ClusterInfo, outcome: &HookOutcome) {
     let (status, message) = match outcome {
-        Outcome::Success { message } => ("Success", message),
-        Outcome::Retry { message, .. } => ("Retry", message),
-        Outcome::Failure { message } => ("Failure", message),
+        HookOutcome::Success { message } => ("Success", message),
+        HookOutcome::Retry { message, .. } => ("Retry", message),
+        HookOutcome::Failure { message } => ("Failure", message),
     };
-    if matches!(outcome, Outcome::Failure { .. }) {
+    if matches!(outcome, HookOutcome::Failure { .. }) {
         tracing::warn!(hook = hook.name(), cluster = %cluster.name, namespace = %cluster.namespace, status, %message, "hook answered");
     } else {
         tracing::debug!(hook = hook.name(), cluster = %cluster.name, namespace = %cluster.namespace, status, %message, "hook answered");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hooks::server::{Route, route};
+
+    #[test]
+    fn hooks_from_path_segments() {
+        for spec in HOOKS {
+            let hook = spec.hook;
+            assert_eq!(
+                hook_of_segment(&hook.name().to_ascii_lowercase()),
+                Some(hook)
+            );
+        }
+        assert_eq!(hook_of_segment("afterclusterupgrade"), None);
+        assert_eq!(hook_of_segment(""), None);
+    }
+
+    /// Every row is routed to itself from its path (the path Cluster API calls), and every hook
+    /// appears once.
+    #[test]
+    fn every_row_is_served_at_its_path() {
+        let mut hooks = Vec::new();
+        for spec in HOOKS {
+            assert!(!hooks.contains(&spec.hook), "{:?} twice", spec.hook);
+            hooks.push(spec.hook);
+            let handler = spec.advertised.map(|advertised| advertised.name);
+            assert_eq!(
+                route(&spec.path()),
+                Route::Hook {
+                    hook: spec.hook,
+                    handler: handler.map(str::to_string),
+                },
+                "{}",
+                spec.path()
+            );
+            let found = find(spec.hook, handler).expect("served");
+            assert_eq!(found.hook, spec.hook);
+            if spec.hook == Hook::Discovery {
+                assert!(matches!(spec.serve, Serve::Discovery));
+            } else {
+                assert!(find(spec.hook, None).is_none(), "{:?}", spec.hook);
+                assert!(find(spec.hook, Some("other")).is_none(), "{:?}", spec.hook);
+            }
+            // Lifecycle functions for exactly the hooks whose requests carry a Cluster.
+            assert_eq!(
+                matches!(spec.serve, Serve::Lifecycle(_)),
+                matches!(
+                    spec.hook,
+                    Hook::BeforeClusterCreate
+                        | Hook::AfterControlPlaneInitialized
+                        | Hook::BeforeClusterUpgrade
+                        | Hook::BeforeClusterDelete
+                ),
+                "{:?}",
+                spec.hook
+            );
+        }
     }
 }

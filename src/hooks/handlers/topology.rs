@@ -14,17 +14,16 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 
 use crate::bootstrap;
-use crate::bootstrap::patch::{bootstrap_patch, classify};
+use crate::bootstrap::patch::{bootstrap_patch, classify_template};
 use crate::context::Context;
-use crate::hooks::handlers::lifecycle;
+use crate::hooks::handlers::create;
 use crate::hooks::types::{
     ClusterClassVariable, GeneratePatchesRequest, GeneratePatchesResponseItem, Hook, PatchType,
     Response, ResponseBody, Variable, VariableSchema,
 };
-use crate::model::agent_bootstrap::{FleetAgentSetting, PatchPlan, patch_plan};
-
-/// Name of the variable this extension defines.
-pub const FLEET_AGENT_VARIABLE: &str = "fleetAgent";
+use crate::model::agent_bootstrap::{
+    FLEET_AGENT_VARIABLE, FleetAgentSetting, PatchPlan, patch_plan,
+};
 
 /// The `fleetAgent` variable: a static schema, valid for the v1beta1 and v1beta2 variable types.
 ///
@@ -74,7 +73,7 @@ pub fn discover_variables() -> Response {
 pub async fn serve_generate_patches(ctx: &Context, request: &GeneratePatchesRequest) -> Response {
     let wanted = request.items.iter().any(|item| {
         let variables = merged_variables(&request.variables, &item.variables);
-        matches!(classify(&item.object), Ok(Some(_))) && variables.setting().enabled()
+        matches!(classify_template(&item.object), Ok(Some(_))) && variables.setting().enabled()
     });
     if !wanted {
         return generate_patches(request, false);
@@ -100,7 +99,7 @@ pub async fn serve_generate_patches(ctx: &Context, request: &GeneratePatchesRequ
     match secrets.get_metadata_opt(&secret).await {
         Ok(Some(_)) => generate_patches(request, true),
         Ok(None) => {
-            lifecycle::prepare_existing(ctx, namespace, name);
+            create::prepare_existing(ctx, namespace, name);
             generate_patches(request, false)
         }
         Err(err) => Response::failure(
@@ -151,7 +150,7 @@ fn item_patch(
     variables: &Variables,
     secret_exists: bool,
 ) -> Result<json_patch::Patch, String> {
-    let Some(template) = classify(object)? else {
+    let Some(template) = classify_template(object)? else {
         return Ok(json_patch::Patch::default());
     };
     if patch_plan(variables.setting(), secret_exists) != PatchPlan::Patch {

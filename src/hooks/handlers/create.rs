@@ -1,0 +1,297 @@
+//! BeforeClusterCreate, and the preparation of the Fleet agent bootstrap GeneratePatches asks
+//! for in the background: reads what the decisions in [`crate::model::hook_plan`] look at,
+//! and writes what they return.
+//!
+//! # What BeforeClusterCreate does
+//!
+//! 1. A Cluster whose control plane does not use the Fleet agent bootstrap (no `fleetAgent`
+//!    variable, or `fleetAgent.enabled: false`, the control-plane override winning): Success at
+//!    once, whatever the state of Fleet, the FleetAddonConfig or the API server.
+//! 2. Until the FleetAddonConfig has been read: retry in 5 s.
+//! 3. The Cluster must be imported: Cluster import enabled (`spec.cluster` present, or no
+//!    FleetAddonConfig), no problems in `spec.cluster` (otherwise: retry, naming them), within
+//!    `--namespace` and `--watch-filter`, and selected by the selection rule. A Cluster that is
+//!    not imported gets Success and no Secret: GeneratePatches leaves its templates alone (the
+//!    patch follows the Secret, [`crate::model::agent_bootstrap`]).
+//! 4. An imported Cluster using the bootstrap registers agent-initiated: the hook creates, if
+//!    absent, the Fleet Cluster (client ID generated once, annotated
+//!    `fleet.addons.cluster.x-k8s.io/registration: runtime-extension` so the import controller
+//!    keeps it agent-initiated) and the ClusterRegistrationToken, waits ("retry") until Fleet has
+//!    issued the token, renders Fleet's `fleet-agent` chart into the bootstrap Secret and answers
+//!    Success. A Fleet Cluster that already registers manager-initiated is left so: Success, no
+//!    Secret.
+//!
+//! Our own API, RBAC or rendering errors are answered "retry" with the cause, never Failure:
+//! a Failure is for a hold we intend, and it is never masked by a failure policy.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
+use fleet_api_rs::fleet_cluster_registration_token::ClusterRegistrationToken;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::Api;
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use serde_json::json;
+
+use crate::api::FleetAddonConfig;
+use crate::bootstrap;
+use crate::bootstrap::manifest::bootstrap_files;
+use crate::context::Context;
+use crate::hooks::cluster::ClusterInfo;
+use crate::hooks::handlers::api::{create_or_get, get_opt, merge_patch, namespace_labels};
+use crate::model::config::{ClusterImport, EffectiveConfig};
+use crate::model::fleet;
+use crate::model::hook_plan::{
+    self as plan, HookImport, HookOutcome, RETRY_API, RETRY_CONFIG, RETRY_FLEET,
+};
+use crate::names;
+
+/// How long BeforeClusterCreate waits for the preparation before answering "retry" (below
+/// every hook timeout; the preparation goes on and its result is there at the next call).
+const PREPARE_WAIT: Duration = Duration::from_secs(5);
+
+/// BeforeClusterCreate.
+pub async fn before_cluster_create(ctx: &Context, cluster: &ClusterInfo) -> HookOutcome {
+    if let Some(answer) = plan::without_bootstrap(cluster.fleet_agent) {
+        return answer;
+    }
+    let known = ctx
+        .bootstrap_secrets
+        .known_present(&cluster.namespace, &cluster.name);
+    match plan::known_prepared(ctx.config().as_deref(), known, cluster) {
+        Some(done) => done,
+        None => prepare_in_background(ctx, cluster, PREPARE_WAIT).await,
+    }
+}
+
+/// Removes a Cluster from [`Context::preparing`] when its preparation ends, however it ends.
+struct Preparing {
+    set: Arc<Mutex<BTreeSet<String>>>,
+    key: String,
+}
+
+impl Drop for Preparing {
+    fn drop(&mut self) {
+        self.set
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.key);
+    }
+}
+
+/// Runs [`prepare_bootstrap`] for `cluster` in a task of its own (at most one per Cluster at a
+/// time), waiting at most `wait` for its answer: pulling a chart or a slow API server never
+/// makes a hook miss its deadline, and the work is not lost when it does.
+pub async fn prepare_in_background(
+    ctx: &Context,
+    cluster: &ClusterInfo,
+    wait: Duration,
+) -> HookOutcome {
+    let key = cluster.key();
+    {
+        let mut preparing = ctx.preparing.lock().unwrap_or_else(PoisonError::into_inner);
+        if !preparing.insert(key.clone()) {
+            return HookOutcome::retry(
+                RETRY_FLEET,
+                format!("the Fleet agent bootstrap of Cluster {key} is being prepared"),
+            );
+        }
+    }
+    let guard = Preparing {
+        set: ctx.preparing.clone(),
+        key: key.clone(),
+    };
+    let owned = ctx.with_shutdown(ctx.shutdown.clone());
+    let cluster = cluster.clone();
+    let task = tokio::spawn(async move {
+        let _guard = guard;
+        let outcome = match prepare_bootstrap(&owned, &cluster).await {
+            Ok(outcome) | Err(outcome) => outcome,
+        };
+        tracing::debug!(cluster = %cluster.name, namespace = %cluster.namespace, ?outcome, "bootstrap preparation ended");
+        outcome
+    });
+    match tokio::time::timeout(wait, task).await {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(err)) => HookOutcome::retry(
+            RETRY_API,
+            format!("preparing the Fleet agent bootstrap of Cluster {key}: {err}"),
+        ),
+        Err(_) => HookOutcome::retry(
+            RETRY_FLEET,
+            format!("the Fleet agent bootstrap of Cluster {key} is being prepared"),
+        ),
+    }
+}
+
+/// For a Cluster that never went through BeforeClusterCreate (created before its class used the
+/// bootstrap, rebased onto such a class, switched to `fleetAgent.enabled: true`): reads the
+/// Cluster and prepares its bootstrap Secret in the background.
+pub fn prepare_existing(ctx: &Context, namespace: &str, name: &str) {
+    // Already under way: no need to read the Cluster again for every call meanwhile.
+    if ctx
+        .preparing
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .contains(&format!("{namespace}/{name}"))
+    {
+        return;
+    }
+    let owned = ctx.with_shutdown(ctx.shutdown.clone());
+    let (namespace, name) = (namespace.to_string(), name.to_string());
+    tokio::spawn(async move {
+        match read_cluster(&owned, &namespace, &name).await {
+            Ok(Some(cluster)) if cluster.fleet_agent.enabled() => {
+                let outcome = prepare_in_background(&owned, &cluster, Duration::ZERO).await;
+                tracing::debug!(cluster = %name, %namespace, ?outcome, "bootstrap preparation started");
+            }
+            Ok(_) => {}
+            Err(message) => {
+                tracing::warn!(cluster = %name, %namespace, %message, "cannot prepare the Fleet agent bootstrap");
+            }
+        }
+    });
+}
+
+/// The CAPI Cluster as the hooks see it, in whichever version the API server serves
+/// (`v1beta2` from Cluster API v1.11, `v1beta1` before).
+async fn read_cluster(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<ClusterInfo>, String> {
+    for version in ["v1beta2", "v1beta1"] {
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("cluster.x-k8s.io", version, "Cluster"),
+            "clusters",
+        );
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(ctx.client.clone(), namespace, &resource);
+        match api.get_opt(name).await {
+            Ok(Some(object)) => {
+                let value = serde_json::to_value(&object)
+                    .map_err(|err| format!("encoding Cluster {namespace}/{name}: {err}"))?;
+                return ClusterInfo::decode(&value).map(Some);
+            }
+            // Absent, or this API version is not served (Cluster API v1.10 has no v1beta2: the
+            // API server answers 404 NotFound for both).
+            Ok(None) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(err) => return Err(format!("reading Cluster {namespace}/{name}: {err}")),
+        }
+    }
+    Ok(None)
+}
+
+/// Prepares the bootstrap Secret of a Cluster whose control plane uses the bootstrap (for
+/// BeforeClusterCreate, and for existing Clusters when GeneratePatches finds no Secret).
+/// Success when the Secret exists or the Cluster will not get one; retry while waiting.
+pub async fn prepare_bootstrap(
+    ctx: &Context,
+    cluster: &ClusterInfo,
+) -> Result<HookOutcome, HookOutcome> {
+    let Some(config) = ctx.config() else {
+        return Ok(plan::config_not_read());
+    };
+    let namespace_labels = namespace_labels(&ctx.client, &cluster.namespace).await?;
+    let decision = plan::hook_import(&config, &ctx.flags, cluster, &namespace_labels)
+        .map_err(|message| HookOutcome::retry(RETRY_CONFIG, message))?;
+    match decision {
+        HookImport::AgentInitiated(import) | HookImport::ManagerInitiated(import) => {
+            prepare_agent_initiated(ctx, &config, import, cluster).await
+        }
+        HookImport::NotImported(reason) => Ok(plan::not_imported(&reason)),
+    }
+}
+
+async fn prepare_agent_initiated(
+    ctx: &Context,
+    config: &EffectiveConfig,
+    import: &ClusterImport,
+    cluster: &ClusterInfo,
+) -> Result<HookOutcome, HookOutcome> {
+    let ns = cluster.namespace.as_str();
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let secret_name = bootstrap::secret_name(&cluster.name);
+    if get_opt(&secrets, &secret_name, "Secret", ns)
+        .await?
+        .is_some()
+    {
+        return Ok(plan::bootstrap_secret_exists(cluster));
+    }
+
+    let fleet_clusters: Api<FleetCluster> = Api::namespaced(ctx.client.clone(), ns);
+    let fleet_name = import.fleet_cluster_name(&cluster.name);
+    let fleet_cluster = match get_opt(&fleet_clusters, &fleet_name, "Fleet Cluster", ns).await? {
+        Some(existing) => existing,
+        None => {
+            let stub = fleet::runtime_extension_stub(cluster, import, &fleet::random_client_id());
+            create_or_get(&fleet_clusters, &stub, "Fleet Cluster", ns).await?
+        }
+    };
+    plan::check_not_manager_initiated(&fleet_cluster, ns)?;
+    let client_id = match plan::existing_client_id(&fleet_cluster) {
+        Some(id) => id,
+        None => {
+            let id = fleet::random_client_id();
+            merge_patch(
+                &fleet_clusters,
+                &fleet_name,
+                &json!({"spec": {"clientID": id}}),
+                "setting the client ID of Fleet Cluster",
+                ns,
+            )
+            .await?;
+            id
+        }
+    };
+
+    let tokens: Api<ClusterRegistrationToken> = Api::namespaced(ctx.client.clone(), ns);
+    let token_name = fleet::registration_token_name(cluster);
+    let token = match get_opt(&tokens, &token_name, "ClusterRegistrationToken", ns).await? {
+        Some(token) => token,
+        None => {
+            let desired = fleet::desired_registration_token(cluster, import);
+            create_or_get(&tokens, &desired, "ClusterRegistrationToken", ns).await?
+        }
+    };
+    let values_secret = plan::issued_values_secret(&token, ns)?;
+    let values = get_opt(&secrets, &values_secret, "Secret", ns).await?;
+    let token_values = plan::registration_values(values.as_ref(), ns, &values_secret)?;
+
+    let fleet_ns = plan::fleet_namespace(config);
+    let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), fleet_ns);
+    let controller_config = get_opt(
+        &configmaps,
+        names::FLEET_CONTROLLER_CONFIGMAP,
+        "ConfigMap",
+        fleet_ns,
+    )
+    .await?;
+    let defaults = plan::fleet_agent_defaults(controller_config.as_ref(), fleet_ns)?;
+    let addon_configs: Api<FleetAddonConfig> = Api::all(ctx.client.clone());
+    let installed = get_opt(&addon_configs, names::CONFIG_NAME, "FleetAddonConfig", "")
+        .await?
+        .and_then(|config| config.status)
+        .and_then(|status| status.installed_version);
+    let location = plan::agent_chart(config, installed.as_deref(), &defaults)?;
+
+    let input = plan::bootstrap_input(cluster, import, client_id, token_values, defaults)?;
+    let objects = ctx
+        .agent_chart
+        .render(&location, &input)
+        .await
+        .map_err(|err| HookOutcome::retry(RETRY_CONFIG, err))?;
+    let files = bootstrap_files(&objects).map_err(|err| {
+        HookOutcome::retry(
+            RETRY_CONFIG,
+            format!("encoding the Fleet agent bootstrap: {err}"),
+        )
+    })?;
+    // Another replica's copy wins: the Secret is written once.
+    let secret = plan::desired_bootstrap_secret(cluster, files);
+    create_or_get(&secrets, &secret, "Secret", ns).await?;
+    Ok(plan::prepared(cluster, &fleet_name, &location.version))
+}

@@ -1,0 +1,596 @@
+//! What the lifecycle hooks decide, pure: the answer a hook gives ([`HookOutcome`]), whether a
+//! Cluster gets the Fleet agent bootstrap and how it registers ([`hook_import`]), which objects
+//! BeforeClusterCreate creates or completes and when it waits, what BeforeClusterDelete deletes,
+//! and when BeforeClusterUpgrade holds an upgrade (Fleet's bundle states).
+//!
+//! The handlers (`crate::hooks::handlers::{create, delete, upgrade}`) read the objects these
+//! functions look at, call them, and write what they return through `crate::apply`. An `Err`
+//! here is the hook's answer (a hold or a wait), never an error of ours.
+
+use std::collections::BTreeMap;
+
+use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
+use fleet_api_rs::fleet_cluster_registration_token::ClusterRegistrationToken;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::Value;
+
+use crate::bootstrap;
+use crate::bootstrap::chart::ChartLocation;
+use crate::bootstrap::manifest::{AgentSettings, BootstrapInput, FleetAgentDefaults, TokenValues};
+use crate::cli::ManagerFlags;
+use crate::model::agent_bootstrap::{FLEET_AGENT_VARIABLE, FleetAgentSetting};
+use crate::model::capi::ClusterView;
+use crate::model::config::{ClusterImport, EffectiveConfig};
+use crate::model::fleet;
+use crate::model::selection::ClusterFacts;
+use crate::names;
+
+/// Retry interval while Fleet issues the token or writes its Secret.
+pub const RETRY_FLEET: i32 = 5;
+/// Retry interval after an API error of ours.
+pub const RETRY_API: i32 = 10;
+/// Retry interval while a configuration (ours or Fleet's) stops us.
+pub const RETRY_CONFIG: i32 = 30;
+/// Retry interval of a held upgrade.
+pub const RETRY_UPGRADE: i32 = 30;
+/// At most this many bundle names in a message.
+pub const MAX_LISTED_BUNDLES: usize = 10;
+
+/// What a lifecycle hook decided, before it is encoded for its hook
+/// (`crate::hooks::types::Response::lifecycle`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum HookOutcome {
+    /// Done; proceed.
+    Success { message: String },
+    /// Blocking hooks: ask again after this many seconds (> 0).
+    Retry { after_seconds: i32, message: String },
+    /// Refused, with a message for the user (deterministic, no secrets).
+    Failure { message: String },
+}
+
+impl HookOutcome {
+    /// The metric label of the outcome.
+    pub fn label(&self) -> &'static str {
+        match self {
+            HookOutcome::Success { .. } => "Success",
+            HookOutcome::Retry { .. } => "Retry",
+            HookOutcome::Failure { .. } => "Failure",
+        }
+    }
+
+    /// Success without a message.
+    pub fn ok() -> Self {
+        HookOutcome::Success {
+            message: String::new(),
+        }
+    }
+
+    /// Success with a message.
+    pub fn success(message: impl Into<String>) -> Self {
+        HookOutcome::Success {
+            message: message.into(),
+        }
+    }
+
+    /// Failure with a message.
+    pub fn failure(message: impl Into<String>) -> Self {
+        HookOutcome::Failure {
+            message: message.into(),
+        }
+    }
+
+    /// Retry after `after_seconds` (at least 1).
+    pub fn retry(after_seconds: i32, message: impl Into<String>) -> Self {
+        HookOutcome::Retry {
+            after_seconds: after_seconds.max(1),
+            message: message.into(),
+        }
+    }
+}
+
+/// What FleetAddonConfig and the manager's flags say about a Cluster the hooks see.
+#[derive(Debug)]
+pub enum HookImport<'a> {
+    /// Imported, agent-initiated.
+    AgentInitiated(&'a ClusterImport),
+    /// Imported, manager-initiated (unless its ClusterClass installs the agent at boot).
+    ManagerInitiated(&'a ClusterImport),
+    /// Not imported: the reason, for messages.
+    NotImported(String),
+}
+
+/// Whether the Cluster is imported and how it registers: Cluster import enabled (`spec.cluster`
+/// present, or no FleetAddonConfig), no problems in `spec.cluster` (`Err` naming them), within
+/// `--namespace` and `--watch-filter`, selected by the selection rule.
+pub fn hook_import<'a>(
+    config: &'a EffectiveConfig,
+    flags: &ManagerFlags,
+    cluster: &ClusterView,
+    namespace_labels: &BTreeMap<String, String>,
+) -> Result<HookImport<'a>, String> {
+    let Some(import) = config.cluster.as_ref() else {
+        return Ok(HookImport::NotImported(
+            "Cluster import is disabled (FleetAddonConfig has no spec.cluster)".to_string(),
+        ));
+    };
+    let problems: Vec<String> = config
+        .problems_under("spec.cluster")
+        .map(ToString::to_string)
+        .collect();
+    if !problems.is_empty() {
+        return Err(format!(
+            "FleetAddonConfig spec.cluster has problems: {}",
+            problems.join("; ")
+        ));
+    }
+    if let Some(namespace) = flags.watch_namespace()
+        && namespace != cluster.namespace
+    {
+        return Ok(HookImport::NotImported(format!(
+            "this provider only manages namespace {namespace}"
+        )));
+    }
+    if let Some(filter) = flags.watch_filter_label()
+        && cluster
+            .labels
+            .get(names::CAPI_WATCH_FILTER_LABEL)
+            .map(String::as_str)
+            != Some(filter)
+    {
+        return Ok(HookImport::NotImported(format!(
+            "the Cluster is not labelled {}={filter}",
+            names::CAPI_WATCH_FILTER_LABEL
+        )));
+    }
+    let facts = ClusterFacts {
+        labels: &cluster.labels,
+        namespace: &cluster.namespace,
+        namespace_labels,
+    };
+    if !import.selection.selects(facts) {
+        return Ok(HookImport::NotImported(
+            "the Cluster is not selected by FleetAddonConfig spec.cluster".to_string(),
+        ));
+    }
+    if import.agent_initiated.applies_to(&cluster.labels) {
+        Ok(HookImport::AgentInitiated(import))
+    } else {
+        Ok(HookImport::ManagerInitiated(import))
+    }
+}
+
+/// The answer while the FleetAddonConfig has not been read yet (a start-up moment).
+pub fn config_not_read() -> HookOutcome {
+    HookOutcome::retry(RETRY_FLEET, "waiting for the FleetAddonConfig to be read")
+}
+
+// ---- BeforeClusterCreate ----
+
+/// BeforeClusterCreate's answer for a Cluster whose control plane does not use the bootstrap
+/// (Success at once, whatever the state of anything else); `None`: it does, prepare it.
+pub fn without_bootstrap(setting: FleetAgentSetting) -> Option<HookOutcome> {
+    match setting {
+        FleetAgentSetting::NotUsed => Some(HookOutcome::success(format!(
+            "nothing to prepare: the Cluster has no {FLEET_AGENT_VARIABLE} variable (its class does not use the Fleet agent bootstrap)"
+        ))),
+        FleetAgentSetting::Disabled => Some(HookOutcome::success(format!(
+            "nothing to prepare: {FLEET_AGENT_VARIABLE}.enabled is false"
+        ))),
+        FleetAgentSetting::Enabled => None,
+    }
+}
+
+/// The answer without a request to the API server: Success when the bootstrap Secret is known
+/// to exist (the watch) and `spec.cluster` has no problems (what the full preparation answers
+/// then too, selected or not). `None`: unknown, ask the API server.
+pub fn known_prepared(
+    config: Option<&EffectiveConfig>,
+    secret_known_present: bool,
+    cluster: &ClusterView,
+) -> Option<HookOutcome> {
+    let config = config?;
+    if config.problems_under("spec.cluster").next().is_some() || !secret_known_present {
+        return None;
+    }
+    Some(bootstrap_secret_exists(cluster))
+}
+
+/// The bootstrap Secret exists: it is written once (a later token or chart must not change what
+/// joining machines create, and the patch only names it), so the preparation is done.
+pub fn bootstrap_secret_exists(cluster: &ClusterView) -> HookOutcome {
+    HookOutcome::success(format!(
+        "bootstrap Secret {}/{} exists",
+        cluster.namespace,
+        bootstrap::secret_name(&cluster.name)
+    ))
+}
+
+/// The answer for a Cluster that is not imported: no Secret, so no patch.
+pub fn not_imported(reason: &str) -> HookOutcome {
+    HookOutcome::success(format!(
+        "nothing to prepare: {reason}; the Fleet agent is not installed at boot (GeneratePatches adds the bootstrap only once its Secret exists)"
+    ))
+}
+
+/// `Err`: the Fleet Cluster registers manager-initiated (`spec.kubeConfigSecret` set), which
+/// stays so: Success, no Secret.
+pub fn check_not_manager_initiated(
+    fleet_cluster: &FleetCluster,
+    ns: &str,
+) -> Result<(), HookOutcome> {
+    if fleet_cluster
+        .spec
+        .kube_config_secret
+        .as_deref()
+        .is_some_and(|s| !s.is_empty())
+    {
+        return Err(HookOutcome::success(format!(
+            "Fleet Cluster {ns}/{} registers manager-initiated (spec.kubeConfigSecret is set): the Fleet agent is not installed at boot",
+            fleet_cluster.metadata.name.as_deref().unwrap_or_default()
+        )));
+    }
+    Ok(())
+}
+
+/// The client ID the Fleet Cluster has; `None`: it has none (e.g. created by hand) and must be
+/// given one.
+pub fn existing_client_id(fleet_cluster: &FleetCluster) -> Option<String> {
+    fleet_cluster
+        .spec
+        .client_id
+        .clone()
+        .filter(|id| !id.is_empty())
+}
+
+/// The Secret holding the registration values once Fleet has issued the token; `Err`: wait.
+pub fn issued_values_secret(
+    token: &ClusterRegistrationToken,
+    ns: &str,
+) -> Result<String, HookOutcome> {
+    token
+        .status
+        .as_ref()
+        .and_then(|status| status.secret_name.clone())
+        .filter(|name| !name.is_empty())
+        .ok_or_else(|| {
+            HookOutcome::retry(
+                RETRY_FLEET,
+                format!(
+                    "waiting for Fleet to issue ClusterRegistrationToken {ns}/{}",
+                    token.metadata.name.as_deref().unwrap_or_default()
+                ),
+            )
+        })
+}
+
+/// The registration values in the Secret Fleet wrote for the token (`None`: not there yet).
+pub fn registration_values(
+    secret: Option<&Secret>,
+    ns: &str,
+    name: &str,
+) -> Result<TokenValues, HookOutcome> {
+    let Some(values) = secret
+        .and_then(|secret| secret.data.as_ref())
+        .and_then(|data| data.get("values"))
+    else {
+        return Err(HookOutcome::retry(
+            RETRY_FLEET,
+            format!("waiting for Fleet to write the registration values into Secret {ns}/{name}"),
+        ));
+    };
+    let text = std::str::from_utf8(&values.0).map_err(|_| {
+        HookOutcome::retry(
+            RETRY_CONFIG,
+            format!("Secret {ns}/{name}: the registration values are not UTF-8"),
+        )
+    })?;
+    TokenValues::parse(text)
+        .map_err(|err| HookOutcome::retry(RETRY_CONFIG, format!("Secret {ns}/{name}: {err}")))
+}
+
+/// The namespace Fleet runs in (its `fleet-controller` ConfigMap is there).
+pub fn fleet_namespace(config: &EffectiveConfig) -> &str {
+    config
+        .install
+        .as_ref()
+        .map_or(names::DEFAULT_FLEET_NAMESPACE, |install| {
+            install.namespace.as_str()
+        })
+}
+
+/// The agent defaults of the running Fleet, from its `fleet-controller` ConfigMap in
+/// `fleet_ns` (`None`: not there yet).
+pub fn fleet_agent_defaults(
+    configmap: Option<&ConfigMap>,
+    fleet_ns: &str,
+) -> Result<FleetAgentDefaults, HookOutcome> {
+    let Some(config) = configmap
+        .and_then(|cm| cm.data.as_ref())
+        .and_then(|data| data.get("config"))
+    else {
+        return Err(HookOutcome::retry(
+            RETRY_FLEET * 2,
+            format!(
+                "waiting for Fleet: ConfigMap {fleet_ns}/{} has no config",
+                names::FLEET_CONTROLLER_CONFIGMAP
+            ),
+        ));
+    };
+    FleetAgentDefaults::from_controller_config(config).map_err(|err| {
+        HookOutcome::retry(
+            RETRY_CONFIG,
+            format!(
+                "ConfigMap {fleet_ns}/{}: {err}",
+                names::FLEET_CONTROLLER_CONFIGMAP
+            ),
+        )
+    })
+}
+
+/// Where Fleet's `fleet-agent` chart comes from: the configured chart repository
+/// ([`EffectiveConfig::agent_chart_repository`]), at the version this provider installed
+/// (`status.installedVersion`), else the version of the running Fleet's agent image (Fleet
+/// releases the image and the chart with one version).
+pub fn agent_chart(
+    config: &EffectiveConfig,
+    installed_version: Option<&str>,
+    defaults: &FleetAgentDefaults,
+) -> Result<ChartLocation, HookOutcome> {
+    let installed = installed_version
+        .filter(|version| !version.is_empty())
+        .map(str::to_string);
+    let Some(version) = installed.or_else(|| defaults.chart_version()) else {
+        return Err(HookOutcome::retry(
+            RETRY_CONFIG,
+            format!(
+                "cannot tell which fleet-agent chart to render: FleetAddonConfig has no status.installedVersion and the agent image {} has no version tag",
+                defaults.image
+            ),
+        ));
+    };
+    Ok(ChartLocation {
+        repository: config.agent_chart_repository().to_string(),
+        version,
+    })
+}
+
+/// What the `fleet-agent` chart is rendered with: the agent settings the import controller
+/// applies to the Fleet Cluster (the live object may still be the minimal first version), so
+/// the bootstrap agent is the agent Fleet manages afterwards.
+pub fn bootstrap_input(
+    cluster: &ClusterView,
+    import: &ClusterImport,
+    client_id: String,
+    token: TokenValues,
+    fleet: FleetAgentDefaults,
+) -> Result<BootstrapInput, HookOutcome> {
+    let full = fleet::desired_fleet_cluster(
+        cluster,
+        import,
+        &fleet::Registration::AgentInitiated {
+            client_id: client_id.clone(),
+        },
+        None,
+    );
+    let spec = serde_json::to_value(&full.spec).map_err(|err| {
+        HookOutcome::retry(
+            RETRY_CONFIG,
+            format!("encoding the Fleet Cluster's agent settings: {err}"),
+        )
+    })?;
+    Ok(BootstrapInput {
+        token,
+        client_id,
+        agent: AgentSettings::from_fleet_cluster_spec(&spec),
+        fleet,
+    })
+}
+
+/// The bootstrap Secret holding `files`: labelled with the Cluster name and owned by the
+/// Cluster, so `clusterctl move` and garbage collection follow it.
+pub fn desired_bootstrap_secret(cluster: &ClusterView, files: BTreeMap<String, String>) -> Secret {
+    let data: BTreeMap<String, ByteString> = files
+        .into_iter()
+        .map(|(key, text)| (key, ByteString(text.into_bytes())))
+        .collect();
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(bootstrap::secret_name(&cluster.name)),
+            namespace: Some(cluster.namespace.clone()),
+            labels: Some(BTreeMap::from([(
+                names::CAPI_CLUSTER_NAME_LABEL.to_string(),
+                cluster.name.clone(),
+            )])),
+            owner_references: fleet::bootstrap_secret_owner(cluster).map(|owner| vec![owner]),
+            ..Default::default()
+        },
+        type_: Some("Opaque".to_string()),
+        data: Some(data),
+        ..Default::default()
+    }
+}
+
+/// BeforeClusterCreate's answer once the bootstrap Secret is written.
+pub fn prepared(cluster: &ClusterView, fleet_cluster: &str, chart_version: &str) -> HookOutcome {
+    let ns = &cluster.namespace;
+    HookOutcome::success(format!(
+        "Fleet Cluster {ns}/{fleet_cluster} and bootstrap Secret {ns}/{} are ready (fleet-agent chart {chart_version})",
+        bootstrap::secret_name(&cluster.name)
+    ))
+}
+
+// ---- BeforeClusterDelete and BeforeClusterUpgrade ----
+
+/// The Fleet Cluster the import controller keeps for `cluster`: the name the configuration
+/// gives (`None`, or import disabled: the Cluster's own name).
+pub fn fleet_cluster_of(cluster: &ClusterView, config: Option<&EffectiveConfig>) -> String {
+    config.map_or_else(
+        || cluster.name.clone(),
+        |config| config.fleet_cluster_name(&cluster.name),
+    )
+}
+
+/// Whether BeforeClusterDelete deletes this Fleet Cluster: BeforeClusterCreate prepared it (our
+/// mark) or the Cluster owns it, and it is not being deleted already. Fleet Clusters the Cluster
+/// does not own (`setOwnerReferences` not set) are kept, as the import controller keeps them.
+pub fn deletes_fleet_cluster(cluster: &ClusterView, fleet_cluster: &FleetCluster) -> bool {
+    let owned = !cluster.uid.is_empty()
+        && fleet_cluster
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|owner| owner.uid == cluster.uid);
+    let prepared = fleet::prepared_by_runtime_extension(Some(fleet_cluster));
+    fleet_cluster.metadata.deletion_timestamp.is_none() && (owned || prepared)
+}
+
+/// BeforeClusterDelete's answer: proceed once the bootstrap Secret and the token are gone
+/// (`remaining` names those still there); the Fleet Cluster is not waited for (Fleet's own
+/// finalizers must not hold Cluster API).
+pub fn delete_answer(remaining: &[String]) -> HookOutcome {
+    if remaining.is_empty() {
+        HookOutcome::ok()
+    } else {
+        HookOutcome::retry(
+            RETRY_FLEET,
+            format!("waiting for {} to be deleted", remaining.join(" and ")),
+        )
+    }
+}
+
+/// BeforeClusterUpgrade's answer before looking at any bundle: wait for the configuration;
+/// proceed at once unless `spec.runtimeExtension.beforeClusterUpgrade.waitForBundlesReady`.
+/// `None`: look at the bundles.
+pub fn upgrade_gate(config: Option<&EffectiveConfig>) -> Option<HookOutcome> {
+    match config {
+        None => Some(config_not_read()),
+        Some(config) if !config.runtime_extension.wait_for_bundles_ready => Some(HookOutcome::ok()),
+        Some(_) => None,
+    }
+}
+
+/// Where BeforeClusterUpgrade looks for the Cluster's BundleDeployments: the namespace Fleet
+/// registered its Fleet Cluster in. `Err`: the answer without looking (no Fleet Cluster: no
+/// bundles to wait for; not registered yet: hold).
+pub fn bundle_namespace(
+    cluster: &ClusterView,
+    fleet_cluster: Option<&FleetCluster>,
+) -> Result<String, HookOutcome> {
+    let Some(fleet) = fleet_cluster else {
+        return Err(HookOutcome::success(format!(
+            "Cluster {}/{} has no Fleet Cluster: no bundles to wait for",
+            cluster.namespace, cluster.name
+        )));
+    };
+    fleet
+        .status
+        .as_ref()
+        .and_then(|status| status.namespace.clone())
+        .filter(|ns| !ns.is_empty())
+        .ok_or_else(|| {
+            HookOutcome::retry(
+                RETRY_UPGRADE,
+                format!(
+                    "waiting for Fleet Cluster {} to register with Fleet before upgrading",
+                    fleet_key(cluster, fleet)
+                ),
+            )
+        })
+}
+
+fn fleet_key(cluster: &ClusterView, fleet: &FleetCluster) -> String {
+    format!(
+        "{}/{}",
+        cluster.namespace,
+        fleet.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// BeforeClusterUpgrade's answer from the live BundleDeployments of the Fleet Cluster named
+/// `fleet_cluster`: Success
+/// when all are ready, otherwise hold the upgrade naming those that are not.
+pub fn upgrade_answer(
+    cluster: &ClusterView,
+    fleet_cluster: &str,
+    deployments: &[Value],
+    to_version: Option<&str>,
+) -> HookOutcome {
+    let fleet_key = format!("{}/{fleet_cluster}", cluster.namespace);
+    let not_ready = not_ready_bundles(deployments);
+    if not_ready.is_empty() {
+        return HookOutcome::success(format!(
+            "all {} Fleet bundles of Fleet Cluster {fleet_key} are ready",
+            deployments.len()
+        ));
+    }
+    let target = to_version.map_or_else(String::new, |v| format!(" to {v}"));
+    HookOutcome::retry(
+        RETRY_UPGRADE,
+        format!(
+            "holding the upgrade{target} until the Fleet bundles of Fleet Cluster {fleet_key} are ready: {}",
+            describe_bundles(&not_ready)
+        ),
+    )
+}
+
+/// The BundleDeployments that are not ready, as (bundle, state), sorted. Fleet's own rule
+/// (`summary.GetDeploymentState`): not yet applied → `WaitApplied`, not ready → `NotReady`,
+/// drifted → `Modified`.
+pub fn not_ready_bundles(deployments: &[Value]) -> Vec<(String, &'static str)> {
+    let mut out: Vec<(String, &'static str)> = deployments
+        .iter()
+        .filter_map(|bd| {
+            let state = bundle_state(bd)?;
+            let labels = &bd["metadata"]["labels"];
+            let name = match (
+                labels["fleet.cattle.io/bundle-namespace"].as_str(),
+                labels["fleet.cattle.io/bundle-name"].as_str(),
+            ) {
+                (Some(ns), Some(name)) => format!("{ns}/{name}"),
+                _ => bd["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            };
+            Some((name, state))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The state of one BundleDeployment when it is not ready (`None`: ready).
+pub fn bundle_state(bd: &Value) -> Option<&'static str> {
+    let status = &bd["status"];
+    let wanted = bd["spec"]["deploymentID"].as_str().unwrap_or_default();
+    let applied = status["appliedDeploymentID"].as_str().unwrap_or_default();
+    if wanted != applied {
+        Some("WaitApplied")
+    } else if status["ready"].as_bool() != Some(true) {
+        Some("NotReady")
+    } else if status["nonModified"].as_bool() == Some(false) {
+        Some("Modified")
+    } else {
+        None
+    }
+}
+
+/// The bundles of a message, at most [`MAX_LISTED_BUNDLES`] named.
+pub fn describe_bundles(bundles: &[(String, &'static str)]) -> String {
+    let mut parts: Vec<String> = bundles
+        .iter()
+        .take(MAX_LISTED_BUNDLES)
+        .map(|(name, state)| format!("{name} ({state})"))
+        .collect();
+    if bundles.len() > MAX_LISTED_BUNDLES {
+        parts.push(format!("and {} more", bundles.len() - MAX_LISTED_BUNDLES));
+    }
+    parts.join(", ")
+}
+
+#[cfg(test)]
+#[path = "hook_plan_tests.rs"]
+mod tests;

@@ -1,0 +1,514 @@
+//! Table tests of the lifecycle hooks' decisions.
+
+use super::*;
+use crate::api::FleetAddonConfigSpec;
+use crate::cli::ManagerFlags;
+use serde_json::json;
+
+fn cluster(labels: Value) -> ClusterView {
+    ClusterView::from_json(
+        &json!({"metadata": {"name": "c1", "namespace": "team-a", "uid": "u-1", "labels": labels}}),
+    )
+    .expect("cluster")
+}
+
+fn config(yaml: &str) -> EffectiveConfig {
+    let spec: FleetAddonConfigSpec = serde_yaml::from_str(yaml).expect("spec");
+    EffectiveConfig::from_spec(&spec)
+}
+
+fn fleet_cluster(value: Value) -> FleetCluster {
+    serde_json::from_value(value).expect("fleet cluster")
+}
+
+/// `Some(agent-initiated?)` for imported Clusters, `None` for the others.
+fn imported(
+    config: &EffectiveConfig,
+    flags: &ManagerFlags,
+    labels: Value,
+) -> Result<Option<bool>, String> {
+    hook_import(config, flags, &cluster(labels), &BTreeMap::new()).map(|r| match r {
+        HookImport::AgentInitiated(_) => Some(true),
+        HookImport::ManagerInitiated(_) => Some(false),
+        HookImport::NotImported(_) => None,
+    })
+}
+
+#[test]
+fn registration_rule() {
+    let flags = ManagerFlags::default();
+    type Expected = Result<Option<bool>, String>;
+    let rows: [(&str, Value, Expected); 7] = [
+        // No FleetAddonConfig: imported, manager-initiated.
+        ("", json!({}), Ok(Some(false))),
+        // FleetAddonConfig without spec.cluster: not imported.
+        ("{}", json!({}), Ok(None)),
+        ("cluster: {agentInitiated: true}", json!({}), Ok(Some(true))),
+        (
+            "cluster: {agentInitiatedSelector: {matchLabels: {nat: \"true\"}}}",
+            json!({"nat": "true"}),
+            Ok(Some(true)),
+        ),
+        (
+            "cluster: {agentInitiatedSelector: {matchLabels: {nat: \"true\"}}}",
+            json!({}),
+            Ok(Some(false)),
+        ),
+        (
+            "cluster: {agentInitiated: true, namespaceRegexes: [\"prod-.*\"]}",
+            json!({}),
+            Ok(None),
+        ),
+        (
+            "cluster: {agentInitiated: true, namespaceRegexes: [\"prod-(\"]}",
+            json!({}),
+            Err("problems".to_string()),
+        ),
+    ];
+    for (yaml, labels, expected) in rows {
+        let config = if yaml.is_empty() {
+            EffectiveConfig::default()
+        } else {
+            config(yaml)
+        };
+        let got = imported(&config, &flags, labels.clone());
+        match (&got, &expected) {
+            (Err(message), Err(_)) => {
+                assert!(message.contains("spec.cluster has problems"), "{message}")
+            }
+            _ => assert_eq!(got, expected, "{yaml} {labels}"),
+        }
+    }
+}
+
+#[test]
+fn watch_filter_and_namespace_flags_exclude_clusters() {
+    let config = config("cluster: {agentInitiated: true}");
+    let mut flags = ManagerFlags {
+        watch_filter: Some("mine".into()),
+        ..ManagerFlags::default()
+    };
+    assert_eq!(imported(&config, &flags, json!({})), Ok(None));
+    assert_eq!(
+        imported(
+            &config,
+            &flags,
+            json!({"cluster.x-k8s.io/watch-filter": "mine"})
+        ),
+        Ok(Some(true))
+    );
+    flags.watch_filter = None;
+    flags.namespace = Some("other".into());
+    assert_eq!(imported(&config, &flags, json!({})), Ok(None));
+}
+
+/// The label of an answer and a part of its message, for tables.
+fn shape(outcome: &HookOutcome) -> (&'static str, String) {
+    let message = match outcome {
+        HookOutcome::Success { message }
+        | HookOutcome::Retry { message, .. }
+        | HookOutcome::Failure { message } => message.clone(),
+    };
+    (outcome.label(), message)
+}
+
+#[test]
+fn before_cluster_create_answers_at_once_only_without_the_bootstrap() {
+    let rows = [
+        (
+            FleetAgentSetting::NotUsed,
+            Some("has no fleetAgent variable"),
+        ),
+        (
+            FleetAgentSetting::Disabled,
+            Some("fleetAgent.enabled is false"),
+        ),
+        (FleetAgentSetting::Enabled, None),
+    ];
+    for (setting, expected) in rows {
+        let got = without_bootstrap(setting).map(|o| shape(&o));
+        match expected {
+            None => assert_eq!(got, None, "{setting:?}"),
+            Some(part) => {
+                let (label, message) = got.expect("an answer");
+                assert_eq!(label, "Success", "{setting:?}");
+                assert!(message.contains(part), "{setting:?}: {message}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_known_bootstrap_secret_answers_without_the_api_only_with_a_sound_configuration() {
+    let good = config("cluster: {agentInitiated: true}");
+    let bad = config("cluster: {namespaceRegexes: [\"(\"]}");
+    let c = cluster(json!({}));
+    let rows: [(Option<&EffectiveConfig>, bool, bool); 5] = [
+        (Some(&good), true, true),
+        (Some(&good), false, false),
+        (Some(&bad), true, false),
+        (None, true, false),
+        (Some(&EffectiveConfig::default()), true, true),
+    ];
+    for (config, known, answers) in rows {
+        let got = known_prepared(config, known, &c);
+        assert_eq!(got.is_some(), answers, "{known} {:?}", config.is_some());
+        if let Some(outcome) = got {
+            assert_eq!(
+                shape(&outcome),
+                (
+                    "Success",
+                    "bootstrap Secret team-a/c1-fleet-agent-bootstrap exists".to_string()
+                )
+            );
+        }
+    }
+}
+
+#[test]
+fn manager_initiated_fleet_clusters_stay_so_and_client_ids_are_kept() {
+    let rows = [
+        (json!({"metadata": {"name": "c1"}, "spec": {}}), true, None),
+        (
+            json!({"metadata": {"name": "c1"}, "spec": {"clientID": "abc"}}),
+            true,
+            Some("abc"),
+        ),
+        (
+            json!({"metadata": {"name": "c1"}, "spec": {"clientID": ""}}),
+            true,
+            None,
+        ),
+        (
+            json!({"metadata": {"name": "c1"}, "spec": {"kubeConfigSecret": "c1-kubeconfig"}}),
+            false,
+            None,
+        ),
+        (
+            json!({"metadata": {"name": "c1"}, "spec": {"kubeConfigSecret": ""}}),
+            true,
+            None,
+        ),
+    ];
+    for (value, agent, client_id) in rows {
+        let fleet = fleet_cluster(value.clone());
+        let got = check_not_manager_initiated(&fleet, "team-a");
+        assert_eq!(got.is_ok(), agent, "{value}");
+        if let Err(outcome) = got {
+            let (label, message) = shape(&outcome);
+            assert_eq!(label, "Success");
+            assert!(message.contains("registers manager-initiated"), "{message}");
+        }
+        assert_eq!(existing_client_id(&fleet).as_deref(), client_id, "{value}");
+    }
+}
+
+#[test]
+fn before_cluster_create_waits_for_what_fleet_writes() {
+    let token = |status: Value| -> ClusterRegistrationToken {
+        serde_json::from_value(json!({"metadata": {"name": "c1"}, "spec": {}, "status": status}))
+            .expect("token")
+    };
+    assert_eq!(
+        issued_values_secret(&token(json!({"secretName": "s1"})), "team-a"),
+        Ok("s1".to_string())
+    );
+    for status in [json!({}), json!({"secretName": ""})] {
+        let got = issued_values_secret(&token(status), "team-a").expect_err("wait");
+        assert_eq!(
+            got,
+            HookOutcome::retry(
+                RETRY_FLEET,
+                "waiting for Fleet to issue ClusterRegistrationToken team-a/c1"
+            )
+        );
+    }
+
+    let secret = |data: Option<&[u8]>| -> Secret {
+        Secret {
+            data: data
+                .map(|bytes| BTreeMap::from([("values".to_string(), ByteString(bytes.to_vec()))])),
+            ..Secret::default()
+        }
+    };
+    let values =
+        b"apiServerURL: https://fleet.example:6443\ntoken: t\nclusterNamespace: fleet-default\n";
+    /// `Ok`: parsed; `Err`: a retry with this part of the message, after this long.
+    type Expected<'a> = Result<(), (&'a str, i32)>;
+    let rows: [(Option<Secret>, Expected); 5] = [
+        (Some(secret(Some(values))), Ok(())),
+        (None, Err(("waiting for Fleet to write", RETRY_FLEET))),
+        (
+            Some(secret(None)),
+            Err(("waiting for Fleet to write", RETRY_FLEET)),
+        ),
+        (
+            Some(secret(Some(b"\xff"))),
+            Err(("not UTF-8", RETRY_CONFIG)),
+        ),
+        (
+            Some(secret(Some(b"[a"))),
+            Err(("Secret team-a/s1: ", RETRY_CONFIG)),
+        ),
+    ];
+    for (secret, expected) in rows {
+        let got = registration_values(secret.as_ref(), "team-a", "s1");
+        match (got, expected) {
+            (Ok(_), Ok(())) => {}
+            (
+                Err(HookOutcome::Retry {
+                    after_seconds,
+                    message,
+                }),
+                Err((part, after)),
+            ) => {
+                assert!(message.contains(part), "{message}");
+                assert_eq!(after_seconds, after, "{message}");
+            }
+            (got, expected) => panic!("{got:?} != {expected:?}"),
+        }
+    }
+}
+
+#[test]
+fn fleet_agent_defaults_and_the_chart_version() {
+    let cm = |data: Option<&str>| -> ConfigMap {
+        ConfigMap {
+            data: data.map(|text| BTreeMap::from([("config".to_string(), text.to_string())])),
+            ..ConfigMap::default()
+        }
+    };
+    let waiting = fleet_agent_defaults(None, "cattle-fleet-system").expect_err("wait");
+    assert_eq!(
+        waiting,
+        HookOutcome::retry(
+            RETRY_FLEET * 2,
+            "waiting for Fleet: ConfigMap cattle-fleet-system/fleet-controller has no config"
+        )
+    );
+    assert!(fleet_agent_defaults(Some(&cm(None)), "f").is_err());
+    let broken = fleet_agent_defaults(Some(&cm(Some("{"))), "f").expect_err("broken");
+    assert!(
+        matches!(
+            broken,
+            HookOutcome::Retry {
+                after_seconds: RETRY_CONFIG,
+                ..
+            }
+        ),
+        "{broken:?}"
+    );
+
+    let config = EffectiveConfig::default();
+    let defaults = |image: &str| {
+        fleet_agent_defaults(
+            Some(&cm(Some(&json!({"agentImage": image}).to_string()))),
+            "f",
+        )
+        .expect("defaults")
+    };
+    let tagged = defaults("rancher/fleet-agent:v0.13.1");
+    let untagged = defaults("rancher/fleet-agent");
+    let rows: [(Option<&str>, &FleetAgentDefaults, Option<&str>); 5] = [
+        // The version this provider installed wins over the image's.
+        (Some("0.12.4"), &tagged, Some("0.12.4")),
+        (None, &tagged, Some("0.13.1")),
+        (Some(""), &tagged, Some("0.13.1")),
+        (Some("0.12.4"), &untagged, Some("0.12.4")),
+        (None, &untagged, None),
+    ];
+    for (installed, defaults, expected) in rows {
+        let got = agent_chart(&config, installed, defaults);
+        match expected {
+            Some(version) => {
+                let location = got.expect("a chart");
+                assert_eq!(location.version, version, "{installed:?}");
+                assert_eq!(location.repository, config.agent_chart_repository());
+            }
+            None => assert!(
+                matches!(&got, Err(HookOutcome::Retry { message, .. }) if message.contains("cannot tell which fleet-agent chart")),
+                "{got:?}"
+            ),
+        }
+    }
+    assert_eq!(fleet_namespace(&config), names::DEFAULT_FLEET_NAMESPACE);
+    assert_eq!(
+        fleet_namespace(&self::config(
+            "install: {followLatest: true, namespace: fleet-here}"
+        )),
+        "fleet-here"
+    );
+}
+
+#[test]
+fn the_bootstrap_secret_is_labelled_and_owned_by_the_cluster() {
+    let c = cluster(json!({}));
+    let secret = desired_bootstrap_secret(
+        &c,
+        BTreeMap::from([("fleet-agent.yaml".to_string(), "---\n".to_string())]),
+    );
+    assert_eq!(
+        secret.metadata.name.as_deref(),
+        Some("c1-fleet-agent-bootstrap")
+    );
+    assert_eq!(secret.metadata.namespace.as_deref(), Some("team-a"));
+    assert_eq!(
+        secret
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(names::CAPI_CLUSTER_NAME_LABEL))
+            .map(String::as_str),
+        Some("c1")
+    );
+    let owners = secret.metadata.owner_references.unwrap_or_default();
+    assert_eq!(owners.len(), 1);
+    assert_eq!(owners[0].uid, "u-1");
+    assert_eq!(
+        secret.data.and_then(|d| d.get("fleet-agent.yaml").cloned()),
+        Some(ByteString(b"---\n".to_vec()))
+    );
+    // Without a uid (a request without one): no owner reference naming nothing.
+    let anonymous =
+        ClusterView::from_json(&json!({"metadata": {"name": "c2", "namespace": "team-a"}}))
+            .expect("cluster");
+    assert!(
+        desired_bootstrap_secret(&anonymous, BTreeMap::new())
+            .metadata
+            .owner_references
+            .is_none()
+    );
+}
+
+#[test]
+fn before_cluster_delete_deletes_only_fleet_clusters_it_prepared_or_the_cluster_owns() {
+    let c = cluster(json!({}));
+    let mark = json!({(names::REGISTRATION_ANNOTATION): names::REGISTRATION_RUNTIME_EXTENSION});
+    let owner = json!([{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c1", "uid": "u-1"}]);
+    let other_owner = json!([{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c1", "uid": "u-2"}]);
+    let rows = [
+        (json!({"name": "c1"}), false),
+        (json!({"name": "c1", "annotations": mark}), true),
+        (json!({"name": "c1", "ownerReferences": owner}), true),
+        (json!({"name": "c1", "ownerReferences": other_owner}), false),
+        (
+            json!({"name": "c1", "ownerReferences": owner, "deletionTimestamp": "2026-01-01T00:00:00Z"}),
+            false,
+        ),
+    ];
+    for (metadata, deletes) in rows {
+        let fleet = fleet_cluster(json!({"metadata": metadata, "spec": {}}));
+        assert_eq!(deletes_fleet_cluster(&c, &fleet), deletes, "{metadata}");
+    }
+    // A Cluster without a uid owns nothing.
+    let anonymous =
+        ClusterView::from_json(&json!({"metadata": {"name": "c1", "namespace": "team-a"}}))
+            .expect("cluster");
+    let unowned = fleet_cluster(
+        json!({"metadata": {"name": "c1", "ownerReferences": [{"apiVersion": "v1", "kind": "Cluster", "name": "c1", "uid": ""}]}, "spec": {}}),
+    );
+    assert!(!deletes_fleet_cluster(&anonymous, &unowned));
+
+    assert_eq!(delete_answer(&[]), HookOutcome::ok());
+    assert_eq!(
+        delete_answer(&[
+            "Secret a/b".to_string(),
+            "ClusterRegistrationToken a/c".to_string()
+        ]),
+        HookOutcome::retry(
+            RETRY_FLEET,
+            "waiting for Secret a/b and ClusterRegistrationToken a/c to be deleted"
+        )
+    );
+}
+
+#[test]
+fn the_fleet_cluster_name_follows_the_configuration() {
+    let c = cluster(json!({}));
+    let rows = [
+        (None, "c1"),
+        (Some(config("{}")), "c1"),
+        (Some(config("cluster: {naming: {prefix: \"p-\"}}")), "p-c1"),
+    ];
+    for (config, expected) in rows {
+        assert_eq!(fleet_cluster_of(&c, config.as_ref()), expected);
+    }
+}
+
+#[test]
+fn before_cluster_upgrade_holds_only_when_configured_and_bundles_are_not_ready() {
+    assert_eq!(upgrade_gate(None), Some(config_not_read()));
+    assert_eq!(
+        upgrade_gate(Some(&EffectiveConfig::default())),
+        Some(HookOutcome::ok())
+    );
+    let waiting = config("runtimeExtension: {beforeClusterUpgrade: {waitForBundlesReady: true}}");
+    assert_eq!(upgrade_gate(Some(&waiting)), None);
+
+    let c = cluster(json!({}));
+    let no_fleet = bundle_namespace(&c, None).expect_err("answer");
+    assert_eq!(shape(&no_fleet).0, "Success");
+    let unregistered = fleet_cluster(json!({"metadata": {"name": "c1"}, "spec": {}}));
+    assert_eq!(
+        bundle_namespace(&c, Some(&unregistered)),
+        Err(HookOutcome::retry(
+            RETRY_UPGRADE,
+            "waiting for Fleet Cluster team-a/c1 to register with Fleet before upgrading"
+        ))
+    );
+    let registered = fleet_cluster(
+        json!({"metadata": {"name": "c1"}, "spec": {}, "status": {"namespace": "cluster-team-a-c1-123"}}),
+    );
+    assert_eq!(
+        bundle_namespace(&c, Some(&registered)),
+        Ok("cluster-team-a-c1-123".to_string())
+    );
+
+    let ready = json!({"metadata": {"name": "a"}, "spec": {"deploymentID": "x"},
+        "status": {"appliedDeploymentID": "x", "ready": true, "nonModified": true}});
+    let pending = json!({"metadata": {"name": "b"}, "spec": {"deploymentID": "y"}});
+    assert_eq!(
+        upgrade_answer(&c, "c1", std::slice::from_ref(&ready), Some("v1.31.0")),
+        HookOutcome::success("all 1 Fleet bundles of Fleet Cluster team-a/c1 are ready")
+    );
+    assert_eq!(
+        upgrade_answer(&c, "c1", &[ready, pending], Some("v1.31.0")),
+        HookOutcome::retry(
+            RETRY_UPGRADE,
+            "holding the upgrade to v1.31.0 until the Fleet bundles of Fleet Cluster team-a/c1 are ready: b (WaitApplied)"
+        )
+    );
+}
+
+#[test]
+fn bundle_readiness_follows_fleet() {
+    let bd = |name: &str, spec_id: &str, applied: &str, ready: bool, non_modified: bool| {
+        json!({"metadata": {"name": name, "labels": {"fleet.cattle.io/bundle-namespace": "fleet-default", "fleet.cattle.io/bundle-name": name}},
+               "spec": {"deploymentID": spec_id},
+               "status": {"appliedDeploymentID": applied, "ready": ready, "nonModified": non_modified}})
+    };
+    let bds = [
+        bd("zeta", "a", "a", true, true),
+        bd("cni", "b", "a", true, true),
+        bd("app", "c", "c", false, true),
+        bd("drift", "d", "d", true, false),
+        json!({"metadata": {"name": "raw"}, "spec": {"deploymentID": "x"}}),
+    ];
+    assert_eq!(
+        not_ready_bundles(&bds),
+        [
+            ("fleet-default/app".to_string(), "NotReady"),
+            ("fleet-default/cni".to_string(), "WaitApplied"),
+            ("fleet-default/drift".to_string(), "Modified"),
+            ("raw".to_string(), "WaitApplied"),
+        ]
+    );
+}
+
+#[test]
+fn long_bundle_lists_are_capped() {
+    let bundles: Vec<(String, &'static str)> =
+        (0..12).map(|i| (format!("b{i:02}"), "NotReady")).collect();
+    let text = describe_bundles(&bundles);
+    assert!(text.ends_with("b09 (NotReady), and 2 more"), "{text}");
+}
