@@ -22,8 +22,8 @@ use crate::model::config::{DEFAULT_AGENT_CHECKIN_INTERVAL, EffectiveConfig};
 use crate::model::fleet_health::{self, RegistrationPath};
 use crate::model::move_plan::{self, MOVE_CLUSTER_LABEL, PlanInput};
 use crate::model::move_state::{
-    self, Action as MoveAction, BundlesStatus, MoveState, Observed, Phase, bundles_status, decide_move,
-    next_check, opted_in, parse_state, state_annotation,
+    self, Action as MoveAction, BundlesStatus, MoveState, Observed, Phase, bundles_status,
+    decide_move, next_check, opted_in, parse_state, state_annotation,
 };
 use crate::move_preview::{self, MoveInputs};
 use crate::{Error, Result, names};
