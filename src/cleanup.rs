@@ -17,7 +17,7 @@ use crate::names;
 
 /// How many objects lost the finalizer, per kind.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Report {
+pub struct CleanupReport {
     pub clusters: usize,
     pub cluster_classes: usize,
     pub cluster_groups: usize,
@@ -25,8 +25,8 @@ pub struct Report {
 
 /// Removes the finalizer everywhere. Objects whose kind is not served (e.g. Fleet not installed)
 /// are skipped.
-pub async fn run(client: &Client) -> Result<Report> {
-    Ok(Report {
+pub async fn run(client: &Client) -> Result<CleanupReport> {
+    Ok(CleanupReport {
         clusters: strip::<CapiCluster>(client).await?,
         cluster_classes: strip::<CapiClusterClass>(client).await?,
         cluster_groups: strip::<ClusterGroup>(client).await?,

@@ -32,8 +32,6 @@ pub const MOVE_STEP_LABEL: &str = "fleet.addons.cluster.x-k8s.io/move-step";
 pub const OPERATOR_API_VERSION: &str = "operator.cluster.x-k8s.io/v1alpha2";
 /// clusterctl's inventory.
 pub const INVENTORY_API_VERSION: &str = "clusterctl.cluster.x-k8s.io/v1alpha3";
-/// The ClusterClass pause annotation (`clusterv1.PausedAnnotation`).
-pub const CAPI_PAUSED_ANNOTATION: &str = crate::names::CAPI_PAUSED_ANNOTATION;
 
 /// The provider kinds, in clusterctl's install order (`ProviderType.Order`).
 pub const PROVIDER_KINDS: [&str; 7] = [
@@ -250,9 +248,9 @@ pub fn set_paused(value: &mut Value, paused: bool) {
                 .as_object_mut()
                 .expect("just made an object");
             if paused {
-                annotations.insert(CAPI_PAUSED_ANNOTATION.into(), json!(""));
+                annotations.insert(crate::names::CAPI_PAUSED_ANNOTATION.into(), json!(""));
             } else {
-                annotations.remove(CAPI_PAUSED_ANNOTATION);
+                annotations.remove(crate::names::CAPI_PAUSED_ANNOTATION);
                 if annotations.is_empty() {
                     value["metadata"]
                         .as_object_mut()

@@ -299,13 +299,13 @@ pub fn next_check(
 
 /// The state to record (`None`: leave the annotation as it is) and the actions that follow.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Decision {
+pub struct MoveDecision {
     pub record: Option<MoveState>,
     pub actions: Vec<Action>,
     pub requeue: Option<Duration>,
 }
 
-impl Decision {
+impl MoveDecision {
     fn idle() -> Self {
         Self {
             record: None,
@@ -340,7 +340,7 @@ impl Decision {
 }
 
 /// Rolls back: unpause the source if the move paused it, delete the Bundles once any could exist.
-fn fail(current: Option<&MoveState>, obs: &Observed, reason: String) -> Decision {
+fn fail(current: Option<&MoveState>, obs: &Observed, reason: String) -> MoveDecision {
     let paused_by_move = current.is_some_and(|s| s.paused_by_move);
     let mut state = MoveState::new(Phase::Failed, obs.now, paused_by_move, reason);
     let mut actions = Vec::new();
@@ -355,7 +355,7 @@ fn fail(current: Option<&MoveState>, obs: &Observed, reason: String) -> Decision
         actions.push(Action::DeleteBundles);
     }
     let requeue = (!actions.is_empty()).then_some(RECHECK);
-    Decision {
+    MoveDecision {
         record: Some(state),
         actions,
         requeue,
@@ -367,12 +367,16 @@ fn elapsed(state: &MoveState, now: i64) -> Duration {
 }
 
 /// The next step of the hand-over.
-pub fn decide_move(current: Option<&MoveState>, obs: &Observed, timeouts: &Timeouts) -> Decision {
+pub fn decide_move(
+    current: Option<&MoveState>,
+    obs: &Observed,
+    timeouts: &Timeouts,
+) -> MoveDecision {
     let Some(state) = current else {
         if !obs.opted_in {
-            return Decision::idle();
+            return MoveDecision::idle();
         }
-        return Decision::to(
+        return MoveDecision::to(
             MoveState::new(
                 Phase::Pending,
                 obs.now,
@@ -398,7 +402,11 @@ pub fn decide_move(current: Option<&MoveState>, obs: &Observed, timeouts: &Timeo
     match state.phase {
         Phase::Pending => {
             if !obs.fleet_cluster_ready {
-                return Decision::stay(state, "waiting for the Fleet Cluster".into(), Vec::new());
+                return MoveDecision::stay(
+                    state,
+                    "waiting for the Fleet Cluster".into(),
+                    Vec::new(),
+                );
             }
             if obs.spec_paused || obs.paused_annotation {
                 // clusterctl refuses to move a paused Cluster (`checkClustersNotPaused`): someone
@@ -409,16 +417,20 @@ pub fn decide_move(current: Option<&MoveState>, obs: &Observed, timeouts: &Timeo
                     "the Cluster is already paused (spec.paused or cluster.x-k8s.io/paused); unpause it and remove the move-state annotation to retry".into(),
                 );
             }
-            Decision::to(
+            MoveDecision::to(
                 MoveState::new(Phase::Pausing, obs.now, paused_by_move, ""),
                 vec![Action::SetSourcePaused(true)],
             )
         }
         Phase::Pausing => {
             if !obs.spec_paused {
-                return Decision::stay(state, String::new(), vec![Action::SetSourcePaused(true)]);
+                return MoveDecision::stay(
+                    state,
+                    String::new(),
+                    vec![Action::SetSourcePaused(true)],
+                );
             }
-            Decision::to(
+            MoveDecision::to(
                 MoveState::new(Phase::WaitingUnblocked, obs.now, paused_by_move, ""),
                 Vec::new(),
             )
@@ -432,7 +444,7 @@ pub fn decide_move(current: Option<&MoveState>, obs: &Observed, timeouts: &Timeo
                 );
             }
             if obs.blocking.is_empty() {
-                return Decision::to(
+                return MoveDecision::to(
                     MoveState::new(Phase::Publishing, obs.now, paused_by_move, ""),
                     vec![Action::ApplyBundles {
                         target_paused: true,
@@ -446,7 +458,7 @@ pub fn decide_move(current: Option<&MoveState>, obs: &Observed, timeouts: &Timeo
             if elapsed(state, obs.now) > timeouts.unblock {
                 return fail(current, obs, format!("timed out {message}"));
             }
-            Decision::stay(state, message, Vec::new())
+            MoveDecision::stay(state, message, Vec::new())
         }
         Phase::Publishing => {
             if !obs.spec_paused {
@@ -457,7 +469,7 @@ pub fn decide_move(current: Option<&MoveState>, obs: &Observed, timeouts: &Timeo
                 );
             }
             if obs.bundles == BundlesStatus::Missing {
-                return Decision::stay(
+                return MoveDecision::stay(
                     state,
                     String::new(),
                     vec![Action::ApplyBundles {
@@ -465,7 +477,7 @@ pub fn decide_move(current: Option<&MoveState>, obs: &Observed, timeouts: &Timeo
                     }],
                 );
             }
-            Decision::to(
+            MoveDecision::to(
                 MoveState::new(Phase::WaitingTarget, obs.now, paused_by_move, ""),
                 vec![Action::ApplyBundles {
                     target_paused: true,
@@ -481,13 +493,13 @@ pub fn decide_move(current: Option<&MoveState>, obs: &Observed, timeouts: &Timeo
                 );
             }
             match &obs.bundles {
-                BundlesStatus::Ready => Decision::to(
+                BundlesStatus::Ready => MoveDecision::to(
                     MoveState::new(Phase::ResumingTarget, obs.now, paused_by_move, ""),
                     vec![Action::ApplyBundles {
                         target_paused: false,
                     }],
                 ),
-                BundlesStatus::Missing => Decision::stay(
+                BundlesStatus::Missing => MoveDecision::stay(
                     state,
                     "the move Bundles are missing; creating them again".into(),
                     vec![Action::ApplyBundles {
@@ -502,7 +514,7 @@ pub fn decide_move(current: Option<&MoveState>, obs: &Observed, timeouts: &Timeo
                             format!("timed out waiting for the target: {why}"),
                         );
                     }
-                    Decision::stay(
+                    MoveDecision::stay(
                         state,
                         why.clone(),
                         vec![Action::ApplyBundles {
@@ -518,7 +530,7 @@ pub fn decide_move(current: Option<&MoveState>, obs: &Observed, timeouts: &Timeo
                 target_paused: false,
             }];
             match &obs.bundles {
-                BundlesStatus::Ready => Decision::to(
+                BundlesStatus::Ready => MoveDecision::to(
                     MoveState::new(
                         Phase::Moved,
                         obs.now,
@@ -527,15 +539,15 @@ pub fn decide_move(current: Option<&MoveState>, obs: &Observed, timeouts: &Timeo
                     ),
                     Vec::new(),
                 ),
-                BundlesStatus::Missing => Decision::stay(
+                BundlesStatus::Missing => MoveDecision::stay(
                     state,
                     "the move Bundles are missing; creating them again".into(),
                     resume,
                 ),
-                BundlesStatus::Waiting(why) => Decision::stay(state, why.clone(), resume),
+                BundlesStatus::Waiting(why) => MoveDecision::stay(state, why.clone(), resume),
             }
         }
-        Phase::Moved => Decision::idle(),
+        Phase::Moved => MoveDecision::idle(),
         Phase::Failed => {
             // Finish the rollback if a restart interrupted it.
             let mut actions = Vec::new();
@@ -550,7 +562,7 @@ pub fn decide_move(current: Option<&MoveState>, obs: &Observed, timeouts: &Timeo
                 ..state.clone()
             });
             let requeue = (!actions.is_empty()).then_some(RECHECK);
-            Decision {
+            MoveDecision {
                 record,
                 actions,
                 requeue,
