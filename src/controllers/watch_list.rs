@@ -1,6 +1,7 @@
-//! Every watch of the manager lists through [`events`]: a streaming list where the server serves
+//! The watches that may see thousands of objects (the import's shared caches, the referenced
+//! objects, the move Bundles) list through [`events`]: a streaming list where the server serves
 //! one, pages of a consistent list where it does not ([`crate::model::watch`] says why and
-//! decides).
+//! decides). The small watches keep kube-runtime's default, a consistent list in pages.
 
 use futures::stream::{self, BoxStream, StreamExt};
 use kube::runtime::watcher::{self, Event};
