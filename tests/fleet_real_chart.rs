@@ -76,15 +76,7 @@ async fn fleet_from_a_chart_with_the_real_structure_then_a_cluster_is_imported()
             .expect("Deployment from the chart");
     }
 
-    h.cluster(
-        "team-a",
-        json!({"metadata": {"name": "c1"}, "spec": {
-            "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "KubeadmControlPlane", "name": "c1-cp"},
-            "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerCluster", "name": "c1-infra"}
-        }}),
-    )
-    .await;
-    h.initialize("team-a", "c1").await;
+    h.importable_cluster("team-a", "c1").await;
     eventually("the Cluster imported against the chart's CRDs", || async {
         h.fleet_cluster("team-a", "c1").await.map(|_| ())
     })

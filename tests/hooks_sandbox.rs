@@ -612,20 +612,9 @@ async fn a_cluster_that_never_went_through_before_cluster_create_gets_a_working_
     env.capi_cluster("old", json!({}), "fleet-class", false)
         .await;
     let request = generate_patches_request("old");
-    let patch_count = |response: &Response| -> usize {
-        let ResponseBody::Patches { items } = &response.body else {
-            panic!("{response:?}");
-        };
-        let bytes =
-            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, &items[0].patch)
-                .expect("base64");
-        serde_json::from_slice::<Vec<Value>>(&bytes)
-            .expect("patch")
-            .len()
-    };
     let first = env.call_raw(Hook::GeneratePatches, &request).await;
     assert_eq!(first.status, ResponseStatus::Success, "{first:?}");
-    assert_eq!(patch_count(&first), 0, "no Secret yet: no patch");
+    assert_eq!(patch_len(&first), 0, "no Secret yet: no patch");
     // The background preparation created the Fleet Cluster and the token; the test plays Fleet.
     common::eventually("the token of Cluster old", || async {
         env.get(&token(), NS, "old").await
@@ -634,7 +623,7 @@ async fn a_cluster_that_never_went_through_before_cluster_create_gets_a_working_
     env.issue_token("old").await;
     let patched = common::eventually("a patch naming the bootstrap Secret", || async {
         let response = env.call_raw(Hook::GeneratePatches, &request).await;
-        (patch_count(&response) > 0).then_some(response)
+        (patch_len(&response) > 0).then_some(response)
     })
     .await;
     assert_eq!(patched.status, ResponseStatus::Success);
@@ -655,6 +644,18 @@ async fn a_cluster_that_never_went_through_before_cluster_create_gets_a_working_
     let bytes = serde_json::to_vec(&request).expect("json");
     let down = handlers::handle(&ctx, Hook::GeneratePatches, &bytes).await;
     assert_eq!(down.status, ResponseStatus::Failure, "{down:?}");
+}
+
+/// How many JSON patch operations the first patch of a GeneratePatches answer holds.
+fn patch_len(response: &Response) -> usize {
+    let ResponseBody::Patches { items } = &response.body else {
+        panic!("{response:?}");
+    };
+    let bytes = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, &items[0].patch)
+        .expect("base64");
+    serde_json::from_slice::<Vec<Value>>(&bytes)
+        .expect("patch")
+        .len()
 }
 
 fn generate_patches_request(cluster: &str) -> Value {
@@ -1177,22 +1178,11 @@ async fn hooks_answer_from_the_bootstrap_secret_watch_without_listing() {
     })
     .await;
 
-    let patches = |response: &Response| -> usize {
-        let ResponseBody::Patches { items } = &response.body else {
-            panic!("{response:?}");
-        };
-        let bytes =
-            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, &items[0].patch)
-                .expect("base64");
-        serde_json::from_slice::<Vec<Value>>(&bytes)
-            .expect("patch")
-            .len()
-    };
     let request = serde_json::to_vec(&generate_patches_request("c1")).expect("json");
     env.sandbox.requests().reset();
     for _ in 0..10 {
         let response = handlers::handle(&ctx, Hook::GeneratePatches, &request).await;
-        assert!(patches(&response) > 0, "{response:?}");
+        assert!(patch_len(&response) > 0, "{response:?}");
         assert_success(&call_with(&ctx, Hook::BeforeClusterCreate, &cluster).await);
     }
     assert_eq!(
@@ -1206,7 +1196,7 @@ async fn hooks_answer_from_the_bootstrap_secret_watch_without_listing() {
     let request = serde_json::to_vec(&generate_patches_request("c2")).expect("json");
     env.sandbox.requests().reset();
     let response = handlers::handle(&ctx, Hook::GeneratePatches, &request).await;
-    assert_eq!(patches(&response), 0, "{response:?}");
+    assert_eq!(patch_len(&response), 0, "{response:?}");
     let secret_gets = env.sandbox.requests().count(|r| {
         r.verb == Verb::Get && r.resource == "secrets" && r.name == "c2-fleet-agent-bootstrap"
     });

@@ -924,19 +924,6 @@ fn without_fleet_cluster_create() -> (Vec<Value>, Value, Value) {
     (objects, crippled, restored)
 }
 
-/// The CAPI Cluster `team-a/c1`, ready to import (manager-initiated).
-async fn importable_cluster(h: &Harness) {
-    h.cluster(
-        "team-a",
-        json!({"metadata": {"name": "c1"}, "spec": {
-            "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "KubeadmControlPlane", "name": "c1-cp"},
-            "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerCluster", "name": "c1-infra"}
-        }}),
-    )
-    .await;
-    h.initialize("team-a", "c1").await;
-}
-
 /// The `Authorized` condition of the FleetAddonConfig, as (status, reason, message).
 async fn authorized(h: &Harness) -> Option<(String, String, String)> {
     let config = Api::<caapf::api::FleetAddonConfig>::all(h.client.clone())
@@ -968,7 +955,7 @@ async fn a_missing_rule_is_a_403_the_manager_backs_off_from_and_recovers() {
     h.run_as_service_account(&objects, NAMESPACE, SERVICE_ACCOUNT)
         .await;
     h.config("cluster: {}").await;
-    importable_cluster(&h).await;
+    h.importable_cluster("team-a", "c1").await;
     h.start().await;
     let denied = |h: &Harness| {
         h.sandbox.requests().count(|r| {
@@ -1057,7 +1044,7 @@ async fn a_403_is_logged_as_an_error_naming_verb_and_resource_without_the_token(
         .service_account_token(NAMESPACE, SERVICE_ACCOUNT)
         .expect("token");
     h.config("cluster: {}").await;
-    importable_cluster(&h).await;
+    h.importable_cluster("team-a", "c1").await;
     let dir = tempfile::tempdir().expect("temp dir");
     let kubeconfig = dir.path().join("kubeconfig");
     h.sandbox

@@ -188,6 +188,20 @@ impl Harness {
             .expect("create cluster")
     }
 
+    /// A kubeadm/Docker CAPI Cluster `namespace/name` with its control plane initialized: ready
+    /// for a manager-initiated import.
+    pub async fn importable_cluster(&self, namespace: &str, name: &str) {
+        self.cluster(
+            namespace,
+            json!({"metadata": {"name": name}, "spec": {
+                "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "KubeadmControlPlane", "name": format!("{name}-cp")},
+                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerCluster", "name": format!("{name}-infra")}
+            }}),
+        )
+        .await;
+        self.initialize(namespace, name).await;
+    }
+
     /// Plays CAPI: marks the control plane initialized.
     pub async fn initialize(&self, namespace: &str, name: &str) {
         let api: Api<CapiCluster> = Api::namespaced(self.client.clone(), namespace);
