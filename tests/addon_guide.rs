@@ -144,7 +144,7 @@ async fn every_guide_document_applies_and_the_stages_read_as_documented() {
         async move {
             eventually(&format!("dev-1 FleetReady {want}"), || async {
                 let cluster: caapf::api::CapiCluster = h.get("apps", "dev-1").await?;
-                cluster.body["status"]["conditions"]
+                cluster.body.to_map()["status"]["conditions"]
                     .as_array()?
                     .iter()
                     .find(|c| c["type"] == "FleetReady" && c["reason"] == want)

@@ -252,8 +252,7 @@ async fn violations(h: &Harness, expected: &Expected) -> Vec<String> {
         let has_condition = c
             .body
             .get("status")
-            .and_then(|s| s.get("conditions"))
-            .and_then(Value::as_array)
+            .and_then(|s| s.get("conditions").and_then(Value::as_array).cloned())
             .is_some_and(|conditions| conditions.iter().any(|k| k["type"] == "FleetReady"));
         if !has_condition {
             problems.push(format!(

@@ -231,7 +231,7 @@ async fn survives_capi_status_writes_and_steady_state_writes_nothing() {
     let before = h.reconciles("health");
     let api: Api<CapiCluster> = Api::namespaced(h.client.clone(), NS);
     let live = api.get("c1").await.expect("cluster");
-    let mut list = live.body["status"]["conditions"]
+    let mut list = live.body.to_map()["status"]["conditions"]
         .as_array()
         .cloned()
         .unwrap_or_default();
@@ -277,12 +277,13 @@ async fn survives_capi_status_writes_and_steady_state_writes_nothing() {
         .filter(|r| r.verb.is_write() && from_manager(r) && r.group == "cluster.x-k8s.io")
         .collect();
     assert!(rewritten.is_empty(), "{rewritten:#?}");
-    let types: Vec<String> = api.get("c1").await.expect("cluster").body["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c["type"].as_str().map(str::to_string))
-        .collect();
+    let types: Vec<String> =
+        api.get("c1").await.expect("cluster").body.to_map()["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["type"].as_str().map(str::to_string))
+            .collect();
     for t in ["Available", "TopologyReconciled", FLEET_READY_CONDITION] {
         assert!(types.iter().any(|x| x == t), "{t} missing in {types:?}");
     }
@@ -344,7 +345,10 @@ async fn removed_on_deselect_and_on_opt_out() {
     })
     .await;
     let kept: CapiCluster = h.get(NS, "c1").await.expect("cluster");
-    assert_eq!(kept.body["status"]["conditions"][0]["type"], "Available");
+    assert_eq!(
+        kept.body.to_map()["status"]["conditions"][0]["type"],
+        "Available"
+    );
 
     h.merge_cluster(NS, "c1", json!({"metadata": {"labels": {"fleet": "yes"}}}))
         .await;

@@ -117,7 +117,7 @@ async fn wait_phase(h: &Harness, name: &str, phase: Phase) -> MoveState {
 
 async fn spec_paused(h: &Harness, name: &str) -> bool {
     let cluster: CapiCluster = h.get(NS, name).await.expect("cluster");
-    cluster.body["spec"]["paused"] == json!(true)
+    cluster.body.to_map()["spec"]["paused"] == json!(true)
 }
 
 async fn bundles(h: &Harness, name: &str) -> Vec<FleetBundle> {

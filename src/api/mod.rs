@@ -1,11 +1,12 @@
 //! API types: our own CRD and the printer of its manifest.
 
 mod capi;
+pub mod compact;
 mod fleet;
 mod fleet_addon_config;
 
 pub use capi::{CapiCluster, CapiClusterClass};
-pub use fleet::BundleNamespaceMapping;
+pub use fleet::{BundleNamespaceMapping, CachedFleetCluster};
 pub use fleet_addon_config::*;
 
 use kube::CustomResourceExt;

@@ -117,11 +117,12 @@ impl ClusterView {
             "finalizers": meta.finalizers,
             "deletionTimestamp": meta.deletion_timestamp,
         });
+        let body = cluster.body.to_map();
         Self::from_parts(
             Some(cluster.api_version.as_str()),
             &metadata,
-            cluster.body.get("spec").unwrap_or(&Value::Null),
-            cluster.body.get("status").unwrap_or(&Value::Null),
+            body.get("spec").unwrap_or(&Value::Null),
+            body.get("status").unwrap_or(&Value::Null),
         )
     }
 

@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use crate::api::CapiCluster;
+use crate::api::{CachedFleetCluster, CapiCluster};
 use crate::context::ConfigReceiver;
 use crate::controllers::import::context::{Decided, ImportContext};
 use crate::controllers::import::expectations::{self, Key};
@@ -50,9 +50,9 @@ const CONCURRENCY: u16 = 8;
 pub fn controller(
     ctx: Arc<ImportContext>,
     clusters: Feed<CapiCluster>,
-    fleet_clusters: Feed<FleetCluster>,
+    fleet_clusters: Feed<CachedFleetCluster>,
     namespaces: Feed<PartialObjectMeta<Namespace>>,
-    owner: impl Fn(&FleetCluster) -> Option<ObjectRef<CapiCluster>> + Send + Sync + 'static,
+    owner: impl Fn(&CachedFleetCluster) -> Option<ObjectRef<CapiCluster>> + Send + Sync + 'static,
     config: ConfigReceiver,
 ) -> impl Future<Output = ()> + Send {
     let (tx, rx) = mpsc::unbounded_channel();
@@ -61,7 +61,7 @@ pub fn controller(
     tokio::spawn(requeue_all_on_config_change(ctx.clone(), config, tx));
     Controller::for_shared_stream(clusters, ctx.stores.clusters.clone())
         .with_config(Config::default().concurrency(CONCURRENCY))
-        .watches_shared_stream(fleet_clusters, move |fleet: Arc<FleetCluster>| {
+        .watches_shared_stream(fleet_clusters, move |fleet: Arc<CachedFleetCluster>| {
             owner(&fleet)
         })
         .watches_shared_stream(
@@ -133,7 +133,7 @@ async fn reconcile_condition(cluster: &CapiCluster, ctx: &ImportContext) -> Resu
     }
     let now = Timestamp::now();
     let status = cluster.body.get("status");
-    let current = live_condition(status);
+    let current = live_condition(status.as_ref());
     let api: Api<CapiCluster> = Api::namespaced(ctx.base.controllers.clone(), &view.namespace);
     match fleet_health::desired(&decision, &view, &config, live.as_deref(), now) {
         Desired::Keep => Ok(Action::await_change()),

@@ -8,7 +8,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::discovery;
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
@@ -19,6 +19,8 @@ use tokio::sync::{Mutex, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::CapiCluster;
+use crate::api::compact::CompactObject;
+use crate::controllers::import::stores::map_event;
 use crate::model::capi::ProviderRef;
 
 /// How long a reconcile waits for a new cache's first list before going on without it.
@@ -47,7 +49,7 @@ enum Entry {
 /// A started cache of one referenced kind.
 #[derive(Clone)]
 struct Watched {
-    store: Store<DynamicObject>,
+    store: Store<CompactObject>,
     resource: ApiResource,
     /// True once the first list completed (many reconciles may wait on it at once, which
     /// kube's `Store::wait_until_ready` does not support).
@@ -178,13 +180,7 @@ impl References {
             move |config| watcher(api.clone(), config),
         )
         .backoff(crate::controllers::watch_backoff::WatchBackoff::default())
-        .modify(|object: &mut DynamicObject| {
-            object.metadata.managed_fields = None;
-            if let Some(data) = object.data.as_object_mut() {
-                // Status changes often and is never part of templateValues.
-                data.remove("status");
-            }
-        })
+        .map_ok(|event| map_event(event, cached_reference))
         .reflect(writer);
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
@@ -247,17 +243,28 @@ impl References {
     }
 }
 
+/// What the cache keeps of a referenced object: metadata without managedFields, and the rest
+/// without `status` (it changes often and is never part of `templateValues`) as compact text (a
+/// control plane's spec as a tree of maps is tens of KiB; `tests/cache_footprint.rs`).
+pub fn cached_reference(mut object: DynamicObject) -> CompactObject {
+    object.metadata.managed_fields = None;
+    if let Some(data) = object.data.as_object_mut() {
+        data.remove("status");
+    }
+    CompactObject::of(object)
+}
+
 /// Changes a user makes: generation (spec), labels and annotations.
-fn user_visible_hash(object: &DynamicObject) -> u64 {
+fn user_visible_hash(object: &impl kube::Resource) -> u64 {
     let mut hasher = DefaultHasher::new();
-    object.metadata.generation.hash(&mut hasher);
+    object.meta().generation.hash(&mut hasher);
     object.labels().hash(&mut hasher);
     object.annotations().hash(&mut hasher);
     hasher.finish()
 }
 
 /// CAPI sets an owner reference from the Cluster on its referenced objects.
-fn owning_clusters(object: &DynamicObject) -> Vec<ObjectRef<CapiCluster>> {
+fn owning_clusters(object: &impl kube::Resource) -> Vec<ObjectRef<CapiCluster>> {
     let namespace = object.namespace().unwrap_or_default();
     object
         .owner_references()

@@ -20,8 +20,8 @@ use std::sync::{Arc, RwLock};
 use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
 use fleet_api_rs::fleet_cluster_registration_token::ClusterRegistrationToken;
 use fleet_api_rs::fleet_clustergroup::ClusterGroup;
-use futures::StreamExt;
 use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::core::{PartialObjectMeta, Resource};
 use kube::runtime::reflector::{Store, store::Writer};
@@ -32,7 +32,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::api::{BundleNamespaceMapping, CapiCluster, CapiClusterClass};
+use crate::api::{BundleNamespaceMapping, CachedFleetCluster, CapiCluster, CapiClusterClass};
 use crate::cli::ManagerFlags;
 use crate::controllers::watch_backoff::WatchBackoff;
 use crate::controllers::watch_list;
@@ -71,7 +71,7 @@ pub struct Stores {
     clusters_by_class: Index<CapiCluster>,
     pub classes: Store<CapiClusterClass>,
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
-    pub fleet_clusters: Store<FleetCluster>,
+    pub fleet_clusters: Store<CachedFleetCluster>,
     pub groups: Store<ClusterGroup>,
     pub mappings: Store<BundleNamespaceMapping>,
     pub tokens: Store<PartialObjectMeta<ClusterRegistrationToken>>,
@@ -105,7 +105,7 @@ pub struct Hubs {
     pub clusters: Hub<CapiCluster>,
     pub classes: Hub<CapiClusterClass>,
     pub namespaces: Hub<PartialObjectMeta<Namespace>>,
-    pub fleet_clusters: Hub<FleetCluster>,
+    pub fleet_clusters: Hub<CachedFleetCluster>,
     pub groups: Hub<ClusterGroup>,
     pub mappings: Hub<BundleNamespaceMapping>,
     pub tokens: Hub<PartialObjectMeta<ClusterRegistrationToken>>,
@@ -116,7 +116,7 @@ pub struct Watches {
     clusters: PendingWatch<CapiCluster>,
     classes: PendingWatch<CapiClusterClass>,
     namespaces: PendingWatch<PartialObjectMeta<Namespace>>,
-    fleet_clusters: PendingWatch<FleetCluster>,
+    fleet_clusters: PendingWatch<CachedFleetCluster>,
     groups: PendingWatch<ClusterGroup>,
     mappings: PendingWatch<BundleNamespaceMapping>,
     tokens: PendingWatch<PartialObjectMeta<ClusterRegistrationToken>>,
@@ -162,10 +162,7 @@ impl Stores {
                 capi_config.clone(),
             )
             .backoff(WatchBackoff::default())
-            .modify(|cluster: &mut CapiCluster| {
-                slim(cluster);
-                keep_read_status(&mut cluster.body);
-            })
+            .modify(prepare_cached_cluster)
             .boxed(),
             vec![clusters_by_namespace.clone(), clusters_by_class.clone()],
             &mut listed,
@@ -182,10 +179,7 @@ impl Stores {
                 plain.clone(),
             )
             .backoff(WatchBackoff::default())
-            .modify(|fleet: &mut FleetCluster| {
-                slim(fleet);
-                digest_template_values(fleet);
-            })
+            .map_ok(|event| map_event(event, cached_fleet_cluster))
             .boxed(),
             Vec::new(),
             &mut listed,
@@ -257,9 +251,16 @@ impl Stores {
             .unwrap_or_default()
     }
 
+    /// The cached Fleet Cluster, decoded (the cache keeps it as compact text).
     pub fn fleet_cluster(&self, namespace: &str, name: &str) -> Option<Arc<FleetCluster>> {
-        self.fleet_clusters
-            .get(&ObjectRef::new(name).within(namespace))
+        let cached = self
+            .fleet_clusters
+            .get(&ObjectRef::new(name).within(namespace))?;
+        let typed = cached.typed();
+        if typed.is_none() {
+            tracing::error!(fleet_cluster = %name, %namespace, "cached Fleet Cluster does not decode");
+        }
+        typed.map(Arc::new)
     }
 
     pub fn class(&self, namespace: &str, name: &str) -> Option<Arc<CapiClusterClass>> {
@@ -334,6 +335,35 @@ where
     match namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
+    }
+}
+
+/// What the Cluster cache keeps of a watched Cluster: the metadata, spec and read status fields
+/// (`tests/cache_footprint.rs` measures it).
+pub fn prepare_cached_cluster(cluster: &mut CapiCluster) {
+    slim(cluster);
+    cluster.body.edit(keep_read_status);
+}
+
+/// What the Fleet Cluster cache keeps of a watched Fleet Cluster: our managedFields entries,
+/// `templateValues` as a digest, the rest as compact text.
+pub fn cached_fleet_cluster(mut fleet: FleetCluster) -> CachedFleetCluster {
+    slim(&mut fleet);
+    digest_template_values(&mut fleet);
+    CachedFleetCluster::of(fleet)
+}
+
+/// A watch event with its object changed into another form.
+pub(crate) fn map_event<K, L>(
+    event: watcher::Event<K>,
+    change: impl Fn(K) -> L,
+) -> watcher::Event<L> {
+    match event {
+        watcher::Event::Apply(object) => watcher::Event::Apply(change(object)),
+        watcher::Event::Delete(object) => watcher::Event::Delete(change(object)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(object) => watcher::Event::InitApply(change(object)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
     }
 }
 
@@ -665,7 +695,7 @@ mod tests {
 
     fn classy(namespace: &str, name: &str, class_namespace: &str) -> Arc<CapiCluster> {
         let mut cluster = (*cluster(namespace, name)).clone();
-        cluster.body.insert("spec".into(), serde_json::json!({"topology": {"classRef": {"name": "quick", "namespace": class_namespace}}}));
+        cluster.body.insert("spec", serde_json::json!({"topology": {"classRef": {"name": "quick", "namespace": class_namespace}}}));
         Arc::new(cluster)
     }
 

@@ -105,8 +105,7 @@ pub(super) async fn reconcile(meta: &CapiCluster, ctx: &MoveContext) -> Result<A
     let spec_paused = cluster
         .body
         .get("spec")
-        .and_then(|s| s.get("paused"))
-        .and_then(Value::as_bool)
+        .and_then(|s| s.get("paused").and_then(Value::as_bool))
         == Some(true);
     let paused_annotation = cluster
         .annotations()
