@@ -155,6 +155,65 @@ async fn steady_state_makes_no_writes_after_restart_and_on_resync() {
     h.stop().await;
 }
 
+/// A namespace decides all its Clusters, so only a change of what a Cluster contributes to it
+/// (imported or not, a ClusterClass from another namespace) reconciles it: Cluster API's status
+/// writes do not.
+#[tokio::test]
+async fn cluster_status_writes_do_not_reconcile_the_namespace() {
+    let mut h = Harness::new().await;
+    h.namespace("apps", json!({})).await;
+    h.config("cluster: {}").await;
+    for i in 0..3 {
+        h.cluster("apps", plain_cluster(&format!("c{i}"), json!({})))
+            .await;
+        h.initialize("apps", &format!("c{i}")).await;
+    }
+    h.start().await;
+    eventually("3 Fleet Clusters and the workspace annotation", || async {
+        let fleets = h.list::<FleetCluster>("apps").await;
+        let annotated = h.namespace_annotation("apps").await.is_some();
+        (fleets.len() == 3 && annotated).then_some(())
+    })
+    .await;
+    let before = h.reconciles("namespace");
+
+    let api: Api<CapiCluster> = Api::namespaced(h.client.clone(), "apps");
+    for k in 0..10 {
+        let observed = h.reconciles("cluster");
+        api.patch_status(
+            "c0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"controlPlane": {"replicas": k}}})),
+        )
+        .await
+        .expect("Cluster API's status write");
+        eventually("the Cluster controller saw the write", || async {
+            (h.reconciles("cluster") > observed).then_some(())
+        })
+        .await;
+    }
+    // A change the namespace must see, after the status writes in the same feed: once it is
+    // reconciled, the status writes were mapped too.
+    h.delete_cluster("apps", "c2").await;
+    eventually("the namespace reconciled after the deletion", || async {
+        (h.reconciles("namespace") > before).then_some(())
+    })
+    .await;
+    eventually("c2 gone", || async {
+        h.get::<CapiCluster>("apps", "c2")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let after = h.reconciles("namespace") - before;
+    assert!(
+        after <= 4,
+        "{after} namespace reconciles for 10 status writes and one deletion"
+    );
+    h.stop().await;
+}
+
 #[tokio::test]
 async fn selection_changes_converge_both_ways() {
     let mut h = Harness::new().await;

@@ -34,14 +34,14 @@ pub enum Registration {
 pub fn is_agent_initiated(
     import: &ClusterImport,
     cluster: &ClusterView,
-    live: Option<&FleetCluster>,
+    live: Option<&ObjectMeta>,
 ) -> bool {
     import.agent_initiated.applies_to(&cluster.labels) || prepared_by_runtime_extension(live)
 }
 
 /// Whether the runtime extension created this Fleet Cluster for agent-initiated registration.
-pub fn prepared_by_runtime_extension(live: Option<&FleetCluster>) -> bool {
-    live.and_then(|c| c.metadata.annotations.as_ref())
+pub fn prepared_by_runtime_extension(live: Option<&ObjectMeta>) -> bool {
+    live.and_then(|meta| meta.annotations.as_ref())
         .and_then(|a| a.get(names::REGISTRATION_ANNOTATION))
         .is_some_and(|v| v == names::REGISTRATION_RUNTIME_EXTENSION)
 }
@@ -405,8 +405,12 @@ mod runtime_extension_tests {
         );
         assert_eq!(value["spec"]["clientID"], "id-1");
         assert!(value["spec"]["kubeConfigSecret"].is_null());
-        assert!(prepared_by_runtime_extension(Some(&fleet_cluster)));
-        assert!(is_agent_initiated(import, &cluster(), Some(&fleet_cluster)));
+        assert!(prepared_by_runtime_extension(Some(&fleet_cluster.metadata)));
+        assert!(is_agent_initiated(
+            import,
+            &cluster(),
+            Some(&fleet_cluster.metadata)
+        ));
     }
 
     /// The bootstrap Secret's owner and the Fleet objects' owners name the same API version.
@@ -681,12 +685,12 @@ mod tests {
         let import = default_import();
         let view = cluster(json!({}));
         let mut live = FleetCluster::new("c1", FleetClusterSpec::default());
-        assert!(!is_agent_initiated(&import, &view, Some(&live)));
+        assert!(!is_agent_initiated(&import, &view, Some(&live.metadata)));
         live.metadata.annotations = Some(BTreeMap::from([(
             names::REGISTRATION_ANNOTATION.to_string(),
             names::REGISTRATION_RUNTIME_EXTENSION.to_string(),
         )]));
-        assert!(is_agent_initiated(&import, &view, Some(&live)));
+        assert!(is_agent_initiated(&import, &view, Some(&live.metadata)));
     }
 
     #[test]

@@ -443,7 +443,7 @@ pub fn deletes_fleet_cluster(cluster: &ClusterView, fleet_cluster: &FleetCluster
             .iter()
             .flatten()
             .any(|owner| owner.uid == cluster.uid);
-    let prepared = fleet::prepared_by_runtime_extension(Some(fleet_cluster));
+    let prepared = fleet::prepared_by_runtime_extension(Some(&fleet_cluster.metadata));
     fleet_cluster.metadata.deletion_timestamp.is_none() && (owned || prepared)
 }
 

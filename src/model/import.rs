@@ -6,6 +6,7 @@ use crate::model::capi::{ClusterView, StringMap};
 use crate::model::config::EffectiveConfig;
 use crate::model::fleet::is_agent_initiated;
 use crate::model::selection::ClusterFacts;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// The decision for one Cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,12 +55,13 @@ impl Decision {
 }
 
 /// Decides for one Cluster. `namespace_labels` are the labels of its namespace (empty when
-/// unknown); `live` is its Fleet Cluster, when one exists.
+/// unknown); `live` is its Fleet Cluster's metadata, when one exists (the decision reads nothing
+/// else of it, so deciding needs no decode of the cached spec and status).
 pub fn import_decision(
     cluster: &ClusterView,
     config: &EffectiveConfig,
     namespace_labels: &StringMap,
-    live: Option<&FleetCluster>,
+    live: Option<&ObjectMeta>,
 ) -> Decision {
     // Before anything else: a moved Cluster stays paused, and the decisions below (Paused,
     // Cleanup, Release) would act on what is now the workload cluster's own Fleet Cluster.

@@ -98,23 +98,45 @@ pub struct NamespaceFacts<'a> {
     pub mappings: Vec<(String, bool)>,
 }
 
+/// What one Cluster contributes to its namespace's plan: all [`plan`] reads of it. The
+/// namespace controller reconciles a namespace when a Cluster's contribution changes, not on
+/// every change of a Cluster (a namespace decides all its Clusters each time).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Contribution {
+    /// The namespace needs the Fleet workspace annotation for this Cluster.
+    pub workspace: bool,
+    /// The ClusterClass from another namespace this selected Cluster uses.
+    pub foreign_class: Option<ClassRef>,
+}
+
+pub fn contribution(cluster: &ClusterView, decision: &Decision) -> Contribution {
+    Contribution {
+        workspace: decision.is_imported()
+            || matches!(
+                decision,
+                Decision::Paused { selected: true } | Decision::Moved
+            ),
+        foreign_class: decision
+            .is_selected()
+            .then(|| cluster.cross_namespace_class().cloned())
+            .flatten(),
+    }
+}
+
 /// Computes the plan for one namespace.
 pub fn plan(facts: &NamespaceFacts<'_>) -> NamespacePlan {
-    let workspace_annotation = facts.clusters.iter().any(|(_, decision)| {
-        decision.is_imported()
-            || matches!(
-                **decision,
-                Decision::Paused { selected: true } | Decision::Moved
-            )
-    });
+    let contributions: Vec<Contribution> = facts
+        .clusters
+        .iter()
+        .map(|(cluster, decision)| contribution(cluster, decision))
+        .collect();
+    let workspace_annotation = contributions.iter().any(|c| c.workspace);
 
     // Classes from other namespaces used by selected Clusters of this namespace.
     let classes: BTreeSet<(String, String)> = if facts.apply_class_group {
-        facts
-            .clusters
+        contributions
             .iter()
-            .filter(|(_, decision)| decision.is_selected())
-            .filter_map(|(cluster, _)| cluster.cross_namespace_class())
+            .filter_map(|c| c.foreign_class.as_ref())
             .map(|class| (class.name.clone(), class.namespace.clone()))
             .collect()
     } else {
@@ -242,6 +264,45 @@ mod tests {
             .iter()
             .filter_map(|g| g.metadata.name.clone())
             .collect()
+    }
+
+    #[test]
+    fn a_cluster_contributes_the_workspace_and_its_foreign_class() {
+        let foreign = view("a", Some(("qs", "classes")));
+        let local = view("b", Some(("qs", "default")));
+        let bare = view("c", None);
+        let qs = ClassRef {
+            name: "qs".into(),
+            namespace: "classes".into(),
+        };
+        let rows: [(&ClusterView, Decision, bool, Option<&ClassRef>); 10] = [
+            (&foreign, IMPORT, true, Some(&qs)),
+            (&foreign, Decision::Wait, false, Some(&qs)),
+            (
+                &foreign,
+                Decision::Paused { selected: true },
+                true,
+                Some(&qs),
+            ),
+            (&foreign, Decision::Paused { selected: false }, false, None),
+            (&foreign, Decision::Moved, true, Some(&qs)),
+            (&foreign, Decision::Cleanup, false, None),
+            (&foreign, Decision::Ignore, false, None),
+            (&foreign, Decision::Hold, false, None),
+            (&local, IMPORT, true, None),
+            (&bare, IMPORT, true, None),
+        ];
+        for (cluster, decision, workspace, foreign_class) in rows {
+            assert_eq!(
+                contribution(cluster, &decision),
+                Contribution {
+                    workspace,
+                    foreign_class: foreign_class.cloned(),
+                },
+                "{} {decision:?}",
+                cluster.name
+            );
+        }
     }
 
     #[test]

@@ -9,10 +9,11 @@ use std::sync::{Arc, Mutex};
 use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
 use kube::Resource;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use tokio::sync::Notify;
 
 use crate::Result;
-use crate::api::CapiCluster;
+use crate::api::{CachedFleetCluster, CapiCluster};
 use crate::context::Context;
 use crate::controllers::backoff::Backoff;
 use crate::controllers::import::expectations::Expectations;
@@ -88,19 +89,54 @@ impl ImportContext {
         .await
     }
 
-    /// Reads one Cluster from the caches and decides what to do with it.
+    /// Reads one Cluster from the caches and decides what to do with it; `live` is its Fleet
+    /// Cluster, decoded from the cache.
     pub fn decide(&self, cluster: &CapiCluster, config: &EffectiveConfig) -> Option<Decided> {
-        let view = ClusterView::of(cluster)?;
-        let fleet_name = config.fleet_cluster_name(&view.name);
-        let live = self.stores.fleet_cluster(&view.namespace, &fleet_name);
-        let namespace_labels = self.stores.namespace_labels(&view.namespace);
-        let decision = import_decision(&view, config, &namespace_labels, live.as_deref());
+        let (view, fleet_name, cached, decision) = self.decide_cached(cluster, config)?;
+        let live = cached.and_then(|_| self.stores.fleet_cluster(&view.namespace, &fleet_name));
         Some(Decided {
             view,
             fleet_name,
             live,
             decision,
         })
+    }
+
+    /// [`Self::decide`] without decoding the Fleet Cluster, for callers that need only the
+    /// view and the decision (a namespace decides all its Clusters on every change).
+    pub fn decision(
+        &self,
+        cluster: &CapiCluster,
+        config: &EffectiveConfig,
+    ) -> Option<(ClusterView, Decision)> {
+        let (view, _, _, decision) = self.decide_cached(cluster, config)?;
+        Some((view, decision))
+    }
+
+    fn decide_cached(
+        &self,
+        cluster: &CapiCluster,
+        config: &EffectiveConfig,
+    ) -> Option<(
+        ClusterView,
+        String,
+        Option<Arc<CachedFleetCluster>>,
+        Decision,
+    )> {
+        let view = ClusterView::of(cluster)?;
+        let fleet_name = config.fleet_cluster_name(&view.name);
+        let cached = self
+            .stores
+            .fleet_clusters
+            .get(&ObjectRef::new(&fleet_name).within(&view.namespace));
+        let namespace_labels = self.stores.namespace_labels(&view.namespace);
+        let decision = import_decision(
+            &view,
+            config,
+            &namespace_labels,
+            cached.as_deref().map(|c| &c.metadata),
+        );
+        Some((view, fleet_name, cached, decision))
     }
 
     /// Whether the missing `role` reference of the Cluster `uid` is reported for the first time.

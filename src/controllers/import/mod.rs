@@ -24,19 +24,18 @@ pub mod stores;
 use std::future::ready;
 use std::sync::Arc;
 
-use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
 use fleet_api_rs::fleet_clustergroup::ClusterGroup;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
-use kube::core::PartialObjectMeta;
+use kube::core::{PartialObjectMeta, Resource};
 use kube::runtime::controller::{Config, Controller};
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use crate::api::{CapiCluster, CapiClusterClass};
+use crate::api::{CachedFleetCluster, CapiCluster, CapiClusterClass};
 use crate::context::Context;
 use crate::model::capi::ClassRef;
 use context::ImportContext;
@@ -102,7 +101,7 @@ pub async fn run(base: Arc<Context>) {
             .with_config(Config::default().concurrency(CONCURRENCY))
             .watches_shared_stream(
                 hubs.fleet_clusters.subscribe(),
-                move |fleet: Arc<FleetCluster>| owning_cluster(&fleet, &naming),
+                move |fleet: Arc<CachedFleetCluster>| owning_cluster(&*fleet, &naming),
             )
             .watches_shared_stream(
                 hubs.namespaces.subscribe(),
@@ -138,12 +137,14 @@ pub async fn run(base: Arc<Context>) {
 
     // Namespace controller.
     let class_ctx = ctx.clone();
+    let triggers = namespaces::NamespaceTriggers::new(ctx.clone());
     let namespaces =
         Controller::for_shared_stream(hubs.namespaces.subscribe(), stores.namespaces.clone())
             .with_config(Config::default().concurrency(CONCURRENCY))
-            .watches_shared_stream(hubs.clusters.subscribe(), |cluster: Arc<CapiCluster>| {
-                cluster.namespace().map(|ns| ObjectRef::new(&ns))
-            })
+            .watches_shared_stream(
+                hubs.clusters.subscribe(),
+                move |cluster: Arc<CapiCluster>| triggers.after_change(&cluster),
+            )
             .watches_shared_stream(hubs.groups.subscribe(), |group: Arc<ClusterGroup>| {
                 group.namespace().map(|ns| ObjectRef::new(&ns))
             })
@@ -276,7 +277,7 @@ async fn fan_out_config_changes(
 
 /// The CAPI Cluster a Fleet Cluster belongs to: its owner, or the one its name was made from.
 fn owning_cluster(
-    fleet: &FleetCluster,
+    fleet: &impl Resource,
     config: &crate::context::ConfigReceiver,
 ) -> Option<ObjectRef<CapiCluster>> {
     let namespace = fleet.namespace()?;

@@ -13,7 +13,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::api::BundleNamespaceMapping;
+use crate::api::{BundleNamespaceMapping, CapiCluster};
 use crate::apply::{apply_if_changed, delete_if_exists};
 use crate::controllers::import::context::ImportContext;
 use crate::controllers::import::expectations::{self, Key};
@@ -22,7 +22,8 @@ use crate::model::capi::{ClassRef, ClassView, ClusterView};
 use crate::model::diff::owned_fields;
 use crate::model::import::Decision;
 use crate::model::namespace::{
-    ExistingGroup, NamespaceFacts, NamespaceState, is_orphaned_mapping, orphaned_mappings, plan,
+    Contribution, ExistingGroup, NamespaceFacts, NamespaceState, contribution, is_orphaned_mapping,
+    orphaned_mappings, plan,
 };
 use crate::names;
 use crate::{Error, Result};
@@ -31,6 +32,70 @@ use crate::{Error, Result};
 pub const CONTROLLER: &str = "namespace";
 
 type NamespaceMeta = PartialObjectMeta<Namespace>;
+
+/// Which Cluster changes reconcile their namespace: those that change what the Cluster
+/// contributes to the namespace's plan ([`contribution`]). A namespace decides all its Clusters
+/// each time, so reconciling it on every Cluster change (a finalizer, a condition, a status
+/// write of Cluster API) cost O(Clusters in the namespace) per change.
+pub struct NamespaceTriggers {
+    ctx: Arc<ImportContext>,
+    last: std::sync::Mutex<Contributions>,
+}
+
+/// The last contribution of each cached Cluster, by (namespace, name).
+#[derive(Default)]
+pub struct Contributions(std::collections::HashMap<(String, String), Contribution>);
+
+impl Contributions {
+    /// Records the Cluster's contribution now (`None`: gone from the cache, or not computable);
+    /// whether its namespace must be reconciled.
+    pub fn changed(&mut self, key: (String, String), now: Option<Contribution>) -> bool {
+        match now {
+            Some(now) => self.0.insert(key, now.clone()).as_ref() != Some(&now),
+            None => {
+                self.0.remove(&key);
+                true
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl NamespaceTriggers {
+    pub fn new(ctx: Arc<ImportContext>) -> Self {
+        Self {
+            ctx,
+            last: std::sync::Mutex::default(),
+        }
+    }
+
+    /// The namespace to reconcile after `cluster` changed (or was deleted), if any. When the
+    /// contribution cannot be computed (no configuration yet), the namespace is reconciled.
+    pub fn after_change(&self, cluster: &CapiCluster) -> Option<ObjectRef<NamespaceMeta>> {
+        let namespace = cluster.namespace()?;
+        let key = (namespace.clone(), cluster.name_any());
+        let cached = self
+            .ctx
+            .stores
+            .clusters
+            .get(&ObjectRef::new(&key.1).within(&namespace))
+            .is_some();
+        let now = cached
+            .then(|| self.ctx.base.config())
+            .flatten()
+            .and_then(|config| self.ctx.decision(cluster, &config))
+            .map(|(view, decision)| contribution(&view, &decision));
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        last.changed(key, now).then(|| ObjectRef::new(&namespace))
+    }
+}
 
 /// Reconciles one namespace.
 pub async fn reconcile(namespace: Arc<NamespaceMeta>, ctx: Arc<ImportContext>) -> Result<Action> {
@@ -80,8 +145,7 @@ async fn reconcile_namespace(namespace: &NamespaceMeta, ctx: &ImportContext) -> 
         .stores
         .clusters_in(&name)
         .iter()
-        .filter_map(|object| ctx.decide(object, &config))
-        .map(|decided| (decided.view, decided.decision))
+        .filter_map(|object| ctx.decision(object, &config))
         .collect();
     let class_labels = |class: &ClassRef| {
         ctx.stores
@@ -347,4 +411,50 @@ async fn sync_annotation(
         .await?;
     tracing::info!(namespace = %name, annotated = wanted, "Fleet workspace annotation updated");
     Ok(applied.metadata.resource_version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::capi::ClassRef;
+
+    fn key(name: &str) -> (String, String) {
+        ("ns".to_string(), name.to_string())
+    }
+
+    #[test]
+    fn only_a_changed_or_gone_contribution_reconciles_the_namespace() {
+        let imported = Contribution {
+            workspace: true,
+            foreign_class: None,
+        };
+        let with_class = Contribution {
+            workspace: true,
+            foreign_class: Some(ClassRef {
+                name: "qs".into(),
+                namespace: "classes".into(),
+            }),
+        };
+        let mut last = Contributions::default();
+        let steps = [
+            ("c1", Some(&imported), true, "first seen"),
+            (
+                "c1",
+                Some(&imported),
+                false,
+                "same contribution: a status write",
+            ),
+            ("c2", Some(&imported), true, "another Cluster"),
+            ("c1", Some(&with_class), true, "a foreign class now"),
+            ("c1", Some(&with_class), false, "unchanged again"),
+            ("c1", None, true, "gone"),
+            ("c1", None, true, "still unknown"),
+            ("c1", Some(&with_class), true, "back"),
+        ];
+        for (name, now, reconcile, what) in steps {
+            assert_eq!(last.changed(key(name), now.cloned()), reconcile, "{what}");
+        }
+        last.changed(key("c2"), None);
+        assert_eq!(last.len(), 1, "a gone Cluster leaves no entry");
+    }
 }
