@@ -3,7 +3,8 @@
 //!
 //! 1. Prepares the input once: a `kube-sandbox` process (validating custom resources, as a real
 //!    server does) with N CAPI Clusters in M namespaces, a fifth of them using a ClusterClass from
-//!    another namespace, all with initialized control planes; saved as a sandbox snapshot.
+//!    another namespace, all with initialized control planes (and, by default, real-shaped, with
+//!    their referenced objects: `BENCH_SHAPE`); saved as a sandbox snapshot.
 //! 2. The floor: a bare client creating the same N Fleet Clusters (8 connections) against a
 //!    sandbox started from the snapshot.
 //! 3. For each manager mode (its defaults, then each of `BENCH_MODES`): a sandbox from the
@@ -17,7 +18,9 @@
 //! and 100), `BENCH_MODES` (`;`-separated extra manager flags, default
 //! `--kube-api-qps=100 --kube-api-burst=200`, Cluster API's own values; empty: defaults only),
 //! `BENCH_MANAGER_WRAPPER` (a command the manager runs under, e.g. a heap profiler),
-//! `BENCH_SANDBOX_ARGS` (extra `kube-sandbox` flags for the runs, e.g. `--no-watch-list`).
+//! `BENCH_SANDBOX_ARGS` (extra `kube-sandbox` flags for the runs, e.g. `--no-watch-list`),
+//! `BENCH_SHAPE` (`provisioned`, the default: each Cluster real-shaped, with Cluster API's status
+//! and the KubeadmControlPlane and DockerCluster it references; `minimal`: a bare Cluster).
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -26,7 +29,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
 
 #[path = "bench_common/mod.rs"]
@@ -46,6 +50,112 @@ where
         .buffer_unordered(CONNECTIONS)
         .collect::<Vec<()>>()
         .await;
+}
+
+/// `BENCH_SHAPE`: `provisioned` (default) stamps each workload cluster from
+/// `tests/fixtures/capi/` (a provisioned Cluster with Cluster API's status, its
+/// KubeadmControlPlane and DockerCluster); `minimal` is the bare Cluster earlier figures used.
+fn shape_is_provisioned() -> bool {
+    match std::env::var("BENCH_SHAPE").as_deref() {
+        Ok("minimal") => false,
+        Ok("provisioned") | Err(_) => true,
+        Ok(other) => panic!("BENCH_SHAPE={other}: expected provisioned or minimal"),
+    }
+}
+
+/// A Cluster with nothing but a name, a label and, for a fifth, a topology; and its status.
+fn minimal_cluster(i: usize, ns: &str) -> (Value, Value) {
+    let spec = if i.is_multiple_of(5) {
+        json!({"topology": {"classRef": {"name": "quick-start", "namespace": "classes"}, "version": "v1.35.0"}})
+    } else {
+        json!({})
+    };
+    let cluster = json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": format!("c-{i}"), "namespace": ns, "labels": {"bench": "yes"}},
+        "spec": spec,
+    });
+    (
+        cluster,
+        json!({"initialization": {"controlPlaneInitialized": true}}),
+    )
+}
+
+/// The real-shaped objects one workload cluster is stamped from.
+struct Fixtures {
+    cluster: Value,
+    control_plane: Value,
+    infrastructure: Value,
+}
+
+impl Fixtures {
+    fn load() -> Self {
+        let read = |name: &str| -> Value {
+            let path = format!("{}/tests/fixtures/capi/{name}", env!("CARGO_MANIFEST_DIR"));
+            serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON")
+        };
+        Self {
+            cluster: read("cluster-provisioned-v1beta2.json"),
+            control_plane: read("kubeadmcontrolplane-provisioned-v1beta2.json"),
+            infrastructure: read("dockercluster-provisioned-v1beta2.json"),
+        }
+    }
+
+    /// Cluster `i` and its status: a fifth use the ClusterClass from another namespace, the
+    /// rest have no topology (their references stay).
+    fn cluster(&self, i: usize, ns: &str) -> (Value, Value) {
+        let name = format!("c-{i}");
+        let mut cluster = self.cluster.clone();
+        let status = cluster
+            .as_object_mut()
+            .and_then(|c| c.remove("status"))
+            .expect("status");
+        cluster["metadata"]["name"] = json!(name);
+        cluster["metadata"]["namespace"] = json!(ns);
+        cluster["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] = json!(name);
+        cluster["metadata"]["labels"]["bench"] = json!("yes");
+        cluster["spec"]["controlPlaneRef"]["name"] = json!(format!("{name}-cp"));
+        cluster["spec"]["infrastructureRef"]["name"] = json!(format!("{name}-infra"));
+        if !i.is_multiple_of(5) {
+            let spec = cluster["spec"].as_object_mut().expect("spec");
+            spec.remove("topology");
+        }
+        (cluster, status)
+    }
+
+    /// The KubeadmControlPlane and DockerCluster of Cluster `i`, owned by it.
+    fn references(&self, i: usize, ns: &str, uid: &str) -> Vec<(ApiResource, Value)> {
+        let cluster = format!("c-{i}");
+        [
+            (
+                &self.control_plane,
+                format!("{cluster}-cp"),
+                "kubeadmcontrolplanes",
+            ),
+            (
+                &self.infrastructure,
+                format!("{cluster}-infra"),
+                "dockerclusters",
+            ),
+        ]
+        .into_iter()
+        .map(|(fixture, name, plural)| {
+            let mut object = fixture.clone();
+            object.as_object_mut().expect("object").remove("status");
+            object["metadata"]["name"] = json!(name);
+            object["metadata"]["namespace"] = json!(ns);
+            object["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] = json!(cluster);
+            object["metadata"]["ownerReferences"][0]["name"] = json!(cluster);
+            object["metadata"]["ownerReferences"][0]["uid"] = json!(uid);
+            let (group, version) = object["apiVersion"]
+                .as_str()
+                .and_then(|v| v.split_once('/'))
+                .expect("apiVersion");
+            let gvk = GroupVersionKind::gvk(group, version, object["kind"].as_str().expect("kind"));
+            (ApiResource::from_gvk_with_plural(&gvk, plural), object)
+        })
+        .collect()
+    }
 }
 
 async fn prepare(dir: &Path, clusters: usize, namespaces: usize) -> Duration {
@@ -76,33 +186,43 @@ async fn prepare(dir: &Path, clusters: usize, namespaces: usize) -> Duration {
         .create(&PostParams::default(), &class)
         .await
         .expect("create class");
+    let provisioned = shape_is_provisioned();
+    let fixtures = Fixtures::load();
     run_all(clusters, |i| {
         let client = client.clone();
+        let fixtures = &fixtures;
         async move {
             let ns = namespace_of(i, namespaces);
             let name = format!("c-{i}");
-            let spec = if i % 5 == 0 {
-                json!({"topology": {"classRef": {"name": "quick-start", "namespace": "classes"}, "version": "v1.35.0"}})
+            let api: Api<caapf::api::CapiCluster> = Api::namespaced(client.clone(), &ns);
+            let (cluster, status) = if provisioned {
+                fixtures.cluster(i, &ns)
             } else {
-                json!({})
+                minimal_cluster(i, &ns)
             };
-            let api: Api<caapf::api::CapiCluster> = Api::namespaced(client, &ns);
-            let cluster = serde_json::from_value(json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-                "metadata": {"name": name, "namespace": ns, "labels": {"bench": "yes"}},
-                "spec": spec,
-            }))
-            .expect("cluster");
-            api.create(&PostParams::default(), &cluster)
+            let cluster = serde_json::from_value(cluster).expect("cluster");
+            let created = api
+                .create(&PostParams::default(), &cluster)
                 .await
                 .expect("create cluster");
             api.patch_status(
                 &name,
                 &PatchParams::default(),
-                &Patch::Merge(json!({"status": {"initialization": {"controlPlaneInitialized": true}}})),
+                &Patch::Merge(json!({"status": status})),
             )
             .await
-            .expect("initialize");
+            .expect("status");
+            if provisioned {
+                let uid = created.metadata.uid.expect("uid");
+                for (resource, object) in fixtures.references(i, &ns, &uid) {
+                    let api: Api<DynamicObject> =
+                        Api::namespaced_with(client.clone(), &ns, &resource);
+                    let object: DynamicObject = serde_json::from_value(object).expect("object");
+                    api.create(&PostParams::default(), &object)
+                        .await
+                        .expect("create referenced object");
+                }
+            }
         }
     })
     .await;
@@ -316,7 +436,12 @@ async fn import_benchmark() {
 
     let setup = prepare(dir.path(), clusters, namespaces).await;
     println!(
-        "input: {clusters} Clusters in {namespaces} namespaces (a fifth using a ClusterClass from another namespace), prepared in {setup:.1?}"
+        "input: {clusters} {} Clusters in {namespaces} namespaces (a fifth using a ClusterClass from another namespace), prepared in {setup:.1?}",
+        if shape_is_provisioned() {
+            "provisioned (with KubeadmControlPlane and DockerCluster)"
+        } else {
+            "minimal"
+        }
     );
     let (floor_time, floor_sandbox) = floor(dir.path(), clusters, namespaces).await;
     let mut runs = Vec::new();
