@@ -16,12 +16,8 @@ use std::fmt;
 pub struct Body(Box<str>);
 
 impl Body {
-    pub fn from_map(map: &Map<String, Value>) -> Self {
+    pub fn from_map(map: Map<String, Value>) -> Self {
         // Serialising a map of JSON values cannot fail (its keys are strings).
-        Self(Value::Object(map.clone()).to_string().into_boxed_str())
-    }
-
-    pub(crate) fn from_owned_map(map: Map<String, Value>) -> Self {
         Self(Value::Object(map).to_string().into_boxed_str())
     }
 
@@ -39,7 +35,7 @@ impl Body {
     pub fn edit(&mut self, change: impl FnOnce(&mut Map<String, Value>)) {
         let mut map = self.to_map();
         change(&mut map);
-        *self = Self::from_owned_map(map);
+        *self = Self::from_map(map);
     }
 
     /// Sets one top-level field.
@@ -114,7 +110,7 @@ macro_rules! compact_resource {
                     api_version: wire.api_version,
                     kind: wire.kind,
                     metadata: wire.metadata,
-                    body: $crate::api::compact::Body::from_owned_map(wire.body),
+                    body: $crate::api::compact::Body::from_map(wire.body),
                 })
             }
         }
@@ -167,7 +163,7 @@ pub struct CompactObject {
 impl CompactObject {
     pub fn of(object: kube::api::DynamicObject) -> Self {
         let body = match object.data {
-            Value::Object(map) => Body::from_owned_map(map),
+            Value::Object(map) => Body::from_map(map),
             _ => Body::default(),
         };
         Self {
@@ -231,7 +227,7 @@ mod tests {
     fn a_body_reads_and_edits_like_the_map_it_holds() {
         let map = json!({"spec": {"b": [1, 2.5, "x"], "a": null}, "status": {"phase": "Up"}});
         let map = map.as_object().expect("object").clone();
-        let mut body = Body::from_map(&map);
+        let mut body = Body::from_map(map.clone());
         assert_eq!(body.to_map(), map);
         assert_eq!(body.get("status"), Some(json!({"phase": "Up"})));
         assert_eq!(body.get("missing"), None);

@@ -100,7 +100,7 @@ impl CachedFleetCluster {
             api_version: "fleet.cattle.io/v1alpha1".to_string(),
             kind: "Cluster".to_string(),
             metadata,
-            body: super::compact::Body::from_owned_map(body),
+            body: super::compact::Body::from_map(body),
         }
     }
 

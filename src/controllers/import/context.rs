@@ -18,7 +18,7 @@ use crate::context::Context;
 use crate::controllers::backoff::Backoff;
 use crate::controllers::import::expectations::Expectations;
 use crate::controllers::import::references::References;
-use crate::controllers::import::stores::Stores;
+use crate::controllers::import::stores::{Stores, decoded};
 use crate::controllers::reconcile;
 use crate::model::capi::ClusterView;
 use crate::model::config::EffectiveConfig;
@@ -93,7 +93,7 @@ impl ImportContext {
     /// Cluster, decoded from the cache.
     pub fn decide(&self, cluster: &CapiCluster, config: &EffectiveConfig) -> Option<Decided> {
         let (view, fleet_name, cached, decision) = self.decide_cached(cluster, config)?;
-        let live = cached.and_then(|_| self.stores.fleet_cluster(&view.namespace, &fleet_name));
+        let live = cached.as_deref().and_then(decoded);
         Some(Decided {
             view,
             fleet_name,

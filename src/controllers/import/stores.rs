@@ -26,7 +26,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::core::{PartialObjectMeta, Resource};
 use kube::runtime::reflector::{Store, store::Writer};
 use kube::runtime::{WatchStreamExt, metadata_watcher, reflector::ObjectRef, watcher};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
@@ -256,11 +256,7 @@ impl Stores {
         let cached = self
             .fleet_clusters
             .get(&ObjectRef::new(name).within(namespace))?;
-        let typed = cached.typed();
-        if typed.is_none() {
-            tracing::error!(fleet_cluster = %name, %namespace, "cached Fleet Cluster does not decode");
-        }
-        typed.map(Arc::new)
+        decoded(&cached)
     }
 
     pub fn class(&self, namespace: &str, name: &str) -> Option<Arc<CapiClusterClass>> {
@@ -351,6 +347,15 @@ pub fn cached_fleet_cluster(mut fleet: FleetCluster) -> CachedFleetCluster {
     slim(&mut fleet);
     digest_template_values(&mut fleet);
     CachedFleetCluster::of(fleet)
+}
+
+/// A cached Fleet Cluster, decoded.
+pub fn decoded(cached: &CachedFleetCluster) -> Option<Arc<FleetCluster>> {
+    let typed = cached.typed();
+    if typed.is_none() {
+        tracing::error!(fleet_cluster = %cached.name_any(), namespace = ?cached.namespace(), "cached Fleet Cluster does not decode");
+    }
+    typed.map(Arc::new)
 }
 
 /// A watch event with its object changed into another form.
