@@ -38,7 +38,7 @@ mod bench_common;
 
 use bench_common::{
     CONNECTIONS, Process, Usage, binary, env_usize, free_port, manager_requests, namespace_of,
-    reset_requests, sandbox, wait_for,
+    reset_requests, sandbox, wait_for, wrapped,
 };
 
 async fn run_all<F>(n: usize, f: impl Fn(usize) -> F)
@@ -263,16 +263,7 @@ async fn floor(dir: &Path, clusters: usize, namespaces: usize) -> (Duration, Usa
 fn start_manager(kubeconfig: &Path, metrics_port: u16, extra: &[String]) -> Process {
     // `BENCH_MANAGER_WRAPPER="heaptrack -o /tmp/caapf"` runs the manager under a profiler (the
     // CPU and RSS figures are then the wrapper's).
-    let wrapper = std::env::var("BENCH_MANAGER_WRAPPER").unwrap_or_default();
-    let mut words = wrapper.split_whitespace();
-    let mut command = match words.next() {
-        Some(program) => {
-            let mut command = Command::new(program);
-            command.args(words).arg(binary("caapf"));
-            command
-        }
-        None => Command::new(binary("caapf")),
-    };
+    let mut command = wrapped("BENCH_MANAGER_WRAPPER", &binary("caapf"));
     let child = command
         .env("KUBECONFIG", kubeconfig)
         .arg("--health-probe-bind-address=0")

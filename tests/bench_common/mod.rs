@@ -113,7 +113,12 @@ pub async fn sandbox(dir: &Path, prepare: bool) -> (Process, Client, PathBuf) {
     } else {
         "run.kubeconfig"
     });
-    let mut command = Command::new(binary("kube-sandbox"));
+    // `BENCH_SANDBOX_WRAPPER="perf record -o /tmp/sandbox.perf --"` profiles the runs' sandbox.
+    let mut command = if prepare {
+        Command::new(binary("kube-sandbox"))
+    } else {
+        wrapped("BENCH_SANDBOX_WRAPPER", &binary("kube-sandbox"))
+    };
     command
         .arg("--snapshot-dir")
         .arg(dir.join("snapshot"))
@@ -154,6 +159,21 @@ pub async fn sandbox(dir: &Path, prepare: bool) -> (Process, Client, PathBuf) {
         client,
         kubeconfig,
     )
+}
+
+/// `program`, run under the command in the environment variable `wrapper` if it is set (a
+/// profiler; the process's CPU and RSS figures are then the wrapper's).
+pub fn wrapped(wrapper: &str, program: &Path) -> Command {
+    let wrapper = std::env::var(wrapper).unwrap_or_default();
+    let mut words = wrapper.split_whitespace();
+    match words.next() {
+        Some(wrapper) => {
+            let mut command = Command::new(wrapper);
+            command.args(words).arg(program);
+            command
+        }
+        None => Command::new(program),
+    }
 }
 
 pub fn namespace_of(i: usize, namespaces: usize) -> String {

@@ -189,6 +189,26 @@ impl FieldSet {
     }
 }
 
+impl FieldSet {
+    /// The members of [`FieldSet::of`] under the given top-level fields.
+    pub fn of_fields(v: &Value, schema: Node<'_>, fields: &BTreeSet<&str>) -> FieldSet {
+        let Value::Object(m) = v else {
+            return FieldSet::of(v, schema);
+        };
+        if m.is_empty() || schema.atomic_map() {
+            return FieldSet::of(v, schema);
+        }
+        let mut out = BTreeSet::new();
+        let mut prefix = Vec::new();
+        for (k, child) in m.iter().filter(|(k, _)| fields.contains(k.as_str())) {
+            prefix.push(Pe::Field(k.clone()));
+            collect_field(child, schema.prop(k), k, &mut prefix, &mut out);
+            prefix.pop();
+        }
+        FieldSet(out)
+    }
+}
+
 fn collect(v: &Value, s: Node<'_>, prefix: &mut Path, out: &mut BTreeSet<Path>) {
     match v {
         Value::Object(m) if !m.is_empty() && !s.atomic_map() => {
@@ -365,23 +385,73 @@ fn strip_nulls(v: Value) -> Value {
 
 /// The paths whose values differ between two objects: members of either object's field set
 /// whose value (or, for members with children, whose presence) changed.
+///
+/// Equal members hold no differing path, so only the members that differ are walked: a write
+/// that changes one field of a large object does not pay for the rest of it.
 pub fn changed_paths(old: &Value, new: &Value, s: Node<'_>) -> FieldSet {
-    let a = FieldSet::of(old, s);
-    let b = FieldSet::of(new, s);
-    let all = a.union(&b);
     let mut out = BTreeSet::new();
-    for p in &all.0 {
-        let (x, y) = (get_at(old, p), get_at(new, p));
-        let differs = if all.has_below(p) {
-            x.is_some() != y.is_some()
-        } else {
-            x != y
-        };
-        if differs {
-            out.insert(p.clone());
+    let roots = (old, new);
+    changed_in(
+        roots,
+        Some(old),
+        Some(new),
+        s,
+        None,
+        &mut Vec::new(),
+        &mut out,
+    );
+    FieldSet(out)
+}
+
+/// [`changed_paths`] below `prefix`, the path of `old` and `new` in `roots` (`field` is its last
+/// field name, `None` at the root).
+fn changed_in(
+    roots: (&Value, &Value),
+    old: Option<&Value>,
+    new: Option<&Value>,
+    s: Node<'_>,
+    field: Option<&str>,
+    prefix: &mut Path,
+    out: &mut BTreeSet<Path>,
+) {
+    match (old, new) {
+        // Two granular maps with members: their own path is in neither field set, and a member's
+        // paths depend only on that member.
+        (Some(Value::Object(a)), Some(Value::Object(b)))
+            if !a.is_empty() && !b.is_empty() && !s.atomic_map() =>
+        {
+            for k in a.keys().chain(b.keys().filter(|k| !a.contains_key(*k))) {
+                let (x, y) = (a.get(k), b.get(k));
+                if x == y {
+                    continue;
+                }
+                prefix.push(Pe::Field(k.clone()));
+                changed_in(roots, x, y, s.prop(k), Some(k), prefix, out);
+                prefix.pop();
+            }
+        }
+        _ => {
+            let mut members = BTreeSet::new();
+            for v in [old, new].into_iter().flatten() {
+                match field {
+                    Some(f) => collect_field(v, s, f, prefix, &mut members),
+                    None => collect(v, s, prefix, &mut members),
+                }
+            }
+            let all = FieldSet(members);
+            for p in &all.0 {
+                let (x, y) = (get_at(roots.0, p), get_at(roots.1, p));
+                let differs = if all.has_below(p) {
+                    x.is_some() != y.is_some()
+                } else {
+                    x != y
+                };
+                if differs {
+                    out.insert(p.clone());
+                }
+            }
         }
     }
-    FieldSet(out)
 }
 
 #[cfg(test)]
@@ -427,6 +497,120 @@ mod tests {
             json!({"spec": {"containers": [{"name": "a", "image": "1"}, {"name": "b", "image": "3"}], "args": ["y"]},
                    "metadata": {"finalizers": ["f1", "f2"]}})
         );
+    }
+
+    /// The whole-object walk `changed_paths` short-cuts: the field sets of both objects, then
+    /// every member compared.
+    fn changed_paths_whole(old: &Value, new: &Value, s: Node<'_>) -> FieldSet {
+        let all = FieldSet::of(old, s).union(&FieldSet::of(new, s));
+        let differs = |p: &Path| {
+            let (x, y) = (get_at(old, p), get_at(new, p));
+            if all.has_below(p) {
+                x.is_some() != y.is_some()
+            } else {
+                x != y
+            }
+        };
+        FieldSet(all.0.iter().filter(|p| differs(p)).cloned().collect())
+    }
+
+    #[test]
+    fn changed_paths_walks_only_differing_members_with_the_same_result() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "spec": {"type": "object", "properties": {
+                    "selector": {"type": "object", "x-kubernetes-map-type": "atomic"},
+                    "ports": {"type": "array", "x-kubernetes-list-type": "map",
+                              "x-kubernetes-list-map-keys": ["port"],
+                              "items": {"type": "object"}},
+                    "tags": {"type": "array", "x-kubernetes-list-type": "set"},
+                    "args": {"type": "array"}
+                }}
+            }
+        });
+        let base = json!({
+            "metadata": {"labels": {"a": "1", "b": "2"}, "finalizers": ["f1"],
+                         "ownerReferences": [{"uid": "u1", "name": "o"}]},
+            "spec": {"selector": {"x": "1"}, "ports": [{"port": 80, "name": "http"}],
+                     "tags": ["t1"], "args": ["a"], "nested": {"deep": {"v": 1}, "empty": {}}},
+            "data": {"k": "v"}
+        });
+        let edits: Vec<(&str, Value)> = vec![
+            ("/metadata/labels/a", json!("9")),
+            ("/metadata/labels/c", json!("3")),
+            ("/metadata/labels", json!({})),
+            ("/metadata/finalizers", json!(["f1", "f2"])),
+            ("/metadata/finalizers", json!([])),
+            ("/metadata/ownerReferences/0/name", json!("p")),
+            (
+                "/metadata/ownerReferences",
+                json!([{"uid": "u2", "name": "o"}]),
+            ),
+            ("/spec/selector/x", json!("2")),
+            ("/spec/selector", json!({})),
+            ("/spec/ports/0/name", json!("web")),
+            (
+                "/spec/ports",
+                json!([{"port": 80, "name": "http"}, {"port": 443}]),
+            ),
+            ("/spec/ports", json!([{"name": "keyless"}])),
+            ("/spec/tags", json!(["t2", "t1"])),
+            ("/spec/args", json!(["b"])),
+            ("/spec/nested/deep", json!({})),
+            ("/spec/nested/deep/v", json!({"w": 2})),
+            ("/spec/nested/empty", json!({"now": true})),
+            ("/spec/nested", json!("scalar")),
+            ("/spec", json!({})),
+            ("/data", json!(null)),
+            ("/extra", json!({"new": [1, 2]})),
+        ];
+        let set = |v: &mut Value, ptr: &str, x: Value| {
+            let (parent, key) = ptr.rsplit_once('/').unwrap();
+            let target = if parent.is_empty() {
+                &mut *v
+            } else {
+                v.pointer_mut(parent).unwrap()
+            };
+            match target {
+                Value::Object(m) => {
+                    m.insert(key.to_string(), x);
+                }
+                Value::Array(items) => items[key.parse::<usize>().unwrap()] = x,
+                _ => unreachable!("{ptr}"),
+            }
+        };
+        for schema in [Node(None), Node(Some(&schema))] {
+            let mut compared = 0;
+            // Single edits, and every pair of edits, in both directions.
+            for (i, (p1, v1)) in edits.iter().enumerate() {
+                for second in std::iter::once(None).chain(edits[i + 1..].iter().map(Some)) {
+                    let mut changed = base.clone();
+                    set(&mut changed, p1, v1.clone());
+                    if let Some((p2, v2)) = second
+                        && changed
+                            .pointer(p2.rsplit_once('/').unwrap().0)
+                            .is_some_and(|t| t.is_object() || t.is_array())
+                    {
+                        set(&mut changed, p2, v2.clone());
+                    }
+                    for (a, b) in [(&base, &changed), (&changed, &base)] {
+                        assert_eq!(
+                            changed_paths(a, b, schema),
+                            changed_paths_whole(a, b, schema),
+                            "{a} -> {b}"
+                        );
+                        compared += 1;
+                    }
+                }
+            }
+            assert_eq!(compared, 2 * (21 + 21 * 20 / 2));
+            assert!(changed_paths(&base, &base, schema).is_empty());
+            assert_eq!(
+                changed_paths(&json!({}), &base, schema),
+                FieldSet::of(&base, schema)
+            );
+        }
     }
 
     #[test]

@@ -553,15 +553,10 @@ fn check_rv_precondition(ctx: &Ctx, old: &Value, new: &Value) -> ApiResult<()> {
 
 /// Everything but metadata (and status, for kinds with a status subresource): what
 /// `generation` tracks.
-fn generation_view(obj: &Value, has_status: bool) -> Map<String, Value> {
-    let mut m = obj.as_object().cloned().unwrap_or_default();
-    for k in ["metadata", "apiVersion", "kind"] {
-        m.remove(k);
-    }
-    if has_status {
-        m.remove("status");
-    }
-    m
+fn generation_view(obj: &Value, has_status: bool) -> impl Iterator<Item = (&String, &Value)> {
+    obj.as_object().into_iter().flatten().filter(move |(k, _)| {
+        !matches!(k.as_str(), "metadata" | "apiVersion" | "kind") && !(has_status && *k == "status")
+    })
 }
 
 /// Whether two versions of an object are the same but for what changes on every write
@@ -705,11 +700,8 @@ fn finish(
                     }
                 }
             }
-            let old_meta = o
-                .get("metadata")
-                .and_then(Value::as_object)
-                .cloned()
-                .unwrap_or_default();
+            let old_meta = o.get("metadata").and_then(Value::as_object);
+            let old_field = |k: &str| old_meta.and_then(|m| m.get(k));
             let m = meta_mut(&mut new);
             for k in [
                 "uid",
@@ -718,7 +710,7 @@ fn finish(
                 "deletionGracePeriodSeconds",
                 "generation",
             ] {
-                match old_meta.get(k) {
+                match old_field(k) {
                     Some(v) => {
                         m.insert(k.into(), v.clone());
                     }
@@ -731,8 +723,8 @@ fn finish(
                 // Clients usually send back the managedFields they read; ownership is then
                 // recomputed below. A client that changes them (`[{}]` resets them) has its
                 // version taken as the starting point, as on a real server.
-                let incoming = m.get("managedFields").cloned();
-                let previous = old_meta.get("managedFields").cloned();
+                let incoming = m.remove("managedFields");
+                let previous = old_field("managedFields").cloned();
                 if matches!(&incoming, Some(Value::Array(a)) if !a.is_empty())
                     && incoming != previous
                 {
@@ -761,7 +753,7 @@ fn finish(
                     ));
                 }
             }
-            if generation_view(o, def.has_status) != generation_view(&new, def.has_status) {
+            if !generation_view(o, def.has_status).eq(generation_view(&new, def.has_status)) {
                 let g = o
                     .get("metadata")
                     .and_then(|m| m.get("generation"))
@@ -778,7 +770,9 @@ fn finish(
         let mut causes = crate::schema::validate_value(&new, s);
         // Ratcheting, as real servers do since 1.30: errors an update did not introduce (the
         // old object had them too) do not fail it.
-        if let Some(o) = &old {
+        if !causes.is_empty()
+            && let Some(o) = &old
+        {
             let before = crate::schema::validate_value(o, s);
             causes.retain(|c| !before.contains(c));
         }
@@ -803,6 +797,8 @@ fn finish(
         (Some(base), Some(o)) => {
             let mut o2 = (**o).clone();
             meta_mut(&mut o2).insert("managedFields".into(), base.clone());
+            // The client's entries are stored in the server's encoding, as a real server does.
+            ssa::normalize_entries(&mut o2);
             Some(o2)
         }
         _ => None,

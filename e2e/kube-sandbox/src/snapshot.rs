@@ -72,17 +72,18 @@ pub fn load(st: &mut State, dir: &Path) -> std::io::Result<bool> {
     if !path.exists() {
         return Ok(false);
     }
-    let doc: Value = serde_json::from_slice(&std::fs::read(&path)?)?;
-    let resources = doc
-        .get("resources")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    // CRDs first, so their resources exist before their objects are loaded.
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(&path)?)?;
+    // Objects move from the document into the store: a snapshot of many objects is not held
+    // twice.
+    let resources = match doc.get_mut("resources").map(Value::take) {
+        Some(Value::Array(resources)) => resources,
+        _ => Vec::new(),
+    };
     let is_crd = |r: &Value| r.get("resource") == Some(&json!("customresourcedefinitions"));
-    let mut ordered: Vec<&Value> = resources.iter().filter(|r| is_crd(r)).collect();
-    ordered.extend(resources.iter().filter(|r| !is_crd(r)));
-    for r in ordered {
+    // CRDs first, so their resources exist before their objects are loaded.
+    let (crds, others): (Vec<Value>, Vec<Value>) = resources.into_iter().partition(is_crd);
+    for mut r in crds.into_iter().chain(others) {
+        let crd = is_crd(&r);
         let group = r
             .get("group")
             .and_then(Value::as_str)
@@ -94,16 +95,15 @@ pub fn load(st: &mut State, dir: &Path) -> std::io::Result<bool> {
             .unwrap_or("")
             .to_string();
         let gr = (group, plural);
-        for obj in r
-            .get("objects")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            st.load_object(&gr, obj.clone());
-            if is_crd(r) {
-                crate::crd::register(st, obj);
+        let objects = match r.get_mut("objects").map(Value::take) {
+            Some(Value::Array(objects)) => objects,
+            _ => Vec::new(),
+        };
+        for obj in objects {
+            if crd {
+                crate::crd::register(st, &obj);
             }
+            st.load_object(&gr, obj);
         }
     }
     let rv = doc

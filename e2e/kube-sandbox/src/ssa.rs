@@ -1,9 +1,11 @@
 //! Field ownership (`metadata.managedFields`) and server-side apply.
 
+use std::collections::BTreeSet;
+
 use serde_json::{Map, Value, json};
 
 use crate::error::{ApiError, Cause};
-use crate::fieldset::{FieldSet, changed_paths, merge, path_string, remove_at};
+use crate::fieldset::{FieldSet, Pe, changed_paths, merge, path_string, remove_at};
 use crate::schema::Node;
 use crate::util::now_rfc3339;
 
@@ -22,6 +24,26 @@ pub struct Entry {
     pub subresource: String,
     /// The owned fields.
     pub set: FieldSet,
+    /// The entry as stored, while it is unchanged: written back as it was instead of being
+    /// encoded again.
+    pub raw: Option<Value>,
+}
+
+impl Entry {
+    /// Replaces the owned fields.
+    fn set_fields(&mut self, set: FieldSet) {
+        if set != self.set {
+            self.set = set;
+            self.raw = None;
+        }
+    }
+
+    /// Marks a write by this entry's manager.
+    fn touch(&mut self, api_version: &str) {
+        self.time = now_rfc3339();
+        self.api_version = api_version.to_string();
+        self.raw = None;
+    }
 }
 
 /// Reads `metadata.managedFields`.
@@ -47,6 +69,7 @@ pub fn entries_of(obj: &Value) -> Vec<Entry> {
                 time: s("time"),
                 subresource: s("subresource"),
                 set: FieldSet::from_fields_v1(e.get("fieldsV1").unwrap_or(&Value::Null)),
+                raw: Some(e.clone()),
             })
         })
         .collect()
@@ -58,6 +81,9 @@ pub fn set_entries(obj: &mut Value, entries: &[Entry]) {
         .iter()
         .filter(|e| !e.set.is_empty())
         .map(|e| {
+            if let Some(raw) = &e.raw {
+                return raw.clone();
+            }
             let mut v = json!({
                 "manager": e.manager,
                 "operation": e.operation,
@@ -81,48 +107,68 @@ pub fn set_entries(obj: &mut Value, entries: &[Entry]) {
     }
 }
 
+/// Writes `metadata.managedFields` again in the server's own encoding (for entries a client
+/// wrote).
+pub fn normalize_entries(obj: &mut Value) {
+    let mut entries = entries_of(obj);
+    entries.iter_mut().for_each(|e| e.raw = None);
+    set_entries(obj, &entries);
+}
+
 /// The part of an object whose fields are tracked: without type and system metadata, and
 /// without status on the main resource of a kind with a status subresource (or only status
 /// on the status subresource).
 pub fn tracked(obj: &Value, has_status: bool, subresource: &str) -> Value {
-    let mut v = obj.clone();
-    let Some(root) = v.as_object_mut() else {
+    let Some(root) = obj.as_object() else {
         return Value::Object(Map::new());
     };
+    let mut out = Map::new();
     if subresource == "status" {
-        let status = root.remove("status");
-        let mut out = Map::new();
-        if let Some(s) = status {
-            out.insert("status".into(), s);
+        if let Some(s) = root.get("status") {
+            out.insert("status".into(), s.clone());
         }
         return Value::Object(out);
     }
-    root.remove("apiVersion");
-    root.remove("kind");
-    if has_status {
-        root.remove("status");
-    }
-    if let Some(Value::Object(m)) = root.get_mut("metadata") {
-        for k in [
-            "name",
-            "namespace",
-            "uid",
-            "resourceVersion",
-            "generation",
-            "creationTimestamp",
-            "managedFields",
-            "selfLink",
-            "deletionTimestamp",
-            "deletionGracePeriodSeconds",
-        ] {
-            m.remove(k);
+    // Only what is kept is copied: `managedFields` alone can be the larger part of an object.
+    for (k, v) in root {
+        match k.as_str() {
+            "apiVersion" | "kind" => {}
+            "status" if has_status => {}
+            "metadata" => {
+                let Value::Object(m) = v else {
+                    out.insert(k.clone(), v.clone());
+                    continue;
+                };
+                let kept: Map<String, Value> = m
+                    .iter()
+                    .filter(|(k, _)| !SYSTEM_METADATA.contains(&k.as_str()))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                if !kept.is_empty() {
+                    out.insert(k.clone(), Value::Object(kept));
+                }
+            }
+            _ => {
+                out.insert(k.clone(), v.clone());
+            }
         }
-        if m.is_empty() {
-            root.remove("metadata");
-        }
     }
-    v
+    Value::Object(out)
 }
+
+/// Metadata the server sets, whose fields no manager owns.
+const SYSTEM_METADATA: [&str; 10] = [
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "managedFields",
+    "selfLink",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+];
 
 /// Records a non-apply write (`operation: Update`): the manager takes the fields the write
 /// changed; other managers lose them.
@@ -136,27 +182,36 @@ pub fn record_update(
     has_status: bool,
 ) {
     let new_t = tracked(new, has_status, subresource);
-    let new_set = FieldSet::of(&new_t, schema);
     let (mut entries, changed) = match old {
         Some(o) => {
             let old_t = tracked(o, has_status, subresource);
             (entries_of(o), changed_paths(&old_t, &new_t, schema))
         }
-        None => (Vec::new(), new_set.clone()),
+        None => (Vec::new(), FieldSet::of(&new_t, schema)),
     };
     if changed.is_empty() {
         set_entries(new, &entries);
         return;
     }
+    // The changed fields the new object still sets: only the top-level fields a change is
+    // under need walking.
+    let tops: BTreeSet<&str> = changed
+        .0
+        .iter()
+        .filter_map(|p| match p.first() {
+            Some(Pe::Field(f)) => Some(f.as_str()),
+            _ => None,
+        })
+        .collect();
+    let now_set = changed.intersect(&FieldSet::of_fields(&new_t, schema, &tops));
     let mut found = false;
     for e in entries.iter_mut() {
         if e.manager == manager && e.operation == "Update" && e.subresource == subresource {
-            e.set = e.set.minus(&changed).union(&changed.intersect(&new_set));
-            e.time = now_rfc3339();
-            e.api_version = api_version.to_string();
+            e.set_fields(e.set.minus(&changed).union(&now_set));
+            e.touch(api_version);
             found = true;
         } else {
-            e.set = e.set.minus(&changed);
+            e.set_fields(e.set.minus(&changed));
         }
     }
     if !found {
@@ -166,7 +221,8 @@ pub fn record_update(
             api_version: api_version.to_string(),
             time: now_rfc3339(),
             subresource: subresource.to_string(),
-            set: changed.intersect(&new_set),
+            set: now_set,
+            raw: None,
         });
     }
     set_entries(new, &entries);
@@ -247,7 +303,7 @@ pub fn apply(req: &ApplyRequest<'_>) -> Result<Value, ApiError> {
     }
     if force {
         for e in entries.iter_mut().filter(|e| !is_me(e)) {
-            e.set = e.set.minus(&changed);
+            e.set_fields(e.set.minus(&changed));
         }
     }
 
@@ -307,9 +363,8 @@ pub fn apply(req: &ApplyRequest<'_>) -> Result<Value, ApiError> {
     let now = now_rfc3339();
     match entries.iter_mut().find(|e| is_me(e)) {
         Some(e) => {
-            e.set = applied_set;
-            e.time = now;
-            e.api_version = req.api_version.to_string();
+            e.set_fields(applied_set);
+            e.touch(req.api_version);
         }
         None => entries.push(Entry {
             manager: req.manager.to_string(),
@@ -318,10 +373,11 @@ pub fn apply(req: &ApplyRequest<'_>) -> Result<Value, ApiError> {
             time: now,
             subresource: req.subresource.to_string(),
             set: applied_set,
+            raw: None,
         }),
     }
     for e in entries.iter_mut().filter(|e| e.operation != "Apply") {
-        e.set = e.set.minus(&removed);
+        e.set_fields(e.set.minus(&removed));
     }
     set_entries(&mut new, &entries);
     if req.manager == KUBECTL {
