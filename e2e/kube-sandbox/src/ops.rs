@@ -554,9 +554,14 @@ fn check_rv_precondition(ctx: &Ctx, old: &Value, new: &Value) -> ApiResult<()> {
 /// Everything but metadata (and status, for kinds with a status subresource): what
 /// `generation` tracks.
 fn generation_view(obj: &Value, has_status: bool) -> impl Iterator<Item = (&String, &Value)> {
-    obj.as_object().into_iter().flatten().filter(move |(k, _)| {
-        !matches!(k.as_str(), "metadata" | "apiVersion" | "kind") && !(has_status && *k == "status")
-    })
+    obj.as_object()
+        .into_iter()
+        .flatten()
+        .filter(move |(k, _)| match k.as_str() {
+            "metadata" | "apiVersion" | "kind" => false,
+            "status" => !has_status,
+            _ => true,
+        })
 }
 
 /// Whether two versions of an object are the same but for what changes on every write
