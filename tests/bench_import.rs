@@ -18,6 +18,7 @@
 //! and 100), `BENCH_MODES` (`;`-separated extra manager flags, default
 //! `--kube-api-qps=100 --kube-api-burst=200`, Cluster API's own values; empty: defaults only),
 //! `BENCH_MANAGER_WRAPPER` (a command the manager runs under, e.g. a heap profiler),
+//! `BENCH_SANDBOX_WRAPPER` (the same for the sandbox of the runs, e.g. `perf record -o FILE --`),
 //! `BENCH_SANDBOX_ARGS` (extra `kube-sandbox` flags for the runs, e.g. `--no-watch-list`),
 //! `BENCH_SHAPE` (`provisioned`, the default: each Cluster real-shaped, with Cluster API's status
 //! and the KubeadmControlPlane and DockerCluster it references; `minimal`: a bare Cluster).
@@ -25,7 +26,7 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};

@@ -6,12 +6,15 @@
 use super::compact::compact_resource;
 
 compact_resource!(
-    /// A CAPI `Cluster` (`cluster.x-k8s.io/v1beta2`).
+    /// A CAPI `Cluster` (`cluster.x-k8s.io/v1beta2`). Its body stays plain text: every
+    /// decision reads it (`ClusterView::of`), and inflating it each time cost more CPU than the
+    /// 0.7 KiB per Cluster it saved (docs/performance.md).
     CapiCluster,
     "cluster.x-k8s.io",
     "v1beta2",
     "Cluster",
-    "clusters"
+    "clusters",
+    plain
 );
 
 compact_resource!(

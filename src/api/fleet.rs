@@ -110,7 +110,7 @@ impl CachedFleetCluster {
         // One decode of the text, straight into the typed struct (this runs for every Cluster
         // on every status recount).
         let metadata = serde_json::to_string(&self.metadata).ok()?;
-        let body = self.body.as_str();
+        let body = self.body.text();
         let rest = body.strip_prefix('{')?.trim_start();
         let separator = if rest.starts_with('}') { "" } else { "," };
         let text = format!(

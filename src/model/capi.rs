@@ -120,7 +120,7 @@ impl ClusterView {
         // Decode only the fields the view reads (serde skips the rest without building it):
         // a namespace decides all its Clusters on each reconcile, and a whole body is several
         // KiB of trees. Anything the partial form does not accept reads the whole body.
-        let (spec, status) = match serde_json::from_str::<ViewedBody>(cluster.body.as_str()) {
+        let (spec, status) = match serde_json::from_str::<ViewedBody>(&cluster.body.text()) {
             Ok(viewed) => viewed.into_parts(),
             Err(_) => {
                 let mut body = cluster.body.to_map();

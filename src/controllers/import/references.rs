@@ -4,7 +4,6 @@
 //! user makes (generation, labels, annotations) re-trigger the owning Cluster.
 
 use std::collections::HashMap;
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -200,7 +199,7 @@ impl References {
                         continue;
                     }
                     Some(Ok(watcher::Event::Apply(object))) => {
-                        let hash = user_visible_hash(&object);
+                        let hash = object.user_visible_hash;
                         if seen.insert(object.uid().unwrap_or_default(), hash) == Some(hash) {
                             continue;
                         }
@@ -208,7 +207,7 @@ impl References {
                     }
                     Some(Ok(watcher::Event::InitApply(object))) => {
                         let uid = object.uid().unwrap_or_default();
-                        let hash = user_visible_hash(&object);
+                        let hash = object.user_visible_hash;
                         relisted.insert(uid.clone(), hash);
                         if seen.get(&uid) == Some(&hash) {
                             continue;
@@ -244,23 +243,15 @@ impl References {
 }
 
 /// What the cache keeps of a referenced object: metadata without managedFields, and the rest
-/// without `status` (it changes often and is never part of `templateValues`) as compact text (a
-/// control plane's spec as a tree of maps is tens of KiB; `tests/cache_footprint.rs`).
+/// without `status` (it changes often and is never part of `templateValues`), as a
+/// [`CompactObject`] (a control plane's spec as a tree of maps is tens of KiB;
+/// `tests/cache_footprint.rs`).
 pub fn cached_reference(mut object: DynamicObject) -> CompactObject {
     object.metadata.managed_fields = None;
     if let Some(data) = object.data.as_object_mut() {
         data.remove("status");
     }
     CompactObject::of(object)
-}
-
-/// Changes a user makes: generation (spec), labels and annotations.
-fn user_visible_hash(object: &impl kube::Resource) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    object.meta().generation.hash(&mut hasher);
-    object.labels().hash(&mut hasher);
-    object.annotations().hash(&mut hasher);
-    hasher.finish()
 }
 
 /// CAPI sets an owner reference from the Cluster on its referenced objects.

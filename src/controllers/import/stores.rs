@@ -23,6 +23,7 @@ use fleet_api_rs::fleet_clustergroup::ClusterGroup;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1;
 use kube::core::{PartialObjectMeta, Resource};
 use kube::runtime::reflector::{Store, store::Writer};
 use kube::runtime::{WatchStreamExt, metadata_watcher, reflector::ObjectRef, watcher};
@@ -344,6 +345,7 @@ pub fn prepare_cached_cluster(cluster: &mut CapiCluster) {
 /// What the Fleet Cluster cache keeps of a watched Fleet Cluster: our managedFields entries,
 /// `templateValues` as a digest, the rest as compact text.
 pub fn cached_fleet_cluster(mut fleet: FleetCluster) -> CachedFleetCluster {
+    forget_owned_template_values(&mut fleet);
     slim(&mut fleet);
     digest_template_values(&mut fleet);
     CachedFleetCluster::of(fleet)
@@ -413,6 +415,24 @@ fn digest_template_values(fleet: &mut FleetCluster) {
         fleet.spec.template_values = Some(digest.into_iter().collect());
     }
 }
+
+/// Empties what our managedFields entries list below `templateValues`: one field per field of
+/// the CAPI Cluster and its referenced objects, and never read, as the no-op check compares
+/// `templateValues` by digest (a digest owns its whole subtree: `model::diff::drops_owned`).
+/// The entry still owns `templateValues` itself, so a desired object without them still reads
+/// as a change.
+fn forget_owned_template_values(fleet: &mut FleetCluster) {
+    for entry in fleet.metadata.managed_fields.iter_mut().flatten() {
+        if let Some(FieldsV1(fields)) = entry.fields_v1.as_mut()
+            && let Some(owned) = fields.pointer_mut(OWNED_TEMPLATE_VALUES)
+        {
+            *owned = serde_json::json!({});
+        }
+    }
+}
+
+/// [`TEMPLATE_VALUES`] in a `fieldsV1` tree.
+const OWNED_TEMPLATE_VALUES: &str = "/f:spec/f:templateValues";
 
 /// A watch of one kind and its cache, not started yet.
 struct PendingWatch<K: Resource<DynamicType = ()> + Clone + 'static> {
