@@ -719,9 +719,10 @@ async fn create_only_recreates_but_never_updates() {
     h.initialize("ns", "c1").await;
     h.start().await;
     eventually("created", || h.fleet_cluster("ns", "c1")).await;
+    // Counted before the change: the reconcile it causes can finish before a count taken after.
+    let reconciles = h.reconciles("cluster");
     h.merge_cluster("ns", "c1", json!({"metadata": {"labels": {"v": "2"}}}))
         .await;
-    let reconciles = h.reconciles("cluster");
     eventually("change seen", || async {
         (h.reconciles("cluster") > reconciles).then_some(())
     })
@@ -1213,9 +1214,10 @@ async fn create_only_completes_a_registration_stub_once() {
     assert!(fleet.spec.template_values.is_some(), "templateValues set");
 
     // Completed once: from now on create-only holds.
+    // Counted before the change: the reconcile it causes can finish before a count taken after.
+    let reconciles = h.reconciles("cluster");
     h.merge_cluster("edge", "c1", json!({"metadata": {"labels": {"team": "b"}}}))
         .await;
-    let reconciles = h.reconciles("cluster");
     eventually("change seen", || async {
         (h.reconciles("cluster") > reconciles).then_some(())
     })
