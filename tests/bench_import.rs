@@ -12,7 +12,8 @@
 //!    Clusters exist, the manager's requests per Cluster by verb (from the sandbox request log,
 //!    by User-Agent), CPU seconds and peak RSS of the manager and of the sandbox; then a
 //!    restart: time until every Cluster was reconciled again (the manager's own metric) and the
-//!    writes it made.
+//!    writes it made. After the table, the reconciles of the cluster and namespace controllers
+//!    when the import and the restart were done.
 //!
 //! Environment: `BENCH_CLUSTERS` (default 1000), `BENCH_NAMESPACES` (default N/20, between 10
 //! and 100), `BENCH_MODES` (`;`-separated extra manager flags, default
@@ -280,8 +281,9 @@ fn start_manager(kubeconfig: &Path, metrics_port: u16, extra: &[String]) -> Proc
     Process::new(child, "caapf")
 }
 
-/// `caapf_controller_reconciliations_total{controller="cluster"}` of a running manager.
-fn cluster_reconciles(port: u16) -> u64 {
+/// `caapf_controller_reconciliations_total{controller="<controller>"}` of a running manager.
+fn reconciles(port: u16, controller: &str) -> u64 {
+    let label = format!("controller=\"{controller}\"");
     let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
         return 0;
     };
@@ -289,10 +291,7 @@ fn cluster_reconciles(port: u16) -> u64 {
     let mut body = String::new();
     let _ = stream.read_to_string(&mut body);
     body.lines()
-        .find(|l| {
-            l.starts_with("caapf_controller_reconciliations_total")
-                && l.contains("controller=\"cluster\"")
-        })
+        .find(|l| l.starts_with("caapf_controller_reconciliations_total") && l.contains(&label))
         .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .map(|v| v as u64)
         .unwrap_or(0)
@@ -326,6 +325,8 @@ struct Run {
     restart_writes: usize,
     restart_requests: BTreeMap<String, usize>,
     restart_manager: Usage,
+    /// Reconciles per [`COUNTED`] controller when the import was done, and when the restart was.
+    reconciles: ([u64; 2], [u64; 2]),
 }
 
 async fn run_mode(dir: &Path, clusters: usize, namespaces: usize, extra: &[String]) -> Run {
@@ -376,18 +377,20 @@ async fn run_mode(dir: &Path, clusters: usize, namespaces: usize, extra: &[Strin
         }
     }
     let requests = by_verb(&manager_requests(&client).await);
+    let import_reconciles = counted_reconciles(port);
     let manager_usage = manager.stop();
 
     reset_requests(&client).await;
     let restarted = Instant::now();
     let manager = start_manager(&kubeconfig, port, extra);
     wait_for("every Cluster reconciled after the restart", || async {
-        cluster_reconciles(port) >= clusters as u64
+        reconciles(port, "cluster") >= clusters as u64
     })
     .await;
     let restart = restarted.elapsed();
     let logged = manager_requests(&client).await;
     let restart_writes = logged.iter().filter(|r| is_state_write(r)).count();
+    let restart_reconciles = counted_reconciles(port);
     let restart_manager = manager.stop();
     let sandbox_end = sandbox.stop();
     Run {
@@ -405,7 +408,15 @@ async fn run_mode(dir: &Path, clusters: usize, namespaces: usize, extra: &[Strin
         restart_writes,
         restart_requests: by_verb(&logged),
         restart_manager,
+        reconciles: (import_reconciles, restart_reconciles),
     }
+}
+
+/// The controllers whose reconciles a run reports.
+const COUNTED: [&str; 2] = ["cluster", "namespace"];
+
+fn counted_reconciles(port: u16) -> [u64; 2] {
+    COUNTED.map(|controller| reconciles(port, controller))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -483,6 +494,19 @@ async fn import_benchmark() {
         );
     }
     println!();
+    for run in &runs {
+        let (import, restart) = run.reconciles;
+        let counts: Vec<String> = COUNTED
+            .iter()
+            .enumerate()
+            .map(|(i, controller)| format!("{controller} {} / {}", import[i], restart[i]))
+            .collect();
+        println!(
+            "{}: reconciles (import / restart): {}",
+            run.mode,
+            counts.join(", ")
+        );
+    }
     println!("load average at end: {}", loadavg().trim());
     for run in &runs {
         assert_eq!(run.restart_writes, 0, "{}: a restart wrote", run.mode);
