@@ -15,6 +15,7 @@ use miniz_oxide::inflate::TINFLStatus;
 use miniz_oxide::inflate::core::{DecompressorOxide, decompress, inflate_flags};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::fmt;
 
@@ -64,8 +65,8 @@ fn deflate(text: &[u8]) -> Vec<u8> {
                         output.resize(output.len() * 2, 0);
                     }
                 }
-                // Compressing into a growing buffer does not fail; if it did, the text is kept
-                // stored (deflate's uncompressed blocks), which `inflate` reads alike.
+                // Compressing into a growing buffer does not fail; if the reused state ever
+                // did, the one-shot compressor (a fresh state) writes the same format.
                 _ => return miniz_oxide::deflate::compress_to_vec(text, DEFLATE_LEVEL),
             }
         }
@@ -135,25 +136,19 @@ impl Body {
 
     /// The compact JSON text (always a JSON object written by [`Body::from_map`] or
     /// [`Body::plain`]; `{}` if it no longer inflated, which only a corrupted heap could cause).
-    pub fn text(&self) -> String {
-        let bytes = if self.deflated {
+    pub fn text(&self) -> Cow<'_, str> {
+        let text = if self.deflated {
             inflate(&self.bytes)
+                .and_then(|bytes| String::from_utf8(bytes).ok())
+                .map(Cow::Owned)
         } else {
-            Some(self.bytes.to_vec())
+            std::str::from_utf8(&self.bytes).ok().map(Cow::Borrowed)
         };
-        bytes
-            .and_then(|bytes| String::from_utf8(bytes).ok())
-            .unwrap_or_else(|| "{}".to_string())
+        text.unwrap_or(Cow::Borrowed("{}"))
     }
 
     /// The fields, decoded.
     pub fn to_map(&self) -> Map<String, Value> {
-        if !self.deflated {
-            return std::str::from_utf8(&self.bytes)
-                .ok()
-                .and_then(|text| serde_json::from_str(text).ok())
-                .unwrap_or_default();
-        }
         serde_json::from_str(&self.text()).unwrap_or_default()
     }
 
