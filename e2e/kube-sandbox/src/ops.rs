@@ -802,7 +802,9 @@ fn finish(
         (Some(base), Some(o)) => {
             let mut o2 = (**o).clone();
             meta_mut(&mut o2).insert("managedFields".into(), base.clone());
-            // The client's entries are stored in the server's encoding, as a real server does.
+            // The client's entries are stored re-encoded, as the sandbox stored every entry before
+            // unchanged ones were kept as stored (a real server decodes them into field sets:
+            // k8s.io/apimachinery `pkg/util/managedfields`, `DecodeManagedFields`).
             ssa::normalize_entries(&mut o2);
             Some(o2)
         }
