@@ -12,7 +12,7 @@
 //!    Clusters exist, the manager's requests per Cluster by verb (from the sandbox request log,
 //!    by User-Agent), CPU seconds and peak RSS of the manager and of the sandbox; then a
 //!    restart: time until every Cluster was reconciled again (the manager's own metric) and the
-//!    writes it made. After the table, the reconciles of the cluster and namespace controllers
+//!    writes it made. After the table, the reconciles of the cluster, health and namespace controllers
 //!    when the import and the restart were done.
 //!
 //! Environment: `BENCH_CLUSTERS` (default 1000), `BENCH_NAMESPACES` (default N/20, between 10
@@ -326,7 +326,7 @@ struct Run {
     restart_requests: BTreeMap<String, usize>,
     restart_manager: Usage,
     /// Reconciles per [`COUNTED`] controller when the import was done, and when the restart was.
-    reconciles: ([u64; 2], [u64; 2]),
+    reconciles: ([u64; 3], [u64; 3]),
 }
 
 async fn run_mode(dir: &Path, clusters: usize, namespaces: usize, extra: &[String]) -> Run {
@@ -413,9 +413,9 @@ async fn run_mode(dir: &Path, clusters: usize, namespaces: usize, extra: &[Strin
 }
 
 /// The controllers whose reconciles a run reports.
-const COUNTED: [&str; 2] = ["cluster", "namespace"];
+const COUNTED: [&str; 3] = ["cluster", "health", "namespace"];
 
-fn counted_reconciles(port: u16) -> [u64; 2] {
+fn counted_reconciles(port: u16) -> [u64; 3] {
     COUNTED.map(|controller| reconciles(port, controller))
 }
 

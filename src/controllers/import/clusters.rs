@@ -17,7 +17,7 @@ use crate::apply::{
     delete_if_exists, remove_finalizer,
 };
 use crate::controllers::import::context::{Decided, ImportContext};
-use crate::controllers::import::expectations::{self, Key};
+use crate::controllers::import::expectations::Key;
 use crate::controllers::import::references::Lookup;
 use crate::controllers::import::stores::TEMPLATE_VALUES;
 use crate::controllers::reconcile::retry_after;
@@ -72,24 +72,24 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
     // write into the cache triggers this Cluster again.
     let keys = ObjectKeys::of(&view, &fleet_name);
     let token = ctx.stores.token(&view.namespace, &view.name);
-    let caught_up = [
+    let waits = [
         ctx.expectations
-            .met(&keys.cluster, cluster.meta().resource_version.as_deref()),
-        ctx.expectations.met(
+            .wait(&keys.cluster, cluster.meta().resource_version.as_deref()),
+        ctx.expectations.wait(
             &keys.fleet_cluster,
             live.as_ref()
                 .and_then(|l| l.meta().resource_version.as_deref()),
         ),
-        ctx.expectations.met(
+        ctx.expectations.wait(
             &keys.token,
             token
                 .as_ref()
                 .and_then(|t| t.metadata.resource_version.as_deref()),
         ),
     ];
-    if caught_up.contains(&false) {
+    if let Some(wait) = waits.into_iter().flatten().min() {
         tracing::debug!(cluster = %view.name, namespace = %view.namespace, "waiting for the caches to show our last write");
-        return Ok(Action::requeue(expectations::TTL));
+        return Ok(Action::requeue(wait));
     }
     let namespace_state = crate::controllers::import::namespaces::state(ctx, &view.namespace);
     if waits_for_terminating_namespace(&decision, namespace_state == NamespaceState::Terminating) {
@@ -315,10 +315,45 @@ struct ObjectKeys {
 impl ObjectKeys {
     fn of(view: &ClusterView, fleet_name: &str) -> Self {
         Self {
-            cluster: Key::new("Cluster", &view.namespace, &view.name),
-            fleet_cluster: Key::new("FleetCluster", &view.namespace, fleet_name),
-            token: Key::new("ClusterRegistrationToken", &view.namespace, &view.name),
+            cluster: Key::cluster(&view.namespace, &view.name),
+            fleet_cluster: Key::fleet_cluster(&view.namespace, fleet_name),
+            token: Key::token(&view.namespace, &view.name),
         }
+    }
+}
+
+/// Whether this controller leaves out a watched change of a CAPI Cluster: the echo of its own
+/// finalizer patch, or of the health controller's `FleetReady` condition, which it does not read
+/// (a decision reads `status.initialization`, `templateValues` metadata and spec:
+/// [`crate::model::capi::template_object`]).
+pub fn skips_cluster_change(ctx: &ImportContext, cluster: &CapiCluster) -> bool {
+    let (Some(namespace), Some(name)) = (
+        cluster.metadata.namespace.as_deref(),
+        cluster.metadata.name.as_deref(),
+    ) else {
+        return false;
+    };
+    let version = cluster.metadata.resource_version.as_deref();
+    ctx.expectations
+        .own_echo(&Key::cluster(namespace, name), version)
+        || ctx
+            .expectations
+            .is_echo(&Key::cluster_status(namespace, name), version)
+}
+
+/// Whether this controller leaves out a watched change of a Fleet Cluster or a registration
+/// token (`key` builds its expectation key from namespace and name): the echo of its own write.
+pub fn skips_own_echo<K: Resource>(
+    ctx: &ImportContext,
+    object: &K,
+    key: fn(&str, &str) -> Key,
+) -> bool {
+    let meta = object.meta();
+    match (meta.namespace.as_deref(), meta.name.as_deref()) {
+        (Some(namespace), Some(name)) => ctx
+            .expectations
+            .own_echo(&key(namespace, name), meta.resource_version.as_deref()),
+        _ => false,
     }
 }
 

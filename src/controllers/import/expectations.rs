@@ -8,19 +8,35 @@
 //! holds a different one, a reconcile that reads that object waits: the watch event that moves
 //! the cache triggers it again.
 //!
+//! The same record tells the watch event of our own write (its *echo*) from other changes. A
+//! controller decided the state its write left, so the echo alone need not reconcile it again:
+//! [`Expectations::own_echo`] lets the feeds drop it (unless a reconcile waits for it), and
+//! [`Expectations::is_echo`] lets a controller that does not read what another one wrote drop
+//! that echo too. Every other change of the object has a watch event of its own, and list
+//! replays are never dropped (`stores.rs`).
+//!
 //! resourceVersions are compared for equality only (they are opaque). A write that changed
 //! nothing on the server returns the base resourceVersion and records nothing (no watch event
 //! will come). An expectation also expires after [`TTL`] (a missed event must not stall an
 //! object forever; controller-runtime's `ExpectationsTimeout` plays that role), and entries are
-//! dropped once met, expired or when their object is deleted, so the map holds at most the
-//! writes of the last [`TTL`].
+//! dropped once met, [`ECHO_GRACE`] after their echo was dropped, expired, or when their object
+//! is deleted, so the map holds at most the writes of the last [`TTL`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long a reconcile waits at most for the cache to show our write.
 pub const TTL: Duration = Duration::from_secs(30);
+
+/// How long an expectation outlives its dropped echo: a reconcile that read the object just
+/// before the echo reached the cache still finds it, and retries ([`RETRY_STALE`]) instead of
+/// deciding from the state before our write.
+pub const ECHO_GRACE: Duration = Duration::from_secs(5);
+
+/// When a reconcile that read the object before the cache showed our write runs again, once
+/// that write's echo was dropped (the cache shows it already; no event will come).
+pub const RETRY_STALE: Duration = Duration::from_millis(10);
 
 /// Which object: kind, namespace ("" for cluster-scoped), name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -38,6 +54,26 @@ impl Key {
             name: name.to_string(),
         }
     }
+
+    /// A CAPI Cluster's metadata and spec (the finalizer patch of the cluster controller).
+    pub fn cluster(namespace: &str, name: &str) -> Self {
+        Self::new("Cluster", namespace, name)
+    }
+
+    /// A CAPI Cluster's `FleetReady` condition (the health controller's status writes).
+    pub fn cluster_status(namespace: &str, name: &str) -> Self {
+        Self::new("ClusterStatus", namespace, name)
+    }
+
+    /// A Fleet Cluster.
+    pub fn fleet_cluster(namespace: &str, name: &str) -> Self {
+        Self::new("FleetCluster", namespace, name)
+    }
+
+    /// A ClusterRegistrationToken.
+    pub fn token(namespace: &str, name: &str) -> Self {
+        Self::new("ClusterRegistrationToken", namespace, name)
+    }
 }
 
 #[derive(Debug)]
@@ -51,6 +87,12 @@ struct Pending {
     /// What our last write left.
     written: Option<String>,
     since: Instant,
+    /// A reconcile found the cache behind and waits for the echo: it must not be dropped.
+    awaited: bool,
+    /// The echo of `written` was dropped from the writer's feed.
+    echo_dropped: bool,
+    /// Tells this write from a later write of the same object (in `Inner::dropped`).
+    seq: u64,
 }
 
 /// Pending expectations, shared by the import controllers.
@@ -64,6 +106,9 @@ struct Inner {
     pending: HashMap<Key, Pending>,
     /// When expired entries were last dropped.
     swept: Option<Instant>,
+    /// Entries whose echo was dropped, oldest first, to forget [`ECHO_GRACE`] later.
+    dropped: VecDeque<(Instant, Key, u64)>,
+    next_seq: u64,
 }
 
 impl Expectations {
@@ -78,6 +123,7 @@ impl Expectations {
             return;
         }
         let mut inner = self.lock();
+        inner.forget_dropped_echoes(now);
         // Keep the map bounded by the writes of the last TTL, whatever happens to the objects
         // (one sweep per TTL at most, so a write stays O(1) on average).
         let swept = *inner.swept.get_or_insert(now);
@@ -87,6 +133,8 @@ impl Expectations {
                 .retain(|_, p| now.saturating_duration_since(p.since) < TTL);
             inner.swept = Some(now);
         }
+        inner.next_seq += 1;
+        let seq = inner.next_seq;
         // A second write before the cache showed the first: the cache is still at the first
         // base, and must move past both.
         let written = written.map(str::to_string);
@@ -97,33 +145,88 @@ impl Expectations {
                 p.superseded.extend(p.written.take());
                 p.written = written.clone();
                 p.since = now;
+                p.echo_dropped = false;
+                p.seq = seq;
             })
             .or_insert(Pending {
                 base: base.map(str::to_string),
                 superseded: Vec::new(),
                 written,
                 since: now,
+                awaited: false,
+                echo_dropped: false,
+                seq,
             });
     }
 
     /// Whether the cache, now holding `cached` (its resourceVersion, `None`: absent), shows our
     /// last write of `key` (or we wrote none, or it expired). Forgets the expectation once met.
     pub fn met(&self, key: &Key, cached: Option<&str>) -> bool {
-        self.met_at(key, cached, Instant::now())
+        self.wait(key, cached).is_none()
     }
 
+    #[cfg(test)]
     fn met_at(&self, key: &Key, cached: Option<&str>, now: Instant) -> bool {
+        self.wait_at(key, cached, now).is_none()
+    }
+
+    /// How long a reconcile that read `key` at `cached` must wait before deciding: `None` when
+    /// the cache shows our last write of it (see [`Self::met`]); [`TTL`] while the echo has not
+    /// come (the reconcile then relies on it, so the echo is no longer dropped); [`RETRY_STALE`]
+    /// when the echo came and was dropped after this reconcile read the object.
+    pub fn wait(&self, key: &Key, cached: Option<&str>) -> Option<Duration> {
+        self.wait_at(key, cached, Instant::now())
+    }
+
+    fn wait_at(&self, key: &Key, cached: Option<&str>, now: Instant) -> Option<Duration> {
         let mut inner = self.lock();
-        let Some(p) = inner.pending.get(key) else {
-            return true;
-        };
+        let p = inner.pending.get_mut(key)?;
         let stale = p.base.as_deref() == cached
             || cached.is_some_and(|rv| p.superseded.iter().any(|s| s == rv));
         if !stale || now.saturating_duration_since(p.since) >= TTL {
             inner.pending.remove(key);
-            return true;
+            return None;
         }
-        false
+        if p.echo_dropped {
+            return Some(RETRY_STALE);
+        }
+        p.awaited = true;
+        Some(TTL)
+    }
+
+    /// Whether a watched change of `key` at `resource_version` is the echo of our last write
+    /// and its writer need not reconcile it: no reconcile waits for it. The expectation is
+    /// forgotten [`ECHO_GRACE`] later.
+    pub fn own_echo(&self, key: &Key, resource_version: Option<&str>) -> bool {
+        self.own_echo_at(key, resource_version, Instant::now())
+    }
+
+    fn own_echo_at(&self, key: &Key, resource_version: Option<&str>, now: Instant) -> bool {
+        let mut inner = self.lock();
+        inner.forget_dropped_echoes(now);
+        let Some(p) = inner.pending.get_mut(key) else {
+            return false;
+        };
+        if resource_version.is_none() || p.written.as_deref() != resource_version || p.awaited {
+            return false;
+        }
+        if !p.echo_dropped {
+            p.echo_dropped = true;
+            let seq = p.seq;
+            inner.dropped.push_back((now, key.clone(), seq));
+        }
+        true
+    }
+
+    /// Whether a watched change of `key` at `resource_version` is the echo of our last write
+    /// (for a controller that does not read what that write changed).
+    pub fn is_echo(&self, key: &Key, resource_version: Option<&str>) -> bool {
+        resource_version.is_some()
+            && self
+                .lock()
+                .pending
+                .get(key)
+                .is_some_and(|p| p.written.as_deref() == resource_version)
     }
 
     /// Forgets what was expected of `key` (the object is gone and nothing will read it again).
@@ -143,6 +246,28 @@ impl Expectations {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Inner {
+    /// Forgets the expectations whose echo was dropped [`ECHO_GRACE`] ago (unless written
+    /// again since).
+    fn forget_dropped_echoes(&mut self, now: Instant) {
+        while let Some((at, _, _)) = self.dropped.front() {
+            if now.saturating_duration_since(*at) < ECHO_GRACE {
+                break;
+            }
+            let Some((_, key, seq)) = self.dropped.pop_front() else {
+                break;
+            };
+            if self
+                .pending
+                .get(&key)
+                .is_some_and(|p| p.seq == seq && p.echo_dropped)
+            {
+                self.pending.remove(&key);
+            }
+        }
     }
 }
 
@@ -238,5 +363,95 @@ mod tests {
         assert_eq!(e.len(), 1, "expired entries are swept on the next write");
         e.forget(&key("new"));
         assert!(e.is_empty());
+    }
+
+    #[test]
+    fn echoes_of_our_own_writes() {
+        let t0 = Instant::now();
+        let soon = t0 + Duration::from_millis(1);
+        // (case, the write's base and result, whether a reconcile waited for it before the
+        // event, the event's resourceVersion, whether the writer's feed drops the event)
+        type Case<'a> = (
+            &'a str,
+            (Option<&'a str>, Option<&'a str>),
+            bool,
+            &'a str,
+            bool,
+        );
+        let cases: &[Case] = &[
+            ("the echo", (Some("5"), Some("7")), false, "7", true),
+            ("the echo of a create", (None, Some("7")), false, "7", true),
+            (
+                "the echo a reconcile waits for",
+                (Some("5"), Some("7")),
+                true,
+                "7",
+                false,
+            ),
+            (
+                "someone else's change",
+                (Some("5"), Some("7")),
+                false,
+                "6",
+                false,
+            ),
+            ("a later change", (Some("5"), Some("7")), false, "9", false),
+        ];
+        for (name, (base, written), waited, event, dropped) in cases {
+            let e = Expectations::default();
+            e.wrote_at(key("c"), *base, *written, t0);
+            if *waited {
+                assert_eq!(e.wait_at(&key("c"), *base, soon), Some(TTL), "{name}");
+            }
+            assert!(e.is_echo(&key("c"), *written), "{name}: peeking");
+            assert_eq!(
+                e.own_echo_at(&key("c"), Some(event), soon),
+                *dropped,
+                "{name}"
+            );
+            assert!(
+                !e.own_echo_at(&key("other"), Some(event), soon),
+                "{name}: other keys"
+            );
+        }
+        let e = Expectations::default();
+        assert!(!e.own_echo_at(&key("c"), Some("7"), t0), "nothing written");
+        assert!(!e.is_echo(&key("c"), Some("7")), "nothing written");
+    }
+
+    #[test]
+    fn a_reconcile_that_read_the_object_before_a_dropped_echo_retries_soon() {
+        let t0 = Instant::now();
+        let e = Expectations::default();
+        e.wrote_at(key("c"), Some("5"), Some("7"), t0);
+        assert!(e.own_echo_at(&key("c"), Some("7"), t0));
+        assert!(
+            e.own_echo_at(&key("c"), Some("7"), t0),
+            "dropped again: same answer"
+        );
+        // It read the object at "5" before the cache moved: no event will wake it up.
+        assert_eq!(e.wait_at(&key("c"), Some("5"), t0), Some(RETRY_STALE));
+        assert_eq!(e.wait_at(&key("c"), Some("7"), t0), None, "it retried");
+        assert!(e.is_empty(), "forgotten once met");
+    }
+
+    #[test]
+    fn dropped_echoes_are_forgotten_after_the_grace() {
+        let t0 = Instant::now();
+        let e = Expectations::default();
+        e.wrote_at(key("a"), Some("5"), Some("7"), t0);
+        e.wrote_at(key("b"), Some("5"), Some("7"), t0);
+        assert!(e.own_echo_at(&key("a"), Some("7"), t0));
+        assert!(e.own_echo_at(&key("b"), Some("7"), t0));
+        // `b` is written again before the grace ends: its new write stays expected.
+        e.wrote_at(key("b"), Some("7"), Some("8"), t0 + ECHO_GRACE / 2);
+        assert_eq!(e.len(), 2);
+        assert!(!e.own_echo_at(&key("c"), Some("1"), t0 + ECHO_GRACE));
+        assert_eq!(e.len(), 1, "`a` forgotten, `b` kept");
+        assert_eq!(
+            e.wait_at(&key("b"), Some("7"), t0 + ECHO_GRACE),
+            Some(TTL),
+            "`b`'s second write not seen yet"
+        );
     }
 }

@@ -29,7 +29,8 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use crate::api::{CachedFleetCluster, CapiCluster};
 use crate::context::ConfigReceiver;
 use crate::controllers::import::context::{Decided, ImportContext};
-use crate::controllers::import::expectations::{self, Key};
+use crate::controllers::import::expectations::Key;
+use crate::controllers::import::namespaces::ClusterInputs;
 use crate::controllers::import::stores::Feed;
 use crate::controllers::reconcile::retry_after;
 use crate::model::fleet_health::{
@@ -46,7 +47,9 @@ pub const CONTROLLER: &str = "health";
 const CONCURRENCY: u16 = 8;
 
 /// The controller, ready to run: every Cluster change, Fleet Cluster change (mapped to its CAPI
-/// Cluster by `owner`), namespace change and configuration change re-evaluates the condition.
+/// Cluster by `owner`), change of a namespace's labels or deletion, and configuration change
+/// re-evaluates the condition. `clusters` may leave out the echoes of our own condition writes
+/// ([`skips_own_echo`]).
 pub fn controller(
     ctx: Arc<ImportContext>,
     clusters: Feed<CapiCluster>,
@@ -57,6 +60,7 @@ pub fn controller(
 ) -> impl Future<Output = ()> + Send {
     let (tx, rx) = mpsc::unbounded_channel();
     let stores = ctx.stores.clone();
+    let inputs = ClusterInputs::default();
     let shutdown = ctx.base.shutdown.clone();
     tokio::spawn(requeue_all_on_config_change(ctx.clone(), config, tx));
     Controller::for_shared_stream(clusters, ctx.stores.clusters.clone())
@@ -67,6 +71,9 @@ pub fn controller(
         .watches_shared_stream(
             namespaces,
             move |namespace: Arc<PartialObjectMeta<Namespace>>| {
+                if !inputs.changed(&stores.namespaces, &namespace) {
+                    return Vec::new();
+                }
                 stores
                     .clusters_in(&namespace.name_any())
                     .iter()
@@ -95,6 +102,12 @@ async fn requeue_all_on_config_change(
             let _ = tx.send(ObjectRef::from_obj(&*cluster));
         }
     }
+}
+
+/// Whether this controller leaves out a watched change of a CAPI Cluster: the echo of its own
+/// condition write.
+pub fn skips_own_echo(ctx: &ImportContext, cluster: &CapiCluster) -> bool {
+    crate::controllers::import::clusters::skips_own_echo(ctx, cluster, Key::cluster_status)
 }
 
 /// Reconciles the condition of one Cluster.
@@ -126,10 +139,10 @@ async fn reconcile_condition(cluster: &CapiCluster, ctx: &ImportContext) -> Resu
     };
     // Decide only from a cache that shows our last status write: a reconcile triggered before
     // it would apply the same condition again.
-    let key = Key::new("ClusterStatus", &view.namespace, &view.name);
+    let key = Key::cluster_status(&view.namespace, &view.name);
     let cached_version = cluster.metadata.resource_version.as_deref();
-    if !ctx.expectations.met(&key, cached_version) {
-        return Ok(Action::requeue(expectations::TTL));
+    if let Some(wait) = ctx.expectations.wait(&key, cached_version) {
+        return Ok(Action::requeue(wait));
     }
     let now = Timestamp::now();
     let status = cluster.body.get("status");

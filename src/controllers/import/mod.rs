@@ -39,6 +39,7 @@ use crate::api::{CachedFleetCluster, CapiCluster, CapiClusterClass};
 use crate::context::Context;
 use crate::model::capi::ClassRef;
 use context::ImportContext;
+use expectations::Key;
 use references::References;
 use stores::Stores;
 
@@ -93,42 +94,61 @@ pub async fn run(base: Arc<Context>) {
         class_tx,
     ));
 
-    // Cluster controller.
+    // Cluster controller. The echoes of its own writes (and of the health controller's, which
+    // it does not read) are left out of its feeds: it decided the state they show.
     let naming = base.config.clone();
     let cluster_stores = stores.clone();
-    let clusters =
-        Controller::for_shared_stream(hubs.clusters.subscribe(), stores.clusters.clone())
-            .with_config(Config::default().concurrency(CONCURRENCY))
-            .watches_shared_stream(
-                hubs.fleet_clusters.subscribe(),
-                move |fleet: Arc<CachedFleetCluster>| owning_cluster(&*fleet, &naming),
+    let namespace_inputs = namespaces::ClusterInputs::default();
+    let clusters = Controller::for_shared_stream(
+        hubs.clusters
+            .subscribe_skipping(skipping(&ctx, clusters::skips_cluster_change)),
+        stores.clusters.clone(),
+    )
+    .with_config(Config::default().concurrency(CONCURRENCY))
+    .watches_shared_stream(
+        hubs.fleet_clusters.subscribe_skipping(skipping(
+            &ctx,
+            |ctx, fleet: &CachedFleetCluster| {
+                clusters::skips_own_echo(ctx, fleet, Key::fleet_cluster)
+            },
+        )),
+        move |fleet: Arc<CachedFleetCluster>| owning_cluster(&*fleet, &naming),
+    )
+    .watches_shared_stream(
+        hubs.namespaces.subscribe(),
+        move |namespace: Arc<PartialObjectMeta<Namespace>>| {
+            if !namespace_inputs.changed(&cluster_stores.namespaces, &namespace) {
+                return Vec::new();
+            }
+            cluster_stores
+                .clusters_in(&namespace.name_any())
+                .iter()
+                .map(|c| ObjectRef::from_obj(&**c))
+                .collect::<Vec<_>>()
+        },
+    )
+    .watches_shared_stream(
+        hubs.tokens.subscribe_skipping(skipping(&ctx, |ctx, token| {
+            clusters::skips_own_echo(ctx, token, Key::token)
+        })),
+        |token| {
+            Some(
+                ObjectRef::<CapiCluster>::new(&token.name_any())
+                    .within(&token.namespace().unwrap_or_default()),
             )
-            .watches_shared_stream(
-                hubs.namespaces.subscribe(),
-                move |namespace: Arc<PartialObjectMeta<Namespace>>| {
-                    cluster_stores
-                        .clusters_in(&namespace.name_any())
-                        .iter()
-                        .map(|c| ObjectRef::from_obj(&**c))
-                        .collect::<Vec<_>>()
-                },
-            )
-            .watches_shared_stream(hubs.tokens.subscribe(), |token| {
-                Some(
-                    ObjectRef::<CapiCluster>::new(&token.name_any())
-                        .within(&token.namespace().unwrap_or_default()),
-                )
-            })
-            .reconcile_on(UnboundedReceiverStream::new(cluster_rx))
-            .graceful_shutdown_on(cancelled(&base))
-            .run(clusters::reconcile, clusters::error_policy, ctx.clone())
-            .for_each(|_| ready(()));
+        },
+    )
+    .reconcile_on(UnboundedReceiverStream::new(cluster_rx))
+    .graceful_shutdown_on(cancelled(&base))
+    .run(clusters::reconcile, clusters::error_policy, ctx.clone())
+    .for_each(|_| ready(()));
 
     // FleetReady condition controller.
     let health_naming = base.config.clone();
     let health = health::controller(
         ctx.clone(),
-        hubs.clusters.subscribe(),
+        hubs.clusters
+            .subscribe_skipping(skipping(&ctx, health::skips_own_echo)),
         hubs.fleet_clusters.subscribe(),
         hubs.namespaces.subscribe(),
         move |fleet| owning_cluster(fleet, &health_naming),
@@ -142,7 +162,8 @@ pub async fn run(base: Arc<Context>) {
         Controller::for_shared_stream(hubs.namespaces.subscribe(), stores.namespaces.clone())
             .with_config(Config::default().concurrency(CONCURRENCY))
             .watches_shared_stream(
-                hubs.clusters.subscribe(),
+                hubs.clusters
+                    .subscribe_skipping(skipping(&ctx, namespaces::skips_cluster_change)),
                 move |cluster: Arc<CapiCluster>| triggers.after_change(&cluster),
             )
             .watches_shared_stream(hubs.groups.subscribe(), |group: Arc<ClusterGroup>| {
@@ -250,6 +271,15 @@ pub async fn run(base: Arc<Context>) {
     controllers.shutdown().await;
     tasks.shutdown().await;
     reflectors.shutdown().await;
+}
+
+/// A predicate for [`stores::Hub::subscribe_skipping`] that reads the shared context.
+fn skipping<K>(
+    ctx: &Arc<ImportContext>,
+    skip: impl Fn(&ImportContext, &K) -> bool + Send + Sync + 'static,
+) -> impl Fn(&K) -> bool + Send + Sync + 'static {
+    let ctx = ctx.clone();
+    move |object| skip(&ctx, object)
 }
 
 /// Re-evaluates everything when the effective configuration changes.

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -18,7 +18,7 @@ use crate::apply::{apply_if_changed, delete_if_exists};
 use crate::controllers::import::context::ImportContext;
 use crate::controllers::import::expectations::{self, Key};
 use crate::controllers::reconcile::retry_after;
-use crate::model::capi::{ClassRef, ClassView, ClusterView};
+use crate::model::capi::{ClassRef, ClassView, ClusterView, StringMap};
 use crate::model::diff::owned_fields;
 use crate::model::import::Decision;
 use crate::model::namespace::{
@@ -94,6 +94,47 @@ impl NamespaceTriggers {
             .map(|(view, decision)| contribution(&view, &decision));
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         last.changed(key, now).then(|| ObjectRef::new(&namespace))
+    }
+}
+
+/// What a Cluster decision reads of its namespace: the labels (which select) and whether it
+/// is terminating (nothing new is created in it). A namespace change that keeps both, such as
+/// our own workspace annotation, need not reconcile every Cluster in the namespace; each
+/// controller that maps namespace changes to Clusters keeps one of these.
+#[derive(Default)]
+pub struct ClusterInputs(std::sync::Mutex<std::collections::HashMap<String, (StringMap, bool)>>);
+
+impl ClusterInputs {
+    /// Records what the Clusters of `namespace` read of it now; whether that changed (or the
+    /// namespace is new to this record, or gone from the cache `namespaces`).
+    pub fn changed(&self, namespaces: &Store<NamespaceMeta>, namespace: &NamespaceMeta) -> bool {
+        let name = namespace.name_any();
+        let mut last = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if namespaces.get(&ObjectRef::new(&name)).is_none() {
+            last.remove(&name);
+            return true;
+        }
+        let now = (
+            namespace.labels().clone(),
+            namespace.metadata.deletion_timestamp.is_some(),
+        );
+        last.insert(name, now.clone()).as_ref() != Some(&now)
+    }
+}
+
+/// Whether the namespace controller leaves out a watched change of a CAPI Cluster: the echo of
+/// the health controller's `FleetReady` condition, which no contribution reads (a decision
+/// reads `status.initialization` only).
+pub fn skips_cluster_change(ctx: &ImportContext, cluster: &CapiCluster) -> bool {
+    match (
+        cluster.metadata.namespace.as_deref(),
+        cluster.metadata.name.as_deref(),
+    ) {
+        (Some(namespace), Some(name)) => ctx.expectations.is_echo(
+            &Key::cluster_status(namespace, name),
+            cluster.metadata.resource_version.as_deref(),
+        ),
+        _ => false,
     }
 }
 
@@ -420,6 +461,69 @@ mod tests {
 
     fn key(name: &str) -> (String, String) {
         ("ns".to_string(), name.to_string())
+    }
+
+    #[test]
+    fn only_what_a_cluster_decision_reads_of_its_namespace_reconciles_its_clusters() {
+        use kube::runtime::reflector::store::Writer;
+        use kube::runtime::watcher::Event;
+        let namespace =
+            |labels: serde_json::Value, annotations: serde_json::Value, deleting: bool| {
+                let mut meta: NamespaceMeta = serde_json::from_value(json!({
+                    "apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": "apps", "labels": labels, "annotations": annotations},
+                }))
+                .expect("namespace");
+                if deleting {
+                    meta.metadata.deletion_timestamp =
+                        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                        ));
+                }
+                meta
+            };
+        let mut writer = Writer::<NamespaceMeta>::default();
+        let store = writer.as_reader();
+        let inputs = ClusterInputs::default();
+        // (change, the namespace after it, whether its Clusters are reconciled)
+        let steps = [
+            (
+                "first seen",
+                namespace(json!({"team": "a"}), json!({}), false),
+                true,
+            ),
+            (
+                "nothing changed (a relist)",
+                namespace(json!({"team": "a"}), json!({}), false),
+                false,
+            ),
+            (
+                "our workspace annotation",
+                namespace(json!({"team": "a"}), json!({"fleet": "x"}), false),
+                false,
+            ),
+            (
+                "a label",
+                namespace(json!({"team": "b"}), json!({"fleet": "x"}), false),
+                true,
+            ),
+            (
+                "terminating",
+                namespace(json!({"team": "b"}), json!({"fleet": "x"}), true),
+                true,
+            ),
+        ];
+        for (change, now, reconciled) in steps {
+            writer.apply_watcher_event(&Event::Apply(now.clone()));
+            assert_eq!(inputs.changed(&store, &now), reconciled, "{change}");
+        }
+        let gone = namespace(json!({"team": "b"}), json!({}), true);
+        writer.apply_watcher_event(&Event::Delete(gone.clone()));
+        assert!(inputs.changed(&store, &gone), "gone");
+        assert!(
+            inputs.0.lock().expect("lock").is_empty(),
+            "forgotten when gone"
+        );
     }
 
     #[test]

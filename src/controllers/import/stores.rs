@@ -80,13 +80,21 @@ pub struct Stores {
 
 /// Hands out feeds of one kind, as many as the controllers ask for, until the watches start.
 pub struct Hub<K> {
-    senders: Vec<mpsc::Sender<Arc<K>>>,
+    subscribers: Vec<Subscriber<K>>,
+}
+
+/// Which watched changes a feed leaves out (see [`Hub::subscribe_skipping`]).
+type Skip<K> = Box<dyn Fn(&K) -> bool + Send + Sync>;
+
+struct Subscriber<K> {
+    sender: mpsc::Sender<Arc<K>>,
+    skip: Option<Skip<K>>,
 }
 
 impl<K> Default for Hub<K> {
     fn default() -> Self {
         Self {
-            senders: Vec::new(),
+            subscribers: Vec::new(),
         }
     }
 }
@@ -94,8 +102,24 @@ impl<K> Default for Hub<K> {
 impl<K> Hub<K> {
     /// A new feed of every change from the start of the watch on.
     pub fn subscribe(&mut self) -> Feed<K> {
+        self.add(None)
+    }
+
+    /// A new feed that leaves out the watched changes `skip` matches (the echoes of our own
+    /// writes, [`crate::controllers::import::expectations`]). `skip` sees each change before
+    /// any controller does, after the cache holds it. Deletions and the objects of a (re)list
+    /// are never left out: a relist does not show the changes between two versions, so its
+    /// objects are not known echoes.
+    pub fn subscribe_skipping(
+        &mut self,
+        skip: impl Fn(&K) -> bool + Send + Sync + 'static,
+    ) -> Feed<K> {
+        self.add(Some(Box::new(skip)))
+    }
+
+    fn add(&mut self, skip: Option<Skip<K>>) -> Feed<K> {
         let (sender, receiver) = mpsc::channel(FEED_CAPACITY);
-        self.senders.push(sender);
+        self.subscribers.push(Subscriber { sender, skip });
         ReceiverStream::new(receiver)
     }
 }
@@ -474,14 +498,18 @@ where
             indexes,
             listed,
         } = self;
-        let senders = hub.senders;
+        let subscribers = hub.subscribers;
         let reader = writer.as_reader();
         let kind = K::kind(&()).to_string();
         tasks.spawn(async move {
-            let send = async |object: Arc<K>| {
-                for sender in &senders {
+            // `watched`: a change the watch reported, which a subscriber may leave out.
+            let send = async |object: Arc<K>, watched: bool| {
+                for subscriber in &subscribers {
+                    if watched && subscriber.skip.as_ref().is_some_and(|skip| skip(&object)) {
+                        continue;
+                    }
                     // A closed receiver means its controller stopped.
-                    let _ = sender.send(object.clone()).await;
+                    let _ = subscriber.sender.send(object.clone()).await;
                 }
             };
             let mut events = events;
@@ -504,13 +532,13 @@ where
                         for index in &indexes {
                             index.apply(&object);
                         }
-                        send(Arc::new(object)).await;
+                        send(Arc::new(object), true).await;
                     }
                     watcher::Event::Delete(object) => {
                         for index in &indexes {
                             index.delete(&object);
                         }
-                        send(Arc::new(object)).await;
+                        send(Arc::new(object), false).await;
                     }
                     watcher::Event::InitDone => {
                         let now = reader.state();
@@ -519,11 +547,11 @@ where
                         }
                         let _ = listed.send(true);
                         for object in &now {
-                            send(object.clone()).await;
+                            send(object.clone(), false).await;
                         }
                         for object in std::mem::take(&mut before) {
                             if reader.get(&ObjectRef::from_obj(&*object)).is_none() {
-                                send(object).await;
+                                send(object, false).await;
                             }
                         }
                     }
@@ -772,5 +800,37 @@ mod tests {
         index.apply(&*cluster("b", "c2"));
         assert_eq!(index.keys(), ["other/quick"]);
         assert_eq!(index.inner.read().expect("lock").key_of.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_skipping_feed_leaves_out_only_watched_changes() {
+        let named = |name: &str| (*cluster("a", name)).clone();
+        let events = futures::stream::iter(
+            [
+                watcher::Event::Init,
+                watcher::Event::InitApply(named("listed")),
+                watcher::Event::InitDone,
+                watcher::Event::Apply(named("changed")),
+                watcher::Event::Delete(named("changed")),
+            ]
+            .map(Ok),
+        )
+        .boxed();
+        let mut listed = Vec::new();
+        let watch = PendingWatch::new(events, Vec::new(), &mut listed);
+        let mut hub = Hub::default();
+        let all = hub.subscribe();
+        let skipping = hub.subscribe_skipping(|_: &CapiCluster| true);
+        let mut tasks = JoinSet::new();
+        watch.start(hub, &mut tasks);
+        let names = |feed: Feed<CapiCluster>| async move {
+            feed.map(|c| c.name_any()).collect::<Vec<_>>().await
+        };
+        assert_eq!(names(all).await, ["listed", "changed", "changed"]);
+        assert_eq!(
+            names(skipping).await,
+            ["listed", "changed"],
+            "the listed object and the deletion are kept"
+        );
     }
 }
