@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::discovery;
-use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
@@ -48,8 +48,7 @@ enum Entry {
 /// A started cache of one referenced kind.
 #[derive(Clone)]
 struct Watched {
-    store: Store<CompactObject>,
-    resource: ApiResource,
+    cache: Cache,
     /// True once the first list completed (many reconciles may wait on it at once, which
     /// kube's `Store::wait_until_ready` does not support).
     listed: tokio::sync::watch::Receiver<bool>,
@@ -86,11 +85,7 @@ impl References {
 
     /// Looks up a referenced object in its cache, starting the cache on first use.
     pub async fn lookup(&self, reference: &ProviderRef) -> Lookup {
-        let Watched {
-            store,
-            resource,
-            mut listed,
-        } = match self.store_for(reference).await {
+        let Watched { cache, mut listed } = match self.store_for(reference).await {
             Ok(found) => found,
             Err(reason) => return Lookup::Unavailable(reason),
         };
@@ -104,8 +99,8 @@ impl References {
                 reference.kind
             ));
         }
-        let key = ObjectRef::new_with(&reference.name, resource).within(&reference.namespace);
-        match store.get(&key).map(|object| serde_json::to_value(&*object)) {
+        let found = cache.get(&reference.namespace, &reference.name);
+        match found.map(|object| serde_json::to_value(&*object)) {
             Some(Ok(object)) => Lookup::Found(object),
             // Never a silent `null` in templateValues.
             Some(Err(err)) => Lookup::Unavailable(format!(
@@ -167,85 +162,148 @@ impl References {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
             None => Api::all_with(self.client.clone(), &resource),
         };
-        let writer = Writer::new(resource.clone());
-        let store = writer.as_reader();
+        let cache = Cache::default();
         let (listed_tx, listed) = tokio::sync::watch::channel(false);
         let triggers = self.triggers.clone();
         let shutdown = self.shutdown.clone();
         let kind = resource.kind.clone();
-        let stream = crate::controllers::watch_list::events(
+        let events = crate::controllers::watch_list::events(
             kind.clone(),
             watcher::Config::default().page_size(500),
             move |config| watcher(api.clone(), config),
         )
         .backoff(crate::controllers::watch_backoff::WatchBackoff::default())
-        .map_ok(|event| map_event(event, cached_reference))
-        .reflect(writer);
+        .map_ok(|event| map_event(event, cached_reference));
+        let filled = cache.clone();
         tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            // Last user-visible hash per object: status-only changes trigger nothing. A relist
-            // builds a fresh map, so objects that vanished meanwhile leave no entry behind.
-            let mut seen: HashMap<String, u64> = HashMap::new();
-            let mut relisted: HashMap<String, u64> = HashMap::new();
+            let mut events = std::pin::pin!(events);
+            let mut filling = Filling::default();
             loop {
-                let next = tokio::select! {
+                let event = tokio::select! {
                     () = shutdown.cancelled() => return,
-                    next = stream.next() => next,
+                    next = events.next() => next,
                 };
-                let object = match next {
+                let event = match event {
                     None => return,
                     Some(Err(err)) => {
                         tracing::warn!(%err, kind = %kind, "watching referenced objects");
                         continue;
                     }
-                    Some(Ok(watcher::Event::Apply(object))) => {
-                        let hash = object.user_visible_hash;
-                        if seen.insert(object.uid().unwrap_or_default(), hash) == Some(hash) {
-                            continue;
-                        }
-                        object
-                    }
-                    Some(Ok(watcher::Event::InitApply(object))) => {
-                        let uid = object.uid().unwrap_or_default();
-                        let hash = object.user_visible_hash;
-                        relisted.insert(uid.clone(), hash);
-                        if seen.get(&uid) == Some(&hash) {
-                            continue;
-                        }
-                        object
-                    }
-                    Some(Ok(watcher::Event::Delete(object))) => {
-                        seen.remove(&object.uid().unwrap_or_default());
-                        object
-                    }
-                    Some(Ok(watcher::Event::InitDone)) => {
-                        seen = std::mem::take(&mut relisted);
-                        let _ = listed_tx.send(true);
-                        continue;
-                    }
-                    Some(Ok(watcher::Event::Init)) => {
-                        relisted.clear();
-                        continue;
-                    }
+                    Some(Ok(event)) => event,
                 };
-                for owner in owning_clusters(&object) {
-                    // The receiver only goes away when the controller stops.
+                let listed_now = matches!(event, watcher::Event::InitDone);
+                for owner in filling.apply(&filled, event) {
                     let _ = triggers.send(owner);
+                }
+                if listed_now {
+                    let _ = listed_tx.send(true);
                 }
             }
         });
-        Watched {
-            store,
-            resource,
-            listed,
+        Watched { cache, listed }
+    }
+}
+
+/// The cached objects of one referenced kind, by namespace and name. (kube's reflector store
+/// keys each object by a whole `ObjectRef`, with copies of the kind's `ApiResource`, the
+/// resourceVersion and the uid: about 450 bytes per object, as much as the compact object.)
+#[derive(Clone, Default)]
+struct Cache(Arc<std::sync::RwLock<Objects>>);
+
+type Objects = HashMap<Box<str>, Arc<CompactObject>>;
+
+impl Cache {
+    fn get(&self, namespace: &str, name: &str) -> Option<Arc<CompactObject>> {
+        self.read().get(key(namespace, name).as_ref()).cloned()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Objects> {
+        self.0.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Objects> {
+        self.0.write().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn key(namespace: &str, name: &str) -> Box<str> {
+    format!("{namespace}/{name}").into_boxed_str()
+}
+
+fn key_of(object: &CompactObject) -> Box<str> {
+    key(
+        object.metadata.namespace.as_deref().unwrap_or_default(),
+        object.metadata.name.as_deref().unwrap_or_default(),
+    )
+}
+
+/// What a (re)list has brought so far: it replaces the cache when it completes.
+#[derive(Default)]
+struct Filling {
+    relist: Option<(Objects, Vec<ObjectRef<CapiCluster>>)>,
+}
+
+impl Filling {
+    /// Applies one watch event to `cache`; returns the Clusters to reconcile: the owners of an
+    /// object whose user-visible part changed (generation, labels, annotations), appeared or
+    /// went, including objects that went while the watch was re-listing. The owners of listed
+    /// objects are returned once the list is complete and in the cache, so their reconciles
+    /// read the new objects.
+    fn apply(
+        &mut self,
+        cache: &Cache,
+        event: watcher::Event<CompactObject>,
+    ) -> Vec<ObjectRef<CapiCluster>> {
+        match event {
+            watcher::Event::Apply(object) => {
+                let object = Arc::new(object);
+                let before = cache.write().insert(key_of(&object), object.clone());
+                if changed(before.as_deref(), &object) {
+                    owning_clusters(&*object)
+                } else {
+                    Vec::new()
+                }
+            }
+            watcher::Event::Delete(object) => {
+                cache.write().remove(&key_of(&object));
+                owning_clusters(&object)
+            }
+            watcher::Event::Init => {
+                self.relist = Some(Default::default());
+                Vec::new()
+            }
+            watcher::Event::InitApply(object) => {
+                let (objects, owners) = self.relist.get_or_insert_with(Default::default);
+                let key = key_of(&object);
+                if changed(cache.read().get(&key).map(|o| &**o), &object) {
+                    owners.extend(owning_clusters(&object));
+                }
+                objects.insert(key, Arc::new(object));
+                Vec::new()
+            }
+            watcher::Event::InitDone => {
+                let (objects, mut owners) = self.relist.take().unwrap_or_default();
+                let before = std::mem::replace(&mut *cache.write(), objects);
+                let now = cache.read();
+                for (key, gone) in before {
+                    if !now.contains_key(&key) {
+                        owners.extend(owning_clusters(&*gone));
+                    }
+                }
+                owners
+            }
         }
     }
 }
 
-/// What the cache keeps of a referenced object: metadata without managedFields, and the rest
-/// without `status` (it changes often and is never part of `templateValues`), as a
-/// [`CompactObject`] (a control plane's spec as a tree of maps is tens of KiB;
-/// `tests/cache_footprint.rs`).
+/// Whether a referenced object's change is one its owners must see: another object under the
+/// same name, or a change of what users edit (generation, labels, annotations).
+fn changed(before: Option<&CompactObject>, now: &CompactObject) -> bool {
+    before.is_none_or(|b| {
+        b.user_visible_hash != now.user_visible_hash || b.metadata.uid != now.metadata.uid
+    })
+}
+
 pub fn cached_reference(mut object: DynamicObject) -> CompactObject {
     object.metadata.managed_fields = None;
     if let Some(data) = object.data.as_object_mut() {
@@ -265,4 +323,127 @@ fn owning_clusters(object: &impl kube::Resource) -> Vec<ObjectRef<CapiCluster>> 
         })
         .map(|owner| ObjectRef::new(&owner.name).within(&namespace))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A KubeadmControlPlane owned by the Cluster `owner`.
+    fn object(name: &str, uid: &str, generation: i64, owner: &str) -> CompactObject {
+        cached_reference(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "controlplane.cluster.x-k8s.io/v1beta2",
+                "kind": "KubeadmControlPlane",
+                "metadata": {
+                    "name": name, "namespace": "ns", "uid": uid, "generation": generation,
+                    "resourceVersion": format!("{uid}-{generation}"),
+                    "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2",
+                        "kind": "Cluster", "name": owner, "uid": format!("{owner}-uid")}],
+                },
+                "spec": {"replicas": generation},
+                "status": {"ready": true},
+            }))
+            .expect("object"),
+        )
+    }
+
+    #[test]
+    fn the_cache_follows_the_watch_and_triggers_the_owners_of_visible_changes() {
+        use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
+        let cache = Cache::default();
+        let mut filling = Filling::default();
+        // (what happens, the event, the Clusters triggered, the cached generations by name)
+        type Step<'a> = (
+            &'a str,
+            watcher::Event<CompactObject>,
+            &'a [&'a str],
+            &'a [(&'a str, i64)],
+        );
+        let steps: Vec<Step> = vec![
+            ("first list starts", Init, &[], &[]),
+            ("listed", InitApply(object("a", "u1", 1, "ca")), &[], &[]),
+            ("listed", InitApply(object("b", "u2", 1, "cb")), &[], &[]),
+            (
+                "listed: owners once in the cache",
+                InitDone,
+                &["ca", "cb"],
+                &[("a", 1), ("b", 1)],
+            ),
+            (
+                "status only: same user-visible hash",
+                Apply(object("a", "u1", 1, "ca")),
+                &[],
+                &[("a", 1), ("b", 1)],
+            ),
+            (
+                "spec edited",
+                Apply(object("a", "u1", 2, "ca")),
+                &["ca"],
+                &[("a", 2), ("b", 1)],
+            ),
+            (
+                "deleted",
+                Delete(object("b", "u2", 1, "cb")),
+                &["cb"],
+                &[("a", 2)],
+            ),
+            (
+                "re-created",
+                Apply(object("b", "u3", 1, "cb")),
+                &["cb"],
+                &[("a", 2), ("b", 1)],
+            ),
+            ("relist starts", Init, &[], &[("a", 2), ("b", 1)]),
+            (
+                "unchanged",
+                InitApply(object("a", "u1", 2, "ca")),
+                &[],
+                &[("a", 2), ("b", 1)],
+            ),
+            (
+                "new while the watch was down",
+                InitApply(object("c", "u4", 1, "cc")),
+                &[],
+                &[("a", 2), ("b", 1)],
+            ),
+            (
+                "relisted: b went meanwhile",
+                InitDone,
+                &["cc", "cb"],
+                &[("a", 2), ("c", 1)],
+            ),
+        ];
+        for (what, event, triggered, cached) in steps {
+            let owners: Vec<String> = filling
+                .apply(&cache, event)
+                .iter()
+                .map(|owner| owner.name.clone())
+                .collect();
+            assert_eq!(owners, triggered, "{what}: triggered");
+            let mut now: Vec<(String, i64)> = cache
+                .read()
+                .values()
+                .map(|o| {
+                    (
+                        o.metadata.name.clone().unwrap_or_default(),
+                        o.metadata.generation.unwrap_or_default(),
+                    )
+                })
+                .collect();
+            now.sort();
+            let cached: Vec<(String, i64)> =
+                cached.iter().map(|(n, g)| (n.to_string(), *g)).collect();
+            assert_eq!(now, cached, "{what}: cached");
+        }
+        assert!(cache.get("ns", "a").is_some());
+        assert!(cache.get("other", "a").is_none());
+        assert!(
+            cache
+                .get("ns", "a")
+                .and_then(|a| serde_json::to_value(&*a).ok())
+                .is_some_and(|a| a.get("status").is_none()),
+            "status is not cached"
+        );
+    }
 }
