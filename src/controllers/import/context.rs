@@ -75,11 +75,6 @@ impl ImportContext {
         let _ = ready.wait_for(|ready| *ready).await;
     }
 
-    /// Whether every cache holds its first full list.
-    pub fn caches_listed(&self) -> bool {
-        *self.caches_ready.borrow()
-    }
-
     /// Runs one reconcile of `controller` once every cache holds its first full list, through
     /// the one reconcile wrapper (metrics, backoff).
     pub async fn observed<K: Resource>(

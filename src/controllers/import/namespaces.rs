@@ -85,14 +85,7 @@ impl NamespaceTriggers {
 
     /// The namespace to reconcile after `cluster` changed (or was deleted), if any. When the
     /// contribution cannot be computed (no configuration yet), the namespace is reconciled.
-    /// Before every cache holds its first list, nothing is recorded or triggered: a decision
-    /// then reads caches still filling (a Cluster without its Fleet Cluster), and every
-    /// namespace is reconciled once they are full anyway (its own listing triggers it, and a
-    /// reconcile waits for the caches), recording what it planned with.
     pub fn after_change(&self, cluster: &CapiCluster) -> Option<ObjectRef<NamespaceMeta>> {
-        if !self.ctx.caches_listed() {
-            return None;
-        }
         let namespace = cluster.namespace()?;
         let key = (namespace.clone(), cluster.name_any());
         let cached = self
