@@ -17,7 +17,6 @@ use crate::api::{CachedFleetCluster, CapiCluster};
 use crate::context::Context;
 use crate::controllers::backoff::Backoff;
 use crate::controllers::import::expectations::Expectations;
-use crate::controllers::import::namespaces::Contributions;
 use crate::controllers::import::references::References;
 use crate::controllers::import::stores::{Stores, decoded};
 use crate::controllers::reconcile;
@@ -35,9 +34,6 @@ pub struct ImportContext {
     pub expectations: Expectations,
     /// Pinged after every Cluster reconcile; the status writer recounts (at a bounded rate).
     pub counts_changed: Notify,
-    /// What each Cluster contributes to its namespace's plan, as last seen by a trigger or
-    /// planned with by a namespace reconcile ([`crate::controllers::import::namespaces`]).
-    contributions: Mutex<Contributions>,
     /// Missing references already reported (by Cluster uid, the roles), so each is reported
     /// once, not every reconcile. Entries of Clusters that are gone are dropped by
     /// [`ImportContext::forget_gone_reports`].
@@ -60,7 +56,6 @@ impl ImportContext {
             backoff: Backoff::default(),
             expectations: Expectations::default(),
             counts_changed: Notify::new(),
-            contributions: Mutex::default(),
             reported: Mutex::new(HashMap::new()),
             caches_ready,
         }
@@ -142,11 +137,6 @@ impl ImportContext {
             cached.as_deref().map(|c| &c.metadata),
         );
         Some((view, fleet_name, cached, decision))
-    }
-
-    /// The contributions of the cached Clusters to their namespaces' plans.
-    pub fn contributions(&self) -> std::sync::MutexGuard<'_, Contributions> {
-        self.contributions.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether the missing `role` reference of the Cluster `uid` is reported for the first time.

@@ -36,18 +36,13 @@ type NamespaceMeta = PartialObjectMeta<Namespace>;
 /// Which Cluster changes reconcile their namespace: those that change what the Cluster
 /// contributes to the namespace's plan ([`contribution`]). A namespace decides all its Clusters
 /// each time, so reconciling it on every Cluster change (a finalizer, a condition, a status
-/// write of Cluster API) cost O(Clusters in the namespace) per change. The contributions are
-/// shared with the namespace reconcile ([`ImportContext::contributions`]), which records those
-/// it planned with: on a restart, the first reconcile of a namespace accounts for all its
-/// Clusters, and the rest of the initial list does not reconcile it again.
+/// write of Cluster API) cost O(Clusters in the namespace) per change.
 pub struct NamespaceTriggers {
     ctx: Arc<ImportContext>,
+    last: std::sync::Mutex<Contributions>,
 }
 
-/// The last contribution of each cached Cluster, by (namespace, name): what a namespace
-/// reconcile planned with or a trigger saw, whichever came last. A recorded contribution never
-/// holds back a reconcile already queued, so a stale record costs one reconcile, never a lost
-/// change.
+/// The last contribution of each cached Cluster, by (namespace, name).
 #[derive(Default)]
 pub struct Contributions(std::collections::HashMap<(String, String), Contribution>);
 
@@ -64,11 +59,6 @@ impl Contributions {
         }
     }
 
-    /// Records the contribution a namespace reconcile planned with.
-    pub fn planned(&mut self, key: (String, String), contribution: Contribution) {
-        self.0.insert(key, contribution);
-    }
-
     pub fn len(&self) -> usize {
         self.0.len()
     }
@@ -80,7 +70,10 @@ impl Contributions {
 
 impl NamespaceTriggers {
     pub fn new(ctx: Arc<ImportContext>) -> Self {
-        Self { ctx }
+        Self {
+            ctx,
+            last: std::sync::Mutex::default(),
+        }
     }
 
     /// The namespace to reconcile after `cluster` changed (or was deleted), if any. When the
@@ -99,10 +92,8 @@ impl NamespaceTriggers {
             .flatten()
             .and_then(|config| self.ctx.decision(cluster, &config))
             .map(|(view, decision)| contribution(&view, &decision));
-        self.ctx
-            .contributions()
-            .changed(key, now)
-            .then(|| ObjectRef::new(&namespace))
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        last.changed(key, now).then(|| ObjectRef::new(&namespace))
     }
 }
 
@@ -216,15 +207,6 @@ async fn reconcile_namespace(namespace: &NamespaceMeta, ctx: &ImportContext) -> 
         })
         .collect();
     let mappings = mappings_of(ctx, &name);
-    {
-        let mut contributions = ctx.contributions();
-        for (view, decision) in &views {
-            contributions.planned(
-                (view.namespace.clone(), view.name.clone()),
-                contribution(view, decision),
-            );
-        }
-    }
     let plan = plan(&NamespaceFacts {
         namespace: &name,
         clusters: views.iter().map(|(v, d)| (v, d)).collect(),
@@ -578,11 +560,5 @@ mod tests {
         }
         last.changed(key("c2"), None);
         assert_eq!(last.len(), 1, "a gone Cluster leaves no entry");
-
-        // A namespace reconcile planned with c3 before its own event came (the initial list
-        // of a restart): that event no longer reconciles the namespace.
-        last.planned(key("c3"), imported.clone());
-        assert!(!last.changed(key("c3"), Some(imported.clone())));
-        assert!(last.changed(key("c3"), Some(with_class.clone())));
     }
 }
