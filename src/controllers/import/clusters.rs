@@ -327,34 +327,8 @@ impl ObjectKeys {
 /// (a decision reads `status.initialization`, `templateValues` metadata and spec:
 /// [`crate::model::capi::template_object`]).
 pub fn skips_cluster_change(ctx: &ImportContext, cluster: &CapiCluster) -> bool {
-    let (Some(namespace), Some(name)) = (
-        cluster.metadata.namespace.as_deref(),
-        cluster.metadata.name.as_deref(),
-    ) else {
-        return false;
-    };
-    let version = cluster.metadata.resource_version.as_deref();
-    ctx.expectations
-        .own_echo(&Key::cluster(namespace, name), version)
-        || ctx
-            .expectations
-            .is_echo(&Key::cluster_status(namespace, name), version)
-}
-
-/// Whether this controller leaves out a watched change of a Fleet Cluster or a registration
-/// token (`key` builds its expectation key from namespace and name): the echo of its own write.
-pub fn skips_own_echo<K: Resource>(
-    ctx: &ImportContext,
-    object: &K,
-    key: fn(&str, &str) -> Key,
-) -> bool {
-    let meta = object.meta();
-    match (meta.namespace.as_deref(), meta.name.as_deref()) {
-        (Some(namespace), Some(name)) => ctx
-            .expectations
-            .own_echo(&key(namespace, name), meta.resource_version.as_deref()),
-        _ => false,
-    }
+    ctx.expectations.own_echo_of(cluster, Key::cluster)
+        || ctx.expectations.is_echo_of(cluster, Key::cluster_status)
 }
 
 /// Records a write of `object` (`written`: the resourceVersion it left, if any).

@@ -229,6 +229,16 @@ impl Expectations {
                 .is_some_and(|p| p.written.as_deref() == resource_version)
     }
 
+    /// [`Self::own_echo`] for a watched object, its key made by `key` from namespace and name.
+    pub fn own_echo_of<K: kube::Resource>(&self, object: &K, key: fn(&str, &str) -> Key) -> bool {
+        key_of(object, key).is_some_and(|(key, version)| self.own_echo(&key, version))
+    }
+
+    /// [`Self::is_echo`] for a watched object, its key made by `key` from namespace and name.
+    pub fn is_echo_of<K: kube::Resource>(&self, object: &K, key: fn(&str, &str) -> Key) -> bool {
+        key_of(object, key).is_some_and(|(key, version)| self.is_echo(&key, version))
+    }
+
     /// Forgets what was expected of `key` (the object is gone and nothing will read it again).
     pub fn forget(&self, key: &Key) {
         self.lock().pending.remove(key);
@@ -247,6 +257,19 @@ impl Expectations {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// The key of a watched object (made by `key` from its namespace and name) and its
+/// resourceVersion.
+fn key_of<K: kube::Resource>(
+    object: &K,
+    key: fn(&str, &str) -> Key,
+) -> Option<(Key, Option<&str>)> {
+    let meta = object.meta();
+    Some((
+        key(meta.namespace.as_deref()?, meta.name.as_deref()?),
+        meta.resource_version.as_deref(),
+    ))
 }
 
 impl Inner {

@@ -107,7 +107,7 @@ async fn requeue_all_on_config_change(
 /// Whether this controller leaves out a watched change of a CAPI Cluster: the echo of its own
 /// condition write.
 pub fn skips_own_echo(ctx: &ImportContext, cluster: &CapiCluster) -> bool {
-    crate::controllers::import::clusters::skips_own_echo(ctx, cluster, Key::cluster_status)
+    ctx.expectations.own_echo_of(cluster, Key::cluster_status)
 }
 
 /// Reconciles the condition of one Cluster.

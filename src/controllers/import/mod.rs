@@ -109,7 +109,7 @@ pub async fn run(base: Arc<Context>) {
         hubs.fleet_clusters.subscribe_skipping(skipping(
             &ctx,
             |ctx, fleet: &CachedFleetCluster| {
-                clusters::skips_own_echo(ctx, fleet, Key::fleet_cluster)
+                ctx.expectations.own_echo_of(fleet, Key::fleet_cluster)
             },
         )),
         move |fleet: Arc<CachedFleetCluster>| owning_cluster(&*fleet, &naming),
@@ -129,7 +129,7 @@ pub async fn run(base: Arc<Context>) {
     )
     .watches_shared_stream(
         hubs.tokens.subscribe_skipping(skipping(&ctx, |ctx, token| {
-            clusters::skips_own_echo(ctx, token, Key::token)
+            ctx.expectations.own_echo_of(token, Key::token)
         })),
         |token| {
             Some(

@@ -126,16 +126,7 @@ impl ClusterInputs {
 /// the health controller's `FleetReady` condition, which no contribution reads (a decision
 /// reads `status.initialization` only).
 pub fn skips_cluster_change(ctx: &ImportContext, cluster: &CapiCluster) -> bool {
-    match (
-        cluster.metadata.namespace.as_deref(),
-        cluster.metadata.name.as_deref(),
-    ) {
-        (Some(namespace), Some(name)) => ctx.expectations.is_echo(
-            &Key::cluster_status(namespace, name),
-            cluster.metadata.resource_version.as_deref(),
-        ),
-        _ => false,
-    }
+    ctx.expectations.is_echo_of(cluster, Key::cluster_status)
 }
 
 /// Reconciles one namespace.
