@@ -21,7 +21,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, Resource};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -71,14 +71,7 @@ pub fn controller(
         .watches_shared_stream(
             namespaces,
             move |namespace: Arc<PartialObjectMeta<Namespace>>| {
-                if !inputs.changed(&stores.namespaces, &namespace) {
-                    return Vec::new();
-                }
-                stores
-                    .clusters_in(&namespace.name_any())
-                    .iter()
-                    .map(|c| ObjectRef::from_obj(&**c))
-                    .collect::<Vec<_>>()
+                inputs.clusters_to_reconcile(&stores, &namespace)
             },
         )
         .reconcile_on(UnboundedReceiverStream::new(rx))

@@ -117,14 +117,7 @@ pub async fn run(base: Arc<Context>) {
     .watches_shared_stream(
         hubs.namespaces.subscribe(),
         move |namespace: Arc<PartialObjectMeta<Namespace>>| {
-            if !namespace_inputs.changed(&cluster_stores.namespaces, &namespace) {
-                return Vec::new();
-            }
-            cluster_stores
-                .clusters_in(&namespace.name_any())
-                .iter()
-                .map(|c| ObjectRef::from_obj(&**c))
-                .collect::<Vec<_>>()
+            namespace_inputs.clusters_to_reconcile(&cluster_stores, &namespace)
         },
     )
     .watches_shared_stream(

@@ -17,6 +17,7 @@ use crate::api::{BundleNamespaceMapping, CapiCluster};
 use crate::apply::{apply_if_changed, delete_if_exists};
 use crate::controllers::import::context::ImportContext;
 use crate::controllers::import::expectations::{self, Key};
+use crate::controllers::import::stores::Stores;
 use crate::controllers::reconcile::retry_after;
 use crate::model::capi::{ClassRef, ClassView, ClusterView, StringMap};
 use crate::model::diff::owned_fields;
@@ -119,6 +120,23 @@ impl ClusterInputs {
             namespace.metadata.deletion_timestamp.is_some(),
         );
         last.insert(name, now.clone()).as_ref() != Some(&now)
+    }
+
+    /// The Clusters to reconcile after `namespace` changed: all of those cached in it, when
+    /// what they read of it [`Self::changed`]; none otherwise.
+    pub fn clusters_to_reconcile(
+        &self,
+        stores: &Stores,
+        namespace: &NamespaceMeta,
+    ) -> Vec<ObjectRef<CapiCluster>> {
+        if !self.changed(&stores.namespaces, namespace) {
+            return Vec::new();
+        }
+        stores
+            .clusters_in(&namespace.name_any())
+            .iter()
+            .map(|c| ObjectRef::from_obj(&**c))
+            .collect()
     }
 }
 
