@@ -15,7 +15,11 @@
 //! that echo too. Every other change of the object has a watch event of its own, and list
 //! replays are never dropped (`stores.rs`).
 //!
-//! resourceVersions are compared for equality only (they are opaque). A write that changed
+//! resourceVersions are compared for equality only: they are opaque, and the object a write
+//! returns and the watch event of that change carry the same `metadata.resourceVersion`, the
+//! one of the object's last change (Kubernetes API Concepts, "Resource versions",
+//! kubernetes.io/docs/reference/using-api/api-concepts; KEP-5504 adds ordering only from v1.35,
+//! which this does not need). A write that changed
 //! nothing on the server returns the base resourceVersion and records nothing (no watch event
 //! will come). An expectation also expires after [`TTL`] (a missed event must not stall an
 //! object forever; controller-runtime's `ExpectationsTimeout` plays that role), and entries are
