@@ -430,6 +430,11 @@ fn changed_in(
                 prefix.pop();
             }
         }
+        // A member on one side only: every path of it differs (the other side has none).
+        (None, Some(v)) | (Some(v), None) => match field {
+            Some(f) => collect_field(v, s, f, prefix, out),
+            None => collect(v, s, prefix, out),
+        },
         _ => {
             let mut members = BTreeSet::new();
             for v in [old, new].into_iter().flatten() {
@@ -610,6 +615,29 @@ mod tests {
                 changed_paths(&json!({}), &base, schema),
                 FieldSet::of(&base, schema)
             );
+            // Members present on one side only (the short cut that skips comparing them),
+            // including values whose paths are awkward to look up again.
+            let one_sided = [
+                json!({"ports": [{"name": "keyless"}, {"port": 1}]}),
+                json!({"ports": [{"port": 1}, {"port": 1}]}),
+                json!({"tags": ["t", "t"], "args": [null, {}]}),
+                json!({"nested": {"deep": null, "empty": {}}}),
+                json!({"selector": {"x": {"y": 1}}}),
+            ];
+            for extra in one_sided {
+                let without = json!({"metadata": {}, "spec": {"keep": 1}});
+                let mut with = without.clone();
+                for (k, v) in extra.as_object().unwrap() {
+                    with["spec"][k] = v.clone();
+                }
+                for (a, b) in [(&without, &with), (&with, &without)] {
+                    assert_eq!(
+                        changed_paths(a, b, schema),
+                        changed_paths_whole(a, b, schema),
+                        "{a} -> {b}"
+                    );
+                }
+            }
         }
     }
 

@@ -84,8 +84,9 @@ impl Ctx {
     }
 }
 
-/// The outcome of a write: the object to return and the HTTP status code.
-pub type Written = (Value, u16);
+/// The outcome of a write: the object to return (shared with the store, not copied) and the
+/// HTTP status code.
+pub type Written = (Arc<Value>, u16);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Op {
@@ -180,7 +181,7 @@ pub fn patch(
         return Err(ApiError::not_found(&def.group, &def.plural, &ctx.name));
     };
     let presented = present(&old, &def, &ctx.version);
-    let new = apply_patch(&presented, kind, body)?;
+    let new = apply_patch(presented, kind, body)?;
     if !new.is_object() {
         return Err(ApiError::bad_request("the patch result is not an object"));
     }
@@ -201,7 +202,10 @@ fn apply(
             "PATCH, fieldManager is required for apply requests",
         ));
     }
-    let applied: Value = serde_yaml::from_slice(body)
+    // Clients send apply configurations as JSON (kube-rs, client-go's typed appliers); JSON is
+    // YAML, so the slower YAML parser only runs for what JSON cannot read.
+    let applied: Value = serde_json::from_slice(body)
+        .or_else(|_| serde_yaml::from_slice(body))
         .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
     if !applied.is_object() {
         return Err(ApiError::bad_request(
@@ -309,7 +313,7 @@ pub fn delete(st: &mut State, ctx: &Ctx, opts: &DeleteOpts) -> ApiResult<Written
         .with_details("", "namespaces", &ctx.name));
     }
     if ctx.dry_run {
-        return Ok(((*old).clone(), 200));
+        return Ok((old, 200));
     }
     if opts.propagation.as_deref() == Some("Orphan")
         && let Some(uid) = meta_str(&old, "uid")
@@ -325,7 +329,7 @@ pub fn delete(st: &mut State, ctx: &Ctx, opts: &DeleteOpts) -> ApiResult<Written
     let pending = !finalizers_of(&old).is_empty() || is_namespace || foreground;
     if pending {
         if meta_str(&old, "deletionTimestamp").is_some() {
-            return Ok(((*old).clone(), 200));
+            return Ok((old, 200));
         }
         let mut new = (*old).clone();
         let m = meta_mut(&mut new);
@@ -353,10 +357,10 @@ pub fn delete(st: &mut State, ctx: &Ctx, opts: &DeleteOpts) -> ApiResult<Written
             st.work.namespaces = true;
         }
         let stored = st.put(&gr, new);
-        return Ok(((*stored).clone(), 200));
+        return Ok((stored, 200));
     }
     let removed = remove_object(st, &gr, &ctx.namespace, &ctx.name);
-    Ok((removed.map(|r| (*r).clone()).unwrap_or_default(), 200))
+    Ok((removed.unwrap_or_default(), 200))
 }
 
 /// Removes an object for good, with the side effects of its kind (a CRD takes its resource and
@@ -680,21 +684,26 @@ fn finish(
         }
         Some(o) => {
             if ctx.subresource == "status" {
-                let mut merged = (**o).clone();
-                match new.get("status") {
-                    Some(s) => merged["status"] = s.clone(),
-                    None => {
-                        if let Some(m) = merged.as_object_mut() {
-                            m.remove("status");
+                // Only the status changes: every other top-level field is the old object's
+                // again, copied only where the request changed it.
+                let applied_fields = match op {
+                    Op::Apply => new
+                        .get_mut("metadata")
+                        .and_then(Value::as_object_mut)
+                        .and_then(|m| m.remove("managedFields")),
+                    _ => None,
+                };
+                if let (Some(n), Some(om)) = (new.as_object_mut(), o.as_object()) {
+                    n.retain(|k, _| k == "status" || om.contains_key(k));
+                    for (k, v) in om {
+                        if k != "status" && n.get(k) != Some(v) {
+                            n.insert(k.clone(), v.clone());
                         }
                     }
                 }
-                if op == Op::Apply
-                    && let Some(mf) = new.get("metadata").and_then(|m| m.get("managedFields"))
-                {
-                    meta_mut(&mut merged).insert("managedFields".into(), mf.clone());
+                if let Some(mf) = applied_fields {
+                    meta_mut(&mut new).insert("managedFields".into(), mf);
                 }
-                new = merged;
             } else if def.has_status {
                 match o.get("status") {
                     Some(s) => new["status"] = s.clone(),
@@ -729,16 +738,19 @@ fn finish(
                 // recomputed below. A client that changes them (`[{}]` resets them) has its
                 // version taken as the starting point, as on a real server.
                 let incoming = m.remove("managedFields");
-                let previous = old_field("managedFields").cloned();
-                if matches!(&incoming, Some(Value::Array(a)) if !a.is_empty())
-                    && incoming != previous
-                {
-                    managed_base = incoming;
-                }
-                match previous {
-                    Some(v) => m.insert("managedFields".into(), v),
-                    None => m.remove("managedFields"),
+                let previous = old_field("managedFields");
+                let restored = if incoming.as_ref() == previous {
+                    // Sent back unchanged (a patch always is): kept without a copy.
+                    incoming
+                } else {
+                    if matches!(&incoming, Some(Value::Array(a)) if !a.is_empty()) {
+                        managed_base = incoming;
+                    }
+                    previous.cloned()
                 };
+                if let Some(v) = restored {
+                    m.insert("managedFields".into(), v);
+                }
             }
             if meta_str(o, "deletionTimestamp").is_some() {
                 let before: BTreeSet<String> = finalizers_of(o).into_iter().collect();
@@ -826,11 +838,11 @@ fn finish(
     if let Some(o) = &old
         && same_but_volatile(o, &new)
     {
-        return Ok(((**o).clone(), 200));
+        return Ok((o.clone(), 200));
     }
     let code = if old.is_none() { 201 } else { 200 };
     if ctx.dry_run {
-        return Ok((new, code));
+        return Ok((Arc::new(new), code));
     }
     if old.is_some()
         && meta_str(&new, "deletionTimestamp").is_some()
@@ -838,11 +850,11 @@ fn finish(
         && !(def.group.is_empty() && def.plural == "namespaces")
     {
         let removed = remove_object(st, &gr, &ctx.namespace, &ctx.name);
-        return Ok((removed.map(|r| (*r).clone()).unwrap_or(new), 200));
+        return Ok((removed.unwrap_or_else(|| Arc::new(new)), 200));
     }
     let stored = st.put(&gr, new);
     after_write(st, &def, &stored, old.is_none(), &ctx.subresource);
-    Ok(((*stored).clone(), code))
+    Ok((stored, code))
 }
 
 /// Defaults a real server (or its admission chain) fills in.

@@ -34,7 +34,7 @@ impl PatchType {
 }
 
 /// Applies a JSON, merge or strategic merge patch to `target`.
-pub fn apply_patch(target: &Value, kind: PatchType, body: &[u8]) -> Result<Value, ApiError> {
+pub fn apply_patch(target: Value, kind: PatchType, body: &[u8]) -> Result<Value, ApiError> {
     match kind {
         PatchType::Json => {
             let p: json_patch::Patch = serde_json::from_slice(body)
@@ -46,7 +46,7 @@ pub fn apply_patch(target: &Value, kind: PatchType, body: &[u8]) -> Result<Value
                     format!("the server rejected our request due to an error in our request: {e}"),
                 )
             };
-            let mut out = target.clone();
+            let mut out = target;
             for op in p.0.iter() {
                 match op {
                     // As the real server's JSON patch library does, testing for `null` passes
@@ -71,7 +71,7 @@ pub fn apply_patch(target: &Value, kind: PatchType, body: &[u8]) -> Result<Value
             if !p.is_object() {
                 return Err(ApiError::bad_request("merge patch must be a JSON object"));
             }
-            let mut out = target.clone();
+            let mut out = target;
             json_patch::merge(&mut out, &p);
             Ok(out)
         }
@@ -83,7 +83,7 @@ pub fn apply_patch(target: &Value, kind: PatchType, body: &[u8]) -> Result<Value
                     "strategic merge patch must be a JSON object",
                 ));
             }
-            Ok(strategic_merge(target, &p))
+            Ok(strategic_merge(&target, &p))
         }
         PatchType::Apply => Err(ApiError::internal(
             "apply patches are handled by server-side apply",

@@ -198,6 +198,11 @@ impl FieldSelector {
         })
     }
 
+    /// Whether the selector selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// The `metadata.name=X` value, when the selector pins one name (used by single-object
     /// watches).
     pub fn pinned_name(&self) -> Option<&str> {

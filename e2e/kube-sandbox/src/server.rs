@@ -812,6 +812,7 @@ fn list(
         })?;
         (items, rv, offset, Some(id))
     } else {
+        let ns = t.namespace.as_deref();
         let st = app.store.lock();
         let rv_param = q.get("resourceVersion").unwrap_or("");
         if rv_param == "0" {
@@ -823,7 +824,7 @@ fn list(
         }
         let rv_match = q.get("resourceVersionMatch").unwrap_or("");
         let (objs, list_rv) = match (rv_param, rv_match) {
-            ("", "") | ("0", _) => (st.bucket(&gr).cloned().unwrap_or_default(), st.rv),
+            ("", "") | ("0", _) => (select(st.bucket(&gr), ns, &labels, &fields), st.rv),
             ("", m) => {
                 return Err(ApiError::invalid_field(
                     "meta.k8s.io",
@@ -864,9 +865,9 @@ fn list(
                     let objs = st.objects_at(&gr, n).ok_or_else(|| {
                         ApiError::gone(format!("The resourceVersion for the provided list is too old. (requested {n}, oldest retained {})", st.compacted_rv))
                     })?;
-                    (objs, n)
+                    (select(Some(&objs), ns, &labels, &fields), n)
                 } else if m.is_empty() || m == "NotOlderThan" {
-                    (st.bucket(&gr).cloned().unwrap_or_default(), st.rv)
+                    (select(st.bucket(&gr), ns, &labels, &fields), st.rv)
                 } else {
                     return Err(ApiError::invalid_field(
                         "meta.k8s.io",
@@ -881,14 +882,7 @@ fn list(
             }
         };
         drop(st);
-        let ns = t.namespace.as_deref();
-        let items: Vec<Arc<Value>> = objs
-            .into_iter()
-            .filter(|((ons, _), _)| ns.is_none_or(|n| n == ons))
-            .map(|(_, o)| o)
-            .filter(|o| labels.matches(o) && fields.matches(o))
-            .collect();
-        (Arc::new(items), list_rv, 0usize, None)
+        (Arc::new(objs), list_rv, 0usize, None)
     };
     let total = items.len();
     let end = if limit > 0 {
@@ -923,6 +917,34 @@ fn list(
         200,
         &render::list(&page, def, &t.version, fmt, meta),
     ))
+}
+
+/// The objects of a bucket in a namespace (all namespaces for `None`) that the selectors select,
+/// in key order and shared with the store: a list under the store lock copies pointers, not
+/// objects or keys.
+fn select(
+    bucket: Option<&crate::store::Objects>,
+    ns: Option<&str>,
+    labels: &LabelSelector,
+    fields: &FieldSelector,
+) -> Vec<Arc<Value>> {
+    let Some(bucket) = bucket else {
+        return Vec::new();
+    };
+    let selected = |o: &&Arc<Value>| {
+        (labels.is_empty() || labels.matches(o)) && (fields.is_empty() || fields.matches(o))
+    };
+    match ns {
+        // Keys sort by namespace first, so one namespace is one contiguous range.
+        Some(ns) => bucket
+            .range((ns.to_string(), String::new())..)
+            .take_while(|((ons, _), _)| ons == ns)
+            .map(|(_, o)| o)
+            .filter(selected)
+            .cloned()
+            .collect(),
+        None => bucket.values().filter(selected).cloned().collect(),
+    }
 }
 
 fn start_watch(
@@ -1178,20 +1200,32 @@ fn write(
             meta.insert("resourceVersion".into(), json!(st.rv.to_string()));
             drop(st);
             app.store.changed.notify_one();
-            return Ok(json_response(
-                200,
-                &render::list(&items, def, &t.version, Format::Full, meta),
-            ));
+            return Ok((
+                [(header::CONTENT_TYPE, "application/json")],
+                render::list_json(&items, def, &t.version, &meta),
+            )
+                .into_response());
         }
         Verb::Get | Verb::List | Verb::Watch => return Err(ApiError::method_not_allowed()),
     };
     app.store.changed.notify_one();
     let (obj, code) = result;
-    let out = match fmt {
-        Format::Table(_) => render::object(&obj, def, &t.version),
-        f => render::one(&obj, def, &t.version, f),
+    let body = match fmt {
+        // Serialized straight from the stored object: a write answers without copying it.
+        Format::Full | Format::Table(_) => serde_json::to_vec(&render::AtVersion {
+            obj: &obj,
+            api_version: &def.api_version(&t.version),
+            kind: &def.kind,
+        }),
+        Format::Metadata => serde_json::to_vec(&render::metadata_of(&obj)),
     };
-    Ok(json_response(code, &out))
+    let code = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
+    Ok((
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.unwrap_or_default(),
+    )
+        .into_response())
 }
 
 #[cfg(test)]

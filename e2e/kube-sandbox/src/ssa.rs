@@ -38,6 +38,16 @@ impl Entry {
         }
     }
 
+    /// Removes fields in place (no copy of the fields that stay); an entry that loses none keeps
+    /// its stored form.
+    fn remove_fields(&mut self, gone: &FieldSet) {
+        let before = self.set.0.len();
+        self.set.0.retain(|p| !gone.0.contains(p));
+        if self.set.0.len() != before {
+            self.raw = None;
+        }
+    }
+
     /// Marks a write by this entry's manager.
     fn touch(&mut self, api_version: &str) {
         self.time = now_rfc3339();
@@ -207,11 +217,12 @@ pub fn record_update(
     let mut found = false;
     for e in entries.iter_mut() {
         if e.manager == manager && e.operation == "Update" && e.subresource == subresource {
-            e.set_fields(e.set.minus(&changed).union(&now_set));
+            e.remove_fields(&changed);
+            e.set.0.extend(now_set.0.iter().cloned());
             e.touch(api_version);
             found = true;
         } else {
-            e.set_fields(e.set.minus(&changed));
+            e.remove_fields(&changed);
         }
     }
     if !found {
@@ -263,12 +274,18 @@ pub fn apply(req: &ApplyRequest<'_>) -> Result<Value, ApiError> {
     let cfg_t = tracked(req.applied, req.has_status, req.subresource);
     let applied_set = FieldSet::of(&cfg_t, req.schema);
     let live_t = tracked(live, req.has_status, req.subresource);
-    let merged_t = merge(Some(&live_t), &cfg_t, req.schema, "");
-    let changed = changed_paths(&live_t, &merged_t, req.schema);
 
     let mut entries = entries_of(live);
     let is_me = |e: &Entry| {
         e.manager == req.manager && e.operation == "Apply" && e.subresource == req.subresource
+    };
+    // The fields this apply changes matter only for what other entries own (conflicts, and
+    // what a forced apply takes over); a manager alone on its object skips the diff.
+    let changed = if entries.iter().any(|e| !is_me(e)) {
+        let merged_t = merge(Some(&live_t), &cfg_t, req.schema, "");
+        changed_paths(&live_t, &merged_t, req.schema)
+    } else {
+        FieldSet::default()
     };
     let mut conflicts: Vec<(String, String, Vec<String>)> = Vec::new();
     let mut conflicting = FieldSet::default();
@@ -303,7 +320,7 @@ pub fn apply(req: &ApplyRequest<'_>) -> Result<Value, ApiError> {
     }
     if force {
         for e in entries.iter_mut().filter(|e| !is_me(e)) {
-            e.set_fields(e.set.minus(&changed));
+            e.remove_fields(&changed);
         }
     }
 
@@ -341,16 +358,15 @@ pub fn apply(req: &ApplyRequest<'_>) -> Result<Value, ApiError> {
         .find(|e| is_me(e))
         .map(|e| e.set.clone())
         .unwrap_or_default();
-    let others: FieldSet = entries
-        .iter()
-        .filter(|e| !is_me(e))
-        .fold(FieldSet::default(), |acc, e| acc.union(&e.set));
     let dropped = prev.minus(&applied_set);
     let mut removed = FieldSet::default();
     // Parents first: once an item is gone its children need no removal (and could no longer
     // be found by key).
     for p in dropped.0.iter() {
-        if !others.has_at_or_below(p) {
+        let others_own = entries
+            .iter()
+            .any(|e| !is_me(e) && e.set.has_at_or_below(p));
+        if !others_own {
             // The tracked view has the object's layout, so its paths address the object.
             remove_at(&mut new, p);
             removed.0.insert(p.clone());
@@ -376,8 +392,10 @@ pub fn apply(req: &ApplyRequest<'_>) -> Result<Value, ApiError> {
             raw: None,
         }),
     }
-    for e in entries.iter_mut().filter(|e| e.operation != "Apply") {
-        e.set_fields(e.set.minus(&removed));
+    if !removed.is_empty() {
+        for e in entries.iter_mut().filter(|e| e.operation != "Apply") {
+            e.remove_fields(&removed);
+        }
     }
     set_entries(&mut new, &entries);
     if req.manager == KUBECTL {

@@ -50,8 +50,8 @@ impl WatchSpec {
         self.namespace
             .as_deref()
             .is_none_or(|ns| namespace_of(obj) == ns)
-            && self.labels.matches(obj)
-            && self.fields.matches(obj)
+            && (self.labels.is_empty() || self.labels.matches(obj))
+            && (self.fields.is_empty() || self.fields.matches(obj))
     }
 
     fn render(&self, obj: &Value) -> Value {
@@ -164,7 +164,8 @@ pub fn start(
     let gr: GroupResource = (spec.def.group.clone(), spec.def.plural.clone());
     let (stamped_tx, rx) = mpsc::channel::<(tokio::time::Instant, Bytes)>(16);
     let tx = Stamping(stamped_tx);
-    let mut initial: Vec<Bytes> = Vec::new();
+    // The initial events are chosen under the store lock and rendered after it is released.
+    let mut initial: Vec<(&'static str, Arc<Value>)> = Vec::new();
     let (mut sub, start_rv, initial_end) = {
         let st = store.lock();
         let synthetic = spec.send_initial_events
@@ -176,7 +177,7 @@ pub fn start(
             if let Some(b) = st.bucket(&gr) {
                 for obj in b.values() {
                     if spec.in_scope(obj) {
-                        initial.push(spec.line("ADDED", obj));
+                        initial.push(("ADDED", obj.clone()));
                     }
                 }
             }
@@ -202,8 +203,8 @@ pub fn start(
                 )])));
             }
             for ev in st.history.iter().filter(|e| e.rv > rv && e.gr == gr) {
-                if let Some((t, obj)) = spec.translate(ev) {
-                    initial.push(spec.line(t, &obj));
+                if let Some(event) = spec.translate(ev) {
+                    initial.push(event);
                 }
             }
         }
@@ -214,8 +215,8 @@ pub fn start(
         // Initial events go out in chunks of up to 64 KiB rather than one chunk per event:
         // streaming lists of thousands of objects are much faster that way.
         let mut chunk: Vec<u8> = Vec::new();
-        for line in initial {
-            chunk.extend_from_slice(&line);
+        for (etype, obj) in initial {
+            chunk.extend_from_slice(&spec.line(etype, &obj));
             if chunk.len() >= 64 * 1024
                 && tx
                     .send(Bytes::from(std::mem::take(&mut chunk)))
