@@ -704,7 +704,8 @@ fn finish(
                 if let Some(mf) = applied_fields {
                     meta_mut(&mut new).insert("managedFields".into(), mf);
                 }
-            } else if def.has_status {
+            } else if def.has_status && new.get("status") != o.get("status") {
+                // The main resource keeps the old status (copied only if the request changed it).
                 match o.get("status") {
                     Some(s) => new["status"] = s.clone(),
                     None => {

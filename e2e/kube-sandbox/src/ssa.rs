@@ -85,14 +85,15 @@ pub fn entries_of(obj: &Value) -> Vec<Entry> {
         .collect()
 }
 
-/// Writes `metadata.managedFields`, dropping entries that own nothing.
-pub fn set_entries(obj: &mut Value, entries: &[Entry]) {
+/// Writes `metadata.managedFields`, dropping entries that own nothing (an unchanged entry is
+/// moved back as it was stored, not copied).
+pub fn set_entries(obj: &mut Value, entries: Vec<Entry>) {
     let list: Vec<Value> = entries
-        .iter()
+        .into_iter()
         .filter(|e| !e.set.is_empty())
         .map(|e| {
-            if let Some(raw) = &e.raw {
-                return raw.clone();
+            if let Some(raw) = e.raw {
+                return raw;
             }
             let mut v = json!({
                 "manager": e.manager,
@@ -122,7 +123,7 @@ pub fn set_entries(obj: &mut Value, entries: &[Entry]) {
 pub fn normalize_entries(obj: &mut Value) {
     let mut entries = entries_of(obj);
     entries.iter_mut().for_each(|e| e.raw = None);
-    set_entries(obj, &entries);
+    set_entries(obj, entries);
 }
 
 /// The part of an object whose fields are tracked: without type and system metadata, and
@@ -200,7 +201,7 @@ pub fn record_update(
         None => (Vec::new(), FieldSet::of(&new_t, schema)),
     };
     if changed.is_empty() {
-        set_entries(new, &entries);
+        set_entries(new, entries);
         return;
     }
     // The changed fields the new object still sets: only the top-level fields a change is
@@ -236,7 +237,7 @@ pub fn record_update(
             raw: None,
         });
     }
-    set_entries(new, &entries);
+    set_entries(new, entries);
 }
 
 /// Inputs of one server-side apply.
@@ -397,7 +398,7 @@ pub fn apply(req: &ApplyRequest<'_>) -> Result<Value, ApiError> {
             e.remove_fields(&removed);
         }
     }
-    set_entries(&mut new, &entries);
+    set_entries(&mut new, entries);
     if req.manager == KUBECTL {
         update_last_applied(&mut new, req.applied);
     }
