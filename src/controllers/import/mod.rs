@@ -156,8 +156,11 @@ pub async fn run(base: Arc<Context>) {
             .with_config(Config::default().concurrency(CONCURRENCY))
             .watches_shared_stream(
                 hubs.clusters
-                    .subscribe_skipping(skipping(&ctx, namespaces::skips_cluster_change)),
-                move |cluster: Arc<CapiCluster>| triggers.after_change(&cluster),
+                    .subscribe_marked(skipping(&ctx, namespaces::skips_cluster_change))
+                    .filter_map(move |(cluster, origin)| {
+                        ready(triggers.after_change(&cluster, origin).map(|_| cluster))
+                    }),
+                |cluster: Arc<CapiCluster>| cluster.namespace().map(|ns| ObjectRef::new(&ns)),
             )
             .watches_shared_stream(hubs.groups.subscribe(), |group: Arc<ClusterGroup>| {
                 group.namespace().map(|ns| ObjectRef::new(&ns))

@@ -17,7 +17,7 @@ use crate::api::{BundleNamespaceMapping, CapiCluster};
 use crate::apply::{apply_if_changed, delete_if_exists};
 use crate::controllers::import::context::ImportContext;
 use crate::controllers::import::expectations::{self, Key};
-use crate::controllers::import::stores::Stores;
+use crate::controllers::import::stores::{Origin, Stores};
 use crate::controllers::reconcile::retry_after;
 use crate::model::capi::{ClassRef, ClassView, ClusterView, StringMap};
 use crate::model::diff::owned_fields;
@@ -41,6 +41,32 @@ type NamespaceMeta = PartialObjectMeta<Namespace>;
 pub struct NamespaceTriggers {
     ctx: Arc<ImportContext>,
     last: std::sync::Mutex<Contributions>,
+    in_list: std::sync::Mutex<TriggeredInList>,
+}
+
+/// The namespaces already triggered by the objects of the Clusters' latest list. After a
+/// (re)start every listed Cluster is new to [`Contributions`]; triggering its namespace for each
+/// reconciled every namespace about 30 times on a restart of 10,000 Clusters in 100 namespaces
+/// (docs/performance.md), as each reconcile ended before the namespace's next Cluster arrived.
+/// One trigger per namespace and list is enough: the listed objects are sent after the cache
+/// holds the whole list, so the reconcile that trigger causes (or re-runs, if one is running)
+/// starts after that and reads every Cluster of the list.
+#[derive(Default)]
+pub struct TriggeredInList {
+    list: u64,
+    namespaces: std::collections::HashSet<String>,
+}
+
+impl TriggeredInList {
+    /// Whether a change found in list `list` must still trigger `namespace`: the first in each
+    /// list does. Only the latest list's namespaces are kept.
+    pub fn first(&mut self, list: u64, namespace: &str) -> bool {
+        if self.list != list {
+            self.list = list;
+            self.namespaces.clear();
+        }
+        self.namespaces.insert(namespace.to_string())
+    }
 }
 
 /// The last contribution of each cached Cluster, by (namespace, name).
@@ -74,12 +100,19 @@ impl NamespaceTriggers {
         Self {
             ctx,
             last: std::sync::Mutex::default(),
+            in_list: std::sync::Mutex::default(),
         }
     }
 
-    /// The namespace to reconcile after `cluster` changed (or was deleted), if any. When the
-    /// contribution cannot be computed (no configuration yet), the namespace is reconciled.
-    pub fn after_change(&self, cluster: &CapiCluster) -> Option<ObjectRef<NamespaceMeta>> {
+    /// The namespace to reconcile after `cluster` changed (or was deleted, or came with a list),
+    /// if any. When the contribution cannot be computed (no configuration yet), the namespace is
+    /// reconciled. Of a list's Clusters, only the first change per namespace triggers
+    /// ([`TriggeredInList`]); all are recorded.
+    pub fn after_change(
+        &self,
+        cluster: &CapiCluster,
+        origin: Origin,
+    ) -> Option<ObjectRef<NamespaceMeta>> {
         let namespace = cluster.namespace()?;
         let key = (namespace.clone(), cluster.name_any());
         let cached = self
@@ -93,8 +126,20 @@ impl NamespaceTriggers {
             .flatten()
             .and_then(|config| self.ctx.decision(cluster, &config))
             .map(|(view, decision)| contribution(&view, &decision));
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        last.changed(key, now).then(|| ObjectRef::new(&namespace))
+        let changed = {
+            let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+            last.changed(key, now)
+        };
+        let trigger = changed
+            && match origin {
+                Origin::Watched => true,
+                Origin::Listed(list) => self
+                    .in_list
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .first(list, &namespace),
+            };
+        trigger.then(|| ObjectRef::new(&namespace))
     }
 }
 
@@ -569,5 +614,28 @@ mod tests {
         }
         last.changed(key("c2"), None);
         assert_eq!(last.len(), 1, "a gone Cluster leaves no entry");
+    }
+
+    #[test]
+    fn a_list_triggers_each_namespace_once() {
+        let mut triggered = TriggeredInList::default();
+        let steps = [
+            (1, "a", true, "first of namespace a in list 1"),
+            (1, "a", false, "a again in list 1"),
+            (1, "b", true, "first of b"),
+            (1, "a", false, "a still triggered"),
+            (2, "a", true, "a relist triggers again"),
+            (2, "b", true, "so does b"),
+            (2, "b", false, "once"),
+            (1, "a", true, "a list number that changes starts afresh"),
+        ];
+        for (list, namespace, trigger, what) in steps {
+            assert_eq!(triggered.first(list, namespace), trigger, "{what}");
+        }
+        assert_eq!(
+            triggered.namespaces.len(),
+            1,
+            "only the latest list is kept"
+        );
     }
 }

@@ -44,6 +44,19 @@ use crate::names;
 /// A stream of changed (applied or deleted) objects of one kind.
 pub type Feed<K> = ReceiverStream<Arc<K>>;
 
+/// A [`Feed`] that says where each object comes from ([`Hub::subscribe_marked`]).
+pub type MarkedFeed<K> = ReceiverStream<(Arc<K>, Origin)>;
+
+/// Where an object on a feed comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Origin {
+    /// A change the watch reported (applied or deleted).
+    Watched,
+    /// The cache after its `n`th list (counted from 1): each object it holds, then each object
+    /// that vanished while it listed. They are sent after the cache holds the whole list.
+    Listed(u64),
+}
+
 /// How many changes a feed holds before its watch waits for the controller to take some.
 const FEED_CAPACITY: usize = 1024;
 
@@ -87,8 +100,13 @@ pub struct Hub<K> {
 type Skip<K> = Box<dyn Fn(&K) -> bool + Send + Sync>;
 
 struct Subscriber<K> {
-    sender: mpsc::Sender<Arc<K>>,
+    sender: Outlet<K>,
     skip: Option<Skip<K>>,
+}
+
+enum Outlet<K> {
+    Plain(mpsc::Sender<Arc<K>>),
+    Marked(mpsc::Sender<(Arc<K>, Origin)>),
 }
 
 impl<K> Default for Hub<K> {
@@ -117,9 +135,25 @@ impl<K> Hub<K> {
         self.add(Some(Box::new(skip)))
     }
 
+    /// A feed like [`Hub::subscribe_skipping`]'s whose objects carry their [`Origin`].
+    pub fn subscribe_marked(
+        &mut self,
+        skip: impl Fn(&K) -> bool + Send + Sync + 'static,
+    ) -> MarkedFeed<K> {
+        let (sender, receiver) = mpsc::channel(FEED_CAPACITY);
+        self.subscribers.push(Subscriber {
+            sender: Outlet::Marked(sender),
+            skip: Some(Box::new(skip)),
+        });
+        ReceiverStream::new(receiver)
+    }
+
     fn add(&mut self, skip: Option<Skip<K>>) -> Feed<K> {
         let (sender, receiver) = mpsc::channel(FEED_CAPACITY);
-        self.subscribers.push(Subscriber { sender, skip });
+        self.subscribers.push(Subscriber {
+            sender: Outlet::Plain(sender),
+            skip,
+        });
         ReceiverStream::new(receiver)
     }
 }
@@ -502,16 +536,22 @@ where
         let reader = writer.as_reader();
         let kind = K::kind(&()).to_string();
         tasks.spawn(async move {
-            // `watched`: a change the watch reported, which a subscriber may leave out.
-            let send = async |object: Arc<K>, watched: bool| {
+            // `skippable`: an applied change the watch reported, which a subscriber may leave out.
+            let send = async |object: Arc<K>, skippable: bool, origin: Origin| {
                 for subscriber in &subscribers {
-                    if watched && subscriber.skip.as_ref().is_some_and(|skip| skip(&object)) {
+                    if skippable && subscriber.skip.as_ref().is_some_and(|skip| skip(&object)) {
                         continue;
                     }
                     // A closed receiver means its controller stopped.
-                    let _ = subscriber.sender.send(object.clone()).await;
+                    let _ = match &subscriber.sender {
+                        Outlet::Plain(sender) => sender.send(object.clone()).await.is_ok(),
+                        Outlet::Marked(sender) => {
+                            sender.send((object.clone(), origin)).await.is_ok()
+                        }
+                    };
                 }
             };
+            let mut lists = 0;
             let mut events = events;
             // The cache content when a (re)list started, to find what vanished meanwhile.
             let mut before: Vec<Arc<K>> = Vec::new();
@@ -532,13 +572,13 @@ where
                         for index in &indexes {
                             index.apply(&object);
                         }
-                        send(Arc::new(object), true).await;
+                        send(Arc::new(object), true, Origin::Watched).await;
                     }
                     watcher::Event::Delete(object) => {
                         for index in &indexes {
                             index.delete(&object);
                         }
-                        send(Arc::new(object), false).await;
+                        send(Arc::new(object), false, Origin::Watched).await;
                     }
                     watcher::Event::InitDone => {
                         let now = reader.state();
@@ -546,12 +586,14 @@ where
                             index.rebuild(&now);
                         }
                         let _ = listed.send(true);
+                        lists += 1;
+                        let origin = Origin::Listed(lists);
                         for object in &now {
-                            send(object.clone(), false).await;
+                            send(object.clone(), false, origin).await;
                         }
                         for object in std::mem::take(&mut before) {
                             if reader.get(&ObjectRef::from_obj(&*object)).is_none() {
-                                send(object, false).await;
+                                send(object, false, origin).await;
                             }
                         }
                     }
@@ -831,6 +873,55 @@ mod tests {
             names(skipping).await,
             ["listed", "changed"],
             "the listed object and the deletion are kept"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_marked_feed_tells_each_list_from_watched_changes() {
+        let named = |name: &str| (*cluster("a", name)).clone();
+        let events = futures::stream::iter(
+            [
+                watcher::Event::Init,
+                watcher::Event::InitApply(named("listed")),
+                watcher::Event::InitDone,
+                watcher::Event::Apply(named("changed")),
+                watcher::Event::Apply(named("skipped")),
+                watcher::Event::Delete(named("skipped")),
+                // A relist (after a 410 Gone): `listed` vanished meanwhile.
+                watcher::Event::Init,
+                watcher::Event::InitApply(named("changed")),
+                watcher::Event::InitApply(named("skipped")),
+                watcher::Event::InitDone,
+            ]
+            .map(Ok),
+        )
+        .boxed();
+        let mut listed = Vec::new();
+        let watch = PendingWatch::new(events, Vec::new(), &mut listed);
+        let mut hub = Hub::default();
+        let marked = hub.subscribe_marked(|c: &CapiCluster| c.name_any() == "skipped");
+        let mut tasks = JoinSet::new();
+        watch.start(hub, &mut tasks);
+        let mut got: Vec<(String, Origin)> = marked
+            .map(|(c, origin)| (c.name_any(), origin))
+            .collect()
+            .await;
+        // The cache's objects come in its (hash) order, before the vanished one.
+        if let Some(relisted) = got.get_mut(3..5) {
+            relisted.sort();
+        }
+        let want = [
+            ("listed", Origin::Listed(1)),
+            ("changed", Origin::Watched),
+            ("skipped", Origin::Watched),
+            ("changed", Origin::Listed(2)),
+            ("skipped", Origin::Listed(2)),
+            ("listed", Origin::Listed(2)),
+        ];
+        assert_eq!(
+            got,
+            want.map(|(n, o)| (n.to_string(), o)),
+            "the skipped Apply is left out; its deletion and the lists are kept"
         );
     }
 }
