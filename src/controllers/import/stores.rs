@@ -542,13 +542,15 @@ where
                     if skippable && subscriber.skip.as_ref().is_some_and(|skip| skip(&object)) {
                         continue;
                     }
-                    // A closed receiver means its controller stopped.
-                    let _ = match &subscriber.sender {
-                        Outlet::Plain(sender) => sender.send(object.clone()).await.is_ok(),
-                        Outlet::Marked(sender) => {
-                            sender.send((object.clone(), origin)).await.is_ok()
+                    // A closed receiver means its controller stopped: its send error is ignored.
+                    match &subscriber.sender {
+                        Outlet::Plain(sender) => {
+                            let _ = sender.send(object.clone()).await;
                         }
-                    };
+                        Outlet::Marked(sender) => {
+                            let _ = sender.send((object.clone(), origin)).await;
+                        }
+                    }
                 }
             };
             let mut lists = 0;
