@@ -846,27 +846,40 @@ mod tests {
         assert_eq!(index.inner.read().expect("lock").key_of.len(), 1);
     }
 
-    #[tokio::test]
-    async fn a_skipping_feed_leaves_out_only_watched_changes() {
-        let named = |name: &str| (*cluster("a", name)).clone();
-        let events = futures::stream::iter(
-            [
-                watcher::Event::Init,
-                watcher::Event::InitApply(named("listed")),
-                watcher::Event::InitDone,
-                watcher::Event::Apply(named("changed")),
-                watcher::Event::Delete(named("changed")),
-            ]
-            .map(Ok),
-        )
-        .boxed();
-        let mut listed = Vec::new();
-        let watch = PendingWatch::new(events, Vec::new(), &mut listed);
+    fn named(name: &str) -> CapiCluster {
+        (*cluster("a", name)).clone()
+    }
+
+    /// Starts a watch that plays `events`, with the feeds `subscribe` takes from its hub; the
+    /// watch runs as long as the returned tasks are kept.
+    fn play<T>(
+        events: Vec<watcher::Event<CapiCluster>>,
+        subscribe: impl FnOnce(&mut Hub<CapiCluster>) -> T,
+    ) -> (T, JoinSet<()>) {
+        let events = futures::stream::iter(events.into_iter().map(Ok)).boxed();
+        let watch = PendingWatch::new(events, Vec::new(), &mut Vec::new());
         let mut hub = Hub::default();
-        let all = hub.subscribe();
-        let skipping = hub.subscribe_skipping(|_: &CapiCluster| true);
+        let feeds = subscribe(&mut hub);
         let mut tasks = JoinSet::new();
         watch.start(hub, &mut tasks);
+        (feeds, tasks)
+    }
+
+    #[tokio::test]
+    async fn a_skipping_feed_leaves_out_only_watched_changes() {
+        let events = vec![
+            watcher::Event::Init,
+            watcher::Event::InitApply(named("listed")),
+            watcher::Event::InitDone,
+            watcher::Event::Apply(named("changed")),
+            watcher::Event::Delete(named("changed")),
+        ];
+        let ((all, skipping), _tasks) = play(events, |hub| {
+            (
+                hub.subscribe(),
+                hub.subscribe_skipping(|_: &CapiCluster| true),
+            )
+        });
         let names = |feed: Feed<CapiCluster>| async move {
             feed.map(|c| c.name_any()).collect::<Vec<_>>().await
         };
@@ -880,30 +893,22 @@ mod tests {
 
     #[tokio::test]
     async fn a_marked_feed_tells_each_list_from_watched_changes() {
-        let named = |name: &str| (*cluster("a", name)).clone();
-        let events = futures::stream::iter(
-            [
-                watcher::Event::Init,
-                watcher::Event::InitApply(named("listed")),
-                watcher::Event::InitDone,
-                watcher::Event::Apply(named("changed")),
-                watcher::Event::Apply(named("skipped")),
-                watcher::Event::Delete(named("skipped")),
-                // A relist (after a 410 Gone): `listed` vanished meanwhile.
-                watcher::Event::Init,
-                watcher::Event::InitApply(named("changed")),
-                watcher::Event::InitApply(named("skipped")),
-                watcher::Event::InitDone,
-            ]
-            .map(Ok),
-        )
-        .boxed();
-        let mut listed = Vec::new();
-        let watch = PendingWatch::new(events, Vec::new(), &mut listed);
-        let mut hub = Hub::default();
-        let marked = hub.subscribe_marked(|c: &CapiCluster| c.name_any() == "skipped");
-        let mut tasks = JoinSet::new();
-        watch.start(hub, &mut tasks);
+        let events = vec![
+            watcher::Event::Init,
+            watcher::Event::InitApply(named("listed")),
+            watcher::Event::InitDone,
+            watcher::Event::Apply(named("changed")),
+            watcher::Event::Apply(named("skipped")),
+            watcher::Event::Delete(named("skipped")),
+            // A relist (after a 410 Gone): `listed` vanished meanwhile.
+            watcher::Event::Init,
+            watcher::Event::InitApply(named("changed")),
+            watcher::Event::InitApply(named("skipped")),
+            watcher::Event::InitDone,
+        ];
+        let (marked, _tasks) = play(events, |hub| {
+            hub.subscribe_marked(|c: &CapiCluster| c.name_any() == "skipped")
+        });
         let mut got: Vec<(String, Origin)> = marked
             .map(|(c, origin)| (c.name_any(), origin))
             .collect()
