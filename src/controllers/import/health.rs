@@ -284,4 +284,43 @@ mod tests {
         assert!(note.len() <= MAX_EVENT_NOTE_BYTES, "{}", note.len());
         assert!(note.ends_with('…'));
     }
+
+    #[test]
+    fn a_cached_cluster_still_tells_whether_we_own_status_fields() {
+        // managedFields as the API server serves them: another manager's, our finalizer
+        // patch's and, in some rows, our status apply's.
+        let entry = |manager: &str, operation: &str, subresource: Option<&str>| {
+            json!({"manager": manager, "operation": operation, "subresource": subresource,
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "time": "2026-11-23T10:00:00Z",
+                "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:conditions": {}}}})
+        };
+        let capi = entry("manager", "Update", Some("status"));
+        let finalizer = entry(names::FIELD_MANAGER, "Update", None);
+        let ours = entry(names::HEALTH_FIELD_MANAGER, "Apply", Some("status"));
+        let ours_main = entry(names::HEALTH_FIELD_MANAGER, "Apply", None);
+        for (entries, owns) in [
+            (vec![capi.clone(), finalizer.clone()], false),
+            (vec![capi.clone(), finalizer.clone(), ours], true),
+            (vec![capi, finalizer, ours_main], false),
+        ] {
+            let mut cluster: CapiCluster = serde_json::from_value(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": {"name": "c1", "namespace": "ns", "managedFields": entries},
+                "spec": {}
+            }))
+            .expect("Cluster");
+            crate::controllers::import::stores::prepare_cached_cluster(&mut cluster);
+            assert_eq!(owns_status_fields(&cluster), owns, "{entries:?}");
+            // The cache keeps no owned fields of a Cluster.
+            let kept = cluster.metadata.managed_fields.iter().flatten();
+            assert!(
+                kept.clone()
+                    .all(|e| e.fields_v1.is_none() && e.time.is_none())
+            );
+            assert!(
+                kept.clone()
+                    .all(|e| e.manager.as_deref() != Some("manager"))
+            );
+        }
+    }
 }
