@@ -74,7 +74,7 @@ impl Resource for BundleNamespaceMapping {
 /// A Fleet `Cluster` (`fleet.cattle.io/v1alpha1`) as the import's cache keeps it, one per
 /// workload cluster. Typed: only the metadata read without decoding (name, namespace, uid,
 /// resourceVersion, generation, ownerReferences, annotations, deletionTimestamp; see
-/// [`TYPED_METADATA`]). Everything else, the rest of the metadata included (labels and our
+/// [`CachedFleetCluster::of`]). Everything else, the rest of the metadata included (labels and our
 /// managedFields entry: about 1.4 KiB in 20 allocations as typed maps and structs), is compact
 /// text, deflated, with that rest of the metadata as its first field. A typed `fleet_api_rs`
 /// Cluster is 1.6 KiB before any field is set, and its status a tree of many small allocations.
@@ -87,35 +87,24 @@ pub struct CachedFleetCluster {
     body: super::compact::Body,
 }
 
-/// The metadata a [`CachedFleetCluster`] keeps typed: what the import reads of every cached
-/// Fleet Cluster without decoding it (the owner to map a change to, the resourceVersion to tell
-/// our own write's echo, the registration annotation the import decision reads).
-const TYPED_METADATA: [&str; 8] = [
-    "name",
-    "namespace",
-    "uid",
-    "resourceVersion",
-    "generation",
-    "ownerReferences",
-    "annotations",
-    "deletionTimestamp",
-];
-
 /// How the body's text starts when it holds metadata ([`CachedFleetCluster::of`] writes it so).
 const BODY_METADATA_PREFIX: &str = r#"{"metadata":{"#;
 
 impl CachedFleetCluster {
     pub fn of(mut fleet: fleet_api_rs::fleet_cluster::Cluster) -> Self {
-        let metadata = std::mem::take(&mut fleet.metadata);
+        let mut rest = std::mem::take(&mut fleet.metadata);
+        // What the import reads of every cached Fleet Cluster without decoding it: the owner a
+        // change maps to, the resourceVersion that tells our own write's echo, the
+        // registration annotation the import decision reads.
         let typed = ObjectMeta {
-            name: metadata.name.clone(),
-            namespace: metadata.namespace.clone(),
-            uid: metadata.uid.clone(),
-            resource_version: metadata.resource_version.clone(),
-            generation: metadata.generation,
-            owner_references: metadata.owner_references.clone(),
-            annotations: metadata.annotations.clone(),
-            deletion_timestamp: metadata.deletion_timestamp.clone(),
+            name: rest.name.take(),
+            namespace: rest.namespace.take(),
+            uid: rest.uid.take(),
+            resource_version: rest.resource_version.take(),
+            generation: rest.generation.take(),
+            owner_references: rest.owner_references.take(),
+            annotations: rest.annotations.take(),
+            deletion_timestamp: rest.deletion_timestamp.take(),
             ..ObjectMeta::default()
         };
         let mut body = match serde_json::to_value(&fleet) {
@@ -127,14 +116,12 @@ impl CachedFleetCluster {
         for key in ["apiVersion", "kind", "metadata"] {
             body.remove(key);
         }
-        // ObjectMeta always serialises to an object.
-        if let Ok(serde_json::Value::Object(mut rest)) = serde_json::to_value(metadata) {
-            rest.retain(|key, _| !TYPED_METADATA.contains(&key.as_str()));
-            if !rest.is_empty() {
-                // The first key of the map's text ("metadata" sorts before "spec" and
-                // "status"), which `typed` splices without decoding.
-                body.insert("metadata".to_string(), serde_json::Value::Object(rest));
-            }
+        // The first key of the map's text ("metadata" sorts before "spec" and "status"), which
+        // `typed` splices without decoding.
+        if rest != ObjectMeta::default()
+            && let Ok(rest) = serde_json::to_value(rest)
+        {
+            body.insert("metadata".to_string(), rest);
         }
         Self {
             metadata: typed,

@@ -394,8 +394,8 @@ where
 }
 
 /// What the Cluster cache keeps of a watched Cluster: the metadata, spec and read status fields
-/// (`tests/cache_footprint.rs` measures it). Of our managedFields entries only who wrote and
-/// through which subresource: the health controller asks whether it owns status fields, and
+/// (`tests/cache_footprint.rs` measures it). Of our managedFields entries only the manager and
+/// the subresource: the health controller asks whether it owns status fields, and
 /// nothing reads a cached Cluster's owned fields (the finalizer patch reads `finalizers`, the
 /// condition's no-op check the condition itself), which were about 450 bytes in 8 allocations.
 pub fn prepare_cached_cluster(cluster: &mut CapiCluster) {
@@ -403,7 +403,6 @@ pub fn prepare_cached_cluster(cluster: &mut CapiCluster) {
     for entry in cluster.metadata.managed_fields.iter_mut().flatten() {
         *entry = ManagedFieldsEntry {
             manager: entry.manager.take(),
-            operation: entry.operation.take(),
             subresource: entry.subresource.take(),
             ..ManagedFieldsEntry::default()
         };
