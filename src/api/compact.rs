@@ -251,29 +251,7 @@ macro_rules! compact_resource {
             }
         }
 
-        impl kube::core::Resource for $name {
-            type DynamicType = ();
-            type Scope = kube::core::NamespaceResourceScope;
-
-            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
-                $kind.into()
-            }
-            fn group(_: &()) -> std::borrow::Cow<'_, str> {
-                $group.into()
-            }
-            fn version(_: &()) -> std::borrow::Cow<'_, str> {
-                $version.into()
-            }
-            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
-                $plural.into()
-            }
-            fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                &self.metadata
-            }
-            fn meta_mut(&mut self) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                &mut self.metadata
-            }
-        }
+        $crate::api::namespaced_resource!($name, $group, $version, $kind, $plural);
     };
 }
 

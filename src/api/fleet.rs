@@ -1,12 +1,9 @@
 //! Fleet types that `fleet-api-rs` lacks.
 
-use std::borrow::Cow;
-
 use fleet_api_rs::fleet_bundle_namespace_mapping::{
     BundleNamespaceMappingBundleSelector, BundleNamespaceMappingNamespaceSelector,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::core::{NamespaceResourceScope, Resource};
 use serde::{Deserialize, Serialize};
 
 /// Fleet `BundleNamespaceMapping` (`fleet.cattle.io/v1alpha1`): bundles in its namespace matching
@@ -47,29 +44,13 @@ impl BundleNamespaceMapping {
     }
 }
 
-impl Resource for BundleNamespaceMapping {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "BundleNamespaceMapping".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "fleet.cattle.io".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1alpha1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "bundlenamespacemappings".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+super::namespaced_resource!(
+    BundleNamespaceMapping,
+    "fleet.cattle.io",
+    "v1alpha1",
+    "BundleNamespaceMapping",
+    "bundlenamespacemappings"
+);
 
 /// A Fleet `Cluster` (`fleet.cattle.io/v1alpha1`) as the import's cache keeps it, one per
 /// workload cluster. Typed: only the metadata read without decoding (name, namespace, uid,
@@ -200,29 +181,13 @@ impl<'de> Deserialize<'de> for CachedFleetCluster {
     }
 }
 
-impl Resource for CachedFleetCluster {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "Cluster".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "fleet.cattle.io".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1alpha1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "clusters".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+super::namespaced_resource!(
+    CachedFleetCluster,
+    "fleet.cattle.io",
+    "v1alpha1",
+    "Cluster",
+    "clusters"
+);
 
 #[cfg(test)]
 mod tests {

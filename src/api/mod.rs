@@ -1,5 +1,39 @@
 //! API types: our own CRD and the printer of its manifest.
 
+/// `kube::Resource` for a namespaced type of fixed group, version, kind and plural whose
+/// `metadata` field is an `ObjectMeta`.
+macro_rules! namespaced_resource {
+    ($name:ty, $group:literal, $version:literal, $kind:literal, $plural:literal) => {
+        impl kube::core::Resource for $name {
+            type DynamicType = ();
+            type Scope = kube::core::NamespaceResourceScope;
+
+            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+                $kind.into()
+            }
+            fn group(_: &()) -> std::borrow::Cow<'_, str> {
+                $group.into()
+            }
+            fn version(_: &()) -> std::borrow::Cow<'_, str> {
+                $version.into()
+            }
+            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+                $plural.into()
+            }
+            fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(
+                &mut self,
+            ) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
+pub(crate) use namespaced_resource;
+
 mod capi;
 pub mod compact;
 mod fleet;

@@ -19,13 +19,12 @@
 
 mod reconcile;
 
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::core::{NamespaceResourceScope, PartialObjectMeta, Resource};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, metadata_watcher, watcher};
@@ -66,29 +65,13 @@ pub struct FleetBundle {
     pub body: Map<String, Value>,
 }
 
-impl Resource for FleetBundle {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "Bundle".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "fleet.cattle.io".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1alpha1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "bundles".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+crate::api::namespaced_resource!(
+    FleetBundle,
+    "fleet.cattle.io",
+    "v1alpha1",
+    "Bundle",
+    "bundles"
+);
 
 /// What every reconcile of this controller shares.
 pub struct MoveContext {
