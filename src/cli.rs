@@ -10,6 +10,9 @@ use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
+pub use crate::model::duration::parse_duration;
+use crate::model::selection::WatchScope;
+
 /// Cluster API add-on provider for Fleet.
 #[derive(Parser, Debug)]
 // Go's flag package lets the last occurrence of a flag win; so do we.
@@ -253,6 +256,14 @@ impl ManagerFlags {
         self.watch_filter.as_deref().filter(|f| !f.is_empty())
     }
 
+    /// `--namespace` and `--watch-filter` for the model.
+    pub fn watch_scope(&self) -> WatchScope {
+        WatchScope {
+            namespace: self.watch_namespace().map(str::to_string),
+            filter_label: self.watch_filter_label().map(str::to_string),
+        }
+    }
+
     /// Flags that are accepted but have no effect, with the reason (logged at start).
     pub fn ignored(&self) -> Vec<String> {
         let mut ignored = Vec::new();
@@ -282,17 +293,6 @@ pub fn parse_bool(text: &str) -> Result<bool, String> {
         "false" | "f" | "0" => Ok(false),
         _ => Err(format!("{text:?} is not a boolean (true or false)")),
     }
-}
-
-/// Parses Go durations (`15s`, `1m30s`, `500ms`); negative durations are rejected.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let parsed: kube::core::Duration = text
-        .parse()
-        .map_err(|err| format!("{text:?} is not a duration such as 15s or 1m30s: {err}"))?;
-    if parsed.is_negative() {
-        return Err(format!("{text:?}: duration must not be negative"));
-    }
-    Ok(parsed.into())
 }
 
 /// Splits `argv` into what clap knows and the unknown long flags (with the value that follows

@@ -9,9 +9,9 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::bootstrap::chart::AgentChart;
 use crate::cli::ManagerFlags;
 use crate::controllers::authorization::Authorization;
+use crate::helm::agent_chart::AgentChart;
 use crate::hooks::bootstrap_secrets::BootstrapSecrets;
 use crate::metrics::Metrics;
 use crate::model::config::EffectiveConfig;

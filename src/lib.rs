@@ -6,7 +6,6 @@
 
 pub mod api;
 pub mod apply;
-pub mod bootstrap;
 pub mod cleanup;
 pub mod cli;
 pub mod client;

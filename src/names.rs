@@ -97,6 +97,12 @@ pub const EXPERIMENTAL_OCI_STORAGE: &str = "EXPERIMENTAL_OCI_STORAGE";
 /// Fleet chart environment variable behind `featureGates.experimentalHelmOps`.
 pub const EXPERIMENTAL_HELM_OPS: &str = "EXPERIMENTAL_HELM_OPS";
 
+/// Name of the Secret (in the Cluster's namespace) holding the Fleet agent bootstrap files of a
+/// Cluster; the GeneratePatches patch names it, so it never changes for a Cluster.
+pub fn bootstrap_secret_name(cluster_name: &str) -> String {
+    format!("{cluster_name}-fleet-agent-bootstrap")
+}
+
 /// Suffix of the kubeconfig Secret CAPI creates for a Cluster (`<cluster>-kubeconfig`).
 pub fn kubeconfig_secret_name(capi_cluster_name: &str) -> String {
     format!("{capi_cluster_name}-kubeconfig")
@@ -123,3 +129,14 @@ pub const FLEET_READY_CONDITION: &str = "FleetReady";
 /// status subresource, owning only that list item, so Cluster API's own status writes and ours
 /// never overwrite each other).
 pub const HEALTH_FIELD_MANAGER: &str = "addon-provider-fleet-health";
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_bootstrap_secret_name_is_derived_from_the_cluster_name() {
+        assert_eq!(
+            super::bootstrap_secret_name("c1"),
+            "c1-fleet-agent-bootstrap"
+        );
+    }
+}

@@ -87,10 +87,10 @@ async fn prepare(dir: &Path, clusters: usize, namespaces: usize) {
                 let secrets: Api<k8s_openapi::api::core::v1::Secret> =
                     Api::namespaced(client, &ns);
                 let secret = serde_json::from_value(json!({
-                    "metadata": {"name": caapf::bootstrap::secret_name(&name), "namespace": ns,
+                    "metadata": {"name": caapf::names::bootstrap_secret_name(&name), "namespace": ns,
                         "labels": {caapf::names::CAPI_CLUSTER_NAME_LABEL: name}},
                     "type": "Opaque",
-                    "stringData": {caapf::bootstrap::MANIFEST_KEY: "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: cattle-fleet-system\n"},
+                    "stringData": {caapf::model::agent_patch::MANIFEST_KEY: "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: cattle-fleet-system\n"},
                 }))
                 .expect("secret");
                 secrets

@@ -7,11 +7,13 @@
 use std::path::Path;
 
 use base64::Engine;
-use caapf::bootstrap::{MANIFEST_KEY, MANIFEST_PATH, kubeadm_create_command, rke2_create_command};
 use caapf::hooks::handlers::topology;
 use caapf::hooks::types::{
     GeneratePatchesRequest, GeneratePatchesRequestItem, HolderReference, PatchType, Response,
     ResponseBody, ResponseStatus, Variable,
+};
+use caapf::model::agent_patch::{
+    MANIFEST_KEY, MANIFEST_PATH, kubeadm_create_command, rke2_create_command,
 };
 use serde_json::{Value, json};
 

@@ -12,11 +12,11 @@ mod fleet_common;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use caapf::bootstrap::MANIFEST_KEY;
 use caapf::cli::ManagerFlags;
 use caapf::context::Context;
 use caapf::hooks::handlers;
 use caapf::hooks::types::{Hook, Response, ResponseBody, ResponseStatus};
+use caapf::model::agent_patch::MANIFEST_KEY;
 use caapf::model::config::EffectiveConfig;
 use caapf::model::pod_security::Admission;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};

@@ -7,6 +7,7 @@
 //! Values are written to a file (mode 0600, in a private temporary directory removed after the
 //! command), never put on the command line.
 
+pub mod agent_chart;
 pub mod argv;
 pub mod output;
 pub mod scrub;
@@ -22,9 +23,10 @@ use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
+use crate::model::fleet_install::{ChartInfo, ReleaseInfo};
 use crate::{Error, Result};
 use argv::{ChartSource, Deploy, Operation};
-use output::{ChartInfo, HelmMajor, ReleaseInfo};
+use output::HelmMajor;
 
 /// One helm process at a time in the whole provider: helm keeps release state in the cluster
 /// and caches on disk, and two concurrent operations on a release fail or corrupt it.

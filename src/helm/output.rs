@@ -3,8 +3,8 @@
 
 use serde::Deserialize;
 
-pub use crate::model::fleet_install::{ChartInfo, ReleaseInfo};
-use crate::model::version::ChartVersion;
+use crate::model::fleet_install::{ChartInfo, ReleaseInfo};
+use crate::model::version::{ChartVersion, chart_version_from_column};
 
 /// The major version of the helm binary: the command-line differences we handle are between
 /// helm 3 and helm 4.
@@ -73,16 +73,6 @@ pub fn parse_release_list(json: &str) -> Result<Vec<ReleaseInfo>, String> {
             }
         })
         .collect())
-}
-
-/// The version part of helm's `chart` column: `fleet-crd-0.13.1` → `0.13.1`,
-/// `fleet-0.14.0-rc.1` → `0.14.0-rc.1`. The chart name may contain dashes and the version may
-/// too, so this takes the first `-` after which a version parses.
-pub fn chart_version_from_column(column: &str) -> Option<(String, ChartVersion)> {
-    column
-        .match_indices('-')
-        .map(|(i, _)| &column[i + 1..])
-        .find_map(|text| ChartVersion::parse(text).map(|v| (text.to_string(), v)))
 }
 
 #[derive(Deserialize)]

@@ -5,6 +5,8 @@
 //! errors, PEM blocks, bearer tokens. A condition message is readable by everyone who can read
 //! the `FleetAddonConfig`, so every message derived from helm output goes through [`scrub`].
 
+use crate::model::fleet_install::ResolveFailure;
+
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -101,15 +103,6 @@ pub fn truncate_chars(text: &str, max_chars: usize) -> String {
     let mut out: String = text.chars().take(keep).collect();
     out.push('…');
     out
-}
-
-/// Why a chart could not be resolved from its repository.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ResolveFailure {
-    /// The repository (its index, or the registry) could not be fetched.
-    Unreachable,
-    /// The repository answered, but the chart or the version is not in it.
-    ChartMissing,
 }
 
 /// Classifies helm's stderr of a failed `helm show chart`.

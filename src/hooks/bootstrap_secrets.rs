@@ -28,12 +28,11 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, metadata_watcher, watcher};
 use tokio_util::sync::CancellationToken;
 
-use crate::bootstrap;
 use crate::names;
 
-/// The suffix of every bootstrap Secret's name ([`bootstrap::secret_name`]).
+/// The suffix of every bootstrap Secret's name ([`names::bootstrap_secret_name`]).
 fn is_bootstrap_secret_name(name: &str) -> bool {
-    name.ends_with(&bootstrap::secret_name(""))
+    name.ends_with(&names::bootstrap_secret_name(""))
 }
 
 /// The hooks' view of the bootstrap Secrets (cheap to clone). Until its [`Feed`] has listed
@@ -67,7 +66,7 @@ impl BootstrapSecrets {
     /// Whether the bootstrap Secret of Cluster `namespace/cluster` is known to exist. `false`
     /// means "not known", never "absent" (see the module documentation).
     pub fn known_present(&self, namespace: &str, cluster: &str) -> bool {
-        let key = ObjectRef::new(&bootstrap::secret_name(cluster)).within(namespace);
+        let key = ObjectRef::new(&names::bootstrap_secret_name(cluster)).within(namespace);
         self.store.get(&key).is_some()
     }
 

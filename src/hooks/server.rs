@@ -364,7 +364,7 @@ pub fn deadline(query: Option<&str>, options: &ServerOptions) -> Duration {
         .into_iter()
         .flat_map(|q| q.split('&'))
         .find_map(|pair| pair.strip_prefix("timeout="))
-        .and_then(|text| crate::cli::parse_duration(text).ok())
+        .and_then(|text| crate::model::duration::parse_duration(text).ok())
         .unwrap_or(options.default_timeout);
     let margin = (requested / 10).min(Duration::from_secs(1));
     requested

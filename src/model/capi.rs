@@ -324,8 +324,7 @@ pub fn keep_read_status(body: &mut serde_json::Map<String, Value>) {
     status.retain(|key, _| key == "initialization" || key == "conditions");
     if let Some(Value::Array(conditions)) = status.get_mut("conditions") {
         conditions.retain(|c| {
-            c.get("type").and_then(Value::as_str)
-                == Some(crate::model::fleet_health::CONDITION_TYPE)
+            c.get("type").and_then(Value::as_str) == Some(crate::names::FLEET_READY_CONDITION)
         });
         if conditions.is_empty() {
             status.remove("conditions");

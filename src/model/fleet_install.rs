@@ -13,7 +13,6 @@
 //! Versions are chart versions (`helm list` chart column, `helm show chart` version), never
 //! `appVersion`.
 
-use crate::helm::scrub::ResolveFailure;
 use crate::model::config::{EffectiveConfig, InstallTarget};
 use crate::model::fleet_status::{
     ConditionSpec, FLAGS_UPDATE, INSTALLED, REPO_ADD, REPO_UPDATE, Step,
@@ -203,6 +202,15 @@ pub fn repository_reachable(repository: &str) -> ConditionSpec {
     )
 }
 
+/// Why a chart could not be resolved from its repository.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResolveFailure {
+    /// The repository (its index, or the registry) could not be fetched.
+    Unreachable,
+    /// The repository answered, but the chart or the version is not in it.
+    ChartMissing,
+}
+
 /// Which step a failed chart lookup fails (`RepoAdd` when the repository could not be fetched,
 /// `RepoUpdate` when it answered without the chart or version), the condition that reports it,
 /// and `RepoAdd` as reached when the repository did answer.
@@ -310,7 +318,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::helm::output::chart_version_from_column;
+    use crate::model::version::chart_version_from_column;
 
     fn chart(version: &str) -> ChartInfo {
         ChartInfo {

@@ -16,15 +16,15 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
-use crate::bootstrap;
-use crate::bootstrap::chart::ChartLocation;
-use crate::bootstrap::manifest::{AgentSettings, BootstrapInput, FleetAgentDefaults, TokenValues};
-use crate::cli::ManagerFlags;
 use crate::model::agent_bootstrap::{FLEET_AGENT_VARIABLE, FleetAgentSetting};
+use crate::model::agent_manifest::ChartLocation;
+use crate::model::agent_manifest::{
+    AgentSettings, BootstrapInput, FleetAgentDefaults, TokenValues,
+};
 use crate::model::capi::ClusterView;
 use crate::model::config::{ClusterImport, EffectiveConfig};
 use crate::model::fleet;
-use crate::model::selection::ClusterFacts;
+use crate::model::selection::{ClusterFacts, WatchScope};
 use crate::names;
 
 /// Retry interval while Fleet issues the token or writes its Secret.
@@ -106,7 +106,7 @@ pub enum HookImport<'a> {
 /// `--namespace` and `--watch-filter`, selected by the selection rule.
 pub fn hook_import<'a>(
     config: &'a EffectiveConfig,
-    flags: &ManagerFlags,
+    scope: &WatchScope,
     cluster: &ClusterView,
     namespace_labels: &BTreeMap<String, String>,
 ) -> Result<HookImport<'a>, String> {
@@ -125,14 +125,14 @@ pub fn hook_import<'a>(
             problems.join("; ")
         ));
     }
-    if let Some(namespace) = flags.watch_namespace()
+    if let Some(namespace) = scope.namespace.as_deref()
         && namespace != cluster.namespace
     {
         return Ok(HookImport::NotImported(format!(
             "this provider only manages namespace {namespace}"
         )));
     }
-    if let Some(filter) = flags.watch_filter_label()
+    if let Some(filter) = scope.filter_label.as_deref()
         && cluster
             .labels
             .get(names::CAPI_WATCH_FILTER_LABEL)
@@ -203,7 +203,7 @@ pub fn bootstrap_secret_exists(cluster: &ClusterView) -> HookOutcome {
     HookOutcome::success(format!(
         "bootstrap Secret {}/{} exists",
         cluster.namespace,
-        bootstrap::secret_name(&cluster.name)
+        names::bootstrap_secret_name(&cluster.name)
     ))
 }
 
@@ -397,7 +397,7 @@ pub fn desired_bootstrap_secret(cluster: &ClusterView, files: BTreeMap<String, S
         .collect();
     Secret {
         metadata: ObjectMeta {
-            name: Some(bootstrap::secret_name(&cluster.name)),
+            name: Some(names::bootstrap_secret_name(&cluster.name)),
             namespace: Some(cluster.namespace.clone()),
             labels: Some(BTreeMap::from([(
                 names::CAPI_CLUSTER_NAME_LABEL.to_string(),
@@ -417,7 +417,7 @@ pub fn prepared(cluster: &ClusterView, fleet_cluster: &str, chart_version: &str)
     let ns = &cluster.namespace;
     HookOutcome::success(format!(
         "Fleet Cluster {ns}/{fleet_cluster} and bootstrap Secret {ns}/{} are ready (fleet-agent chart {chart_version})",
-        bootstrap::secret_name(&cluster.name)
+        names::bootstrap_secret_name(&cluster.name)
     ))
 }
 

@@ -27,7 +27,13 @@ fn imported(
     flags: &ManagerFlags,
     labels: Value,
 ) -> Result<Option<bool>, String> {
-    hook_import(config, flags, &cluster(labels), &BTreeMap::new()).map(|r| match r {
+    hook_import(
+        config,
+        &flags.watch_scope(),
+        &cluster(labels),
+        &BTreeMap::new(),
+    )
+    .map(|r| match r {
         HookImport::AgentInitiated(_) => Some(true),
         HookImport::ManagerInitiated(_) => Some(false),
         HookImport::NotImported(_) => None,

@@ -1,11 +1,14 @@
 //! Pure decisions: no client, no I/O, no async. Everything here is table-tested.
 
 pub mod agent_bootstrap;
+pub mod agent_manifest;
+pub mod agent_patch;
 pub mod api_server;
 pub mod authorization;
 pub mod capi;
 pub mod config;
 pub mod diff;
+pub mod duration;
 pub mod fleet;
 pub mod fleet_health;
 pub mod fleet_install;

@@ -18,6 +18,14 @@ use regex::Regex;
 use crate::api::ClusterConfig;
 use crate::model::validation::compile_anchored;
 
+/// What a manager watches (`--namespace`, `--watch-filter`): `None` for all.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WatchScope {
+    pub namespace: Option<String>,
+    /// Clusters must carry `cluster.x-k8s.io/watch-filter` with this value.
+    pub filter_label: Option<String>,
+}
+
 /// Labels of an object (an absent map is empty).
 pub type Labels = BTreeMap<String, String>;
 

@@ -55,6 +55,16 @@ impl fmt::Display for ChartVersion {
     }
 }
 
+/// The version part of helm's `chart` column: `fleet-crd-0.13.1` → `0.13.1`,
+/// `fleet-0.14.0-rc.1` → `0.14.0-rc.1`. The chart name may contain dashes and the version may
+/// too, so this takes the first `-` after which a version parses.
+pub fn chart_version_from_column(column: &str) -> Option<(String, ChartVersion)> {
+    column
+        .match_indices('-')
+        .map(|(i, _)| &column[i + 1..])
+        .find_map(|text| ChartVersion::parse(text).map(|v| (text.to_string(), v)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -36,11 +36,10 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::json;
 
 use crate::api::FleetAddonConfig;
-use crate::bootstrap;
-use crate::bootstrap::manifest::bootstrap_files;
 use crate::context::Context;
 use crate::hooks::cluster::ClusterInfo;
 use crate::hooks::handlers::api::{create_or_get, get_opt, merge_patch, namespace_labels};
+use crate::model::agent_manifest::bootstrap_files;
 use crate::model::config::{ClusterImport, EffectiveConfig};
 use crate::model::fleet;
 use crate::model::hook_plan::{
@@ -196,8 +195,13 @@ pub async fn prepare_bootstrap(
         return Ok(plan::config_not_read());
     };
     let namespace_labels = namespace_labels(&ctx.client, &cluster.namespace).await?;
-    let decision = plan::hook_import(&config, &ctx.flags, cluster, &namespace_labels)
-        .map_err(|message| HookOutcome::retry(RETRY_CONFIG, message))?;
+    let decision = plan::hook_import(
+        &config,
+        &ctx.flags.watch_scope(),
+        cluster,
+        &namespace_labels,
+    )
+    .map_err(|message| HookOutcome::retry(RETRY_CONFIG, message))?;
     match decision {
         HookImport::AgentInitiated(import) | HookImport::ManagerInitiated(import) => {
             prepare_agent_initiated(ctx, &config, import, cluster).await
@@ -214,7 +218,7 @@ async fn prepare_agent_initiated(
 ) -> Result<HookOutcome, HookOutcome> {
     let ns = cluster.namespace.as_str();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    let secret_name = bootstrap::secret_name(&cluster.name);
+    let secret_name = names::bootstrap_secret_name(&cluster.name);
     if get_opt(&secrets, &secret_name, "Secret", ns)
         .await?
         .is_some()

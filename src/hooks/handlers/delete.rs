@@ -9,12 +9,12 @@ use fleet_api_rs::fleet_cluster_registration_token::ClusterRegistrationToken;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 
-use crate::bootstrap;
 use crate::context::Context;
 use crate::hooks::cluster::ClusterInfo;
 use crate::hooks::handlers::api::{delete_if_present, get_opt};
 use crate::model::fleet;
 use crate::model::hook_plan::{self as plan, HookOutcome};
+use crate::names;
 
 /// BeforeClusterDelete.
 pub async fn before_cluster_delete(ctx: &Context, cluster: &ClusterInfo) -> HookOutcome {
@@ -33,7 +33,7 @@ async fn delete_steps(ctx: &Context, cluster: &ClusterInfo) -> Result<HookOutcom
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     let tokens: Api<ClusterRegistrationToken> = Api::namespaced(ctx.client.clone(), ns);
     let fleet_clusters: Api<FleetCluster> = Api::namespaced(ctx.client.clone(), ns);
-    let secret_name = bootstrap::secret_name(&cluster.name);
+    let secret_name = names::bootstrap_secret_name(&cluster.name);
     let token_name = fleet::registration_token_name(cluster);
 
     delete_if_present(&secrets, &secret_name, "Secret", ns).await?;

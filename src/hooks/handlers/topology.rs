@@ -13,8 +13,6 @@ use serde_json::{Value, json};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 
-use crate::bootstrap;
-use crate::bootstrap::patch::{bootstrap_patch, classify_template};
 use crate::context::Context;
 use crate::hooks::handlers::create;
 use crate::hooks::types::{
@@ -24,6 +22,8 @@ use crate::hooks::types::{
 use crate::model::agent_bootstrap::{
     FLEET_AGENT_VARIABLE, FleetAgentSetting, PatchPlan, patch_plan,
 };
+use crate::model::agent_patch::{bootstrap_patch, classify_template};
+use crate::names;
 
 /// The `fleetAgent` variable: a static schema, valid for the v1beta1 and v1beta2 variable types.
 ///
@@ -95,7 +95,7 @@ pub async fn serve_generate_patches(ctx: &Context, request: &GeneratePatchesRequ
         return generate_patches(request, true);
     }
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
-    let secret = bootstrap::secret_name(name);
+    let secret = names::bootstrap_secret_name(name);
     match secrets.get_metadata_opt(&secret).await {
         Ok(Some(_)) => generate_patches(request, true),
         Ok(None) => {
@@ -160,7 +160,11 @@ fn item_patch(
         .as_str()
         .filter(|name| !name.is_empty())
         .ok_or("the builtin variable has no cluster.name")?;
-    bootstrap_patch(object, template, &bootstrap::secret_name(cluster_name))
+    bootstrap_patch(
+        object,
+        template,
+        &names::bootstrap_secret_name(cluster_name),
+    )
 }
 
 /// The variables this extension reads, item values over global ones (`builtin` merged field by

@@ -1,4 +1,5 @@
-//! Fleet's `fleet-agent` chart, rendered with `helm template` for the bootstrap Secret.
+//! Fleet's `fleet-agent` chart, pulled and rendered with `helm template` for the bootstrap Secret
+//! (the values and what is made of the rendering: [`crate::model::agent_manifest`]).
 //!
 //! The chart comes from the configured chart repository (FleetAddonConfig
 //! `spec.install.repository`, default Fleet's public one; HTTP or OCI) at the version of the
@@ -14,22 +15,15 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio::sync::Mutex;
 
-use crate::bootstrap::manifest::{AGENT_NAME, BootstrapInput, chart_values, finish};
 use crate::helm::argv::ChartSource;
 use crate::helm::{Helm, HelmSettings};
 use crate::metrics::Metrics;
+use crate::model::agent_manifest::{
+    AGENT_NAME, BootstrapInput, ChartLocation, chart_values, finish,
+};
 
 /// Chart archives kept on disk (one per repository and version; older ones are dropped).
 pub const MAX_CACHED_ARCHIVES: usize = 8;
-
-/// Where the chart is and which version to render.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct ChartLocation {
-    /// `oci://…` or a chart repository URL.
-    pub repository: String,
-    /// The chart version (Fleet's version without `v`).
-    pub version: String,
-}
 
 /// Renders the agent chart; shared by every hook and controller of the process.
 pub struct AgentChart {

@@ -2,7 +2,7 @@
 //!
 //! The agent is Fleet's own: the `fleet-agent` chart (the chart Fleet documents for
 //! agent-initiated registration), at the version of the Fleet that is installed, rendered with
-//! `helm template` by [`crate::bootstrap::chart`]. This module is the pure part around it:
+//! `helm template` by [`crate::helm::agent_chart`]. This module is the pure part around it:
 //! - the chart values, from what Fleet itself provides: the ClusterRegistrationToken's Secret
 //!   (`values`: API server URL and CA, token, namespaces, and from Fleet 0.16 `tokenName`), the
 //!   `fleet-controller` ConfigMap (`config`: agent image, pull policy, TLS mode), and the Fleet
@@ -34,6 +34,15 @@ pub const AGENT_BOOTSTRAP_SECRET: &str = "fleet-agent-bootstrap";
 
 /// Fleet's default agent namespace, where an unset `agentScope` points.
 pub const FLEET_SYSTEM_NAMESPACE: &str = "cattle-fleet-system";
+
+/// Where the chart is and which version to render.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ChartLocation {
+    /// `oci://…` or a chart repository URL.
+    pub repository: String,
+    /// The chart version (Fleet's version without `v`).
+    pub version: String,
+}
 
 /// The registration values Fleet writes into a ClusterRegistrationToken's Secret (`values`).
 #[derive(Clone, Debug, PartialEq)]
@@ -288,7 +297,7 @@ pub fn finish(rendered: &str, input: &BootstrapInput) -> Result<Vec<Value>, Stri
 /// providers create them with `kubectl create -f`).
 pub fn bootstrap_files(objects: &[Value]) -> Result<BTreeMap<String, String>, String> {
     Ok(BTreeMap::from([(
-        crate::bootstrap::MANIFEST_KEY.to_string(),
+        crate::model::agent_patch::MANIFEST_KEY.to_string(),
         to_yaml_stream(objects)?,
     )]))
 }
@@ -523,7 +532,7 @@ spec:
         let objects = finish(RENDERED, &input()).expect("finished");
         let files = bootstrap_files(&objects).expect("files");
         assert_eq!(files.len(), 1);
-        let text = &files[crate::bootstrap::MANIFEST_KEY];
+        let text = &files[crate::model::agent_patch::MANIFEST_KEY];
         assert_eq!(text.matches("\n---\n").count() + 1, objects.len());
         assert_eq!(bootstrap_files(&objects), bootstrap_files(&objects));
     }

@@ -15,10 +15,49 @@
 //! template that already has the entries, it changes nothing further — and a list that is absent
 //! is added whole. Entries already present (by path, by command) are not added again, and the
 //! same template always gives the same patch.
+//!
+//! The patches name the Cluster's bootstrap Secret ([`crate::names::bootstrap_secret_name`]),
+//! never its content, so they do not change when the token does (a changed patch rolls the
+//! machines).
 
 use serde_json::{Map, Value, json};
 
-use crate::bootstrap::{MANIFEST_KEY, MANIFEST_PATH, kubeadm_create_command, rke2_create_command};
+/// Key of the bootstrap Secret holding the agent objects.
+pub const MANIFEST_KEY: &str = "fleet-agent.yaml";
+
+/// Where control-plane machines get the agent objects (kubeadm and RKE2 alike).
+pub const MANIFEST_PATH: &str = "/etc/caapf/fleet-agent.yaml";
+
+/// The command a control-plane machine runs after its Kubernetes started: creates the agent
+/// objects that do not exist yet, retrying while the API server settles (bounded: at most five
+/// minutes, and it never fails the node).
+///
+/// `kubectl create`, not `apply`: once Fleet manages the agent (its agent bundle takes ownership
+/// of these objects and may change image, tolerations or environment), a control-plane machine
+/// that joins later, or a restarted one, must not put the bootstrap version back. Objects that
+/// exist are left alone; the loop ends as soon as every object exists. Unlike a manifest in
+/// RKE2's auto-deploy directory or a helm-controller `HelmChart`, nothing re-applies it later.
+fn create_command(kubectl: &str) -> String {
+    format!(
+        "/bin/sh -c 'F={MANIFEST_PATH}; K=\"{kubectl}\"; for i in $(seq 1 60); do $K get -f \"$F\" >/dev/null 2>&1 && exit 0; $K create -f \"$F\" >/dev/null 2>&1; sleep 5; done; echo \"caapf: the Fleet agent bootstrap objects were not created\" >&2'"
+    )
+}
+
+/// kubeadm's admin kubeconfig and the `kubectl` kubeadm nodes have on their `PATH`
+/// (kubernetes-sigs/cluster-api `bootstrap/kubeadm`: `postKubeadmCommands` run after `kubeadm
+/// init`/`join`, with `/etc/kubernetes/admin.conf` written by `kubeadm init` on control-plane
+/// nodes).
+pub fn kubeadm_create_command() -> String {
+    create_command("kubectl --kubeconfig=/etc/kubernetes/admin.conf")
+}
+
+/// RKE2 extracts `kubectl` to `/var/lib/rancher/rke2/bin` and writes the admin kubeconfig to
+/// `/etc/rancher/rke2/rke2.yaml` on servers (docs.rke2.io, "Cluster Access", "CLI Tools");
+/// CAPRKE2 runs `postRKE2Commands` after starting `rke2-server` (rancher/cluster-api-provider-rke2
+/// v0.25.0 `bootstrap/api/v1beta2/rke2config_types.go`).
+pub fn rke2_create_command() -> String {
+    create_command("/var/lib/rancher/rke2/bin/kubectl --kubeconfig=/etc/rancher/rke2/rke2.yaml")
+}
 
 /// API group of both control-plane templates.
 pub const CONTROL_PLANE_GROUP: &str = "controlplane.cluster.x-k8s.io";
@@ -193,6 +232,21 @@ fn list_at<'a>(spec: &'a mut Map<String, Value>, key: &str) -> &'a mut Vec<Value
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn create_commands_use_each_distribution_s_kubectl_and_admin_kubeconfig() {
+        let kubeadm = kubeadm_create_command();
+        assert!(kubeadm.contains("K=\"kubectl --kubeconfig=/etc/kubernetes/admin.conf\""));
+        let rke2 = rke2_create_command();
+        assert!(rke2.contains(
+            "K=\"/var/lib/rancher/rke2/bin/kubectl --kubeconfig=/etc/rancher/rke2/rke2.yaml\""
+        ));
+        for command in [kubeadm, rke2] {
+            assert!(command.contains("F=/etc/caapf/fleet-agent.yaml"));
+            assert!(command.contains("$K create -f"));
+            assert!(!command.contains("apply"));
+        }
+    }
 
     #[test]
     fn classify_templates() {
