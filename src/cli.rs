@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
-pub use crate::model::duration::parse_duration;
-use crate::model::selection::WatchScope;
+pub use crate::api::duration::parse_duration;
 
 /// Cluster API add-on provider for Fleet.
 #[derive(Parser, Debug)]
@@ -254,14 +253,6 @@ impl ManagerFlags {
     /// filter, as in CAPI).
     pub fn watch_filter_label(&self) -> Option<&str> {
         self.watch_filter.as_deref().filter(|f| !f.is_empty())
-    }
-
-    /// `--namespace` and `--watch-filter` for the model.
-    pub fn watch_scope(&self) -> WatchScope {
-        WatchScope {
-            namespace: self.watch_namespace().map(str::to_string),
-            filter_label: self.watch_filter_label().map(str::to_string),
-        }
     }
 
     /// Flags that are accepted but have no effect, with the reason (logged at start).

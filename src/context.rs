@@ -1,5 +1,8 @@
-//! What every controller and hook handler shares: the client, the effective configuration,
-//! metrics, readiness, the event recorder and the stop signal.
+//! What every part of the manager shares (the base context): the clients, the effective
+//! configuration, metrics, readiness, the event recorder, the refused requests and the stop
+//! signal. Each part that needs more has its own context over it: `ImportContext`
+//! (`crate::controllers::import`), `MoveContext` (`crate::controllers::move`) and `HookContext`
+//! (`crate::hooks`).
 
 use std::sync::Arc;
 
@@ -10,9 +13,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::ManagerFlags;
-use crate::controllers::authorization::Authorization;
-use crate::helm::agent_chart::AgentChart;
-use crate::hooks::bootstrap_secrets::BootstrapSecrets;
+use crate::client::refusals::Authorization;
 use crate::metrics::Metrics;
 use crate::model::config::EffectiveConfig;
 use crate::probes::Readiness;
@@ -55,16 +56,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Cancelled when the manager stops.
     pub shutdown: CancellationToken,
-    /// Fleet's `fleet-agent` chart, rendered for bootstrap Secrets (hooks, every replica).
-    pub agent_chart: Arc<AgentChart>,
-    /// Clusters (`namespace/name`) whose bootstrap Secret is being prepared in the background:
-    /// at most one preparation per Cluster; an entry lives only while its preparation runs.
-    pub preparing: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
-    /// Which bootstrap Secrets exist, for the hooks (never fed unless the manager, or a test,
-    /// runs its feed: then every lookup misses and the hooks read the API server).
-    pub bootstrap_secrets: BootstrapSecrets,
     /// Requests the API server refused, from every client of the process
-    /// ([`crate::controllers::authorization`]).
+    /// ([`crate::client::refusals`]).
     pub authorization: Authorization,
 }
 
@@ -82,27 +75,15 @@ impl Context {
         config: ConfigReceiver,
         shutdown: CancellationToken,
     ) -> Self {
-        let metrics = Arc::new(Metrics::new());
-        // A private helm home: pulls for the hooks never share helm's caches with an install.
-        let agent_chart = Arc::new(AgentChart::new(
-            crate::helm::HelmSettings {
-                home: None,
-                ..crate::controllers::fleet_config::helm_settings(&flags)
-            },
-            metrics.clone(),
-        ));
         Self {
             recorder: Recorder::new(client.clone(), reporter()),
             controllers: client.clone(),
             client,
             flags,
-            metrics,
+            metrics: Arc::new(Metrics::new()),
             readiness: Readiness::default(),
             config,
             shutdown,
-            agent_chart,
-            preparing: Arc::default(),
-            bootstrap_secrets: BootstrapSecrets::default(),
             authorization: Authorization::default(),
         }
     }
@@ -125,13 +106,6 @@ impl Context {
         ctx
     }
 
-    /// The same context with the hooks' view of the bootstrap Secrets (see
-    /// [`crate::hooks::bootstrap_secrets`]; its feed runs elsewhere).
-    pub fn with_bootstrap_secrets(mut self, view: BootstrapSecrets) -> Self {
-        self.bootstrap_secrets = view;
-        self
-    }
-
     /// The same context with the controllers on their own client (Events too).
     pub fn with_controllers_client(mut self, controllers: Client) -> Self {
         self.recorder = Recorder::new(controllers.clone(), reporter());
@@ -151,9 +125,6 @@ impl Context {
             config: self.config.clone(),
             recorder: self.recorder.clone(),
             shutdown,
-            agent_chart: self.agent_chart.clone(),
-            preparing: self.preparing.clone(),
-            bootstrap_secrets: self.bootstrap_secrets.clone(),
             authorization: self.authorization.clone(),
         }
     }

@@ -32,6 +32,7 @@ use crate::controllers::{authorization, config_watch, fleet_config, import};
 
 /// The name of the priority client's users in the `Authorized` condition.
 const PRIORITY_COMPONENT: &str = "hooks, leader election and configuration watch";
+use crate::hooks::hook_context::HookContext;
 use crate::leader::{ElectionConfig, Elector, Renewal};
 use crate::{Error, Result};
 use crate::{hooks, probes};
@@ -67,6 +68,8 @@ pub async fn run_with_client(
 /// A running manager: the shared context and its tasks.
 pub struct Manager {
     pub ctx: Arc<Context>,
+    /// The Runtime SDK hooks' context (over `ctx`).
+    pub hooks: Arc<HookContext>,
     /// Where `/healthz` and `/readyz` are served, when enabled.
     pub health_address: Option<std::net::SocketAddr>,
     /// Where `/metrics` is served, when enabled.
@@ -118,7 +121,6 @@ impl Manager {
         let ctx = Arc::new(
             Context::new(client.clone(), flags, config_rx, shutdown.clone())
                 .with_controllers_client(clients.controllers)
-                .with_bootstrap_secrets(bootstrap_secrets)
                 .with_observed_priority_client(PRIORITY_COMPONENT),
         );
         let client = ctx.client.clone();
@@ -142,8 +144,9 @@ impl Manager {
                 ))
             })?,
         };
+        let hook_ctx = Arc::new(HookContext::new(ctx.clone(), bootstrap_secrets));
         let webhook_address = hooks::server::serve(
-            ctx.clone(),
+            hook_ctx.clone(),
             SocketAddr::new(webhook_host, ctx.flags.webhook_port),
             ctx.flags.webhook_cert_dir.clone(),
             hooks::server::ServerOptions::default(),
@@ -178,6 +181,7 @@ impl Manager {
         tasks.spawn(lead(ctx.clone(), elector, leading_tx));
         Ok(Self {
             ctx,
+            hooks: hook_ctx,
             health_address,
             metrics_address,
             webhook_address,

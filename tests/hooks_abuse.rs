@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 use caapf::cli::ManagerFlags;
 use caapf::context::Context;
+use caapf::hooks::bootstrap_secrets::BootstrapSecrets;
+use caapf::hooks::hook_context::HookContext;
 use caapf::hooks::server::{self, ServerOptions};
 use caapf::model::config::EffectiveConfig;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
@@ -517,11 +519,14 @@ async fn idle_connections_are_closed_and_the_connection_limit_holds() {
     .expect("client");
     let (tx, rx) = caapf::context::config_channel();
     tx.send_replace(Some(Arc::new(EffectiveConfig::default())));
-    let ctx = Arc::new(Context::new(
-        client,
-        ManagerFlags::default(),
-        rx,
-        CancellationToken::new(),
+    let ctx = Arc::new(HookContext::new(
+        Arc::new(Context::new(
+            client,
+            ManagerFlags::default(),
+            rx,
+            CancellationToken::new(),
+        )),
+        BootstrapSecrets::default(),
     ));
     let options = ServerOptions {
         max_connections: 4,
@@ -572,5 +577,5 @@ async fn idle_connections_are_closed_and_the_connection_limit_holds() {
         "the fifth client was served before a slot freed"
     );
     assert_eq!(answer.body["status"], "Success", "{answer:?}");
-    ctx.shutdown.cancel();
+    ctx.base.shutdown.cancel();
 }

@@ -14,7 +14,9 @@ use std::sync::Arc;
 
 use caapf::cli::ManagerFlags;
 use caapf::context::Context;
+use caapf::hooks::bootstrap_secrets::BootstrapSecrets;
 use caapf::hooks::handlers;
+use caapf::hooks::hook_context::HookContext;
 use caapf::hooks::types::{Hook, Response, ResponseBody, ResponseStatus};
 use caapf::model::agent_patch::MANIFEST_KEY;
 use caapf::model::config::EffectiveConfig;
@@ -54,7 +56,7 @@ const AGENT_CHART_VERSION: &str = "0.13.1";
 
 struct Env {
     sandbox: Sandbox,
-    ctx: Arc<Context>,
+    ctx: Arc<HookContext>,
     charts: fleet_common::ChartRepo,
     _config: caapf::context::ConfigSender,
 }
@@ -86,11 +88,14 @@ impl Env {
         };
         assert!(config.problems.is_empty(), "{:?}", config.problems);
         tx.send_replace(Some(Arc::new(config)));
-        let ctx = Arc::new(Context::new(
-            client,
-            ManagerFlags::default(),
-            rx,
-            CancellationToken::new(),
+        let ctx = Arc::new(HookContext::new(
+            Arc::new(Context::new(
+                client,
+                ManagerFlags::default(),
+                rx,
+                CancellationToken::new(),
+            )),
+            BootstrapSecrets::default(),
         ));
         let env = Env {
             sandbox,
@@ -243,7 +248,7 @@ impl Env {
 }
 
 /// Calls a lifecycle hook for `cluster` with `ctx`, as Cluster API does.
-async fn call_with(ctx: &Context, hook: Hook, cluster: &Value) -> Response {
+async fn call_with(ctx: &HookContext, hook: Hook, cluster: &Value) -> Response {
     let body = json!({
         "apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1",
         "kind": hook.request_kind(),
@@ -1024,15 +1029,18 @@ async fn the_chart_of_the_installed_fleet_version_is_rendered() {
 fn context_with(
     client: kube::Client,
     config: EffectiveConfig,
-) -> (Arc<Context>, caapf::context::ConfigSender) {
+) -> (Arc<HookContext>, caapf::context::ConfigSender) {
     let (tx, rx) = caapf::context::config_channel();
     tx.send_replace(Some(Arc::new(config)));
     (
-        Arc::new(Context::new(
-            client,
-            ManagerFlags::default(),
-            rx,
-            CancellationToken::new(),
+        Arc::new(HookContext::new(
+            Arc::new(Context::new(
+                client,
+                ManagerFlags::default(),
+                rx,
+                CancellationToken::new(),
+            )),
+            BootstrapSecrets::default(),
         )),
         tx,
     )
@@ -1169,10 +1177,10 @@ async fn hooks_answer_from_the_bootstrap_secret_watch_without_listing() {
     let (view, feed) = BootstrapSecrets::new();
     let stop = CancellationToken::new();
     tokio::spawn(feed.run(env.client(), None, stop.clone()));
-    let ctx = env
-        .ctx
-        .with_shutdown(stop.clone())
-        .with_bootstrap_secrets(view.clone());
+    let ctx = HookContext::new(
+        Arc::new(env.ctx.base.with_shutdown(stop.clone())),
+        view.clone(),
+    );
     common::eventually("the watch knows the bootstrap Secret of c1", || async {
         view.known_present(NS, "c1").then_some(())
     })

@@ -11,6 +11,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use caapf::cli::ManagerFlags;
 use caapf::context::Context;
+use caapf::hooks::bootstrap_secrets::BootstrapSecrets;
+use caapf::hooks::hook_context::HookContext;
 use caapf::hooks::server::{self, READY_CHECK, ServerOptions};
 use caapf::model::config::EffectiveConfig;
 use http_body_util::{BodyExt, Full};
@@ -74,17 +76,20 @@ fn install(dir: &Path, cert: &str, key: &str) {
 fn context(
     client_url: &str,
     config: EffectiveConfig,
-) -> (Arc<Context>, caapf::context::ConfigSender) {
+) -> (Arc<HookContext>, caapf::context::ConfigSender) {
     let client = kube::Client::try_from(kube::Config::new(client_url.parse().expect("url")))
         .expect("client");
     let (tx, rx) = caapf::context::config_channel();
     tx.send_replace(Some(Arc::new(config)));
     (
-        Arc::new(Context::new(
-            client,
-            ManagerFlags::default(),
-            rx,
-            CancellationToken::new(),
+        Arc::new(HookContext::new(
+            Arc::new(Context::new(
+                client,
+                ManagerFlags::default(),
+                rx,
+                CancellationToken::new(),
+            )),
+            BootstrapSecrets::default(),
         )),
         tx,
     )
@@ -92,7 +97,7 @@ fn context(
 
 struct Server {
     addr: SocketAddr,
-    ctx: Arc<Context>,
+    ctx: Arc<HookContext>,
     _config: caapf::context::ConfigSender,
     _dir: tempfile::TempDir,
     dir_path: std::path::PathBuf,
@@ -100,7 +105,7 @@ struct Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        self.ctx.shutdown.cancel();
+        self.ctx.base.shutdown.cancel();
     }
 }
 
@@ -223,9 +228,9 @@ async fn a_client_trusting_the_ca_gets_answers_over_http1_and_http2() {
     )
     .await;
     assert!(
-        server.ctx.readiness.pending().is_empty(),
+        server.ctx.base.readiness.pending().is_empty(),
         "{:?}",
-        server.ctx.readiness.pending()
+        server.ctx.base.readiness.pending()
     );
     for (offer, expected) in [
         (
@@ -248,7 +253,7 @@ async fn a_client_trusting_the_ca_gets_answers_over_http1_and_http2() {
         assert_eq!(answer.body["status"], "Success");
         assert_eq!(answer.body["handlers"].as_array().map(Vec::len), Some(6));
     }
-    let metrics = server.ctx.metrics.render();
+    let metrics = server.ctx.base.metrics.render();
     assert!(
         metrics.contains("caapf_hook_requests_total{hook=\"Discovery\",status=\"Success\"} 2"),
         "{metrics}"
@@ -304,7 +309,7 @@ async fn rotated_certificates_are_served_without_a_restart_and_invalid_ones_are_
         kept.peer, second_der,
         "the previous certificate is still served"
     );
-    assert!(server.ctx.readiness.pending().is_empty());
+    assert!(server.ctx.base.readiness.pending().is_empty());
 }
 
 #[tokio::test]
@@ -317,7 +322,7 @@ async fn missing_certificates_keep_the_extension_not_ready_until_they_appear() {
         EffectiveConfig::default(),
     )
     .await;
-    assert_eq!(server.ctx.readiness.pending(), [READY_CHECK]);
+    assert_eq!(server.ctx.base.readiness.pending(), [READY_CHECK]);
     let tcp = TcpStream::connect(server.addr).await.expect("connect");
     let refused = connector(&ca, &[b"http/1.1"])
         .connect(ServerName::try_from("localhost").expect("name"), tcp)
@@ -336,7 +341,7 @@ async fn missing_certificates_keep_the_extension_not_ready_until_they_appear() {
     .await;
     assert_eq!(answer.peer, der);
     assert!(
-        server.ctx.readiness.pending().is_empty(),
+        server.ctx.base.readiness.pending().is_empty(),
         "ready once the files loaded"
     );
 }

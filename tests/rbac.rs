@@ -631,7 +631,7 @@ async fn hooks_scenario(rbac: Vec<Value>) -> Vec<RequestRecord> {
             "toKubernetesVersion": "v1.34.0",
         }))
         .expect("json");
-        let ctx = manager.ctx.clone();
+        let ctx = manager.hooks.clone();
         async move { handlers::handle(&ctx, hook, &body).await }
     };
     eventually("the configuration is read", || async {
@@ -722,7 +722,7 @@ async fn hooks_scenario(rbac: Vec<Value>) -> Vec<RequestRecord> {
                               "metadata": {"name": "cp"}, "spec": {"template": {"spec": {}}}}}]
     }))
     .expect("json");
-    handlers::handle(&manager.ctx, Hook::GeneratePatches, &patches).await;
+    handlers::handle(&manager.hooks, Hook::GeneratePatches, &patches).await;
     eventually(
         "the background preparation created the token of c2",
         || async { tokens.get_opt("c2").await.expect("get").map(|_| ()) },

@@ -1,4 +1,5 @@
-//! API types: our own CRD and the printer of its manifest.
+//! API types: our own CRD and the printer of its manifest, the cached forms of the objects we
+//! watch, and durations as these APIs write them.
 
 /// `kube::Resource` for a namespaced type of fixed group, version, kind and plural whose
 /// `metadata` field is an `ObjectMeta`.
@@ -36,6 +37,7 @@ pub(crate) use namespaced_resource;
 
 mod capi;
 pub mod compact;
+pub mod duration;
 mod fleet;
 mod fleet_addon_config;
 

@@ -55,6 +55,18 @@ pub struct HelmSettings {
     pub timeout: Duration,
 }
 
+impl HelmSettings {
+    /// The settings the manager's flags give.
+    pub fn from_flags(flags: &crate::cli::ManagerFlags) -> Self {
+        HelmSettings {
+            binary: flags.helm_binary.clone(),
+            kubeconfig: flags.helm_kubeconfig.clone(),
+            home: flags.helm_home.clone(),
+            timeout: flags.helm_timeout,
+        }
+    }
+}
+
 /// Runs helm commands.
 pub struct Helm {
     settings: HelmSettings,

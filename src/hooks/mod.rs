@@ -3,7 +3,7 @@
 //!
 //! - [`types`]: the wire format (hand-written serde types);
 //! - [`cluster`]: the embedded Cluster, v1beta1 or v1beta2, decoded by shape;
-//! - [`handlers`]: one function per hook;
+//! - [`handlers`]: one function per hook, over the hooks' own [`hook_context`];
 //! - [`bootstrap_secrets`]: which bootstrap Secrets exist (a watch), so that hooks answer
 //!   without a request to the API server at steady state;
 //! - [`tls`]: the serving certificate, reloaded when cert-manager rotates it;
@@ -13,6 +13,7 @@
 pub mod bootstrap_secrets;
 pub mod cluster;
 pub mod handlers;
+pub mod hook_context;
 pub mod limits;
 pub mod server;
 pub mod tls;

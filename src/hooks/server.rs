@@ -29,8 +29,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use crate::context::Context;
 use crate::hooks::handlers;
+use crate::hooks::hook_context::HookContext;
 use crate::hooks::limits::{Activity, BodyBudget, Tracked, read_body};
 use crate::hooks::tls::CertStore;
 use crate::hooks::types::{Hook, Response};
@@ -108,7 +108,7 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 #[derive(Clone)]
 struct App {
-    ctx: Arc<Context>,
+    ctx: Arc<HookContext>,
     options: ServerOptions,
     budget: BodyBudget,
 }
@@ -126,25 +126,25 @@ pub fn tls_config(certs: Arc<CertStore>) -> Result<rustls::ServerConfig> {
     Ok(config)
 }
 
-/// Binds `addr` and serves the extension until `ctx.shutdown` is cancelled. Returns the bound
+/// Binds `addr` and serves the extension until `ctx.base.shutdown` is cancelled. Returns the bound
 /// address. Missing certificate files do not fail the start: the server keeps looking for them,
 /// the readiness check stays pending, and handshakes fail until they appear.
 pub async fn serve(
-    ctx: Arc<Context>,
+    ctx: Arc<HookContext>,
     addr: SocketAddr,
     cert_dir: impl Into<std::path::PathBuf>,
     options: ServerOptions,
 ) -> Result<SocketAddr> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let certs = Arc::new(
-        CertStore::new(cert_dir, provider).with_readiness(ctx.readiness.clone(), READY_CHECK),
+        CertStore::new(cert_dir, provider).with_readiness(ctx.base.readiness.clone(), READY_CHECK),
     );
     refresh_certificates(certs.clone()).await;
 
     let acceptor = TlsAcceptor::from(Arc::new(tls_config(certs.clone())?));
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
-    let shutdown = ctx.shutdown.clone();
+    let shutdown = ctx.base.shutdown.clone();
 
     tokio::spawn(watch_certificates(
         certs.clone(),
@@ -364,7 +364,7 @@ pub fn deadline(query: Option<&str>, options: &ServerOptions) -> Duration {
         .into_iter()
         .flat_map(|q| q.split('&'))
         .find_map(|pair| pair.strip_prefix("timeout="))
-        .and_then(|text| crate::model::duration::parse_duration(text).ok())
+        .and_then(|text| crate::api::duration::parse_duration(text).ok())
         .unwrap_or(options.default_timeout);
     let margin = (requested / 10).min(Duration::from_secs(1));
     requested
@@ -377,6 +377,7 @@ async fn answer(State(app): State<App>, method: Method, uri: Uri, body: Body) ->
     let (hook_label, response) =
         respond_within(&app.ctx, &app.options, &app.budget, &method, &uri, body).await;
     app.ctx
+        .base
         .metrics
         .hook_called(hook_label, response.label(), started.elapsed());
     let json = serde_json::to_vec(&response).unwrap_or_else(|err| {
@@ -391,7 +392,7 @@ async fn answer(State(app): State<App>, method: Method, uri: Uri, body: Body) ->
 
 /// Answers one request with a body budget of its own (see [`respond_within`]).
 pub async fn respond(
-    ctx: &Context,
+    ctx: &HookContext,
     options: &ServerOptions,
     method: &Method,
     uri: &Uri,
@@ -405,7 +406,7 @@ pub async fn respond(
 /// deadline, then the handler. Returns the metric label of the hook (`unknown` for paths naming
 /// no hook) and the response.
 pub async fn respond_within(
-    ctx: &Context,
+    ctx: &HookContext,
     options: &ServerOptions,
     budget: &BodyBudget,
     method: &Method,

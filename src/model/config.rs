@@ -305,7 +305,7 @@ fn cluster_import(config: &ClusterConfig, install: Option<&FleetInstall>) -> Clu
         registration_token_ttl: config
             .registration_token_ttl
             .clone()
-            .filter(|ttl| crate::model::duration::parse_duration(ttl).is_ok())
+            .filter(|ttl| crate::api::duration::parse_duration(ttl).is_ok())
             .unwrap_or_else(|| DEFAULT_REGISTRATION_TOKEN_TTL.to_string()),
         delete_deselected: config.deselect_policy.as_deref() == Some("Delete"),
         fleet_ready_condition: config.set_fleet_ready_condition != Some(false),
@@ -330,7 +330,7 @@ fn agent_checkin_interval(config: &ClusterConfig, install: Option<&FleetInstall>
         .agent_checkin_interval
         .as_deref()
         .or(from_install)
-        .and_then(|text| crate::model::duration::parse_duration(text).ok())
+        .and_then(|text| crate::api::duration::parse_duration(text).ok())
         .filter(|d| !d.is_zero())
         .unwrap_or(DEFAULT_AGENT_CHECKIN_INTERVAL)
 }

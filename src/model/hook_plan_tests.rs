@@ -29,7 +29,7 @@ fn imported(
 ) -> Result<Option<bool>, String> {
     hook_import(
         config,
-        &flags.watch_scope(),
+        &WatchScope::new(flags.namespace.as_deref(), flags.watch_filter.as_deref()),
         &cluster(labels),
         &BTreeMap::new(),
     )

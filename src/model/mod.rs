@@ -8,7 +8,6 @@ pub mod authorization;
 pub mod capi;
 pub mod config;
 pub mod diff;
-pub mod duration;
 pub mod fleet;
 pub mod fleet_health;
 pub mod fleet_install;

@@ -26,6 +26,17 @@ pub struct WatchScope {
     pub filter_label: Option<String>,
 }
 
+impl WatchScope {
+    /// From `--namespace` and `--watch-filter` (`None` or empty: all).
+    pub fn new(namespace: Option<&str>, filter_label: Option<&str>) -> Self {
+        let set = |value: Option<&str>| value.filter(|v| !v.is_empty()).map(str::to_string);
+        WatchScope {
+            namespace: set(namespace),
+            filter_label: set(filter_label),
+        }
+    }
+}
+
 /// Labels of an object (an absent map is empty).
 pub type Labels = BTreeMap<String, String>;
 

@@ -87,7 +87,7 @@ pub fn validate(spec: &FleetAddonConfigSpec) -> Vec<FieldError> {
             }
         }
         if let Some(ttl) = &cluster.registration_token_ttl
-            && crate::model::duration::parse_duration(ttl).is_err()
+            && crate::api::duration::parse_duration(ttl).is_err()
         {
             errors.push(FieldError::new(
                 "spec.cluster.registrationTokenTTL",
@@ -95,7 +95,7 @@ pub fn validate(spec: &FleetAddonConfigSpec) -> Vec<FieldError> {
             ));
         }
         if let Some(interval) = &cluster.agent_checkin_interval
-            && crate::model::duration::parse_duration(interval).is_err()
+            && crate::api::duration::parse_duration(interval).is_err()
         {
             errors.push(FieldError::new(
                 "spec.cluster.agentCheckinInterval",

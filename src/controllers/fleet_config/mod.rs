@@ -55,19 +55,9 @@ struct State {
     targets: watch::Sender<BTreeSet<WatchTarget>>,
 }
 
-/// Helm settings from the manager flags.
-pub fn helm_settings(flags: &crate::cli::ManagerFlags) -> HelmSettings {
-    HelmSettings {
-        binary: flags.helm_binary.clone(),
-        kubeconfig: flags.helm_kubeconfig.clone(),
-        home: flags.helm_home.clone(),
-        timeout: flags.helm_timeout,
-    }
-}
-
 /// Runs the controller until `ctx.shutdown` is cancelled.
 pub async fn run(ctx: Arc<Context>) {
-    let helm = match Helm::new(helm_settings(&ctx.flags), ctx.metrics.clone()) {
+    let helm = match Helm::new(HelmSettings::from_flags(&ctx.flags), ctx.metrics.clone()) {
         Ok(helm) => helm.stop_when(ctx.shutdown.clone()),
         Err(err) => {
             tracing::error!(%err, "cannot prepare helm's home directory; Fleet installation is disabled");

@@ -36,15 +36,16 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::json;
 
 use crate::api::FleetAddonConfig;
-use crate::context::Context;
 use crate::hooks::cluster::ClusterInfo;
 use crate::hooks::handlers::api::{create_or_get, get_opt, merge_patch, namespace_labels};
+use crate::hooks::hook_context::HookContext;
 use crate::model::agent_manifest::bootstrap_files;
 use crate::model::config::{ClusterImport, EffectiveConfig};
 use crate::model::fleet;
 use crate::model::hook_plan::{
     self as plan, HookImport, HookOutcome, RETRY_API, RETRY_CONFIG, RETRY_FLEET,
 };
+use crate::model::selection::WatchScope;
 use crate::names;
 
 /// How long BeforeClusterCreate waits for the preparation before answering "retry" (below
@@ -52,14 +53,14 @@ use crate::names;
 const PREPARE_WAIT: Duration = Duration::from_secs(5);
 
 /// BeforeClusterCreate.
-pub async fn before_cluster_create(ctx: &Context, cluster: &ClusterInfo) -> HookOutcome {
+pub async fn before_cluster_create(ctx: &HookContext, cluster: &ClusterInfo) -> HookOutcome {
     if let Some(answer) = plan::without_bootstrap(cluster.fleet_agent) {
         return answer;
     }
     let known = ctx
         .bootstrap_secrets
         .known_present(&cluster.namespace, &cluster.name);
-    match plan::known_prepared(ctx.config().as_deref(), known, cluster) {
+    match plan::known_prepared(ctx.base.config().as_deref(), known, cluster) {
         Some(done) => done,
         None => prepare_in_background(ctx, cluster, PREPARE_WAIT).await,
     }
@@ -84,7 +85,7 @@ impl Drop for Preparing {
 /// time), waiting at most `wait` for its answer: pulling a chart or a slow API server never
 /// makes a hook miss its deadline, and the work is not lost when it does.
 pub async fn prepare_in_background(
-    ctx: &Context,
+    ctx: &HookContext,
     cluster: &ClusterInfo,
     wait: Duration,
 ) -> HookOutcome {
@@ -102,7 +103,7 @@ pub async fn prepare_in_background(
         set: ctx.preparing.clone(),
         key: key.clone(),
     };
-    let owned = ctx.with_shutdown(ctx.shutdown.clone());
+    let owned = ctx.clone();
     let cluster = cluster.clone();
     let task = tokio::spawn(async move {
         let _guard = guard;
@@ -128,7 +129,7 @@ pub async fn prepare_in_background(
 /// For a Cluster that never went through BeforeClusterCreate (created before its class used the
 /// bootstrap, rebased onto such a class, switched to `fleetAgent.enabled: true`): reads the
 /// Cluster and prepares its bootstrap Secret in the background.
-pub fn prepare_existing(ctx: &Context, namespace: &str, name: &str) {
+pub fn prepare_existing(ctx: &HookContext, namespace: &str, name: &str) {
     // Already under way: no need to read the Cluster again for every call meanwhile.
     if ctx
         .preparing
@@ -138,7 +139,7 @@ pub fn prepare_existing(ctx: &Context, namespace: &str, name: &str) {
     {
         return;
     }
-    let owned = ctx.with_shutdown(ctx.shutdown.clone());
+    let owned = ctx.clone();
     let (namespace, name) = (namespace.to_string(), name.to_string());
     tokio::spawn(async move {
         match read_cluster(&owned, &namespace, &name).await {
@@ -157,7 +158,7 @@ pub fn prepare_existing(ctx: &Context, namespace: &str, name: &str) {
 /// The CAPI Cluster as the hooks see it, in whichever version the API server serves
 /// (`v1beta2` from Cluster API v1.11, `v1beta1` before).
 async fn read_cluster(
-    ctx: &Context,
+    ctx: &HookContext,
     namespace: &str,
     name: &str,
 ) -> Result<Option<ClusterInfo>, String> {
@@ -167,7 +168,7 @@ async fn read_cluster(
             "clusters",
         );
         let api: Api<DynamicObject> =
-            Api::namespaced_with(ctx.client.clone(), namespace, &resource);
+            Api::namespaced_with(ctx.base.client.clone(), namespace, &resource);
         match api.get_opt(name).await {
             Ok(Some(object)) => {
                 let value = serde_json::to_value(&object)
@@ -188,16 +189,16 @@ async fn read_cluster(
 /// BeforeClusterCreate, and for existing Clusters when GeneratePatches finds no Secret).
 /// Success when the Secret exists or the Cluster will not get one; retry while waiting.
 pub async fn prepare_bootstrap(
-    ctx: &Context,
+    ctx: &HookContext,
     cluster: &ClusterInfo,
 ) -> Result<HookOutcome, HookOutcome> {
-    let Some(config) = ctx.config() else {
+    let Some(config) = ctx.base.config() else {
         return Ok(plan::config_not_read());
     };
-    let namespace_labels = namespace_labels(&ctx.client, &cluster.namespace).await?;
+    let namespace_labels = namespace_labels(&ctx.base.client, &cluster.namespace).await?;
     let decision = plan::hook_import(
         &config,
-        &ctx.flags.watch_scope(),
+        &watch_scope(&ctx.base.flags),
         cluster,
         &namespace_labels,
     )
@@ -211,13 +212,13 @@ pub async fn prepare_bootstrap(
 }
 
 async fn prepare_agent_initiated(
-    ctx: &Context,
+    ctx: &HookContext,
     config: &EffectiveConfig,
     import: &ClusterImport,
     cluster: &ClusterInfo,
 ) -> Result<HookOutcome, HookOutcome> {
     let ns = cluster.namespace.as_str();
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let secrets: Api<Secret> = Api::namespaced(ctx.base.client.clone(), ns);
     let secret_name = names::bootstrap_secret_name(&cluster.name);
     if get_opt(&secrets, &secret_name, "Secret", ns)
         .await?
@@ -226,7 +227,7 @@ async fn prepare_agent_initiated(
         return Ok(plan::bootstrap_secret_exists(cluster));
     }
 
-    let fleet_clusters: Api<FleetCluster> = Api::namespaced(ctx.client.clone(), ns);
+    let fleet_clusters: Api<FleetCluster> = Api::namespaced(ctx.base.client.clone(), ns);
     let fleet_name = import.fleet_cluster_name(&cluster.name);
     let fleet_cluster = match get_opt(&fleet_clusters, &fleet_name, "Fleet Cluster", ns).await? {
         Some(existing) => existing,
@@ -252,7 +253,7 @@ async fn prepare_agent_initiated(
         }
     };
 
-    let tokens: Api<ClusterRegistrationToken> = Api::namespaced(ctx.client.clone(), ns);
+    let tokens: Api<ClusterRegistrationToken> = Api::namespaced(ctx.base.client.clone(), ns);
     let token_name = fleet::registration_token_name(cluster);
     let token = match get_opt(&tokens, &token_name, "ClusterRegistrationToken", ns).await? {
         Some(token) => token,
@@ -266,7 +267,7 @@ async fn prepare_agent_initiated(
     let token_values = plan::registration_values(values.as_ref(), ns, &values_secret)?;
 
     let fleet_ns = plan::fleet_namespace(config);
-    let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), fleet_ns);
+    let configmaps: Api<ConfigMap> = Api::namespaced(ctx.base.client.clone(), fleet_ns);
     let controller_config = get_opt(
         &configmaps,
         names::FLEET_CONTROLLER_CONFIGMAP,
@@ -275,7 +276,7 @@ async fn prepare_agent_initiated(
     )
     .await?;
     let defaults = plan::fleet_agent_defaults(controller_config.as_ref(), fleet_ns)?;
-    let addon_configs: Api<FleetAddonConfig> = Api::all(ctx.client.clone());
+    let addon_configs: Api<FleetAddonConfig> = Api::all(ctx.base.client.clone());
     let installed = get_opt(&addon_configs, names::CONFIG_NAME, "FleetAddonConfig", "")
         .await?
         .and_then(|config| config.status)
@@ -298,4 +299,9 @@ async fn prepare_agent_initiated(
     let secret = plan::desired_bootstrap_secret(cluster, files);
     create_or_get(&secrets, &secret, "Secret", ns).await?;
     Ok(plan::prepared(cluster, &fleet_name, &location.version))
+}
+
+/// What this manager watches, for the model.
+fn watch_scope(flags: &crate::cli::ManagerFlags) -> WatchScope {
+    WatchScope::new(flags.watch_namespace(), flags.watch_filter_label())
 }

@@ -19,8 +19,8 @@ pub mod upgrade;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-use crate::context::Context;
 use crate::hooks::cluster::ClusterInfo;
+use crate::hooks::hook_context::HookContext;
 use crate::hooks::types::{
     API_VERSION, FailurePolicy, GeneratePatchesRequest, Hook, LifecycleRequest, RequestMeta,
     Response,
@@ -54,7 +54,7 @@ pub enum Serve {
     /// A lifecycle request (the Cluster, and for upgrades the versions).
     Lifecycle(
         for<'a> fn(
-            &'a Context,
+            &'a HookContext,
             &'a ClusterInfo,
             &'a LifecycleRequest,
         ) -> BoxFuture<'a, HookOutcome>,
@@ -183,7 +183,7 @@ pub fn find(hook: Hook, handler: Option<&str>) -> Option<&'static HookSpec> {
 
 /// Decodes `body` as the request of `hook` and answers it. Every problem with the request is a
 /// Failure answer naming it.
-pub async fn handle(ctx: &Context, hook: Hook, body: &[u8]) -> Response {
+pub async fn handle(ctx: &HookContext, hook: Hook, body: &[u8]) -> Response {
     let Some(spec) = HOOKS.iter().find(|spec| spec.hook == hook) else {
         return Response::failure(Some(hook), format!("{} is not served", hook.name()));
     };

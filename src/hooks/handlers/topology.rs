@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 
-use crate::context::Context;
 use crate::hooks::handlers::create;
+use crate::hooks::hook_context::HookContext;
 use crate::hooks::types::{
     ClusterClassVariable, GeneratePatchesRequest, GeneratePatchesResponseItem, Hook, PatchType,
     Response, ResponseBody, Variable, VariableSchema,
@@ -70,7 +70,10 @@ pub fn discover_variables() -> Response {
 /// control-plane template would be patched), prepares it in the background when it does not,
 /// and answers [`generate_patches`]. An API error is a Failure (policy `Fail`: CAPI keeps the
 /// current templates and retries), never an answer without the patch, which would roll machines.
-pub async fn serve_generate_patches(ctx: &Context, request: &GeneratePatchesRequest) -> Response {
+pub async fn serve_generate_patches(
+    ctx: &HookContext,
+    request: &GeneratePatchesRequest,
+) -> Response {
     let wanted = request.items.iter().any(|item| {
         let variables = merged_variables(&request.variables, &item.variables);
         matches!(classify_template(&item.object), Ok(Some(_))) && variables.setting().enabled()
@@ -94,7 +97,7 @@ pub async fn serve_generate_patches(ctx: &Context, request: &GeneratePatchesRequ
     if ctx.bootstrap_secrets.known_present(namespace, name) {
         return generate_patches(request, true);
     }
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    let secrets: Api<Secret> = Api::namespaced(ctx.base.client.clone(), namespace);
     let secret = names::bootstrap_secret_name(name);
     match secrets.get_metadata_opt(&secret).await {
         Ok(Some(_)) => generate_patches(request, true),

@@ -8,14 +8,14 @@ use kube::api::{Api, ListParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
-use crate::context::Context;
 use crate::hooks::cluster::ClusterInfo;
 use crate::hooks::handlers::api::{api_retry, get_opt};
+use crate::hooks::hook_context::HookContext;
 use crate::model::hook_plan::{self as plan, HookOutcome, RETRY_API};
 
 /// BeforeClusterUpgrade.
 pub async fn before_cluster_upgrade(
-    ctx: &Context,
+    ctx: &HookContext,
     cluster: &ClusterInfo,
     to_version: Option<&str>,
 ) -> HookOutcome {
@@ -25,11 +25,11 @@ pub async fn before_cluster_upgrade(
 }
 
 async fn upgrade_steps(
-    ctx: &Context,
+    ctx: &HookContext,
     cluster: &ClusterInfo,
     to_version: Option<&str>,
 ) -> Result<HookOutcome, HookOutcome> {
-    let config = ctx.config();
+    let config = ctx.base.config();
     if let Some(answer) = plan::upgrade_gate(config.as_deref()) {
         return Ok(answer);
     }
@@ -38,7 +38,7 @@ async fn upgrade_steps(
     // configuration gives, as BeforeClusterDelete finds it), not a LIST of the namespace per
     // request. Not a cache: a Fleet Cluster seen before it registered would hold the upgrade
     // a watch latency longer, and the bundle states below must be live anyway.
-    let fleet_clusters: Api<FleetCluster> = Api::namespaced(ctx.client.clone(), ns);
+    let fleet_clusters: Api<FleetCluster> = Api::namespaced(ctx.base.client.clone(), ns);
     let fleet_name = plan::fleet_cluster_of(cluster, config.as_deref());
     let fleet = get_opt(&fleet_clusters, &fleet_name, "Fleet Cluster", ns).await?;
     let bundle_ns = plan::bundle_namespace(cluster, fleet.as_ref())?;
@@ -50,7 +50,7 @@ async fn upgrade_steps(
     // BundleDeployments (a stale "ready" lets an upgrade through), it is scoped to the Fleet
     // Cluster's own namespace, and only with `waitForBundlesReady`, which is off by default.
     let deployments: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &bundle_ns, &resource);
+        Api::namespaced_with(ctx.base.client.clone(), &bundle_ns, &resource);
     let listed = deployments
         .list(&ListParams::default())
         .await

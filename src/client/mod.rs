@@ -17,6 +17,8 @@
 //! times — what client-go does (`rest/with_retry.go` `checkWait`, `rest/request.go`
 //! `MaxRetries` default 10, client-go v0.36.3).
 
+pub mod refusals;
+
 use std::future::Future;
 use std::num::NonZeroU32;
 use std::pin::Pin;

@@ -1,5 +1,5 @@
-//! Durations as Go and Kubernetes write them (`15s`, `1m30s`, `500ms`): flags, FleetAddonConfig
-//! fields and the Runtime SDK's `timeout` parameter.
+//! Durations as Go and Kubernetes write them (`15s`, `1m30s`, `500ms`): FleetAddonConfig fields,
+//! the manager's flags and the Runtime SDK's `timeout` parameter.
 
 use std::time::Duration;
 
