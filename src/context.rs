@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -134,8 +134,7 @@ impl Context {
         self.config.borrow().clone()
     }
 
-    /// Publishes an Event about `regarding`. Failures are logged, not returned: an Event is never
-    /// worth failing a reconcile (e.g. the namespace is terminating).
+    /// Publishes an Event about `regarding` ([`crate::apply::event`]).
     pub async fn event(
         &self,
         regarding: &ObjectReference,
@@ -144,15 +143,6 @@ impl Context {
         action: &str,
         note: String,
     ) {
-        let event = Event {
-            type_,
-            reason: reason.to_string(),
-            note: Some(note),
-            action: action.to_string(),
-            secondary: None,
-        };
-        if let Err(err) = self.recorder.publish(&event, regarding).await {
-            tracing::debug!(%err, reason, object = ?regarding.name, "event not published");
-        }
+        crate::apply::event(&self.recorder, regarding, type_, reason, action, note).await;
     }
 }

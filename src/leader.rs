@@ -39,14 +39,14 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::{Client, Resource};
 use rand::Rng;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::ManagerFlags;
-use crate::{Error, Result};
+use crate::{Error, Result, apply};
 
 /// client-go's `JitterFactor`: the renew deadline must exceed the retry period by this factor.
 pub const JITTER_FACTOR: f64 = 1.2;
@@ -327,15 +327,13 @@ impl Elector {
                     },
                     spec: Some(record),
                 };
-                self.api.create(&PostParams::default(), &lease).await
+                apply::create(&self.api, &lease).await
             }
             Some(mut lease) => {
                 // Guarded by the resourceVersion we just read.
                 lease.spec = Some(record);
                 lease.metadata.managed_fields = None;
-                self.api
-                    .replace(&self.config.name, &PostParams::default(), &lease)
-                    .await
+                apply::replace(&self.api, &self.config.name, &lease).await
             }
         };
         match written {
@@ -354,8 +352,8 @@ impl Elector {
                 Ok(Tried::Leading)
             }
             // Someone else wrote first (create or update race).
-            Err(kube::Error::Api(status)) if status.code == 409 => Ok(Tried::Conflict),
-            Err(err) => Err(err.into()),
+            Err(Error::Kube(kube::Error::Api(status))) if status.code == 409 => Ok(Tried::Conflict),
+            Err(err) => Err(err),
         }
     }
 
@@ -438,16 +436,12 @@ impl Elector {
             let old = lease.spec.clone().unwrap_or_default();
             lease.spec = Some(released_record(&old, Timestamp::now()));
             lease.metadata.managed_fields = None;
-            match self
-                .api
-                .replace(&self.config.name, &PostParams::default(), &lease)
-                .await
-            {
+            match apply::replace(&self.api, &self.config.name, &lease).await {
                 Ok(_) => {
                     tracing::info!(lease = %self.config.name, identity = %self.config.identity, "released the leader lease");
                     return Ok(());
                 }
-                Err(kube::Error::Api(status)) if status.code == 409 => {
+                Err(Error::Kube(kube::Error::Api(status))) if status.code == 409 => {
                     match self.api.get_opt(&self.config.name).await? {
                         Some(live) if still_ours(live.spec.as_ref(), &self.config.identity) => {
                             lease = live;
@@ -455,8 +449,8 @@ impl Elector {
                         _ => return Ok(()),
                     }
                 }
-                Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
-                Err(err) => return Err(err.into()),
+                Err(Error::Kube(kube::Error::Api(status))) if status.code == 404 => return Ok(()),
+                Err(err) => return Err(err),
             }
         }
         Ok(())

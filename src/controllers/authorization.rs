@@ -8,10 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use tokio::time::Instant;
 
 use crate::api::FleetAddonConfig;
+use crate::apply::apply_status;
 use crate::context::Context;
 use crate::model::authorization::{self, AUTHORIZED, Live};
 use crate::model::fleet_status::ConditionSpec;
@@ -144,10 +145,11 @@ async fn step(
         "metadata": {"name": names::CONFIG_NAME},
         "status": {"conditions": [condition]},
     });
-    api.patch_status(
+    apply_status(
+        api,
         names::CONFIG_NAME,
-        &PatchParams::apply(names::AUTHORIZATION_STATUS_FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
+        &body,
+        names::AUTHORIZATION_STATUS_FIELD_MANAGER,
     )
     .await?;
     *live = Some(Some(condition));

@@ -24,7 +24,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, predicates, watcher};
@@ -199,12 +199,7 @@ async fn write_status(
 ) -> Result<(), Error> {
     let api: Api<FleetAddonConfig> = Api::all(ctx.controllers.clone());
     let body = fleet_status::apply_body(name, desired);
-    api.patch_status(
-        name,
-        &PatchParams::apply(names::STATUS_FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await?;
+    crate::apply::apply_status(&api, name, &body, names::STATUS_FIELD_MANAGER).await?;
     Ok(())
 }
 

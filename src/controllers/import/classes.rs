@@ -14,7 +14,7 @@ use crate::api::CapiClusterClass;
 use crate::apply::{
     Outcome, apply_if_changed, create_if_missing, delete_if_exists, remove_finalizer,
 };
-use crate::controllers::import::context::ImportContext;
+use crate::controllers::import::import_context::ImportContext;
 use crate::controllers::reconcile::retry_after;
 use crate::model::capi::ClassView;
 use crate::model::fleet::desired_class_group;

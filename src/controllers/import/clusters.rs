@@ -12,12 +12,12 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::Value;
 
 use crate::api::CapiCluster;
+use crate::apply::expectations::Key;
 use crate::apply::{
     Outcome, add_finalizer, apply_if_changed_as, create_if_missing, create_or_get,
     delete_if_exists, remove_finalizer,
 };
-use crate::controllers::import::context::{Decided, ImportContext};
-use crate::controllers::import::expectations::Key;
+use crate::controllers::import::import_context::{Decided, ImportContext};
 use crate::controllers::import::references::Lookup;
 use crate::controllers::import::stores::TEMPLATE_VALUES;
 use crate::controllers::reconcile::retry_after;
@@ -50,196 +50,237 @@ pub fn error_policy(cluster: Arc<CapiCluster>, error: &Error, ctx: Arc<ImportCon
     retry_after(CONTROLLER, &*cluster, error, &ctx.backoff)
 }
 
+/// One Cluster, top to bottom: decide from the caches, wait until they show our own last writes
+/// (the watch event that brings a write into the cache triggers this Cluster again), then do
+/// what the decision says.
 async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result<Action> {
     let Some(config) = ctx.base.config() else {
         return Ok(Action::requeue(Duration::from_secs(1)));
     };
-    let Decided {
-        view,
-        fleet_name,
-        live,
-        decision,
-    } = ctx
+    let decided = ctx
         .decide(cluster, &config)
         .ok_or_else(|| Error::Malformed {
             kind: "Cluster",
             name: cluster.name_any(),
             reason: "no name or namespace".into(),
         })?;
-    tracing::debug!(cluster = %view.name, namespace = %view.namespace, ?decision, "decided");
-
-    // Decide only from caches that show our own last writes: the watch event that brings a
-    // write into the cache triggers this Cluster again.
-    let keys = ObjectKeys::of(&view, &fleet_name);
-    let token = ctx.stores.token(&view.namespace, &view.name);
-    let waits = [
-        ctx.expectations
-            .wait(&keys.cluster, cluster.meta().resource_version.as_deref()),
-        ctx.expectations.wait(
-            &keys.fleet_cluster,
-            live.as_ref()
-                .and_then(|l| l.meta().resource_version.as_deref()),
-        ),
-        ctx.expectations.wait(
-            &keys.token,
-            token
-                .as_ref()
-                .and_then(|t| t.metadata.resource_version.as_deref()),
-        ),
-    ];
-    if let Some(wait) = waits.into_iter().flatten().min() {
+    let view = &decided.view;
+    tracing::debug!(cluster = %view.name, namespace = %view.namespace, decision = ?decided.decision, "decided");
+    let keys = ObjectKeys::of(view, &decided.fleet_name);
+    if let Some(wait) = keys.wait(ctx, cluster, decided.live.as_deref()) {
         tracing::debug!(cluster = %view.name, namespace = %view.namespace, "waiting for the caches to show our last write");
         return Ok(Action::requeue(wait));
     }
-    let namespace_state = crate::controllers::import::namespaces::state(ctx, &view.namespace);
-    if waits_for_terminating_namespace(&decision, namespace_state == NamespaceState::Terminating) {
+    let terminating = crate::controllers::import::namespaces::state(ctx, &view.namespace)
+        == NamespaceState::Terminating;
+    if waits_for_terminating_namespace(&decided.decision, terminating) {
         tracing::debug!(cluster = %view.name, namespace = %view.namespace, "namespace terminating: nothing new is created in it");
         return Ok(Action::await_change());
     }
-    if matches!(decision, Decision::Cleanup) {
-        for key in [&keys.cluster, &keys.fleet_cluster, &keys.token] {
-            ctx.expectations.forget(key);
-        }
-    }
-
-    let clusters: Api<CapiCluster> = Api::namespaced(ctx.base.controllers.clone(), &view.namespace);
-    let fleet_clusters: Api<FleetCluster> =
-        Api::namespaced(ctx.base.controllers.clone(), &view.namespace);
-    let regarding = cluster.object_ref(&());
-    match decision {
-        Decision::Paused { .. } | Decision::Hold | Decision::Ignore => Ok(Action::await_change()),
-        Decision::Moved => {
-            // The Fleet Cluster now serves the self-managed cluster: keep it, and keep the
-            // garbage collector from deleting it with the source copy.
-            let owners = live
-                .as_deref()
-                .map(|l| l.owner_references().to_vec())
-                .unwrap_or_default();
-            if let Some(kept) = disowned_after_move(&owners, &view.uid) {
-                let patch = serde_json::json!({"metadata": {"ownerReferences": kept}});
-                crate::apply::merge_patch_guarded(
-                    &fleet_clusters,
-                    &fleet_name,
-                    names::FIELD_MANAGER,
-                    |current: Option<&FleetCluster>| {
-                        Ok(current
-                            .is_some_and(|c| c.owner_references().iter().any(|o| o.uid == view.uid))
-                            .then(|| patch.clone()))
-                    },
-                )
-                .await?;
-            }
-            if view.deleting && view.has_finalizer() {
-                let written = remove_finalizer(&clusters, cluster).await?;
-                wrote(ctx, &keys.cluster, cluster, written);
-            }
-            Ok(Action::await_change())
-        }
-        Decision::Cleanup => {
-            let live = confirm_absent(live, &fleet_clusters, &fleet_name).await?;
-            cleanup(&view, live.as_deref(), &fleet_clusters, ctx).await?;
-            remove_finalizer(&clusters, cluster).await?;
-            Ok(Action::await_change())
-        }
+    let writes = ClusterWrites {
+        ctx,
+        cluster,
+        keys,
+        clusters: Api::namespaced(ctx.base.controllers.clone(), &view.namespace),
+        fleet_clusters: Api::namespaced(ctx.base.controllers.clone(), &view.namespace),
+        regarding: cluster.object_ref(&()),
+    };
+    match decided.decision {
+        Decision::Paused { .. } | Decision::Hold | Decision::Ignore => {}
+        Decision::Moved => writes.moved(&decided).await?,
+        Decision::Cleanup => writes.cleanup(&decided).await?,
         Decision::Release {
             delete_fleet_cluster,
-        } => {
-            let live = if delete_fleet_cluster {
-                confirm_absent(live, &fleet_clusters, &fleet_name).await?
-            } else {
-                live
-            };
-            if delete_fleet_cluster && live.is_some() {
-                delete_if_exists(&fleet_clusters, &fleet_name).await?;
-                delete_token(&view, ctx).await?;
-                ctx.base
-                    .event(
-                        &regarding,
-                        EventType::Normal,
-                        "Deselected",
-                        "Deleting",
-                        format!("No longer selected: deleted Fleet Cluster `{fleet_name}`"),
-                    )
-                    .await;
-            }
-            let written = remove_finalizer(&clusters, cluster).await?;
-            wrote(ctx, &keys.cluster, cluster, written);
-            Ok(Action::await_change())
-        }
-        Decision::Wait => {
-            if !view.has_finalizer() {
-                let written = add_finalizer(&clusters, cluster).await?;
-                wrote(ctx, &keys.cluster, cluster, written);
-            }
-            Ok(Action::await_change())
-        }
+        } => writes.release(&decided, delete_fleet_cluster).await?,
+        Decision::Wait => writes.ensure_finalizer(view).await?,
         Decision::Import { agent_initiated } => {
-            let Some(import) = config.cluster.as_ref() else {
-                return Ok(Action::await_change());
-            };
-            if !view.has_finalizer() {
-                let written = add_finalizer(&clusters, cluster).await?;
-                wrote(ctx, &keys.cluster, cluster, written);
+            if let Some(import) = config.cluster.as_ref() {
+                writes.import(&decided, import, agent_initiated).await?;
+                return Ok(Action::requeue(ctx.base.flags.sync_period));
             }
-            let values = template_values_for(&cluster.to_json()?, &view, &regarding, ctx).await;
-            let cached_rv = live
-                .as_ref()
-                .and_then(|l| l.meta().resource_version.clone());
-            let (live, stub_created) = if agent_initiated && live.is_none() {
-                create_registration_stub(&view, import, &fleet_clusters).await?
-            } else {
-                (live, false)
-            };
-            if stub_created {
-                ctx.expectations.wrote(
-                    keys.fleet_cluster.clone(),
-                    None,
-                    live.as_ref()
-                        .and_then(|l| l.meta().resource_version.as_deref()),
-                );
+        }
+    }
+    Ok(Action::await_change())
+}
+
+/// The writes of one Cluster reconcile, each recording what it left for the caches to show.
+struct ClusterWrites<'a> {
+    ctx: &'a ImportContext,
+    cluster: &'a CapiCluster,
+    keys: ObjectKeys,
+    clusters: Api<CapiCluster>,
+    fleet_clusters: Api<FleetCluster>,
+    regarding: ObjectReference,
+}
+
+impl ClusterWrites<'_> {
+    /// Moved into itself: the Fleet Cluster now serves the self-managed cluster. Keep it, and keep
+    /// the garbage collector from deleting it with the source copy.
+    async fn moved(&self, decided: &Decided) -> Result<()> {
+        let view = &decided.view;
+        let owners = decided
+            .live
+            .as_deref()
+            .map(|l| l.owner_references().to_vec())
+            .unwrap_or_default();
+        if let Some(kept) = disowned_after_move(&owners, &view.uid) {
+            let patch = serde_json::json!({"metadata": {"ownerReferences": kept}});
+            crate::apply::merge_patch_guarded(
+                &self.fleet_clusters,
+                &decided.fleet_name,
+                names::FIELD_MANAGER,
+                |current: Option<&FleetCluster>| {
+                    Ok(current
+                        .is_some_and(|c| c.owner_references().iter().any(|o| o.uid == view.uid))
+                        .then(|| patch.clone()))
+                },
+            )
+            .await?;
+        }
+        if view.deleting && view.has_finalizer() {
+            self.remove_finalizer().await?;
+        }
+        Ok(())
+    }
+
+    /// Deleted: remove what we created, then our finalizer. Nothing here waits, so deletion is
+    /// never held; the expectations of the Cluster's objects go with it.
+    async fn cleanup(&self, decided: &Decided) -> Result<()> {
+        for key in self.keys.all() {
+            self.ctx.expectations.forget(key);
+        }
+        let live = confirm_absent(
+            decided.live.clone(),
+            &self.fleet_clusters,
+            &decided.fleet_name,
+        )
+        .await?;
+        cleanup(
+            &decided.view,
+            live.as_deref(),
+            &self.fleet_clusters,
+            self.ctx,
+        )
+        .await?;
+        remove_finalizer(&self.clusters, self.cluster).await?;
+        Ok(())
+    }
+
+    /// No longer selected: delete the Fleet Cluster when the decision says so, then let go.
+    async fn release(&self, decided: &Decided, delete_fleet_cluster: bool) -> Result<()> {
+        let name = &decided.fleet_name;
+        if delete_fleet_cluster
+            && confirm_absent(decided.live.clone(), &self.fleet_clusters, name)
+                .await?
+                .is_some()
+        {
+            delete_if_exists(&self.fleet_clusters, name).await?;
+            delete_token(&decided.view, self.ctx).await?;
+            self.ctx
+                .base
+                .event(
+                    &self.regarding,
+                    EventType::Normal,
+                    "Deselected",
+                    "Deleting",
+                    format!("No longer selected: deleted Fleet Cluster `{name}`"),
+                )
+                .await;
+        }
+        self.remove_finalizer().await
+    }
+
+    /// Selected: our finalizer, the Fleet Cluster (a stub first when agent-initiated), and the
+    /// registration token of an agent-initiated Cluster.
+    async fn import(
+        &self,
+        decided: &Decided,
+        import: &ClusterImport,
+        agent_initiated: bool,
+    ) -> Result<()> {
+        let (view, ctx) = (&decided.view, self.ctx);
+        self.ensure_finalizer(view).await?;
+        let values =
+            template_values_for(&self.cluster.to_json()?, view, &self.regarding, ctx).await;
+        let cached_rv = decided
+            .live
+            .as_ref()
+            .and_then(|l| l.meta().resource_version.clone());
+        let (live, stub_created) = if agent_initiated && decided.live.is_none() {
+            ctx.expectations
+                .on(&self.keys.fleet_cluster, None)
+                .record(create_registration_stub(view, import, &self.fleet_clusters))
+                .await?
+        } else {
+            (decided.live.clone(), false)
+        };
+        let registration = if agent_initiated {
+            Registration::AgentInitiated {
+                client_id: client_id(live.as_deref(), random_client_id),
             }
-            let registration = if agent_initiated {
-                Registration::AgentInitiated {
-                    client_id: client_id(live.as_deref(), random_client_id),
-                }
-            } else {
-                Registration::ManagerInitiated
-            };
-            let desired = desired_fleet_cluster(&view, import, &registration, Some(values));
-            let written = match fleet_cluster_write(import.patch_resource, live.as_deref()) {
+        } else {
+            Registration::ManagerInitiated
+        };
+        let desired = desired_fleet_cluster(view, import, &registration, Some(values));
+        let write = async {
+            match fleet_cluster_write(import.patch_resource, live.as_deref()) {
                 FleetClusterWrite::Apply => {
                     // The cache keeps templateValues as a digest (stores.rs).
                     apply_if_changed_as(
-                        &fleet_clusters,
+                        &self.fleet_clusters,
                         &desired,
                         live.as_deref(),
                         names::FIELD_MANAGER,
                         |object| digest_subtree(object, TEMPLATE_VALUES),
                     )
-                    .await?
+                    .await
                 }
                 FleetClusterWrite::CreateOnly => {
-                    create_if_missing(&fleet_clusters, &desired, live.as_deref()).await?
+                    create_if_missing(&self.fleet_clusters, &desired, live.as_deref()).await
                 }
-            };
-            if written.resource_version.is_some() {
-                ctx.expectations.wrote(
-                    keys.fleet_cluster.clone(),
-                    cached_rv.as_deref(),
-                    written.resource_version.as_deref(),
-                );
             }
-            let outcome = if stub_created {
-                Outcome::Created
-            } else {
-                written.outcome
-            };
-            report(outcome, &desired, &regarding, ctx).await;
-            if agent_initiated {
-                ensure_token(&view, import, live.as_deref(), &keys.token, ctx).await?;
-            }
-            Ok(Action::requeue(ctx.base.flags.sync_period))
+        };
+        let written = ctx
+            .expectations
+            .on(&self.keys.fleet_cluster, cached_rv.as_deref())
+            .record(write)
+            .await?;
+        let outcome = if stub_created {
+            Outcome::Created
+        } else {
+            written.outcome
+        };
+        report(outcome, &desired, &self.regarding, ctx).await;
+        if agent_initiated {
+            ensure_token(view, import, live.as_deref(), &self.keys.token, ctx).await?;
         }
+        Ok(())
+    }
+
+    async fn ensure_finalizer(&self, view: &ClusterView) -> Result<()> {
+        if !view.has_finalizer() {
+            self.ctx
+                .expectations
+                .on(
+                    &self.keys.cluster,
+                    self.cluster.meta().resource_version.as_deref(),
+                )
+                .record(add_finalizer(&self.clusters, self.cluster))
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn remove_finalizer(&self) -> Result<()> {
+        self.ctx
+            .expectations
+            .on(
+                &self.keys.cluster,
+                self.cluster.meta().resource_version.as_deref(),
+            )
+            .record(remove_finalizer(&self.clusters, self.cluster))
+            .await?;
+        Ok(())
     }
 }
 
@@ -320,6 +361,37 @@ impl ObjectKeys {
             token: Key::token(&view.namespace, &view.name),
         }
     }
+
+    fn all(&self) -> [&Key; 3] {
+        [&self.cluster, &self.fleet_cluster, &self.token]
+    }
+
+    /// How long to wait until the caches show our last writes of these objects (`None`: they
+    /// do).
+    fn wait(
+        &self,
+        ctx: &ImportContext,
+        cluster: &CapiCluster,
+        live: Option<&FleetCluster>,
+    ) -> Option<Duration> {
+        let token = ctx.stores.token(&cluster.namespace()?, &cluster.name_any());
+        [
+            (&self.cluster, cluster.meta().resource_version.as_deref()),
+            (
+                &self.fleet_cluster,
+                live.and_then(|l| l.meta().resource_version.as_deref()),
+            ),
+            (
+                &self.token,
+                token
+                    .as_ref()
+                    .and_then(|t| t.metadata.resource_version.as_deref()),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(key, cached)| ctx.expectations.wait(key, cached))
+        .min()
+    }
 }
 
 /// Whether this controller leaves out a watched change of a CAPI Cluster: the echo of its own
@@ -329,17 +401,6 @@ impl ObjectKeys {
 pub fn skips_cluster_change(ctx: &ImportContext, cluster: &CapiCluster) -> bool {
     ctx.expectations.own_echo_of(cluster, Key::cluster)
         || ctx.expectations.is_echo_of(cluster, Key::cluster_status)
-}
-
-/// Records a write of `object` (`written`: the resourceVersion it left, if any).
-fn wrote<K: Resource>(ctx: &ImportContext, key: &Key, object: &K, written: Option<String>) {
-    if written.is_some() {
-        ctx.expectations.wrote(
-            key.clone(),
-            object.meta().resource_version.as_deref(),
-            written.as_deref(),
-        );
-    }
 }
 
 /// Removes what we created for a deleted Cluster. The Fleet Cluster is left to the garbage
@@ -396,10 +457,12 @@ async fn ensure_token(
     let tokens: Api<ClusterRegistrationToken> =
         Api::namespaced(ctx.base.controllers.clone(), &view.namespace);
     let token = desired_registration_token(view, import);
-    let written = create_if_missing(&tokens, &token, None).await?;
+    let written = ctx
+        .expectations
+        .on(key, None)
+        .record(create_if_missing(&tokens, &token, None))
+        .await?;
     if written.outcome == Outcome::Created {
-        ctx.expectations
-            .wrote(key.clone(), None, written.resource_version.as_deref());
         tracing::info!(cluster = %view.name, namespace = %view.namespace,
             ttl = %import.registration_token_ttl, "ClusterRegistrationToken created");
     }

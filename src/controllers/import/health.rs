@@ -16,7 +16,6 @@ use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::events::EventType;
@@ -27,10 +26,10 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::api::{CachedFleetCluster, CapiCluster};
+use crate::apply::expectations::Key;
 use crate::context::ConfigReceiver;
-use crate::controllers::import::context::{Decided, ImportContext};
-use crate::controllers::import::expectations::Key;
-use crate::controllers::import::namespaces::ClusterInputs;
+use crate::controllers::import::import_context::{Decided, ImportContext};
+use crate::controllers::import::namespace_triggers::ClusterInputs;
 use crate::controllers::import::stores::Feed;
 use crate::controllers::reconcile::retry_after;
 use crate::model::fleet_health::{
@@ -145,9 +144,10 @@ async fn reconcile_condition(cluster: &CapiCluster, ctx: &ImportContext) -> Resu
         Desired::Keep => Ok(Action::await_change()),
         Desired::Remove => {
             if current.is_some() && owns_status_fields(cluster) {
-                let written = apply_status(&api, &view.name, None).await?;
                 ctx.expectations
-                    .wrote(key, cached_version, written.as_deref());
+                    .on(&key, cached_version)
+                    .record(apply_status(&api, &view.name, None))
+                    .await?;
                 tracing::info!(cluster = %view.name, namespace = %view.namespace, "FleetReady condition removed");
             }
             Ok(Action::await_change())
@@ -162,9 +162,10 @@ async fn reconcile_condition(cluster: &CapiCluster, ctx: &ImportContext) -> Resu
         Desired::Set(health) => {
             let generation = cluster.metadata.generation;
             if let Some(condition) = condition_to_apply(current, &health, generation, now) {
-                let written = apply_status(&api, &view.name, Some(condition)).await?;
                 ctx.expectations
-                    .wrote(key, cached_version, written.as_deref());
+                    .on(&key, cached_version)
+                    .record(apply_status(&api, &view.name, Some(condition)))
+                    .await?;
                 tracing::debug!(cluster = %view.name, namespace = %view.namespace, reason = health.reason, "FleetReady condition written");
                 if status_changes(current, &health) {
                     let was_ready = current
@@ -257,18 +258,11 @@ async fn apply_status(
     if let Some(condition) = condition {
         body["status"] = json!({"conditions": [condition]});
     }
-    match api
-        .patch_status(
-            name,
-            &PatchParams::apply(names::HEALTH_FIELD_MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await
-    {
+    match crate::apply::apply_status(api, name, &body, names::HEALTH_FIELD_MANAGER).await {
         Ok(written) => Ok(written.metadata.resource_version),
         // Gone meanwhile: nothing to report on.
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
-        Err(err) => Err(err.into()),
+        Err(Error::Kube(kube::Error::Api(status))) if status.code == 404 => Ok(None),
+        Err(err) => Err(err),
     }
 }
 

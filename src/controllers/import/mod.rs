@@ -4,7 +4,7 @@
 //! - [`namespaces`]: per namespace, the Fleet workspace annotation, cross-namespace
 //!   ClusterGroups and BundleNamespaceMappings;
 //! - [`classes`]: ClusterClass → ClusterGroup, and orphaned class groups;
-//! - [`namespaces::reconcile_mapping`]: BundleNamespaceMappings whose namespace is terminating
+//! - [`mappings::reconcile_mapping`]: BundleNamespaceMappings whose namespace is terminating
 //!   or gone;
 //! - [`status`]: `FleetAddonConfig` `status.clusters`;
 //! - [`health`]: the `FleetReady` condition on imported CAPI Clusters.
@@ -13,9 +13,10 @@
 
 pub mod classes;
 pub mod clusters;
-pub mod context;
-pub mod expectations;
 pub mod health;
+pub mod import_context;
+pub mod mappings;
+pub mod namespace_triggers;
 pub mod namespaces;
 pub mod references;
 pub mod status;
@@ -36,10 +37,10 @@ use tokio::task::JoinSet;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::api::{CachedFleetCluster, CapiCluster, CapiClusterClass};
+use crate::apply::expectations::Key;
 use crate::context::Context;
 use crate::model::capi::ClassRef;
-use context::ImportContext;
-use expectations::Key;
+use import_context::ImportContext;
 use references::References;
 use stores::Stores;
 
@@ -98,7 +99,7 @@ pub async fn run(base: Arc<Context>) {
     // it does not read) are left out of its feeds: it decided the state they show.
     let naming = base.config.clone();
     let cluster_stores = stores.clone();
-    let namespace_inputs = namespaces::ClusterInputs::default();
+    let namespace_inputs = namespace_triggers::ClusterInputs::default();
     let clusters = Controller::for_shared_stream(
         hubs.clusters
             .subscribe_skipping(skipping(&ctx, clusters::skips_cluster_change)),
@@ -150,7 +151,7 @@ pub async fn run(base: Arc<Context>) {
 
     // Namespace controller.
     let class_ctx = ctx.clone();
-    let triggers = namespaces::NamespaceTriggers::new(ctx.clone());
+    let triggers = namespace_triggers::NamespaceTriggers::new(ctx.clone());
     let namespaces =
         Controller::for_shared_stream(hubs.namespaces.subscribe(), stores.namespaces.clone())
             .with_config(Config::default().concurrency(CONCURRENCY))
@@ -230,13 +231,13 @@ pub async fn run(base: Arc<Context>) {
             .watches_shared_stream(
                 hubs.namespaces.subscribe(),
                 move |namespace: Arc<PartialObjectMeta<Namespace>>| {
-                    namespaces::mappings_named(&mapping_ctx, &namespace.name_any())
+                    mappings::mappings_named(&mapping_ctx, &namespace.name_any())
                 },
             )
             .graceful_shutdown_on(cancelled(&base))
             .run(
-                namespaces::reconcile_mapping,
-                namespaces::mapping_error_policy,
+                mappings::reconcile_mapping,
+                mappings::mapping_error_policy,
                 ctx.clone(),
             )
             .for_each(|_| ready(()));

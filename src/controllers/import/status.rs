@@ -9,11 +9,10 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
-use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 use crate::api::{ClusterCounts, FleetAddonConfig};
-use crate::controllers::import::context::ImportContext;
+use crate::controllers::import::import_context::ImportContext;
 use crate::metrics::ReasonLabels;
 use crate::model::config::EffectiveConfig;
 use crate::model::fleet_health;
@@ -130,10 +129,11 @@ async fn write(ctx: &ImportContext, counts: &ClusterCounts) -> crate::Result<()>
         "metadata": {"name": FleetAddonConfig::NAME},
         "status": {"clusters": counts},
     });
-    api.patch_status(
+    crate::apply::apply_status(
+        &api,
         FleetAddonConfig::NAME,
-        &PatchParams::apply(names::IMPORT_STATUS_FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
+        &body,
+        names::IMPORT_STATUS_FIELD_MANAGER,
     )
     .await?;
     Ok(())

@@ -124,7 +124,7 @@ impl<K> Hub<K> {
     }
 
     /// A new feed that leaves out the watched changes `skip` matches (the echoes of our own
-    /// writes, [`crate::controllers::import::expectations`]). `skip` sees each change before
+    /// writes, [`crate::apply::expectations`]). `skip` sees each change before
     /// any controller does, after the cache holds it. Deletions and the objects of a (re)list
     /// are never left out: a relist does not show the changes between two versions, so its
     /// objects are not known echoes.

@@ -14,9 +14,9 @@ use tokio::sync::Notify;
 
 use crate::Result;
 use crate::api::{CachedFleetCluster, CapiCluster};
+use crate::apply::expectations::Expectations;
 use crate::context::Context;
 use crate::controllers::backoff::Backoff;
-use crate::controllers::import::expectations::Expectations;
 use crate::controllers::import::references::References;
 use crate::controllers::import::stores::{Stores, decoded};
 use crate::controllers::reconcile;

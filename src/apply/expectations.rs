@@ -27,8 +27,11 @@
 //! is deleted, so the map holds at most the writes of the last [`TTL`].
 
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use crate::Result;
 
 /// How long a reconcile waits at most for the cache to show our write.
 pub const TTL: Duration = Duration::from_secs(30);
@@ -163,6 +166,16 @@ impl Expectations {
             });
     }
 
+    /// The expectation a write of `key` records, made when the cache held `base` (`None`:
+    /// absent): hand the write to [`Expect::record`].
+    pub fn on(&self, key: &Key, base: Option<&str>) -> Expect<'_> {
+        Expect {
+            expectations: self,
+            key: key.clone(),
+            base: base.map(str::to_string),
+        }
+    }
+
     /// Whether the cache, now holding `cached` (its resourceVersion, `None`: absent), shows our
     /// last write of `key` (or we wrote none, or it expired). Forgets the expectation once met.
     pub fn met(&self, key: &Key, cached: Option<&str>) -> bool {
@@ -260,6 +273,50 @@ impl Expectations {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A write that records, when it changed the object, what it left (see [`Expectations::on`]).
+#[must_use = "an expectation records nothing until a write runs through it"]
+pub struct Expect<'a> {
+    expectations: &'a Expectations,
+    key: Key,
+    base: Option<String>,
+}
+
+impl Expect<'_> {
+    /// Runs `write` and records the resourceVersion it left (nothing when it changed nothing).
+    pub async fn record<T: LeavesVersion>(
+        self,
+        write: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let written = write.await?;
+        if let Some(version) = written.left_version() {
+            self.expectations
+                .wrote(self.key, self.base.as_deref(), Some(version));
+        }
+        Ok(written)
+    }
+}
+
+/// What a write left: the object's resourceVersion when it changed it.
+pub trait LeavesVersion {
+    fn left_version(&self) -> Option<&str>;
+}
+
+/// A created-or-found object and whether this write created it (what it left only then).
+impl<K: kube::Resource> LeavesVersion for (Option<std::sync::Arc<K>>, bool) {
+    fn left_version(&self) -> Option<&str> {
+        match self {
+            (Some(object), true) => object.meta().resource_version.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+impl LeavesVersion for Option<String> {
+    fn left_version(&self) -> Option<&str> {
+        self.as_deref()
     }
 }
 

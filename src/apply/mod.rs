@@ -1,18 +1,30 @@
-//! Writes to the API server, for every writer of the provider (controllers and hooks):
-//! server-side apply after comparing with the cached live object, create-only, create-or-adopt,
-//! delete, finalizer patches and guarded read-modify-write. Each answers the races the API
-//! server has once, here: "create, adopt on 409", "delete, 404 is fine", "retry on a stale
-//! resourceVersion". Errors are [`crate::Error`]; callers turn them into their own answer (a
-//! reconcile error, a hook's "retry") in one place each.
+//! The one writer: every write of the provider to the API server (controllers, hooks, leader
+//! election; status subresources and Events included) goes through this module, and no other
+//! module names the write parameters of `kube` (`tests/one_writer.rs` checks it). Server-side
+//! apply after comparing with the cached live object, apply of a status, create-only,
+//! create-or-adopt, delete, finalizer patches, guarded read-modify-write, the Lease's create and
+//! replace, and Events. Each answers the races the API server has once, here: "create, adopt on
+//! 409", "delete, 404 is fine", "retry on a stale resourceVersion". Errors are
+//! [`crate::Error`]; callers turn them into their own answer (a reconcile error, a hook's
+//! "retry") in one place each.
+//!
+//! A writer whose caches must show its own writes before it decides again (the import
+//! controllers) hands each write to [`expectations::Expect::record`], which records what the
+//! write left ([`expectations`]).
+
+pub mod expectations;
 
 use std::fmt::Debug;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::Resource;
+use kube::runtime::events::{Event, EventType, Recorder};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use crate::apply::expectations::LeavesVersion;
 use crate::model::diff::{apply_would_change, owned_fields};
 use crate::names;
 use crate::{Error, Result};
@@ -27,11 +39,17 @@ pub enum Outcome {
 
 /// What a write did, and the resourceVersion it left (`None` when nothing was written): our
 /// cache shows the write once it holds another resourceVersion than before
-/// (see [`crate::controllers::import::expectations`]).
+/// (see [`crate::apply::expectations`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Written {
     pub outcome: Outcome,
     pub resource_version: Option<String>,
+}
+
+impl LeavesVersion for Written {
+    fn left_version(&self) -> Option<&str> {
+        self.resource_version.as_deref()
+    }
 }
 
 impl Written {
@@ -107,6 +125,76 @@ where
         Outcome::Created
     };
     Ok(Written::of(outcome, &applied))
+}
+
+/// Server-side applies `body` (forced) to `name`, without a comparison: for writers that
+/// decided from the live object themselves.
+pub async fn apply_json<K>(api: &Api<K>, name: &str, body: &Value, manager: &str) -> Result<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    Ok(api
+        .patch(
+            name,
+            &PatchParams::apply(manager).force(),
+            &Patch::Apply(body),
+        )
+        .await?)
+}
+
+/// Server-side applies `body` (forced) to the status subresource of `name`: the fields
+/// `manager` owns there and nothing else.
+pub async fn apply_status<K>(api: &Api<K>, name: &str, body: &Value, manager: &str) -> Result<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    Ok(api
+        .patch_status(
+            name,
+            &PatchParams::apply(manager).force(),
+            &Patch::Apply(body),
+        )
+        .await?)
+}
+
+/// Creates `object` (no field manager, no retry): for objects one writer alone creates, such as
+/// the leader Lease.
+pub async fn create<K>(api: &Api<K>, object: &K) -> Result<K>
+where
+    K: Resource + Serialize + DeserializeOwned + Clone + Debug,
+{
+    Ok(api.create(&PostParams::default(), object).await?)
+}
+
+/// Replaces `name` with `object`, guarded by the resourceVersion `object` carries (a 409 when
+/// someone wrote since).
+pub async fn replace<K>(api: &Api<K>, name: &str, object: &K) -> Result<K>
+where
+    K: Resource + Serialize + DeserializeOwned + Clone + Debug,
+{
+    Ok(api.replace(name, &PostParams::default(), object).await?)
+}
+
+/// Publishes an Event about `regarding` through `recorder`. Failures are logged, not returned:
+/// an Event is never worth failing a reconcile (e.g. the namespace is terminating).
+pub async fn event(
+    recorder: &Recorder,
+    regarding: &ObjectReference,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    let event = Event {
+        type_,
+        reason: reason.to_string(),
+        note: Some(note),
+        action: action.to_string(),
+        secondary: None,
+    };
+    if let Err(err) = recorder.publish(&event, regarding).await {
+        tracing::debug!(%err, reason, object = ?regarding.name, "event not published");
+    }
 }
 
 /// Creates `desired` when `live` is absent; never updates (CAAPF's `patchResource: false`).
