@@ -1,0 +1,113 @@
+//! Every write to the API server goes through the one writer, `src/apply/` (issue #28): no other
+//! source file of the provider names what `kube` needs to write (`PatchParams`, `PostParams`,
+//! `DeleteParams`, a `kube::api::Patch`), calls a status write, or publishes an Event itself. Test code
+//! (`#[cfg(test)]` modules) is left out: tests may write fixtures directly.
+
+use std::path::{Path, PathBuf};
+
+/// What only a write needs.
+const WRITE_MARKERS: [&str; 12] = [
+    "Patch::Apply",
+    "Patch::Merge",
+    "Patch::Json",
+    "Patch::Strategic",
+    "PatchParams",
+    "PostParams",
+    "DeleteParams",
+    ".patch_status(",
+    ".replace_status(",
+    ".patch_metadata(",
+    ".delete_collection(",
+    ".publish(",
+];
+
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read src") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The lines of `text` outside `#[cfg(test)]` modules and comments, with their numbers.
+fn code_lines(text: &str) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    let mut lines = text.lines().enumerate().peekable();
+    while let Some((number, line)) = lines.next() {
+        let trimmed = line.trim();
+        if trimmed == "#[cfg(test)]" {
+            // Skip the attribute's item: up to the end of its braces, or its `mod name;`.
+            let mut depth = 0i32;
+            let mut opened = false;
+            for (_, line) in lines.by_ref() {
+                depth += line.matches('{').count() as i32 - line.matches('}').count() as i32;
+                opened |= line.contains('{');
+                if (opened && depth <= 0) || (!opened && line.trim_end().ends_with(';')) {
+                    break;
+                }
+            }
+            continue;
+        }
+        if trimmed.starts_with("//") {
+            continue;
+        }
+        out.push((number + 1, line));
+    }
+    out
+}
+
+fn direct_writes(root: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    sources(&root.join("src"), &mut files);
+    let writer = root.join("src").join("apply");
+    let mut found = Vec::new();
+    for file in files.iter().filter(|f| !f.starts_with(&writer)) {
+        let text = std::fs::read_to_string(file).expect("read");
+        for (number, line) in code_lines(&text) {
+            for marker in WRITE_MARKERS {
+                if line.contains(marker) {
+                    found.push(format!(
+                        "{}:{number}: {}",
+                        file.strip_prefix(root).unwrap_or(file).display(),
+                        line.trim()
+                    ));
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_module_outside_the_writer_writes_to_the_api_server() {
+    let found = direct_writes(Path::new(env!("CARGO_MANIFEST_DIR")));
+    assert!(
+        found.is_empty(),
+        "direct API writes outside src/apply/ (go through the writer):\n{}",
+        found.join("\n")
+    );
+}
+
+/// The check finds what it looks for: a write outside the writer, not one in a test module.
+#[test]
+fn the_check_sees_a_direct_write_and_skips_test_modules() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("apply")).expect("mkdir");
+    std::fs::write(
+        src.join("apply").join("mod.rs"),
+        "pub async fn w(api: &Api<X>) { api.patch_status(\"n\", &PatchParams::default(), &p).await; }\n",
+    )
+    .expect("write");
+    std::fs::write(
+        src.join("rogue.rs"),
+        "// PatchParams in a comment is fine\nfn f() {\n    api.create(&PostParams::default(), &o);\n}\n#[cfg(test)]\nmod tests {\n    fn t() { api.delete(\"x\", &DeleteParams::default()); }\n}\n",
+    )
+    .expect("write");
+    let found = direct_writes(dir.path());
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].starts_with("src/rogue.rs:3:"), "{found:?}");
+}
