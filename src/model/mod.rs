@@ -15,6 +15,7 @@ pub mod fleet_status;
 pub mod fleet_values;
 pub mod hook_plan;
 pub mod import;
+pub mod lease;
 #[cfg(test)]
 pub mod move_fixtures;
 pub mod move_graph;
