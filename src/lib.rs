@@ -1,8 +1,9 @@
 //! Cluster API add-on provider for Fleet.
 //!
-//! Layout (see `DESIGN.md`): [`api`] holds our CRD types, [`model`] the pure decisions,
-//! [`names`] every name other software reads; the controllers, hooks and helm adapters are thin
-//! layers over the model.
+//! Layout (docs/development.md, "Where things are"): [`model`] holds the pure decisions, on the
+//! ground floor with [`api`] (our CRD types and the cached forms of watched objects), [`names`]
+//! (every name other software reads) and [`error`]; the controllers, hooks and helm adapters
+//! are thin layers over the model, and every write goes through [`apply`].
 
 pub mod api;
 pub mod apply;

@@ -35,7 +35,7 @@ fn is_bootstrap_secret_name(name: &str) -> bool {
     name.ends_with(&names::bootstrap_secret_name(""))
 }
 
-/// The hooks' view of the bootstrap Secrets (cheap to clone). Until its [`Feed`] has listed
+/// The hooks' view of the bootstrap Secrets (cheap to clone). Until its [`BootstrapSecretsFeed`] has listed
 /// once, every lookup misses (and the handlers read the API server, as without a cache).
 #[derive(Clone)]
 pub struct BootstrapSecrets {
@@ -44,23 +44,23 @@ pub struct BootstrapSecrets {
 
 impl Default for BootstrapSecrets {
     /// A view that is never fed: every lookup misses (tests and embedders that do not run a
-    /// [`Feed`]).
+    /// [`BootstrapSecretsFeed`]).
     fn default() -> Self {
         let (store, _writer) = reflector::store();
         Self { store }
     }
 }
 
-/// What keeps a [`BootstrapSecrets`] up to date: run it with [`Feed::run`].
-pub struct Feed {
+/// What keeps a [`BootstrapSecrets`] up to date: run it with [`BootstrapSecretsFeed::run`].
+pub struct BootstrapSecretsFeed {
     writer: reflector::store::Writer<PartialObjectMeta<Secret>>,
 }
 
 impl BootstrapSecrets {
     /// A view and the feed that fills it.
-    pub fn new() -> (Self, Feed) {
+    pub fn new() -> (Self, BootstrapSecretsFeed) {
         let (store, writer) = reflector::store();
-        (Self { store }, Feed { writer })
+        (Self { store }, BootstrapSecretsFeed { writer })
     }
 
     /// Whether the bootstrap Secret of Cluster `namespace/cluster` is known to exist. `false`
@@ -86,7 +86,7 @@ impl BootstrapSecrets {
     }
 }
 
-impl Feed {
+impl BootstrapSecretsFeed {
     /// Watches the Secrets' metadata (in `namespace` only, with `--namespace`) until `shutdown`;
     /// errors are retried with kube's default backoff, the view keeping its last state.
     pub async fn run(

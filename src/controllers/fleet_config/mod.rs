@@ -11,8 +11,8 @@
 //!   and triggers from watched objects do not shorten that wait; a spec change does;
 //! - reconciles run one at a time; helm runs one command at a time in the whole process.
 
+pub mod api_server_url;
 pub mod install;
-pub mod server;
 pub mod settings;
 pub mod steps;
 pub mod watches;

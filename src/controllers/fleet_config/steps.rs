@@ -14,7 +14,7 @@ use crate::model::config::EffectiveConfig;
 use crate::model::fleet_status::{self, FLAGS_UPDATE, Report, Step};
 use crate::model::fleet_values::ServerValues;
 
-use super::{install, server, settings};
+use super::{api_server_url, install, settings};
 
 /// Runs every step for `config` and reports. Never fails: failures are in the report.
 pub async fn run(
@@ -35,7 +35,7 @@ pub async fn run(
     // 2. API server URL and CA.
     let server = match &config.fleet.server {
         None => ServerValues::default(),
-        Some(source) => match server::resolve(client, source).await {
+        Some(source) => match api_server_url::resolve(client, source).await {
             Ok(server) => server,
             Err(err) => {
                 report.keep_install_state();

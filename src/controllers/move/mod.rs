@@ -17,7 +17,7 @@
 //! decisions never come from a stale cache, and every write of the Cluster is guarded by the
 //! resourceVersion it was decided from.
 
-mod reconcile;
+mod move_step;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -134,7 +134,7 @@ pub async fn reconcile(cluster: Arc<CapiCluster>, ctx: Arc<MoveContext>) -> Resu
         &*cluster,
         &ctx.base.metrics,
         &ctx.backoff,
-        reconcile::reconcile(&cluster, &ctx),
+        move_step::reconcile(&cluster, &ctx),
     )
     .await
 }

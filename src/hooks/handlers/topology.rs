@@ -22,7 +22,7 @@ use crate::hooks::types::{
 use crate::model::agent_bootstrap::{
     FLEET_AGENT_VARIABLE, FleetAgentSetting, PatchPlan, patch_plan,
 };
-use crate::model::agent_patch::{bootstrap_patch, classify_template};
+use crate::model::agent_patch::{Template, bootstrap_patch, classify_template};
 use crate::names;
 
 /// The `fleetAgent` variable: a static schema, valid for the v1beta1 and v1beta2 variable types.
@@ -74,12 +74,12 @@ pub async fn serve_generate_patches(
     ctx: &HookContext,
     request: &GeneratePatchesRequest,
 ) -> Response {
-    let wanted = request.items.iter().any(|item| {
-        let variables = merged_variables(&request.variables, &item.variables);
-        matches!(classify_template(&item.object), Ok(Some(_))) && variables.setting().enabled()
-    });
+    let items = classified(request);
+    let wanted = items
+        .iter()
+        .any(|item| matches!(item.template, Ok(Some(_))) && item.setting.enabled());
     if !wanted {
-        return generate_patches(request, false);
+        return answer(request, &items, false);
     }
     let global = merged_variables(&request.variables, &[]);
     let (Some(name), Some(namespace)) = (
@@ -95,15 +95,15 @@ pub async fn serve_generate_patches(
     // drop the patch of a Cluster that has it and roll its control plane
     // ([`crate::hooks::bootstrap_secrets`]).
     if ctx.bootstrap_secrets.known_present(namespace, name) {
-        return generate_patches(request, true);
+        return answer(request, &items, true);
     }
     let secrets: Api<Secret> = Api::namespaced(ctx.base.client.clone(), namespace);
     let secret = names::bootstrap_secret_name(name);
     match secrets.get_metadata_opt(&secret).await {
-        Ok(Some(_)) => generate_patches(request, true),
+        Ok(Some(_)) => answer(request, &items, true),
         Ok(None) => {
             create::prepare_existing(ctx, namespace, name);
-            generate_patches(request, false)
+            answer(request, &items, false)
         }
         Err(err) => Response::failure(
             Some(Hook::GeneratePatches),
@@ -116,10 +116,40 @@ pub async fn serve_generate_patches(
 /// the control plane uses it and its Secret exists (`secret_exists`), the others an empty JSON
 /// patch.
 pub fn generate_patches(request: &GeneratePatchesRequest, secret_exists: bool) -> Response {
+    answer(request, &classified(request), secret_exists)
+}
+
+/// A request item as this extension reads it: which template, and the variables it sees.
+struct Classified {
+    template: Result<Option<Template>, String>,
+    variables: Variables,
+    setting: FleetAgentSetting,
+}
+
+/// Each item classified once, for the decision to look for the Secret and for the answer.
+fn classified(request: &GeneratePatchesRequest) -> Vec<Classified> {
+    request
+        .items
+        .iter()
+        .map(|item| {
+            let variables = merged_variables(&request.variables, &item.variables);
+            Classified {
+                template: classify_template(&item.object),
+                setting: variables.setting(),
+                variables,
+            }
+        })
+        .collect()
+}
+
+fn answer(
+    request: &GeneratePatchesRequest,
+    classified: &[Classified],
+    secret_exists: bool,
+) -> Response {
     let mut items = Vec::with_capacity(request.items.len());
-    for item in &request.items {
-        let variables = merged_variables(&request.variables, &item.variables);
-        let patch = match item_patch(&item.object, &variables, secret_exists) {
+    for (item, seen) in request.items.iter().zip(classified) {
+        let patch = match item_patch(&item.object, seen, secret_exists) {
             Ok(patch) => patch,
             Err(message) => {
                 let kind = item.object["kind"].as_str().unwrap_or("template");
@@ -150,16 +180,16 @@ pub fn generate_patches(request: &GeneratePatchesRequest, secret_exists: bool) -
 
 fn item_patch(
     object: &Value,
-    variables: &Variables,
+    seen: &Classified,
     secret_exists: bool,
 ) -> Result<json_patch::Patch, String> {
-    let Some(template) = classify_template(object)? else {
+    let Some(template) = seen.template.clone()? else {
         return Ok(json_patch::Patch::default());
     };
-    if patch_plan(variables.setting(), secret_exists) != PatchPlan::Patch {
+    if patch_plan(seen.setting, secret_exists) != PatchPlan::Patch {
         return Ok(json_patch::Patch::default());
     }
-    let cluster_name = variables.builtin["cluster"]["name"]
+    let cluster_name = seen.variables.builtin["cluster"]["name"]
         .as_str()
         .filter(|name| !name.is_empty())
         .ok_or("the builtin variable has no cluster.name")?;
