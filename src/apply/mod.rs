@@ -1,6 +1,6 @@
 //! The one writer: every write of the provider to the API server (controllers, hooks, leader
 //! election; status subresources and Events included) goes through this module, and no other
-//! module names the write parameters of `kube` (`tests/one_writer.rs` checks it). Server-side
+//! module names the write parameters of `kube` (`tests/structure.rs` checks it). Server-side
 //! apply after comparing with the cached live object, apply of a status, create-only,
 //! create-or-adopt, delete, finalizer patches, guarded read-modify-write, the Lease's create and
 //! replace, and Events. Each answers the races the API server has once, here: "create, adopt on

@@ -40,12 +40,4 @@ impl HookContext {
             bootstrap_secrets,
         }
     }
-
-    /// The same context on another base (another stop signal, a client of its own).
-    pub fn with_base(&self, base: Arc<Context>) -> Self {
-        Self {
-            base,
-            ..self.clone()
-        }
-    }
 }

@@ -15,7 +15,6 @@ use crate::apply::{
     Outcome, apply_if_changed, create_if_missing, delete_if_exists, remove_finalizer,
 };
 use crate::controllers::import::import_context::ImportContext;
-use crate::controllers::reconcile::retry_after;
 use crate::model::capi::ClassView;
 use crate::model::fleet::desired_class_group;
 use crate::names;
@@ -29,14 +28,6 @@ pub const GROUP_CONTROLLER: &str = "clustergroup";
 pub async fn reconcile(class: Arc<CapiClusterClass>, ctx: Arc<ImportContext>) -> Result<Action> {
     ctx.observed(CONTROLLER, &*class, reconcile_class(&class, &ctx))
         .await
-}
-
-pub fn error_policy(
-    class: Arc<CapiClusterClass>,
-    error: &Error,
-    ctx: Arc<ImportContext>,
-) -> Action {
-    retry_after(CONTROLLER, &*class, error, &ctx.backoff)
 }
 
 fn key<K: ResourceExt>(object: &K) -> String {
@@ -126,14 +117,6 @@ pub async fn reconcile_group(group: Arc<ClusterGroup>, ctx: Arc<ImportContext>) 
         reconcile_class_group(&group, &ctx),
     )
     .await
-}
-
-pub fn group_error_policy(
-    group: Arc<ClusterGroup>,
-    error: &Error,
-    ctx: Arc<ImportContext>,
-) -> Action {
-    retry_after(GROUP_CONTROLLER, &*group, error, &ctx.backoff)
 }
 
 async fn reconcile_class_group(group: &ClusterGroup, ctx: &ImportContext) -> Result<Action> {

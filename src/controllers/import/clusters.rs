@@ -20,7 +20,6 @@ use crate::apply::{
 use crate::controllers::import::import_context::{Decided, ImportContext};
 use crate::controllers::import::references::Lookup;
 use crate::controllers::import::stores::TEMPLATE_VALUES;
-use crate::controllers::reconcile::retry_after;
 use crate::model::capi::{ClusterView, ProviderRef};
 use crate::model::config::ClusterImport;
 use crate::model::diff::digest_subtree;
@@ -43,11 +42,6 @@ pub async fn reconcile(cluster: Arc<CapiCluster>, ctx: Arc<ImportContext>) -> Re
         .await;
     ctx.counts_changed.notify_one();
     result
-}
-
-/// Retries a failed Cluster with per-object exponential backoff.
-pub fn error_policy(cluster: Arc<CapiCluster>, error: &Error, ctx: Arc<ImportContext>) -> Action {
-    retry_after(CONTROLLER, &*cluster, error, &ctx.backoff)
 }
 
 /// One Cluster, top to bottom: decide from the caches, wait until they show our own last writes

@@ -31,7 +31,6 @@ use crate::context::ConfigReceiver;
 use crate::controllers::import::import_context::{Decided, ImportContext};
 use crate::controllers::import::namespace_triggers::ClusterInputs;
 use crate::controllers::import::stores::Feed;
-use crate::controllers::reconcile::retry_after;
 use crate::model::fleet_health::{
     self, Desired, condition_to_apply, live_condition, status_changes,
 };
@@ -75,7 +74,11 @@ pub fn controller(
         )
         .reconcile_on(UnboundedReceiverStream::new(rx))
         .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(reconcile, error_policy, ctx)
+        .run(
+            reconcile,
+            crate::controllers::import::import_context::retry(CONTROLLER),
+            ctx,
+        )
         .for_each(|_| std::future::ready(()))
 }
 
@@ -109,11 +112,6 @@ pub async fn reconcile(cluster: Arc<CapiCluster>, ctx: Arc<ImportContext>) -> Re
         .await;
     ctx.counts_changed.notify_one();
     result
-}
-
-/// Retries a failed Cluster with the shared per-object backoff.
-pub fn error_policy(cluster: Arc<CapiCluster>, error: &Error, ctx: Arc<ImportContext>) -> Action {
-    retry_after(CONTROLLER, &*cluster, error, &ctx.backoff)
 }
 
 async fn reconcile_condition(cluster: &CapiCluster, ctx: &ImportContext) -> Result<Action> {

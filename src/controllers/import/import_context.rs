@@ -192,3 +192,11 @@ pub struct Decided {
     pub live: Option<Arc<FleetCluster>>,
     pub decision: Decision,
 }
+
+/// The error policy of an import controller: the failed object is retried with the shared
+/// per-object exponential backoff.
+pub fn retry<K: Resource>(
+    controller: &'static str,
+) -> impl Fn(Arc<K>, &crate::Error, Arc<ImportContext>) -> Action {
+    move |object, error, ctx| reconcile::retry_after(controller, &*object, error, &ctx.backoff)
+}

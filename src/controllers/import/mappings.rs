@@ -8,13 +8,12 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
+use crate::Result;
 use crate::api::BundleNamespaceMapping;
 use crate::controllers::import::import_context::ImportContext;
 use crate::controllers::import::namespaces::{delete_mappings, state};
-use crate::controllers::reconcile::retry_after;
 use crate::model::namespace::{NamespaceState, is_orphaned_mapping};
 use crate::names;
-use crate::{Error, Result};
 
 /// Controller name of the orphaned-mapping controller in metrics and logs.
 pub const MAPPING_CONTROLLER: &str = "bundlenamespacemapping";
@@ -32,15 +31,6 @@ pub async fn reconcile_mapping(
         reconcile_orphan(&mapping, &ctx),
     )
     .await
-}
-
-/// Retries with per-object exponential backoff.
-pub fn mapping_error_policy(
-    mapping: Arc<BundleNamespaceMapping>,
-    error: &Error,
-    ctx: Arc<ImportContext>,
-) -> Action {
-    retry_after(MAPPING_CONTROLLER, &*mapping, error, &ctx.backoff)
 }
 
 async fn reconcile_orphan(mapping: &BundleNamespaceMapping, ctx: &ImportContext) -> Result<Action> {

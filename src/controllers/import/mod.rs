@@ -40,7 +40,7 @@ use crate::api::{CachedFleetCluster, CapiCluster, CapiClusterClass};
 use crate::apply::expectations::Key;
 use crate::context::Context;
 use crate::model::capi::ClassRef;
-use import_context::ImportContext;
+use import_context::{ImportContext, retry};
 use references::References;
 use stores::Stores;
 
@@ -134,7 +134,11 @@ pub async fn run(base: Arc<Context>) {
     )
     .reconcile_on(UnboundedReceiverStream::new(cluster_rx))
     .graceful_shutdown_on(cancelled(&base))
-    .run(clusters::reconcile, clusters::error_policy, ctx.clone())
+    .run(
+        clusters::reconcile,
+        retry(clusters::CONTROLLER),
+        ctx.clone(),
+    )
     .for_each(|_| ready(()));
 
     // FleetReady condition controller.
@@ -189,7 +193,11 @@ pub async fn run(base: Arc<Context>) {
             )
             .reconcile_on(UnboundedReceiverStream::new(namespace_rx))
             .graceful_shutdown_on(cancelled(&base))
-            .run(namespaces::reconcile, namespaces::error_policy, ctx.clone())
+            .run(
+                namespaces::reconcile,
+                retry(namespaces::CONTROLLER),
+                ctx.clone(),
+            )
             .for_each(|_| ready(()));
 
     // ClusterClass controller.
@@ -203,7 +211,7 @@ pub async fn run(base: Arc<Context>) {
         })
         .reconcile_on(UnboundedReceiverStream::new(class_rx))
         .graceful_shutdown_on(cancelled(&base))
-        .run(classes::reconcile, classes::error_policy, ctx.clone())
+        .run(classes::reconcile, retry(classes::CONTROLLER), ctx.clone())
         .for_each(|_| ready(()));
 
     // Class ClusterGroups whose class is gone, and legacy finalizers on groups.
@@ -218,7 +226,7 @@ pub async fn run(base: Arc<Context>) {
         .graceful_shutdown_on(cancelled(&base))
         .run(
             classes::reconcile_group,
-            classes::group_error_policy,
+            retry(classes::GROUP_CONTROLLER),
             ctx.clone(),
         )
         .for_each(|_| ready(()));
@@ -237,7 +245,7 @@ pub async fn run(base: Arc<Context>) {
             .graceful_shutdown_on(cancelled(&base))
             .run(
                 mappings::reconcile_mapping,
-                mappings::mapping_error_policy,
+                retry(mappings::MAPPING_CONTROLLER),
                 ctx.clone(),
             )
             .for_each(|_| ready(()));

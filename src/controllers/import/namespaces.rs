@@ -12,11 +12,11 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
+use crate::Result;
 use crate::api::{BundleNamespaceMapping, CapiCluster};
 use crate::apply::expectations::{self, Key};
 use crate::apply::{apply_if_changed, apply_json, delete_if_exists, merge_patch};
 use crate::controllers::import::import_context::ImportContext;
-use crate::controllers::reconcile::retry_after;
 use crate::model::capi::{ClassRef, ClassView, ClusterView};
 use crate::model::diff::owned_fields;
 use crate::model::import::Decision;
@@ -25,7 +25,6 @@ use crate::model::namespace::{
     workspace_annotation_apply,
 };
 use crate::names;
-use crate::{Error, Result};
 
 /// Controller name in metrics and logs.
 pub const CONTROLLER: &str = "namespace";
@@ -47,15 +46,6 @@ pub async fn reconcile(namespace: Arc<NamespaceMeta>, ctx: Arc<ImportContext>) -
         reconcile_namespace(&namespace, &ctx),
     )
     .await
-}
-
-/// Retries with per-object exponential backoff.
-pub fn error_policy(
-    namespace: Arc<NamespaceMeta>,
-    error: &Error,
-    ctx: Arc<ImportContext>,
-) -> Action {
-    retry_after(CONTROLLER, &*namespace, error, &ctx.backoff)
 }
 
 async fn reconcile_namespace(namespace: &NamespaceMeta, ctx: &ImportContext) -> Result<Action> {

@@ -1,7 +1,11 @@
-//! Every write to the API server goes through the one writer, `src/apply/` (issue #28): no other
-//! source file of the provider names what `kube` needs to write (`PatchParams`, `PostParams`,
+//! Rules of the source tree (issue #28).
+//!
+//! Every write to the API server goes through the one writer, `src/apply/`: no other source file of the provider names what `kube` needs to write (`PatchParams`, `PostParams`,
 //! `DeleteParams`, a `kube::api::Patch`), calls a status write, or publishes an Event itself. Test code
 //! (`#[cfg(test)]` modules) is left out: tests may write fixtures directly.
+//!
+//! The layout docs (docs/development.md "Where things are", README.md "Repository layout") name
+//! only paths that exist, and every source file of `src/` is under a path one of them names.
 
 use std::path::{Path, PathBuf};
 
@@ -110,4 +114,60 @@ fn the_check_sees_a_direct_write_and_skips_test_modules() {
     let found = direct_writes(dir.path());
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].starts_with("src/rogue.rs:3:"), "{found:?}");
+}
+
+/// The `src/...` paths named in backticks in `text` (a folder ends with `/`).
+fn named_paths(text: &str) -> Vec<String> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|quoted| quoted.starts_with("src/"))
+        .map(|quoted| {
+            quoted
+                .split_whitespace()
+                .next()
+                .unwrap_or(quoted)
+                .to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn the_layout_docs_match_the_tree() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut named = Vec::new();
+    for doc in ["docs/development.md", "README.md"] {
+        let text = std::fs::read_to_string(root.join(doc)).expect("read doc");
+        let section = match doc {
+            "README.md" => text.split("## Repository layout").nth(1),
+            _ => text.split("## Where things are").nth(1),
+        }
+        .expect("layout section");
+        let section = section.split("\n## ").next().unwrap_or(section);
+        for path in named_paths(section) {
+            assert!(
+                root.join(&path).exists(),
+                "{doc} names {path}, which does not exist"
+            );
+            named.push(path);
+        }
+    }
+    let mut files = Vec::new();
+    sources(&root.join("src"), &mut files);
+    let unnamed: Vec<String> = files
+        .iter()
+        .map(|f| f.strip_prefix(root).unwrap_or(f).display().to_string())
+        .filter(|f| !["src/lib.rs", "src/main.rs"].contains(&f.as_str()))
+        .filter(|f| !f.ends_with("_tests.rs") && !f.ends_with("move_fixtures.rs"))
+        .filter(|f| {
+            !named
+                .iter()
+                .any(|n| f == n || (n.ends_with('/') && f.starts_with(n.as_str())))
+        })
+        .collect();
+    assert!(
+        unnamed.is_empty(),
+        "source files no layout doc names (add them to docs/development.md or README.md):\n{}",
+        unnamed.join("\n")
+    );
 }
