@@ -4,14 +4,20 @@
 
 pub mod process;
 pub mod render;
+pub mod tls;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use caapf::api::{CapiCluster, CapiClusterClass, FleetAddonConfig};
 use caapf::cli::ManagerFlags;
+use caapf::context::{ConfigSender, Context};
+use caapf::hooks::bootstrap_secrets::BootstrapSecrets;
+use caapf::hooks::hook_context::HookContext;
 use caapf::manager::Manager;
 use caapf::metrics::ControllerLabels;
+use caapf::model::config::EffectiveConfig;
 use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -396,4 +402,31 @@ pub fn has_finalizer<K: ResourceExt>(object: &K) -> bool {
         .finalizers()
         .iter()
         .any(|f| f == caapf::names::FINALIZER)
+}
+
+/// A context for calling the hooks directly or serving them: `client` for the API server and
+/// `config` as the FleetAddonConfig read (kept while the returned sender lives).
+pub fn hook_context(client: Client, config: EffectiveConfig) -> (Arc<HookContext>, ConfigSender) {
+    let (tx, rx) = caapf::context::config_channel();
+    tx.send_replace(Some(Arc::new(config)));
+    (
+        Arc::new(HookContext::new(
+            Arc::new(Context::new(
+                client,
+                ManagerFlags::default(),
+                rx,
+                CancellationToken::new(),
+            )),
+            BootstrapSecrets::default(),
+        )),
+        tx,
+    )
+}
+
+/// A port free on 127.0.0.1 when asked.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
 }
