@@ -210,14 +210,24 @@ impl Harness {
 
     /// Plays CAPI: marks the control plane initialized.
     pub async fn initialize(&self, namespace: &str, name: &str) {
+        self.merge_cluster_status(
+            namespace,
+            name,
+            json!({"initialization": {"controlPlaneInitialized": true}}),
+        )
+        .await;
+    }
+
+    /// Plays CAPI: merges `status` into the CAPI Cluster's status.
+    pub async fn merge_cluster_status(&self, namespace: &str, name: &str, status: Value) {
         let api: Api<CapiCluster> = Api::namespaced(self.client.clone(), namespace);
         api.patch_status(
             name,
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"initialization": {"controlPlaneInitialized": true}}})),
+            &Patch::Merge(json!({ "status": status })),
         )
         .await
-        .expect("initialize control plane");
+        .unwrap_or_else(|e| panic!("Cluster API's status write to {namespace}/{name}: {e}"));
     }
 
     pub async fn merge_cluster(&self, namespace: &str, name: &str, patch: Value) {
@@ -305,6 +315,79 @@ impl Harness {
             .await
             .expect("list")
             .items
+    }
+
+    /// Creates a CAPI Cluster from `body` (as [`Harness::cluster`]) and marks its control plane
+    /// initialized.
+    pub async fn initialized_cluster(&self, namespace: &str, body: Value) -> CapiCluster {
+        let cluster = self.cluster(namespace, body).await;
+        self.initialize(namespace, &cluster.name_any()).await;
+        cluster
+    }
+
+    /// Merges `labels` into the CAPI Cluster's labels (`null` removes one).
+    pub async fn label_cluster(&self, namespace: &str, name: &str, labels: Value) {
+        self.merge_cluster(namespace, name, json!({"metadata": {"labels": labels}}))
+            .await;
+    }
+
+    /// The FleetAddonConfig, if there is one.
+    pub async fn addon_config(&self) -> Option<FleetAddonConfig> {
+        Api::<FleetAddonConfig>::all(self.client.clone())
+            .get_opt("fleet-addon-config")
+            .await
+            .expect("config")
+    }
+
+    /// Waits until `namespace/name` (a `K`) does not exist.
+    pub async fn wait_gone<K>(&self, what: &str, namespace: &str, name: &str)
+    where
+        K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+    {
+        eventually(what, || async {
+            self.get::<K>(namespace, name).await.is_none().then_some(())
+        })
+        .await
+    }
+
+    /// Waits until the CAPI Cluster `namespace/name` exists with our finalizer (`present`) or
+    /// without it.
+    pub async fn wait_finalizer(&self, what: &str, namespace: &str, name: &str, present: bool) {
+        eventually(what, || async {
+            self.get::<CapiCluster>(namespace, name)
+                .await
+                .filter(|c| has_finalizer(c) == present)
+                .map(|_| ())
+        })
+        .await
+    }
+
+    /// Waits until `controller` has reconciled more than `before` times (count `before` ahead of
+    /// the change: the reconcile it causes can finish before a count taken after).
+    pub async fn wait_reconciled_since(&self, what: &str, controller: &'static str, before: u64) {
+        eventually(what, || async {
+            (self.reconciles(controller) > before).then_some(())
+        })
+        .await
+    }
+
+    /// Waits until the Fleet Cluster `namespace/name` exists and satisfies `check`; returns it.
+    pub async fn wait_fleet_cluster(
+        &self,
+        what: &str,
+        namespace: &str,
+        name: &str,
+        check: impl Fn(&FleetCluster) -> bool,
+    ) -> FleetCluster {
+        eventually(what, || async {
+            self.fleet_cluster(namespace, name)
+                .await
+                .filter(|c| check(c))
+        })
+        .await
     }
 
     pub async fn namespace_annotation(&self, name: &str) -> Option<String> {
@@ -395,6 +478,11 @@ where
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
+}
+
+/// Whether `object` has the label `key` with `value`.
+pub fn has_label<K: ResourceExt>(object: &K, key: &str, value: &str) -> bool {
+    object.labels().get(key).is_some_and(|v| v == value)
 }
 
 pub fn has_finalizer<K: ResourceExt>(object: &K) -> bool {
