@@ -390,6 +390,28 @@ impl Harness {
         .await
     }
 
+    /// Plays Fleet: once the Fleet Cluster `namespace/name` exists, replaces its status (as
+    /// Fleet's status updates do).
+    pub async fn play_fleet_status(&self, namespace: &str, name: &str, status: Value) {
+        eventually(&format!("Fleet Cluster {name}"), || async {
+            self.fleet_cluster(namespace, name).await.map(|_| ())
+        })
+        .await;
+        let api: Api<FleetCluster> = Api::namespaced(self.client.clone(), namespace);
+        let patch: json_patch::Patch =
+            serde_json::from_value(json!([{"op": "add", "path": "/status", "value": status}]))
+                .expect("patch");
+        api.patch_status(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+            .await
+            .expect("write Fleet Cluster status");
+    }
+
+    /// Plays Fleet's agent: the Fleet Cluster is ready, its agent last seen `ago` before now.
+    pub async fn play_fleet_ready(&self, namespace: &str, name: &str, ago: Duration) {
+        self.play_fleet_status(namespace, name, fleet_status_seen("status-ready.yaml", ago))
+            .await;
+    }
+
     pub async fn namespace_annotation(&self, name: &str) -> Option<String> {
         let api: Api<Namespace> = Api::all(self.client.clone());
         api.get(name)
@@ -478,6 +500,25 @@ where
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
+}
+
+/// A Fleet Cluster status as Fleet writes it, from `tests/fixtures/fleet/`.
+pub fn fleet_status(fixture: &str) -> Value {
+    let path = format!(
+        "{}/tests/fixtures/fleet/{fixture}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).expect("fixture");
+    serde_yaml::from_str(&text).expect("fixture YAML")
+}
+
+/// [`fleet_status`] with the agent's `lastSeen` moved to `ago` before now.
+pub fn fleet_status_seen(fixture: &str, ago: Duration) -> Value {
+    let mut status = fleet_status(fixture);
+    let at = k8s_openapi::jiff::Timestamp::now()
+        - k8s_openapi::jiff::SignedDuration::try_from(ago).expect("duration");
+    status["agent"]["lastSeen"] = json!(at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+    status
 }
 
 /// Whether `object` has the label `key` with `value`.
