@@ -796,15 +796,8 @@ async fn caapf_objects_are_adopted_in_place() {
         h.namespace(ns, json!({})).await;
     }
     let class = h.class("classes", "quick-start", json!({})).await;
-    let classes: Api<CapiClusterClass> = Api::namespaced(h.client.clone(), "classes");
-    classes
-        .patch(
-            "quick-start",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": [names::FINALIZER]}})),
-        )
-        .await
-        .expect("legacy class finalizer");
+    h.set_class_finalizers("classes", "quick-start", &[names::FINALIZER])
+        .await;
     let cluster = h
         .cluster("apps", classy_cluster("c1", "quick-start", "classes"))
         .await;
@@ -903,7 +896,8 @@ async fn cleanup_subcommand_removes_every_finalizer() {
     h.namespace("a", json!({})).await;
     h.namespace("b", json!({})).await;
     h.class("a", "cc", json!({})).await;
-    add_class_finalizers(&h).await;
+    h.set_class_finalizers("a", "cc", &[names::FINALIZER, "other/keep"])
+        .await;
     for (ns, name) in [("a", "c1"), ("b", "c2")] {
         h.initialized_cluster(ns, plain_cluster(name, json!({})))
             .await;
@@ -917,7 +911,8 @@ async fn cleanup_subcommand_removes_every_finalizer() {
     .await;
     h.stop().await;
     // Re-add the class finalizer the manager removed, as an old CAAPF would have left it.
-    add_class_finalizers(&h).await;
+    h.set_class_finalizers("a", "cc", &[names::FINALIZER, "other/keep"])
+        .await;
 
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = dir.path().join("kubeconfig");
@@ -950,18 +945,6 @@ async fn cleanup_subcommand_removes_every_finalizer() {
     // And deleting now completes without the manager.
     h.delete_cluster("a", "c1").await;
     h.wait_gone::<CapiCluster>("deleted", "a", "c1").await;
-}
-
-/// Our finalizer and another one on the ClusterClass `a/cc`, as an old CAAPF left them.
-async fn add_class_finalizers(h: &Harness) {
-    Api::<CapiClusterClass>::namespaced(h.client.clone(), "a")
-        .patch(
-            "cc",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": [names::FINALIZER, "other/keep"]}})),
-        )
-        .await
-        .expect("class finalizer");
 }
 
 /// A failing write is retried with backoff (a handful of attempts, not a hot loop) and the

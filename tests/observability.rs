@@ -100,17 +100,13 @@ async fn metrics_are_scraped_over_http_with_the_documented_series() {
         ..Default::default()
     });
     let helm_dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = helm_dir.path().join("kubeconfig");
-    h.sandbox.write_kubeconfig(&kubeconfig).expect("kubeconfig");
     h.flags = ManagerFlags {
         leader_elect: true,
         leader_election_namespace: Some("caapf-system".into()),
         webhook_cert_dir: certs.path().to_string_lossy().into_owned(),
-        helm_binary: fleet_common::helm_bin().display().to_string(),
-        helm_kubeconfig: Some(kubeconfig),
-        helm_home: Some(helm_dir.path().join("home")),
         ..served(&h.flags)
     };
+    h.use_helm(&fleet_common::helm_bin(), helm_dir.path());
     h.start().await;
     let (metrics_addr, webhook_addr) = h
         .manager
@@ -141,11 +137,7 @@ async fn metrics_are_scraped_over_http_with_the_documented_series() {
     ))
     .await;
     eventually("Fleet installed", || async {
-        let config: Option<caapf::api::FleetAddonConfig> = kube::Api::all(h.client.clone())
-            .get_opt("fleet-addon-config")
-            .await
-            .expect("config");
-        let installed = config?.status?.installed_version?;
+        let installed = h.addon_config().await?.status?.installed_version?;
         (installed == "0.2.0").then_some(())
     })
     .await;

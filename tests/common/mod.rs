@@ -412,6 +412,30 @@ impl Harness {
             .await;
     }
 
+    /// Makes the manager run `helm` against the sandbox as its admin, with the kubeconfig and
+    /// helm's home in `dir`.
+    pub fn use_helm(&mut self, helm: &std::path::Path, dir: &std::path::Path) {
+        let kubeconfig = dir.join("kubeconfig");
+        self.sandbox
+            .write_kubeconfig(&kubeconfig)
+            .expect("kubeconfig");
+        self.flags.helm_binary = helm.display().to_string();
+        self.flags.helm_kubeconfig = Some(kubeconfig);
+        self.flags.helm_home = Some(dir.join("helm-home"));
+    }
+
+    /// Sets the finalizers of the ClusterClass `namespace/name` (as an old CAAPF left them).
+    pub async fn set_class_finalizers(&self, namespace: &str, name: &str, finalizers: &[&str]) {
+        Api::<CapiClusterClass>::namespaced(self.client.clone(), namespace)
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("finalizers of ClusterClass {namespace}/{name}: {e}"));
+    }
+
     pub async fn namespace_annotation(&self, name: &str) -> Option<String> {
         let api: Api<Namespace> = Api::all(self.client.clone());
         api.get(name)
