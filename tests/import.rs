@@ -772,10 +772,7 @@ async fn status_counts_selected_imported_waiting() {
 /// Server-side applies `body` (its own kind, namespace and name) as field manager `manager`.
 async fn apply_as<K>(h: &Harness, manager: &str, body: &Value) -> K
 where
-    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
+    K: common::Namespaced,
 {
     let metadata = &body["metadata"];
     let name = metadata["name"].as_str().expect("name");

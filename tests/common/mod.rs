@@ -27,6 +27,23 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+/// A namespaced Kubernetes type the typed API reads.
+pub trait Namespaced:
+    kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+    + Clone
+    + DeserializeOwned
+    + std::fmt::Debug
+{
+}
+
+impl<K> Namespaced for K where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+{
+}
+
 /// How long a test waits for the controllers to converge.
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -288,10 +305,7 @@ impl Harness {
 
     pub async fn get<K>(&self, namespace: &str, name: &str) -> Option<K>
     where
-        K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + std::fmt::Debug,
+        K: Namespaced,
     {
         Api::<K>::namespaced(self.client.clone(), namespace)
             .get_opt(name)
@@ -305,10 +319,7 @@ impl Harness {
 
     pub async fn list<K>(&self, namespace: &str) -> Vec<K>
     where
-        K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + std::fmt::Debug,
+        K: Namespaced,
     {
         Api::<K>::namespaced(self.client.clone(), namespace)
             .list(&Default::default())
@@ -342,10 +353,7 @@ impl Harness {
     /// Waits until `namespace/name` (a `K`) does not exist.
     pub async fn wait_gone<K>(&self, what: &str, namespace: &str, name: &str)
     where
-        K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + std::fmt::Debug,
+        K: Namespaced,
     {
         eventually(what, || async {
             self.get::<K>(namespace, name).await.is_none().then_some(())
