@@ -19,15 +19,13 @@ use caapf::model::move_plan::MOVE_CLUSTER_LABEL;
 use caapf::model::move_state::{MOVE_STATE_ANNOTATION, MoveState, Phase, SELF_MANAGED_LABEL};
 use common::render::kustomize;
 use common::{Harness, eventually, from_manager};
-use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube_sandbox::Verb;
-use serde_json::{Value, json};
+use serde_json::json;
 
 const NS: &str = "clusters";
 /// The manager's namespace and ServiceAccount in `config/`.
@@ -81,25 +79,7 @@ async fn setup(clusters: &[(&str, bool)]) -> Harness {
 
 /// Plays Fleet's agent: the Fleet Cluster checks in and is ready.
 async fn fleet_cluster_ready(h: &Harness, name: &str) {
-    eventually(&format!("Fleet Cluster {name}"), || async {
-        h.fleet_cluster(NS, name).await.map(|_| ())
-    })
-    .await;
-    let path = format!(
-        "{}/tests/fixtures/fleet/status-ready.yaml",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let mut status: Value =
-        serde_yaml::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("YAML");
-    status["agent"]["lastSeen"] =
-        json!(Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
-    let api: Api<FleetCluster> = Api::namespaced(h.client.clone(), NS);
-    let patch: json_patch::Patch =
-        serde_json::from_value(json!([{"op": "add", "path": "/status", "value": status}]))
-            .expect("patch");
-    api.patch_status(name, &PatchParams::default(), &Patch::<()>::Json(patch))
-        .await
-        .expect("write Fleet Cluster status");
+    h.play_fleet_ready(NS, name, Duration::ZERO).await;
 }
 
 async fn state(h: &Harness, name: &str) -> Option<MoveState> {

@@ -37,14 +37,7 @@ async fn create(
     plural: &str,
     body: Value,
 ) -> String {
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let ar = ApiResource {
-        group: group.into(),
-        version: version.into(),
-        api_version: api_version.into(),
-        kind: kind.into(),
-        plural: plural.into(),
-    };
+    let ar = resource(api_version, kind, plural);
     let mut object = body;
     object["apiVersion"] = json!(api_version);
     object["kind"] = json!(kind);
@@ -59,6 +52,22 @@ async fn create(
         .await
         .expect("create");
     created.uid().expect("uid")
+}
+
+/// A Secret in `default` from `body` (metadata and data); its UID.
+async fn create_secret(client: &Client, body: Value) -> String {
+    create(client, "v1", "Secret", "secrets", body).await
+}
+
+fn resource(api_version: &str, kind: &str, plural: &str) -> ApiResource {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: api_version.into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
 }
 
 fn owner(api_version: &str, kind: &str, name: &str, uid: &str) -> Value {
@@ -117,13 +126,11 @@ async fn preview_prints_the_graph_and_the_bundles_and_writes_nothing() {
     eventually("the inventory type is served", || {
         let client = client.clone();
         async move {
-            let ar = ApiResource {
-                group: "clusterctl.cluster.x-k8s.io".into(),
-                version: "v1alpha3".into(),
-                api_version: "clusterctl.cluster.x-k8s.io/v1alpha3".into(),
-                kind: "Provider".into(),
-                plural: "providers".into(),
-            };
+            let ar = resource(
+                "clusterctl.cluster.x-k8s.io/v1alpha3",
+                "Provider",
+                "providers",
+            );
             let api: Api<DynamicObject> = Api::all_with(client, &ar);
             api.list(&Default::default()).await.ok().map(|_| ())
         }
@@ -168,31 +175,15 @@ async fn preview_prints_the_graph_and_the_bundles_and_writes_nothing() {
             "spec": {}}),
     )
     .await;
-    create(
+    create_secret(
         &client,
-        "v1",
-        "Secret",
-        "secrets",
         json!({"metadata": {"name": "c1-kubeconfig", "ownerReferences": owner("controlplane.cluster.x-k8s.io/v1beta2", "KubeadmControlPlane", "c1-cp", &kcp)},
             "data": {"value": "a3ViZWNvbmZpZw=="}}),
     )
     .await;
-    create(
-        &client,
-        "v1",
-        "Secret",
-        "secrets",
-        json!({"metadata": {"name": "c1-etcd"}, "data": {}}),
-    )
-    .await;
-    create(
-        &client,
-        "v1",
-        "Secret",
-        "secrets",
-        json!({"metadata": {"name": "c2-etcd"}, "data": {}}),
-    )
-    .await;
+    for name in ["c1-etcd", "c2-etcd"] {
+        create_secret(&client, json!({"metadata": {"name": name}, "data": {}})).await;
+    }
 
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = dir.path().join("kubeconfig");
