@@ -247,7 +247,7 @@ async fn the_extension_answers_or_closes_under_abuse_and_stays_bounded() {
             br#"{"kind":"BeforeClusterDeleteRequest","cluster":{"spec":{}}}"#.to_vec(),
             "cluster.metadata.name is missing",
         ),
-        ("unknown hook", format!("{PREFIX}/afterclusterupgrade/x"), b"{}".to_vec(), "unknown hook"),
+        ("unknown hook", format!("{PREFIX}/generateupgradeplan/x"), b"{}".to_vec(), "unknown hook"),
         (
             "over the body limit",
             PATCHES.into(),

@@ -58,7 +58,7 @@ async fn a_client_trusting_the_ca_gets_answers_over_http1_and_http2() {
         assert_eq!(answer.status, 200);
         assert_eq!(answer.body["kind"], "DiscoveryResponse");
         assert_eq!(answer.body["status"], "Success");
-        assert_eq!(answer.body["handlers"].as_array().map(Vec::len), Some(6));
+        assert_eq!(answer.body["handlers"].as_array().map(Vec::len), Some(8));
     }
     let metrics = server.ctx.base.metrics.render();
     assert!(
@@ -156,7 +156,7 @@ async fn bad_requests_are_http_200_failures() {
             "not valid JSON",
         ),
         (
-            format!("{prefix}/afterclusterupgrade/x"),
+            format!("{prefix}/generateupgradeplan/x"),
             b"{}".to_vec(),
             "unknown hook",
         ),

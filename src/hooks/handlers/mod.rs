@@ -26,6 +26,7 @@ use crate::hooks::types::{
     Response,
 };
 use crate::model::hook_plan::HookOutcome;
+use crate::model::upgrade_steps::UpgradeHook;
 
 /// Handler name of BeforeClusterCreate.
 pub const BEFORE_CLUSTER_CREATE: &str = "before-cluster-create";
@@ -33,6 +34,16 @@ pub const BEFORE_CLUSTER_CREATE: &str = "before-cluster-create";
 pub const AFTER_CONTROL_PLANE_INITIALIZED: &str = "after-control-plane-initialized";
 /// Handler name of BeforeClusterUpgrade.
 pub const BEFORE_CLUSTER_UPGRADE: &str = "before-cluster-upgrade";
+/// Handler name of BeforeControlPlaneUpgrade (Cluster API v1.12+).
+pub const BEFORE_CONTROL_PLANE_UPGRADE: &str = "before-control-plane-upgrade";
+/// Handler name of AfterControlPlaneUpgrade.
+pub const AFTER_CONTROL_PLANE_UPGRADE: &str = "after-control-plane-upgrade";
+/// Handler name of BeforeWorkersUpgrade (Cluster API v1.12+).
+pub const BEFORE_WORKERS_UPGRADE: &str = "before-workers-upgrade";
+/// Handler name of AfterWorkersUpgrade (Cluster API v1.12+).
+pub const AFTER_WORKERS_UPGRADE: &str = "after-workers-upgrade";
+/// Handler name of AfterClusterUpgrade.
+pub const AFTER_CLUSTER_UPGRADE: &str = "after-cluster-upgrade";
 /// Handler name of BeforeClusterDelete.
 pub const BEFORE_CLUSTER_DELETE: &str = "before-cluster-delete";
 /// Handler name of GeneratePatches, referenced by ClusterClasses as
@@ -72,11 +83,45 @@ pub struct Advertised {
     pub failure_policy: FailurePolicy,
 }
 
+/// Which discovery advertises a hook. A discovery answer naming a hook the Cluster API release
+/// does not know fails that ExtensionConfig's whole discovery, and at the next start of
+/// capi-controller-manager its warm-up, which is fatal after 60 s (cluster-api v1.11.11 and
+/// v1.12.11 `internal/runtime/client/client.go` `defaultAndValidateDiscoveryResponse`;
+/// `internal/controllers/extensionconfig/warmup.go`). The request is the same from every
+/// release, so the extension cannot tell them apart: the hooks only v1.12+ knows have their own
+/// discovery, at the path prefix [`UPGRADE_STEPS_PREFIX`], for a second ExtensionConfig that
+/// only v1.12+ management clusters apply (`config/extensionconfig/upgrade-steps`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Catalog {
+    /// Known to Cluster API v1.10 onward (the ExtensionConfig at the server's root).
+    Base,
+    /// Known to Cluster API v1.12 onward.
+    UpgradeSteps,
+}
+
+/// The path prefix of the [`Catalog::UpgradeSteps`] discovery (the second ExtensionConfig's
+/// `spec.clientConfig.service.path`).
+pub const UPGRADE_STEPS_PREFIX: &str = "/upgrade-steps";
+
+impl Catalog {
+    /// The catalog of a request path: the part before the hooks path ends with
+    /// [`UPGRADE_STEPS_PREFIX`], or not.
+    pub fn of_prefix(prefix: &str) -> Catalog {
+        if prefix.trim_end_matches('/').ends_with(UPGRADE_STEPS_PREFIX) {
+            Catalog::UpgradeSteps
+        } else {
+            Catalog::Base
+        }
+    }
+}
+
 /// One served hook.
 #[derive(Clone, Copy, Debug)]
 pub struct HookSpec {
     pub hook: Hook,
     pub serve: Serve,
+    /// The discovery that advertises it (Discovery itself: served under both).
+    pub catalog: Catalog,
     /// `None` for Discovery itself (served without a handler name, not advertised).
     pub advertised: Option<Advertised>,
 }
@@ -86,9 +131,13 @@ impl HookSpec {
     /// group, the version, the lower-case hook name and, if any, the handler name).
     pub fn path(&self) -> String {
         let hook = self.hook.name().to_ascii_lowercase();
+        let prefix = match self.catalog {
+            Catalog::Base => "",
+            Catalog::UpgradeSteps => UPGRADE_STEPS_PREFIX,
+        };
         match self.advertised {
-            Some(handler) => format!("/{API_VERSION}/{hook}/{}", handler.name),
-            None => format!("/{API_VERSION}/{hook}"),
+            Some(handler) => format!("{prefix}/{API_VERSION}/{hook}/{}", handler.name),
+            None => format!("{prefix}/{API_VERSION}/{hook}"),
         }
     }
 }
@@ -105,15 +154,14 @@ const fn advertised(
     })
 }
 
-/// Every hook served, in discovery order. Only hooks in the catalog of every supported CAPI
-/// release (v1.10 onward) are advertised: a hook a release does not know fails its whole
-/// discovery. Why each failure policy:
+/// Every hook served, in discovery order; [`Catalog`] says which discovery advertises each. Why
+/// each failure policy:
 ///
 /// | hook | policy | why |
 /// |---|---|---|
 /// | BeforeClusterCreate | `Ignore` | Cluster API calls it for every Cluster of the selected namespaces, so an outage of ours must not block them all; the control-plane patch follows the bootstrap Secret (GeneratePatches adds it only once the Secret exists), so a Cluster created while this hook was unreachable gets its bootstrap one reconcile later, never a patch naming a missing Secret |
 /// | AfterControlPlaneInitialized | `Ignore` | informational only; the import controller does not depend on it |
-/// | BeforeClusterUpgrade | `Ignore` | an optional gate: an unreachable extension must not stop upgrades (an answer "retry" still holds them) |
+/// | BeforeClusterUpgrade and the other upgrade hooks | `Ignore` | optional gates: an unreachable extension must not stop upgrades (an answer "retry" still holds them); a step Fleet was not told of is told at the next hook |
 /// | BeforeClusterDelete | `Ignore` | an uninstalled extension must not block every deletion; what it would clean up is owned by the CAPI Cluster (garbage-collected) or expires (the token's TTL) |
 /// | GeneratePatches | `Fail` | `Ignore` would apply the templates without the patch on a transport error, flipping the desired control plane and rolling machines |
 /// | DiscoverVariables | `Fail` | the ClusterClass must know `fleetAgent` before Clusters use it; CAPI retries |
@@ -121,6 +169,7 @@ pub const HOOKS: &[HookSpec] = &[
     HookSpec {
         hook: Hook::Discovery,
         serve: Serve::Discovery,
+        catalog: Catalog::Base,
         advertised: None,
     },
     HookSpec {
@@ -128,40 +177,112 @@ pub const HOOKS: &[HookSpec] = &[
         serve: Serve::Lifecycle(|ctx, cluster, _| {
             Box::pin(create::before_cluster_create(ctx, cluster))
         }),
+        catalog: Catalog::Base,
         advertised: advertised(BEFORE_CLUSTER_CREATE, 10, FailurePolicy::Ignore),
     },
     HookSpec {
         hook: Hook::AfterControlPlaneInitialized,
         // Nothing to do: the import controller watches Clusters itself.
         serve: Serve::Lifecycle(|_, _, _| Box::pin(async { HookOutcome::ok() })),
+        catalog: Catalog::Base,
         advertised: advertised(AFTER_CONTROL_PLANE_INITIALIZED, 5, FailurePolicy::Ignore),
     },
     HookSpec {
         hook: Hook::BeforeClusterUpgrade,
         serve: Serve::Lifecycle(|ctx, cluster, request| {
-            Box::pin(upgrade::before_cluster_upgrade(
+            Box::pin(upgrade::upgrade_step(
                 ctx,
                 cluster,
-                request.to_kubernetes_version.as_deref(),
+                UpgradeHook::BeforeClusterUpgrade,
+                request,
             ))
         }),
+        catalog: Catalog::Base,
         advertised: advertised(BEFORE_CLUSTER_UPGRADE, 10, FailurePolicy::Ignore),
+    },
+    HookSpec {
+        hook: Hook::AfterControlPlaneUpgrade,
+        serve: Serve::Lifecycle(|ctx, cluster, request| {
+            Box::pin(upgrade::upgrade_step(
+                ctx,
+                cluster,
+                UpgradeHook::AfterControlPlaneUpgrade,
+                request,
+            ))
+        }),
+        catalog: Catalog::Base,
+        advertised: advertised(AFTER_CONTROL_PLANE_UPGRADE, 10, FailurePolicy::Ignore),
+    },
+    HookSpec {
+        hook: Hook::AfterClusterUpgrade,
+        serve: Serve::Lifecycle(|ctx, cluster, request| {
+            Box::pin(upgrade::upgrade_step(
+                ctx,
+                cluster,
+                UpgradeHook::AfterClusterUpgrade,
+                request,
+            ))
+        }),
+        catalog: Catalog::Base,
+        advertised: advertised(AFTER_CLUSTER_UPGRADE, 10, FailurePolicy::Ignore),
+    },
+    HookSpec {
+        hook: Hook::BeforeControlPlaneUpgrade,
+        serve: Serve::Lifecycle(|ctx, cluster, request| {
+            Box::pin(upgrade::upgrade_step(
+                ctx,
+                cluster,
+                UpgradeHook::BeforeControlPlaneUpgrade,
+                request,
+            ))
+        }),
+        catalog: Catalog::UpgradeSteps,
+        advertised: advertised(BEFORE_CONTROL_PLANE_UPGRADE, 10, FailurePolicy::Ignore),
+    },
+    HookSpec {
+        hook: Hook::BeforeWorkersUpgrade,
+        serve: Serve::Lifecycle(|ctx, cluster, request| {
+            Box::pin(upgrade::upgrade_step(
+                ctx,
+                cluster,
+                UpgradeHook::BeforeWorkersUpgrade,
+                request,
+            ))
+        }),
+        catalog: Catalog::UpgradeSteps,
+        advertised: advertised(BEFORE_WORKERS_UPGRADE, 10, FailurePolicy::Ignore),
+    },
+    HookSpec {
+        hook: Hook::AfterWorkersUpgrade,
+        serve: Serve::Lifecycle(|ctx, cluster, request| {
+            Box::pin(upgrade::upgrade_step(
+                ctx,
+                cluster,
+                UpgradeHook::AfterWorkersUpgrade,
+                request,
+            ))
+        }),
+        catalog: Catalog::UpgradeSteps,
+        advertised: advertised(AFTER_WORKERS_UPGRADE, 10, FailurePolicy::Ignore),
     },
     HookSpec {
         hook: Hook::BeforeClusterDelete,
         serve: Serve::Lifecycle(|ctx, cluster, _| {
             Box::pin(delete::before_cluster_delete(ctx, cluster))
         }),
+        catalog: Catalog::Base,
         advertised: advertised(BEFORE_CLUSTER_DELETE, 10, FailurePolicy::Ignore),
     },
     HookSpec {
         hook: Hook::GeneratePatches,
         serve: Serve::GeneratePatches,
+        catalog: Catalog::Base,
         advertised: advertised(GENERATE_PATCHES, 10, FailurePolicy::Fail),
     },
     HookSpec {
         hook: Hook::DiscoverVariables,
         serve: Serve::DiscoverVariables,
+        catalog: Catalog::Base,
         advertised: advertised(DISCOVER_VARIABLES, 10, FailurePolicy::Fail),
     },
 ];
@@ -181,9 +302,14 @@ pub fn find(hook: Hook, handler: Option<&str>) -> Option<&'static HookSpec> {
     })
 }
 
-/// Decodes `body` as the request of `hook` and answers it. Every problem with the request is a
-/// Failure answer naming it.
+/// Decodes `body` as the request of `hook` and answers it, as served at the server's root.
 pub async fn handle(ctx: &HookContext, hook: Hook, body: &[u8]) -> Response {
+    handle_in(ctx, Catalog::Base, hook, body).await
+}
+
+/// Decodes `body` as the request of `hook` and answers it; `catalog` is the discovery the path
+/// names. Every problem with the request is a Failure answer naming it.
+pub async fn handle_in(ctx: &HookContext, catalog: Catalog, hook: Hook, body: &[u8]) -> Response {
     let Some(spec) = HOOKS.iter().find(|spec| spec.hook == hook) else {
         return Response::failure(Some(hook), format!("{} is not served", hook.name()));
     };
@@ -217,7 +343,7 @@ pub async fn handle(ctx: &HookContext, hook: Hook, body: &[u8]) -> Response {
         );
     }
     match spec.serve {
-        Serve::Discovery => discovery::handle(),
+        Serve::Discovery => discovery::handle(catalog),
         Serve::DiscoverVariables => topology::discover_variables(),
         Serve::GeneratePatches => match serde_json::from_value::<GeneratePatchesRequest>(value) {
             Ok(request) => topology::serve_generate_patches(ctx, &request).await,
@@ -274,7 +400,7 @@ mod tests {
                 Some(hook)
             );
         }
-        assert_eq!(hook_of_segment("afterclusterupgrade"), None);
+        assert_eq!(hook_of_segment("generateupgradeplan"), None);
         assert_eq!(hook_of_segment(""), None);
     }
 
@@ -292,6 +418,7 @@ mod tests {
                 Route::Hook {
                     hook: spec.hook,
                     handler: handler.map(str::to_string),
+                    catalog: spec.catalog,
                 },
                 "{}",
                 spec.path()
@@ -312,6 +439,11 @@ mod tests {
                     Hook::BeforeClusterCreate
                         | Hook::AfterControlPlaneInitialized
                         | Hook::BeforeClusterUpgrade
+                        | Hook::BeforeControlPlaneUpgrade
+                        | Hook::AfterControlPlaneUpgrade
+                        | Hook::BeforeWorkersUpgrade
+                        | Hook::AfterWorkersUpgrade
+                        | Hook::AfterClusterUpgrade
                         | Hook::BeforeClusterDelete
                 ),
                 "{:?}",
