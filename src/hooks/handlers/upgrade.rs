@@ -35,6 +35,14 @@ pub async fn upgrade_step(
     let Some(config) = ctx.base.config() else {
         return plan::config_not_read();
     };
+    if let Some(import) = config.cluster.as_ref()
+        && !import.patch_resource
+    {
+        // Create-only Fleet Clusters never get the labels of a step (CAAPF's `patchResource`).
+        return HookOutcome::success(
+            "FleetAddonConfig spec.cluster.patchResource is false: Fleet Clusters are never updated, so Fleet is not told of upgrade steps",
+        );
+    }
     let settings = gate_settings(
         config.runtime_extension.step_wait_for_bundles_ready,
         config.runtime_extension.step_timeout,
