@@ -14,7 +14,6 @@
 
 mod common;
 
-use std::time::Duration;
 
 use caapf::hooks::handlers;
 use caapf::hooks::types::{Hook, Response, ResponseBody, ResponseStatus};
