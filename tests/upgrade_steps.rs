@@ -14,7 +14,6 @@
 
 mod common;
 
-
 use caapf::hooks::handlers;
 use caapf::hooks::types::{Hook, Response, ResponseBody, ResponseStatus};
 use caapf::names;
@@ -558,4 +557,173 @@ async fn a_single_step_of_cluster_api_v1_11_is_shown_without_a_gate() {
     );
     up.wait_shown("1.33", "1.33", None).await;
     up.h.stop().await;
+}
+
+/// docs/lifecycle.md, "Add-ons through an upgrade": its YAML applies, and its Bundle gives the
+/// chart the guide says at every step of the chained upgrade, with the labels the provider shows
+/// (`caapf::model::upgrade_steps`) and Fleet's rule: the first target whose selector matches
+/// (rancher/fleet v0.12–v0.16 `internal/cmd/controller/target/matcher/bundlematch.go`).
+#[tokio::test]
+async fn the_upgrade_guide_applies_and_its_bundle_follows_the_minor() {
+    use caapf::model::upgrade_steps::{StepRequest, UpgradeHook, next_step, of_step};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+    use kube::core::{Selector, SelectorExt};
+    use std::collections::BTreeMap;
+
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/lifecycle.md"))
+        .expect("docs/lifecycle.md");
+    let section = text
+        .split("\n## Add-ons through an upgrade")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("the upgrade section");
+    let documents = common::guide::documents(section);
+    assert_eq!(documents.len(), 2, "the FleetAddonConfig and the Bundle");
+    let h = Harness::new().await;
+    h.namespace("fleet-default", json!({})).await;
+    for document in &documents {
+        common::guide::apply(&h, document).await;
+    }
+    let config = h.addon_config().await.expect("FleetAddonConfig");
+    assert!(
+        caapf::model::config::EffectiveConfig::from_spec(&config.spec)
+            .problems
+            .is_empty()
+    );
+
+    let bundle = documents
+        .iter()
+        .find(|d| d["kind"] == "Bundle")
+        .expect("the Bundle");
+    let chart_for = |labels: &BTreeMap<String, String>| -> String {
+        bundle["spec"]["targets"]
+            .as_array()
+            .expect("targets")
+            .iter()
+            .find(|target| {
+                let selector: LabelSelector =
+                    serde_json::from_value(target["clusterSelector"].clone()).expect("selector");
+                Selector::try_from(selector)
+                    .expect("selector")
+                    .matches(labels)
+            })
+            .and_then(|target| target["helm"]["version"].as_str())
+            .unwrap_or_else(|| bundle["spec"]["helm"]["version"].as_str().expect("version"))
+            .to_string()
+    };
+    let steps =
+        |from: Option<&str>, to: Option<&str>, version: Option<&str>, cp: &[&str], w: &[&str]| {
+            StepRequest {
+                from: from.map(str::to_string),
+                to: to.map(str::to_string),
+                version: version.map(str::to_string),
+                control_plane_upgrades: cp.iter().map(|v| v.to_string()).collect(),
+                workers_upgrades: w.iter().map(|v| v.to_string()).collect(),
+                cluster_version: Some("v1.35.0".into()),
+            }
+        };
+    use UpgradeHook::*;
+    let sequence = [
+        (
+            BeforeClusterUpgrade,
+            steps(
+                Some("v1.32.4"),
+                Some("v1.35.0"),
+                None,
+                &["v1.33.5", "v1.34.2", "v1.35.0"],
+                &["v1.35.0"],
+            ),
+            "1.33.1",
+        ),
+        (
+            BeforeControlPlaneUpgrade,
+            steps(
+                Some("v1.32.4"),
+                Some("v1.33.5"),
+                None,
+                &["v1.33.5", "v1.34.2", "v1.35.0"],
+                &["v1.35.0"],
+            ),
+            "1.33.1",
+        ),
+        (
+            AfterControlPlaneUpgrade,
+            steps(
+                None,
+                None,
+                Some("v1.33.5"),
+                &["v1.34.2", "v1.35.0"],
+                &["v1.35.0"],
+            ),
+            "1.34.0",
+        ),
+        (
+            BeforeControlPlaneUpgrade,
+            steps(
+                Some("v1.33.5"),
+                Some("v1.34.2"),
+                None,
+                &["v1.34.2", "v1.35.0"],
+                &["v1.35.0"],
+            ),
+            "1.34.0",
+        ),
+        (
+            AfterControlPlaneUpgrade,
+            steps(None, None, Some("v1.34.2"), &["v1.35.0"], &["v1.35.0"]),
+            "1.35.2",
+        ),
+        (
+            BeforeControlPlaneUpgrade,
+            steps(
+                Some("v1.34.2"),
+                Some("v1.35.0"),
+                None,
+                &["v1.35.0"],
+                &["v1.35.0"],
+            ),
+            "1.35.2",
+        ),
+        (
+            AfterControlPlaneUpgrade,
+            steps(None, None, Some("v1.35.0"), &[], &["v1.35.0"]),
+            "1.35.2",
+        ),
+        (
+            BeforeWorkersUpgrade,
+            steps(Some("v1.32.4"), Some("v1.35.0"), None, &[], &["v1.35.0"]),
+            "1.35.2",
+        ),
+        (
+            AfterWorkersUpgrade,
+            steps(None, None, Some("v1.35.0"), &[], &[]),
+            "1.35.2",
+        ),
+        (
+            AfterClusterUpgrade,
+            steps(None, None, Some("v1.35.0"), &[], &[]),
+            "1.35.2",
+        ),
+    ];
+    let mut labels = BTreeMap::from([
+        (
+            names::CONTROL_PLANE_MINOR_LABEL.to_string(),
+            "1.32".to_string(),
+        ),
+        (names::WORKERS_MINOR_LABEL.to_string(), "1.32".to_string()),
+    ]);
+    assert_eq!(chart_for(&labels), "1.32.3", "before the upgrade");
+    let mut previous = None;
+    for (hook, request, chart) in sequence {
+        let step = next_step(
+            hook,
+            &request,
+            previous.as_ref(),
+            k8s_openapi::jiff::Timestamp::now(),
+        )
+        .expect("step");
+        of_step(&step).put_labels(&mut labels);
+        assert_eq!(chart_for(&labels), chart, "{hook:?} {labels:?}");
+        previous = Some(step);
+    }
 }

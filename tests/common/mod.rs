@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod guide;
 pub mod process;
 pub mod render;
 pub mod tls;
