@@ -262,6 +262,10 @@ Bundles in namespace default targeting Fleet Cluster c1:
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
+        stderr.contains(caapf::move_preview::EXPERIMENTAL_NOTE),
+        "move-preview says the move is unproven: {stderr}"
+    );
+    assert!(
         stderr.contains("Cluster default/nope is not among the objects read"),
         "{stderr}"
     );

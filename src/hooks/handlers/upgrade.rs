@@ -35,25 +35,31 @@ pub async fn upgrade_step(
     let Some(config) = ctx.base.config() else {
         return plan::config_not_read();
     };
-    if let Some(import) = config.cluster.as_ref()
-        && !import.patch_resource
-    {
-        // Create-only Fleet Clusters never get the labels of a step (CAAPF's `patchResource`).
-        return HookOutcome::success(
-            "FleetAddonConfig spec.cluster.patchResource is false: Fleet Clusters are never updated, so Fleet is not told of upgrade steps",
-        );
-    }
-    let settings = gate_settings(
+    // Create-only Fleet Clusters (CAAPF's `patchResource: false`) never show a step.
+    let told = config.cluster.as_ref().is_some_and(|i| i.patch_resource);
+    let mut settings = gate_settings(
         config.runtime_extension.step_wait_for_bundles_ready,
         config.runtime_extension.step_timeout,
         config.runtime_extension.step_settle,
         &cluster.annotations,
     );
+    settings.wait_for_bundles &= told;
     let old_gate = hook == UpgradeHook::BeforeClusterUpgrade
         && config.runtime_extension.wait_for_bundles_ready
         && !settings.wait_for_bundles;
-    match step(ctx, cluster, hook, request, &config, &settings, old_gate).await {
-        Ok(outcome) | Err(outcome) if settings.wait_for_bundles || old_gate => outcome,
+    if !told && !old_gate {
+        return HookOutcome::success(
+            "Fleet is not told of upgrade steps: FleetAddonConfig spec.cluster.patchResource is not true, so Fleet Clusters are never updated",
+        );
+    }
+    let gated = settings.wait_for_bundles || old_gate;
+    let mode = Mode {
+        settings,
+        told,
+        old_gate,
+    };
+    match step(ctx, cluster, hook, request, &config, &mode).await {
+        Ok(outcome) | Err(outcome) if gated => outcome,
         // Without a gate our own trouble never holds an upgrade: Fleet is told at the next call.
         Ok(outcome) => outcome,
         Err(HookOutcome::Retry { message, .. }) => {
@@ -63,15 +69,29 @@ pub async fn upgrade_step(
     }
 }
 
+/// How a hook acts on this Cluster.
+struct Mode {
+    settings: GateSettings,
+    /// The Fleet Cluster is updated (`patchResource`): Fleet can be shown the step.
+    told: bool,
+    /// Only `beforeClusterUpgrade.waitForBundlesReady`: BeforeClusterUpgrade waits for the
+    /// bundles as they are.
+    old_gate: bool,
+}
+
 async fn step(
     ctx: &HookContext,
     cluster: &ClusterInfo,
     hook: UpgradeHook,
     request: &LifecycleRequest,
     config: &EffectiveConfig,
-    settings: &GateSettings,
-    old_gate: bool,
+    mode: &Mode,
 ) -> Result<HookOutcome, HookOutcome> {
+    let Mode {
+        settings,
+        told,
+        old_gate,
+    } = mode;
     let ns = cluster.namespace.as_str();
     // One GET of the Fleet Cluster the import controller keeps for this Cluster: live, since a
     // gate must not follow a stale copy.
@@ -118,7 +138,7 @@ async fn step(
     if let Some(how) = released {
         step.released = Some(how.to_string());
     }
-    if previous.as_ref() != Some(&step) {
+    if *told && previous.as_ref() != Some(&step) {
         record(ctx, ns, &fleet_name, &step).await?;
         if let Some(how) = released {
             ctx.base
@@ -132,7 +152,7 @@ async fn step(
                 .await;
         }
     }
-    if old_gate {
+    if *old_gate {
         let bundle_ns = plan::bundle_namespace(cluster, Some(&fleet))?;
         let deployments = bundle_deployments(ctx, &bundle_ns).await?;
         return Ok(plan::upgrade_answer(
