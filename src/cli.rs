@@ -228,10 +228,15 @@ pub struct ManagerFlags {
     #[arg(long, env = "CAAPF_HELM_HOME")]
     pub helm_home: Option<std::path::PathBuf>,
 
-    /// Kubeconfig for helm. Default: helm's own resolution (`KUBECONFIG`, then the in-cluster
-    /// service account).
+    /// Kubeconfig for helm. Default: `--kubeconfig`, else helm's own resolution
+    /// (`KUBECONFIG`, then the in-cluster service account).
     #[arg(long, env = "CAAPF_HELM_KUBECONFIG")]
     pub helm_kubeconfig: Option<std::path::PathBuf>,
+
+    /// Kubeconfig of the management cluster, as controller-runtime managers take it. Default:
+    /// `KUBECONFIG`, `~/.kube/config`, then the in-cluster service account.
+    #[arg(long)]
+    pub kubeconfig: Option<std::path::PathBuf>,
 }
 
 impl Default for ManagerFlags {

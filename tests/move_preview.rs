@@ -79,6 +79,21 @@ async fn preview_prints_the_graph_and_the_bundles_and_writes_nothing() {
     let h = Harness::new().await;
     let client = h.client.clone();
 
+    // Before clusterctl's labels: the preview names what is missing and how to fix it.
+    let early = tempfile::tempdir().expect("tempdir");
+    let early_kubeconfig = early.path().join("kubeconfig");
+    h.sandbox
+        .write_kubeconfig(&early_kubeconfig)
+        .expect("kubeconfig");
+    let out = caapf(&["move-preview", "default/c1"], &early_kubeconfig).await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("carries the label clusterctl.cluster.x-k8s.io")
+            && stderr.contains("kubectl label crd"),
+        "{stderr}"
+    );
+
     // clusterctl labels every provider CRD; the inventory CRD comes with clusterctl itself.
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in [
