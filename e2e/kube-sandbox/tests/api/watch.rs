@@ -471,13 +471,16 @@ async fn a_watcher_that_stops_reading_is_closed_within_the_budget() {
     assert!(events < COUNT, "closed before it got everything: {events}");
     let last = text
         .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter_map(|e| {
-            e["object"]["metadata"]["resourceVersion"]
-                .as_str()
-                .map(str::to_string)
+        .rev()
+        .find_map(|line| {
+            serde_json::from_str::<serde_json::Value>(line)
+                .ok()
+                .and_then(|e| {
+                    e["object"]["metadata"]["resourceVersion"]
+                        .as_str()
+                        .map(str::to_string)
+                })
         })
-        .last()
         .unwrap_or(rv.to_string());
     // Resuming from the last resourceVersion received delivers the rest, none twice.
     let mut w =
