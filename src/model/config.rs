@@ -106,13 +106,20 @@ pub struct RuntimeExtensionSettings {
     pub agent_chart_repository: Option<String>,
 }
 
+/// Default of `spec.runtimeExtension.upgradeSteps.timeout`.
+pub const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// Default of `spec.runtimeExtension.upgradeSteps.settle`: how long after a step's labels were
+/// applied Fleet gets to re-target its bundles before a gate believes their states.
+pub const DEFAULT_STEP_SETTLE: Duration = Duration::from_secs(10);
+
 impl Default for RuntimeExtensionSettings {
     fn default() -> Self {
         Self {
             wait_for_bundles_ready: false,
             step_wait_for_bundles_ready: false,
-            step_timeout: crate::model::upgrade_steps::DEFAULT_TIMEOUT,
-            step_settle: crate::model::upgrade_steps::DEFAULT_SETTLE,
+            step_timeout: DEFAULT_STEP_TIMEOUT,
+            step_settle: DEFAULT_STEP_SETTLE,
             agent_chart_repository: None,
         }
     }
@@ -277,11 +284,11 @@ impl EffectiveConfig {
                 step_timeout: upgrade_steps
                     .and_then(|u| u.timeout.as_deref())
                     .and_then(|t| crate::api::duration::parse_duration(t).ok())
-                    .unwrap_or(crate::model::upgrade_steps::DEFAULT_TIMEOUT),
+                    .unwrap_or(DEFAULT_STEP_TIMEOUT),
                 step_settle: upgrade_steps
                     .and_then(|u| u.settle.as_deref())
                     .and_then(|t| crate::api::duration::parse_duration(t).ok())
-                    .unwrap_or(crate::model::upgrade_steps::DEFAULT_SETTLE),
+                    .unwrap_or(DEFAULT_STEP_SETTLE),
                 agent_chart_repository: spec
                     .runtime_extension
                     .as_ref()

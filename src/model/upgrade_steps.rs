@@ -36,15 +36,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::model::capi::ClusterView;
+pub use crate::model::config::{
+    DEFAULT_STEP_SETTLE as DEFAULT_SETTLE, DEFAULT_STEP_TIMEOUT as DEFAULT_TIMEOUT,
+};
 use crate::model::hook_plan::{HookOutcome, describe_bundles, not_ready_bundles};
 use crate::names;
 
 /// The `templateValues` key holding the versions (`${ .ClusterValues.KubernetesVersions… }`).
 pub const TEMPLATE_VALUES_KEY: &str = "KubernetesVersions";
-
-/// Default of `spec.runtimeExtension.upgradeSteps.settle`: how long after the step's labels
-/// were applied Fleet gets to re-target its bundles before the gate believes their states.
-pub const DEFAULT_SETTLE: Duration = Duration::from_secs(10);
 
 /// Retry interval while the Fleet Cluster does not show the step yet.
 pub const RETRY_LABELS: i32 = 5;
@@ -52,9 +51,6 @@ pub const RETRY_LABELS: i32 = 5;
 /// Retry interval of a held step (Cluster API v1.12 does not call again before it: the hook
 /// cache of `exp/topology/desiredstate/lifecycle_hooks.go`).
 pub const RETRY_HOLD: i32 = 15;
-
-/// Default of `spec.runtimeExtension.upgradeSteps.timeout`.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// The upgrade hooks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
