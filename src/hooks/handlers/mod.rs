@@ -62,6 +62,8 @@ pub enum Serve {
     GeneratePatches,
     /// A `DiscoverVariablesRequest` (nothing in it is read).
     DiscoverVariables,
+    /// An upgrade hook's request: the Cluster and the versions (`upgrade::upgrade_step`).
+    Upgrade(UpgradeHook),
     /// A lifecycle request (the Cluster, and for upgrades the versions).
     Lifecycle(
         for<'a> fn(
@@ -189,79 +191,37 @@ pub const HOOKS: &[HookSpec] = &[
     },
     HookSpec {
         hook: Hook::BeforeClusterUpgrade,
-        serve: Serve::Lifecycle(|ctx, cluster, request| {
-            Box::pin(upgrade::upgrade_step(
-                ctx,
-                cluster,
-                UpgradeHook::BeforeClusterUpgrade,
-                request,
-            ))
-        }),
+        serve: Serve::Upgrade(UpgradeHook::BeforeClusterUpgrade),
         catalog: Catalog::Base,
         advertised: advertised(BEFORE_CLUSTER_UPGRADE, 10, FailurePolicy::Ignore),
     },
     HookSpec {
         hook: Hook::AfterControlPlaneUpgrade,
-        serve: Serve::Lifecycle(|ctx, cluster, request| {
-            Box::pin(upgrade::upgrade_step(
-                ctx,
-                cluster,
-                UpgradeHook::AfterControlPlaneUpgrade,
-                request,
-            ))
-        }),
+        serve: Serve::Upgrade(UpgradeHook::AfterControlPlaneUpgrade),
         catalog: Catalog::Base,
         advertised: advertised(AFTER_CONTROL_PLANE_UPGRADE, 10, FailurePolicy::Ignore),
     },
     HookSpec {
         hook: Hook::AfterClusterUpgrade,
-        serve: Serve::Lifecycle(|ctx, cluster, request| {
-            Box::pin(upgrade::upgrade_step(
-                ctx,
-                cluster,
-                UpgradeHook::AfterClusterUpgrade,
-                request,
-            ))
-        }),
+        serve: Serve::Upgrade(UpgradeHook::AfterClusterUpgrade),
         catalog: Catalog::Base,
         advertised: advertised(AFTER_CLUSTER_UPGRADE, 10, FailurePolicy::Ignore),
     },
     HookSpec {
         hook: Hook::BeforeControlPlaneUpgrade,
-        serve: Serve::Lifecycle(|ctx, cluster, request| {
-            Box::pin(upgrade::upgrade_step(
-                ctx,
-                cluster,
-                UpgradeHook::BeforeControlPlaneUpgrade,
-                request,
-            ))
-        }),
+        serve: Serve::Upgrade(UpgradeHook::BeforeControlPlaneUpgrade),
         catalog: Catalog::UpgradeSteps,
         advertised: advertised(BEFORE_CONTROL_PLANE_UPGRADE, 10, FailurePolicy::Ignore),
     },
     HookSpec {
         hook: Hook::BeforeWorkersUpgrade,
-        serve: Serve::Lifecycle(|ctx, cluster, request| {
-            Box::pin(upgrade::upgrade_step(
-                ctx,
-                cluster,
-                UpgradeHook::BeforeWorkersUpgrade,
-                request,
-            ))
-        }),
+        serve: Serve::Upgrade(UpgradeHook::BeforeWorkersUpgrade),
         catalog: Catalog::UpgradeSteps,
         advertised: advertised(BEFORE_WORKERS_UPGRADE, 10, FailurePolicy::Ignore),
     },
     HookSpec {
         hook: Hook::AfterWorkersUpgrade,
-        serve: Serve::Lifecycle(|ctx, cluster, request| {
-            Box::pin(upgrade::upgrade_step(
-                ctx,
-                cluster,
-                UpgradeHook::AfterWorkersUpgrade,
-                request,
-            ))
-        }),
+        serve: Serve::Upgrade(UpgradeHook::AfterWorkersUpgrade),
         catalog: Catalog::UpgradeSteps,
         advertised: advertised(AFTER_WORKERS_UPGRADE, 10, FailurePolicy::Ignore),
     },
@@ -352,25 +312,42 @@ pub async fn handle_in(ctx: &HookContext, catalog: Catalog, hook: Hook, body: &[
                 format!("malformed GeneratePatchesRequest: {err}"),
             ),
         },
-        Serve::Lifecycle(answer) => {
-            let request = match serde_json::from_value::<LifecycleRequest>(value) {
-                Ok(request) => request,
-                Err(err) => {
-                    return Response::failure(
-                        Some(hook),
-                        format!("malformed {}: {err}", hook.request_kind()),
-                    );
-                }
-            };
-            let cluster = match ClusterInfo::decode(&request.cluster) {
-                Ok(cluster) => cluster,
-                Err(message) => return Response::failure(Some(hook), message),
-            };
-            let outcome = answer(ctx, &cluster, &request).await;
-            log_outcome(hook, &cluster, &outcome);
-            Response::lifecycle(hook, outcome)
-        }
+        Serve::Lifecycle(answer) => match lifecycle_request(hook, value) {
+            Ok((request, cluster)) => {
+                let outcome = answer(ctx, &cluster, &request).await;
+                lifecycle_response(hook, &cluster, outcome)
+            }
+            Err(response) => response,
+        },
+        Serve::Upgrade(step) => match lifecycle_request(hook, value) {
+            Ok((request, cluster)) => {
+                let outcome = upgrade::upgrade_step(ctx, &cluster, step, &request).await;
+                lifecycle_response(hook, &cluster, outcome)
+            }
+            Err(response) => response,
+        },
     }
+}
+
+/// The request of a lifecycle hook and its Cluster, or the Failure naming what is wrong.
+fn lifecycle_request(
+    hook: Hook,
+    value: Value,
+) -> Result<(LifecycleRequest, ClusterInfo), Response> {
+    let request = serde_json::from_value::<LifecycleRequest>(value).map_err(|err| {
+        Response::failure(
+            Some(hook),
+            format!("malformed {}: {err}", hook.request_kind()),
+        )
+    })?;
+    let cluster = ClusterInfo::decode(&request.cluster)
+        .map_err(|message| Response::failure(Some(hook), message))?;
+    Ok((request, cluster))
+}
+
+fn lifecycle_response(hook: Hook, cluster: &ClusterInfo, outcome: HookOutcome) -> Response {
+    log_outcome(hook, cluster, &outcome);
+    Response::lifecycle(hook, outcome)
 }
 
 fn log_outcome(hook: Hook, cluster: &ClusterInfo, outcome: &HookOutcome) {
@@ -433,7 +410,7 @@ mod tests {
             }
             // Lifecycle functions for exactly the hooks whose requests carry a Cluster.
             assert_eq!(
-                matches!(spec.serve, Serve::Lifecycle(_)),
+                matches!(spec.serve, Serve::Lifecycle(_) | Serve::Upgrade(_)),
                 matches!(
                     spec.hook,
                     Hook::BeforeClusterCreate
