@@ -157,8 +157,10 @@ pub const TEARDOWN_BUNDLES_ANNOTATION: &str = "fleet.addons.cluster.x-k8s.io/tea
 pub const TEARDOWN_BUNDLES_GONE_ANNOTATION: &str =
     "fleet.addons.cluster.x-k8s.io/teardown-bundles-gone";
 
-/// Label on a Fleet Bundle (fleet.yaml `labels`, a HelmOp's `spec.labels`; Fleet copies it to
-/// the bundle's BundleDeployments): `"true"` keeps the bundle on a cluster whose workloads are
+/// Label on a Fleet Bundle (fleet.yaml `labels`, a HelmOp's `spec.labels`; Fleet copies a
+/// Bundle's labels to its BundleDeployments except keys containing `cattle.io/`: rancher/fleet
+/// v0.16.1 `internal/cmd/controller/target/target.go` `BundleDeploymentLabels` with
+/// rancher/wrangler v3.7.0 `pkg/yaml/yaml.go` `CleanAnnotationsForExport`): `"true"` keeps the bundle on a cluster whose workloads are
 /// removed before deletion, and BeforeClusterDelete does not wait for it. For the add-ons that
 /// release what the others held (a cloud controller manager releases load balancers, a CSI
 /// driver volumes); the bundle must also keep targeting the cluster, e.g. with a target on

@@ -484,11 +484,12 @@ async fn workloads_are_removed_before_the_infrastructure_and_the_deletion_waits_
     assert_eq!(removed["reason"], "Removed");
     assert_eq!(events(&h, "FleetWorkloadsRemoved").await.len(), 1);
     assert!(
-        h.fleet_cluster(NS, "c1").await.is_none(),
-        "then the Fleet Cluster the Cluster owns is deleted"
+        h.fleet_cluster(NS, "c1").await.is_some(),
+        "the Fleet Cluster the Cluster owns goes with the Cluster (garbage collection)"
     );
 
-    // Cluster API marks the Cluster and deletes it: our finalizer goes.
+    // Cluster API marks the Cluster and deletes it: our finalizer goes, then Cluster API's,
+    // and the Fleet Cluster with the Cluster.
     h.merge_cluster(
         NS,
         "c1",
@@ -498,6 +499,12 @@ async fn workloads_are_removed_before_the_infrastructure_and_the_deletion_waits_
     eventually("our finalizer is removed", || async {
         let cluster: CapiCluster = h.get(NS, "c1").await?;
         (!has_finalizer(&cluster)).then_some(())
+    })
+    .await;
+    h.merge_cluster(NS, "c1", json!({"metadata": {"finalizers": null}}))
+        .await;
+    eventually("the Fleet Cluster is garbage-collected", || async {
+        h.fleet_cluster(NS, "c1").await.is_none().then_some(())
     })
     .await;
     h.stop().await;
@@ -669,8 +676,21 @@ async fn clusters_with_nothing_to_remove_are_never_held() {
         (!has_finalizer(&cluster)).then_some(())
     })
     .await;
-    let answer = call(&h, &request(&h, "v1beta1", None).await).await;
+    // One read (the Fleet Cluster), nothing written: the hooks prepared nothing for this
+    // Cluster (its class does not use the bootstrap).
+    let body = request(&h, "v1beta1", None).await;
+    h.sandbox.requests().reset();
+    let answer = call(&h, &body).await;
     assert_proceed(&answer, "not held: there is no Fleet Cluster clusters/c1");
+    let requests: Vec<String> = h
+        .sandbox
+        .requests()
+        .all()
+        .into_iter()
+        .filter(|r| !matches!(r.verb, kube_sandbox::Verb::Watch) && r.resource != "leases")
+        .map(|r| format!("{:?} {} {}/{}", r.verb, r.resource, r.namespace, r.name))
+        .collect();
+    assert_eq!(requests, ["Get clusters clusters/c1"], "{requests:?}");
     assert!(condition(&h).await.is_none());
     h.stop().await;
 }

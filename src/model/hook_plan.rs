@@ -480,7 +480,7 @@ pub fn delete_start(
     fleet_agent: FleetAgentSetting,
     secret_known_present: bool,
 ) -> DeleteStart {
-    let prepared = fleet_agent == FleetAgentSetting::Enabled || secret_known_present;
+    let prepared = prepared_by_hooks(fleet_agent, secret_known_present);
     match mode {
         Mode::Unknown => DeleteStart::Answer(config_not_read()),
         Mode::On { deadline } => DeleteStart::Teardown {
@@ -497,6 +497,12 @@ pub fn delete_start(
             names::REMOVE_WORKLOADS_ANNOTATION
         ))),
     }
+}
+
+/// Whether the hooks may have prepared something for a Cluster (bootstrap Secret, token, Fleet
+/// Cluster): its control plane uses the bootstrap, or its bootstrap Secret is known to exist.
+pub fn prepared_by_hooks(fleet_agent: FleetAgentSetting, secret_known_present: bool) -> bool {
+    fleet_agent == FleetAgentSetting::Enabled || secret_known_present
 }
 
 /// BeforeClusterDelete's answer when an error of ours stopped the cleanup of a Cluster it does

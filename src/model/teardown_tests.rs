@@ -358,6 +358,35 @@ fn the_agent_s_bundle_is_never_waited_for_and_kept_bundles_are_told_apart() {
     );
 }
 
+/// Fleet copies a Bundle's labels to its BundleDeployments, except keys containing `cattle.io/`
+/// (rancher/fleet v0.16.1 `target/target.go` `BundleDeploymentLabels`, rancher/wrangler v3.7.0
+/// `pkg/yaml/yaml.go` `CleanAnnotationsForExport`): the keep label must not be one of those.
+#[test]
+fn the_keep_label_survives_fleet_s_copy_to_bundle_deployments() {
+    let dropped_by_fleet =
+        |key: &str| key.starts_with("kubectl.kubernetes.io/") || key.contains("cattle.io/");
+    assert!(!dropped_by_fleet(names::KEEP_DURING_TEARDOWN_LABEL));
+    let bundles = fixture("bundles.yaml");
+    let ccm = bundles
+        .as_array()
+        .expect("list")
+        .iter()
+        .find(|b| b["metadata"]["name"] == "ccm")
+        .expect("ccm");
+    let deployments = fixture("bundledeployments.yaml");
+    let bd = deployments
+        .as_array()
+        .expect("list")
+        .iter()
+        .find(|b| b["metadata"]["name"] == "ccm")
+        .expect("ccm");
+    for (key, value) in ccm["metadata"]["labels"].as_object().expect("labels") {
+        if !dropped_by_fleet(key) || key.starts_with("fleet.cattle.io/") {
+            assert_eq!(&bd["metadata"]["labels"][key], value, "{key}");
+        }
+    }
+}
+
 #[test]
 fn bundles_that_still_target_the_drained_cluster_are_explained() {
     let bundles = fixture("bundles.yaml");

@@ -2,7 +2,8 @@
 //! (`spec.runtimeExtension.beforeClusterDelete`, docs/lifecycle.md), holds the deletion with
 //! the progress until they are gone (the `FleetWorkloadsRemoved` condition and Events on the
 //! Cluster say so too), the deadline passes or the operator skips. Then, and for every other
-//! Cluster the hooks prepared something for, removes the bootstrap Secret and the
+//! Cluster the hooks prepared something for (its class uses the agent bootstrap, or its bootstrap
+//! Secret is known to exist), removes the bootstrap Secret and the
 //! ClusterRegistrationToken (waits until they are gone) and asks for the deletion of the Fleet
 //! Cluster this hook prepared or the Cluster owns, without waiting for it (Fleet's own cleanup
 //! may take a while, and the garbage collector removes it with the Cluster anyway). A Cluster
@@ -54,6 +55,7 @@ pub async fn before_cluster_delete(ctx: &HookContext, cluster: &ClusterInfo) -> 
         cluster,
         config: config.as_deref(),
         now,
+        prepared: plan::prepared_by_hooks(cluster.fleet_agent, secret_known),
     };
     let outcome = match plan::delete_start(&decided.mode, cluster.fleet_agent, secret_known) {
         DeleteStart::Answer(answer) => answer,
@@ -87,6 +89,8 @@ struct Steps<'a> {
     cluster: &'a ClusterInfo,
     config: Option<&'a EffectiveConfig>,
     now: Timestamp,
+    /// Whether the hooks may have prepared something to clean up ([`plan::prepared_by_hooks`]).
+    prepared: bool,
 }
 
 impl Steps<'_> {
@@ -143,8 +147,12 @@ impl Steps<'_> {
         Ok(plan::delete_answer(&remaining))
     }
 
-    /// [`Self::cleanup`], answering `message` once it is done.
+    /// [`Self::cleanup`] (when the hooks may have prepared something), answering `message` once
+    /// it is done.
     async fn cleanup_saying(&self, message: String) -> Result<HookOutcome, HookOutcome> {
+        if !self.prepared {
+            return Ok(HookOutcome::success(message));
+        }
         Ok(match self.cleanup().await? {
             HookOutcome::Success { message: cleaned } if cleaned.is_empty() => {
                 HookOutcome::success(message)
