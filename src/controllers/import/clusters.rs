@@ -179,14 +179,18 @@ impl ClusterWrites<'_> {
         config: &EffectiveConfig,
         deadline: Timestamp,
     ) -> Result<Action> {
-        let Some(live) = decided
-            .live
-            .as_deref()
-            .filter(|live| teardown::is_registered(live))
-        else {
+        let left =
+            Duration::try_from(deadline.duration_since(Timestamp::now())).unwrap_or_default();
+        let until_deadline = Action::requeue(left.max(Duration::from_secs(1)));
+        // The decision saw the Fleet Cluster's metadata: no object means it did not decode
+        // (logged by the cache). Keep it rather than clean up and abandon its workloads.
+        let Some(live) = decided.live.as_deref() else {
+            return Ok(until_deadline);
+        };
+        if !teardown::is_registered(live) {
             self.cleanup(decided).await?;
             return Ok(Action::await_change());
-        };
+        }
         let labels = teardown::labels_of(live);
         if teardown::started(&labels) {
             let keys = teardown::selection_label_keys(&decided.view, config.cluster.as_ref(), live);
@@ -214,9 +218,7 @@ impl ClusterWrites<'_> {
                     "Fleet Cluster drained: the labels bundles select it by are removed");
             }
         }
-        let left =
-            Duration::try_from(deadline.duration_since(Timestamp::now())).unwrap_or_default();
-        Ok(Action::requeue(left.max(Duration::from_secs(1))))
+        Ok(until_deadline)
     }
 
     /// No longer selected: delete the Fleet Cluster when the decision says so, then let go.
