@@ -25,6 +25,7 @@ pub mod namespace;
 pub mod pod_security;
 pub mod retry;
 pub mod selection;
+pub mod teardown;
 pub mod upgrade_steps;
 pub mod validation;
 pub mod version;
