@@ -64,6 +64,11 @@ pub const UPGRADE_TARGET_MINOR_LABEL: &str = "upgrade-target-minor.fleet.addons.
 /// version labels and `templateValues.KubernetesVersions`.
 pub const UPGRADE_STEP_ANNOTATION: &str = "fleet.addons.cluster.x-k8s.io/upgrade-step";
 
+/// Annotation on ClusterClasses and CAPI Clusters: Fleet agent settings (YAML or JSON) for the
+/// Clusters of the class, or for the Cluster (docs/agent-settings.md;
+/// [`crate::model::agent_settings`]).
+pub const AGENT_SETTINGS_ANNOTATION: &str = "fleet.addons.cluster.x-k8s.io/agent-settings";
+
 /// Field manager of the upgrade hooks' writes ([`UPGRADE_STEP_ANNOTATION`]).
 pub const UPGRADE_STEP_FIELD_MANAGER: &str = "caapf-upgrade-steps";
 

@@ -7,7 +7,10 @@
 
 use std::collections::BTreeMap;
 
-use fleet_api_rs::fleet_cluster::{ClusterAgentEnvVars, ClusterAgentTolerations};
+use fleet_api_rs::fleet_cluster::{
+    ClusterAgentAffinity, ClusterAgentEnvVars, ClusterAgentResources,
+    ClusterAgentSchedulingCustomization, ClusterAgentTolerations,
+};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::{CustomResource, KubeSchema};
@@ -213,6 +216,43 @@ pub struct ClusterConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_env_vars: Option<Vec<ClusterAgentEnvVars>>,
 
+    /// Affinity of the Fleet agent (Fleet Cluster `spec.agentAffinity`; replaces Fleet's default
+    /// preferred node affinity `fleet.cattle.io/agent=true`). Added by this provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_affinity: Option<ClusterAgentAffinity>,
+
+    /// Resources of the Fleet agent container (Fleet Cluster `spec.agentResources`). Added by
+    /// this provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_resources: Option<ClusterAgentResources>,
+
+    /// Priority class and disruption budget of the Fleet agent (Fleet Cluster
+    /// `spec.agentSchedulingCustomization`, Fleet 0.14 and later). Added by this provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_scheduling_customization: Option<ClusterAgentSchedulingCustomization>,
+
+    /// Registry prefix for the Fleet agent image (Fleet Cluster `spec.privateRepoURL`): a host,
+    /// optionally with a port and path, without a scheme. Added by this provider.
+    #[serde(
+        default,
+        rename = "privateRepoURL",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub private_repo_url: Option<String>,
+
+    /// Image pull Secrets of the Fleet agent (Fleet Cluster `spec.agentPullSecrets`, Fleet 0.16
+    /// and later). Added by this provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_pull_secrets: Option<Vec<AgentPullSecret>>,
+
+    /// Agent settings for the Clusters matching a label selector, applied over the settings
+    /// above and a ClusterClass's `fleet.addons.cluster.x-k8s.io/agent-settings` annotation, in
+    /// list order; a Cluster's own annotation applies last (docs/agent-settings.md). Added by
+    /// this provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(merge_strategy = ListMerge::Atomic)]
+    pub agent_overrides: Option<Vec<AgentOverride>>,
+
     /// Select Clusters by their labels. Empty or absent: this rule is not set.
     /// Selection: each rule that is set (`selector`, `namespaceSelector`, `namespaceRegexes`)
     /// selects the Clusters it matches (OR); when no rule is set, every Cluster is selected.
@@ -278,6 +318,57 @@ pub struct ClusterConfig {
     /// provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub self_managed_selector: Option<LabelSelector>,
+}
+
+/// The Fleet agent settings of one layer: an entry of `spec.cluster.agentOverrides`, or the
+/// `fleet.addons.cluster.x-k8s.io/agent-settings` annotation of a ClusterClass or Cluster. Each
+/// field is the Fleet Cluster field of the same name; an absent field leaves the value of the
+/// layers below (docs/agent-settings.md).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentSettings {
+    /// Namespace of the agent on the workload cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_namespace: Option<String>,
+    /// Tolerations, merged with the layers below by `key` and `effect`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_tolerations: Option<Vec<ClusterAgentTolerations>>,
+    /// Environment variables, merged with the layers below by `name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_env_vars: Option<Vec<ClusterAgentEnvVars>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_network: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_affinity: Option<ClusterAgentAffinity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_resources: Option<ClusterAgentResources>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_scheduling_customization: Option<ClusterAgentSchedulingCustomization>,
+    #[serde(
+        default,
+        rename = "privateRepoURL",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub private_repo_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_pull_secrets: Option<Vec<AgentPullSecret>>,
+}
+
+/// An image pull Secret of the agent, in the agent's namespace on the workload cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct AgentPullSecret {
+    pub name: String,
+}
+
+/// Agent settings for the Clusters a label selector matches.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentOverride {
+    /// Which Clusters (by their labels) get these settings. An empty selector matches every
+    /// selected Cluster.
+    pub selector: LabelSelector,
+    /// The settings, over the FleetAddonConfig's and the ClusterClass's.
+    pub settings: AgentSettings,
 }
 
 /// Fleet Cluster naming.

@@ -3,6 +3,7 @@
 pub mod agent_bootstrap;
 pub mod agent_manifest;
 pub mod agent_patch;
+pub mod agent_settings;
 pub mod api_server;
 pub mod authorization;
 pub mod capi;
