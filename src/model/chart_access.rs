@@ -235,9 +235,15 @@ pub fn check_ca(bytes: &[u8], reference: &SecretKeyRef) -> Result<(), String> {
 /// message; `None` when helm's own words say it.
 pub fn hint(message: &str, repository: &str, access: &ChartAccess) -> Option<String> {
     let lower = message.to_ascii_lowercase();
-    let refused = ["401", "unauthorized", "authentication required"]
-        .iter()
-        .any(|p| lower.contains(p));
+    // Words, not a bare "401": a port number may hold those digits.
+    let refused = [
+        "status code 401",
+        "401 unauthorized",
+        "unauthorized",
+        "authentication required",
+    ]
+    .iter()
+    .any(|p| lower.contains(p));
     let no_credentials = [
         "basic credential not found",
         "credential required",
@@ -565,6 +571,19 @@ mod tests {
                 local,
                 access(false, None),
                 Some("reached over plain HTTP unless spec.install.tlsConfig is set"),
+            ),
+            // A port holding "401" is not an answer 401.
+            (
+                "failed to perform \"FetchReference\" on source: GET \"http://127.0.0.1:46401/v2/charts/fleet-crd/manifests/0.1.0\": response status code 400: Bad Request",
+                local,
+                access(false, None),
+                Some("reached over plain HTTP unless spec.install.tlsConfig is set"),
+            ),
+            (
+                "Get \"http://127.0.0.1:40133/v2/\": dial tcp 127.0.0.1:40133: connect: connection refused",
+                "oci://127.0.0.1:40133/charts",
+                access(false, None),
+                None,
             ),
             (
                 "failed to perform \"FetchReference\" on source: 127.0.0.1:5055/charts/fleet:9.9.9: not found",
