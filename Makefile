@@ -10,9 +10,10 @@ export HELM_BIN HELM3_BIN
 ## test: install tools, check formatting and lints, run every test in the workspace
 test: tools lint unit
 
-## tools: install the pinned helm binaries into ./bin (helm 4 as helm, helm 3 as helm3)
+## tools: install the pinned helm binaries into ./bin (helm 4 as helm, helm 3 as helm3) and the OCI registry the tests push charts to (docker-registry, from Debian's package when missing)
 tools:
 	hack/install-helm.sh
+	hack/install-registry.sh
 
 ## lint: rustfmt and clippy, warnings are errors
 lint:

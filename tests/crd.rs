@@ -266,6 +266,8 @@ fn collect_paths(node: &Value, path: &str, out: &mut Vec<String>) {
         "selfManagedSelector",
         "ref",
         "apiServerCaConfigRef",
+        "secret",
+        "caSecret",
         "agentEnvVars",
         "agentTolerations",
         "conditions",

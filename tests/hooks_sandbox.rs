@@ -1272,3 +1272,203 @@ async fn create_or_get_says_whether_it_created() {
         .expect("no error");
     assert_eq!(vanished, CreateOrGet::Vanished);
 }
+
+/// Secret `name` in [`NS`] with `key: text`, created or updated.
+async fn put_secret(env: &Env, name: &str, key: &str, text: &str) {
+    Api::<Secret>::namespaced(env.client(), NS)
+        .patch(
+            name,
+            &PatchParams::apply("hooks-sandbox-test").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": name, "namespace": NS},
+                "stringData": {key: text},
+            })),
+        )
+        .await
+        .expect("secret");
+}
+
+/// Fleet's `fleet-agent` chart pulled from a real OCI registry (`docker-registry` on 127.0.0.1):
+/// from a plain-HTTP registry on loopback; from a private one (TLS with the test's CA, basic
+/// auth) with `agentChartCredentials` and `agentChartTLSConfig`, the failures a user meets told
+/// in the hook's answer (which Cluster API shows on the Cluster) with what to change; and with
+/// `spec.install`'s settings when the agent chart comes from the repository Fleet is installed
+/// from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_chart_is_pulled_from_an_oci_registry() {
+    use fleet_common::registry::{PASSWORD, Registry, RegistryOptions, Tls, USER};
+    let env = &Env::start(Some("cluster: {agentInitiated: true}")).await;
+    env.install_fleet().await;
+    let set_config = |yaml: String| {
+        let spec: caapf::api::FleetAddonConfigSpec = serde_yaml::from_str(&yaml).expect("spec");
+        let config = EffectiveConfig::from_spec(&spec);
+        assert!(config.problems.is_empty(), "{:?}", config.problems);
+        env._config.send_replace(Some(Arc::new(config)));
+    };
+    // A Cluster whose token Fleet has issued: the next BeforeClusterCreate renders the chart.
+    let ready_cluster = |name: &'static str| async move {
+        let cluster = env
+            .capi_cluster(name, json!({}), "quick-start", false)
+            .await;
+        env.call(Hook::BeforeClusterCreate, &cluster).await;
+        env.issue_token(name).await;
+        cluster
+    };
+    let rendered = |name: &'static str| async move {
+        let secret = env.bootstrap_secret(name).await.expect("bootstrap secret");
+        let objects = documents(&secret_text(&secret, MANIFEST_KEY));
+        assert!(
+            objects.iter().any(|o| o["kind"] == "Deployment"),
+            "{objects:?}"
+        );
+    };
+
+    // A plain-HTTP registry on loopback (helm gets --plain-http).
+    let plain = Registry::start(RegistryOptions::default());
+    plain.push_agent(AGENT_CHART_VERSION);
+    set_config(format!(
+        "cluster: {{agentInitiated: true}}\nruntimeExtension: {{agentChartRepository: \"{}\"}}",
+        plain.url()
+    ));
+    let cluster = ready_cluster("oci-plain").await;
+    assert_success(&env.call(Hook::BeforeClusterCreate, &cluster).await);
+    rendered("oci-plain").await;
+
+    // A private registry.
+    let ca = common::tls::Ca::new();
+    let serving = ca.serving("registry");
+    let mut private = Registry::start(RegistryOptions {
+        tls: Some(Tls {
+            cert: serving.cert,
+            key: serving.key,
+            ca: ca.pem.clone(),
+        }),
+        basic_auth: true,
+    });
+    private.push_agent(AGENT_CHART_VERSION);
+    put_secret(env, "registry-ca", "ca.crt", &ca.pem).await;
+    put_secret(
+        env,
+        "registry-pull",
+        "config.json",
+        &private.config_json(USER, "wrong-password"),
+    )
+    .await;
+    set_config(format!(
+        "cluster: {{agentInitiated: true}}\nruntimeExtension: {{agentChartRepository: \"{}\", \
+         agentChartCredentials: {{secret: {{name: registry-pull, namespace: {NS}}}}}, \
+         agentChartTLSConfig: {{caSecret: {{name: registry-ca, namespace: {NS}}}}}}}",
+        private.url()
+    ));
+    let cluster = ready_cluster("oci-private").await;
+    let refused = env.call(Hook::BeforeClusterCreate, &cluster).await;
+    assert_retry(
+        &refused,
+        "the registry refused the credentials of spec.runtimeExtension.agentChartCredentials (Secret team-a/registry-pull",
+    );
+    assert!(
+        refused.message.contains(&format!(
+            "pulling the fleet-agent chart {AGENT_CHART_VERSION} from {}",
+            private.url()
+        )),
+        "{}",
+        refused.message
+    );
+    assert!(
+        !refused.message.contains("wrong-password"),
+        "{}",
+        refused.message
+    );
+    assert!(env.bootstrap_secret("oci-private").await.is_none());
+
+    // Fixed by the user: the next call pulls and renders.
+    put_secret(
+        env,
+        "registry-pull",
+        "config.json",
+        &private.config_json(USER, PASSWORD),
+    )
+    .await;
+    assert_success(&env.call(Hook::BeforeClusterCreate, &cluster).await);
+    rendered("oci-private").await;
+
+    // The registry is down and the chart of another version is not cached: retried, said why.
+    private.stop();
+    let configs: Api<caapf::api::FleetAddonConfig> = Api::all(env.client());
+    let object: caapf::api::FleetAddonConfig = serde_json::from_value(json!({
+        "apiVersion": "addons.cluster.x-k8s.io/v1alpha1", "kind": "FleetAddonConfig",
+        "metadata": {"name": "fleet-addon-config"}, "spec": {}
+    }))
+    .expect("config");
+    configs
+        .create(&PostParams::default(), &object)
+        .await
+        .expect("create");
+    configs
+        .patch_status(
+            "fleet-addon-config",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"installedVersion": "9.9.9"}})),
+        )
+        .await
+        .expect("status");
+    let cluster = ready_cluster("oci-down").await;
+    assert_retry(
+        &env.call(Hook::BeforeClusterCreate, &cluster).await,
+        "connection refused",
+    );
+    // Back, but without that version: the tag is unknown.
+    private.restart();
+    let unknown = env.call(Hook::BeforeClusterCreate, &cluster).await;
+    assert_retry(&unknown, "pulling the fleet-agent chart 9.9.9");
+    assert!(unknown.message.contains("not found"), "{}", unknown.message);
+
+    // No settings of its own: the agent chart comes from spec.install's repository (another
+    // private registry, so nothing is cached), with spec.install's credentials and CA.
+    let serving = ca.serving("mirror");
+    let mirror = Registry::start(RegistryOptions {
+        tls: Some(Tls {
+            cert: serving.cert,
+            key: serving.key,
+            ca: ca.pem.clone(),
+        }),
+        basic_auth: true,
+    });
+    mirror.push_agent(AGENT_CHART_VERSION);
+    configs
+        .patch_status(
+            "fleet-addon-config",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"installedVersion": AGENT_CHART_VERSION}})),
+        )
+        .await
+        .expect("status");
+    set_config(format!(
+        "cluster: {{agentInitiated: true}}\ninstall: {{followLatest: true, repository: \"{}\", \
+         credentials: {{secret: {{name: registry-pull, namespace: {NS}}}}}, \
+         tlsConfig: {{caSecret: {{name: registry-ca, namespace: {NS}}}}}}}",
+        mirror.url()
+    ));
+    // The same Secret holds the password for this registry's host too.
+    put_secret(
+        env,
+        "registry-pull",
+        "config.json",
+        &serde_json::json!({"auths": {
+            private.host(): {"auth": auth(USER, PASSWORD)},
+            mirror.host(): {"auth": auth(USER, PASSWORD)},
+        }})
+        .to_string(),
+    )
+    .await;
+    assert_success(&env.call(Hook::BeforeClusterCreate, &cluster).await);
+    rendered("oci-down").await;
+}
+
+fn auth(user: &str, password: &str) -> String {
+    base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        format!("{user}:{password}"),
+    )
+}

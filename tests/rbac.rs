@@ -4,10 +4,11 @@
 //! - import: plain, classy and agent-initiated Clusters, create-only mode, templateValues
 //!   references, deselection, deletion and cleanup, legacy finalizers, status, leader election
 //!   and release;
-//! - Fleet installation with the real helm from a chart repository on 127.0.0.1, and Fleet
-//!   settings (inferLocal with the Endpoints fallback, a CA from a Secret);
+//! - Fleet installation with the real helm from a chart repository on 127.0.0.1 and from a
+//!   private OCI registry (credentials and CA from Secrets), and Fleet settings (inferLocal with
+//!   the Endpoints fallback, a CA from a Secret);
 //! - the runtime extension's hooks (BeforeClusterCreate, -Upgrade, -Delete) called on a running
-//!   manager.
+//!   manager, the agent chart pulled from an OCI registry with credentials from a Secret.
 //!
 //! The manager runs as its ServiceAccount, bound only to the roles rendered from `config/`
 //! (import and Fleet scenarios: `config/default`) or from the Helm chart (hooks scenario, with
@@ -543,10 +544,63 @@ async fn fleet_scenario() -> Vec<RequestRecord> {
     ))
     .await;
     eventually("custom server settings with a Secret CA", || ready(2)).await;
+
+    // A private OCI registry (HTTPS with the test's CA, basic auth): its credentials and CA
+    // read from Secrets, and watched by name.
+    let ca = common::tls::Ca::new();
+    let serving = ca.serving("registry");
+    let registry =
+        fleet_common::registry::Registry::start(fleet_common::registry::RegistryOptions {
+            tls: Some(fleet_common::registry::Tls {
+                cert: serving.cert,
+                key: serving.key,
+                ca: ca.pem.clone(),
+            }),
+            basic_auth: true,
+        });
+    registry.push_fleet("0.2.0");
+    for (name, key, value) in [
+        ("registry-ca", "ca.crt", ca.pem.clone()),
+        (
+            "registry-pull",
+            "config.json",
+            registry.config_json(
+                fleet_common::registry::USER,
+                fleet_common::registry::PASSWORD,
+            ),
+        ),
+    ] {
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default"},
+            "stringData": {key: value},
+        }))
+        .expect("secret");
+        Api::<Secret>::namespaced(h.client.clone(), "default")
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("registry secret");
+    }
+    h.config(&format!(
+        "install: {{version: 0.2.0, repository: \"{}\", credentials: {{secret: {{name: registry-pull, namespace: default}}}}, tlsConfig: {{caSecret: {{name: registry-ca, namespace: default}}}}}}",
+        registry.url()
+    ))
+    .await;
+    eventually("Fleet from a private OCI registry", || ready(3)).await;
+    for name in ["registry-pull", "registry-ca"] {
+        let reads = h.sandbox.requests().count(|r| {
+            from_manager(r)
+                && r.verb == Verb::Get
+                && r.resource == "secrets"
+                && r.name == name
+                && r.code == 200
+        });
+        assert!(reads > 0, "the manager never read Secret {name}");
+    }
+
     // Fleet managed by someone else from now on: the settings go into Fleet's own ConfigMap.
     h.config("config: {server: {custom: {apiServerUrl: \"https://other.example.com\"}}}")
         .await;
-    eventually("settings patched into fleet-controller", || ready(3)).await;
+    eventually("settings patched into fleet-controller", || ready(4)).await;
     h.stop().await;
     h.sandbox.requests().all()
 }
@@ -576,13 +630,32 @@ async fn hooks_scenario(rbac: Vec<Value>) -> Vec<RequestRecord> {
     h.run_as_service_account(&rbac, NAMESPACE, SERVICE_ACCOUNT)
         .await;
     h.class("team-a", "quick-start", json!({})).await;
-    let charts = fleet_common::ChartRepo::start(&[]).await;
-    charts.add_agent_version("0.13.1");
+    // The agent chart from an OCI registry asking for basic auth: the hooks read the
+    // credentials Secret.
+    let registry =
+        fleet_common::registry::Registry::start(fleet_common::registry::RegistryOptions {
+            tls: None,
+            basic_auth: true,
+        });
+    registry.push_agent("0.13.1");
+    let pull: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "agent-pull", "namespace": "team-a"},
+        "stringData": {"config.json": registry.config_json(
+            fleet_common::registry::USER,
+            fleet_common::registry::PASSWORD,
+        )},
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(h.client.clone(), "team-a")
+        .create(&PostParams::default(), &pull)
+        .await
+        .expect("credentials secret");
     h.flags.helm_binary = fleet_common::helm_bin().display().to_string();
     h.config(&format!(
         "cluster: {{agentInitiated: true, setOwnerReferences: true}}\n\
-         runtimeExtension: {{beforeClusterUpgrade: {{waitForBundlesReady: true}}, beforeClusterDelete: {{removeWorkloads: true}}, agentChartRepository: \"{}\"}}",
-        charts.url()
+         runtimeExtension: {{beforeClusterUpgrade: {{waitForBundlesReady: true}}, beforeClusterDelete: {{removeWorkloads: true}}, agentChartRepository: \"{}\", \
+         agentChartCredentials: {{secret: {{name: agent-pull, namespace: team-a}}}}}}",
+        registry.url()
     ))
     .await;
     let created = h

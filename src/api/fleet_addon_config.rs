@@ -11,7 +11,7 @@ use fleet_api_rs::fleet_cluster::{
     ClusterAgentAffinity, ClusterAgentEnvVars, ClusterAgentResources,
     ClusterAgentSchedulingCustomization, ClusterAgentTolerations,
 };
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{ObjectReference, SecretReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -95,6 +95,60 @@ pub struct RuntimeExtensionConfig {
         pattern = r"^(https://[^\s]+|oci://[^\s]+|http://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]+)?(/[^\s]*)?)$"
     ))]
     pub agent_chart_repository: Option<String>,
+
+    /// Credentials for the registry of the `fleet-agent` chart (an `oci://` repository), as
+    /// `spec.install.credentials`. Default: `spec.install.credentials` when the agent chart
+    /// comes from the repository Fleet is installed from. Added by this provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_chart_credentials: Option<RegistryCredentials>,
+
+    /// TLS settings for the repository of the `fleet-agent` chart, as `spec.install.tlsConfig`.
+    /// Default: `spec.install.tlsConfig` when the agent chart comes from the repository Fleet
+    /// is installed from. Added by this provider.
+    #[serde(
+        default,
+        rename = "agentChartTLSConfig",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub agent_chart_tls_config: Option<ChartTlsConfig>,
+}
+
+/// Credentials for an OCI registry, as cluster-api-addon-provider-helm's `HelmChartProxy`
+/// `credentials`: a Secret holding a registry configuration (the `config.json` that
+/// `helm registry login` and `docker login` write: `{"auths": {"<host>[:<port>]": {"auth":
+/// "<base64 of user:password>"}}}`). Used for `oci://` repositories only.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RegistryCredentials {
+    /// The Secret: `name` and `namespace` (both required: FleetAddonConfig is cluster-scoped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<SecretReference>,
+
+    /// The key of the Secret holding the registry configuration. Default: `config.json`
+    /// (a Secret of type `kubernetes.io/dockerconfigjson` has it under `.dockerconfigjson`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[-._a-zA-Z0-9]+$"))]
+    pub key: Option<String>,
+}
+
+/// TLS settings for a chart repository or registry, as cluster-api-addon-provider-helm's
+/// `HelmChartProxy` `tlsConfig`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChartTlsConfig {
+    /// A Secret (`name` and `namespace`, both required) whose key `ca.crt` holds the PEM CA
+    /// the repository's certificate is verified with (helm `--ca-file`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_secret: Option<SecretReference>,
+
+    /// Do not verify the repository's certificate (helm `--insecure-skip-tls-verify`).
+    /// Default: false.
+    #[serde(
+        default,
+        rename = "insecureSkipTLSVerify",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub insecure_skip_tls_verify: Option<bool>,
 }
 
 /// BeforeClusterUpgrade settings.
@@ -480,13 +534,27 @@ pub struct FleetInstall {
     pub version: Option<String>,
 
     /// Chart repository URL: `https://…` or `oci://…` (plain `http://` only for loopback
-    /// addresses, for local testing). Default: `https://rancher.github.io/fleet-helm-charts/`.
+    /// addresses, for local testing; an `oci://` registry on a loopback address is used over
+    /// plain HTTP unless `tlsConfig` is set). Default:
+    /// `https://rancher.github.io/fleet-helm-charts/`.
     /// Added by this provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(
         pattern = r"^(https://[^\s]+|oci://[^\s]+|http://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]+)?(/[^\s]*)?)$"
     ))]
     pub repository: Option<String>,
+
+    /// Credentials for an `oci://` repository: a Secret holding a registry `config.json`
+    /// (cluster-api-addon-provider-helm's `credentials`). Added by this provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<RegistryCredentials>,
+
+    /// TLS settings of the repository: a CA from a Secret, or no verification
+    /// (cluster-api-addon-provider-helm's `tlsConfig`). On an `oci://` registry at 127.0.0.1,
+    /// localhost or [::1], its presence also says the registry serves HTTPS (without it, such
+    /// a registry is used over plain HTTP). Added by this provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_config: Option<ChartTlsConfig>,
 
     /// Namespace of the Fleet releases. Default: `cattle-fleet-system`. Added by this provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -2,7 +2,9 @@
 //! (the values and what is made of the rendering: [`crate::model::agent_manifest`]).
 //!
 //! The chart comes from the configured chart repository (FleetAddonConfig
-//! `spec.install.repository`, default Fleet's public one; HTTP or OCI) at the version of the
+//! `spec.runtimeExtension.agentChartRepository`, else `spec.install.repository`, default Fleet's
+//! public one; HTTP or OCI, with the credentials and CA of
+//! [`crate::model::config::EffectiveConfig::agent_chart_access`]) at the version of the
 //! Fleet that is installed, so the agent a new cluster starts is the agent of that Fleet release
 //! (Fleet publishes `fleet`, `fleet-crd` and `fleet-agent` with one version). Each archive is
 //! pulled once per process and version (at most [`MAX_CACHED_ARCHIVES`] kept), then rendered
@@ -15,12 +17,13 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio::sync::Mutex;
 
-use crate::helm::argv::ChartSource;
-use crate::helm::{Helm, HelmSettings};
+use crate::helm::scrub::redact;
+use crate::helm::{Helm, HelmSettings, access};
 use crate::metrics::Metrics;
 use crate::model::agent_manifest::{
     AGENT_NAME, BootstrapInput, ChartLocation, chart_values, finish,
 };
+use crate::model::chart_access::{ChartAccess, explain};
 
 /// Chart archives kept on disk (one per repository and version; older ones are dropped).
 pub const MAX_CACHED_ARCHIVES: usize = 8;
@@ -50,27 +53,38 @@ impl AgentChart {
 
     /// The agent objects for `input`, from the chart at `location`. Errors say what failed
     /// (pulling or rendering, with helm's scrubbed message), never a value.
+    ///
+    /// `access` says how the repository is reached; the Secrets it names are read with `client`
+    /// only when the archive is pulled.
     pub async fn render(
         &self,
         location: &ChartLocation,
+        access: &ChartAccess,
+        client: &kube::Client,
         input: &BootstrapInput,
     ) -> Result<Vec<Value>, String> {
         let values = chart_values(input)?;
-        let (archive, helm) = self.archive(location).await?;
+        let (archive, helm) = self.archive(location, access, client).await?;
         let rendered = helm
             .template(AGENT_NAME, &archive, &input.agent.namespace, &values)
             .await
             .map_err(|err| {
                 format!(
                     "rendering the {AGENT_NAME} chart {} from {}: {err}",
-                    location.version, location.repository
+                    location.version,
+                    redact(&location.repository)
                 )
             })?;
         finish(&rendered, input)
     }
 
     /// The archive of `location` (pulled on first use) and the helm to render it with.
-    async fn archive(&self, location: &ChartLocation) -> Result<(PathBuf, Arc<Helm>), String> {
+    async fn archive(
+        &self,
+        location: &ChartLocation,
+        access: &ChartAccess,
+        client: &kube::Client,
+    ) -> Result<(PathBuf, Arc<Helm>), String> {
         // One pull at a time: concurrent first requests for a version wait for the same pull.
         let mut state = self.state.lock().await;
         if state.is_none() {
@@ -108,16 +122,37 @@ impl AgentChart {
             .join(format!("{}", state.archives.len()))
             .join(sanitize(&location.version));
         let _ = tokio::fs::remove_dir_all(&destination).await;
-        let source = ChartSource::parse(&location.repository);
+        // The repository URL without user information, for messages.
+        let repository = redact(&location.repository);
+        let data = access::read(client, access).await.map_err(|err| {
+            format!(
+                "pulling the {AGENT_NAME} chart {} from {repository}: {err}",
+                location.version
+            )
+        })?;
+        // Removed once the archive is pulled.
+        let files = helm
+            .access_files(data)
+            .await
+            .map_err(|err| format!("preparing the pull of the {AGENT_NAME} chart: {err}"))?;
+        let source = files.source(&location.repository, access);
         let path = helm
             .pull(&source, AGENT_NAME, &location.version, &destination)
             .await
             .map_err(|err| {
+                let err = match err {
+                    crate::Error::Helm { step, message } => crate::Error::Helm {
+                        step,
+                        message: explain(&message, &location.repository, access),
+                    },
+                    other => other,
+                };
                 format!(
-                    "pulling the {AGENT_NAME} chart {} from {}: {err}",
-                    location.version, location.repository
+                    "pulling the {AGENT_NAME} chart {} from {repository}: {err}",
+                    location.version
                 )
             })?;
+        drop(files);
         state.archives.insert(location.clone(), path.clone());
         Ok((path, helm))
     }

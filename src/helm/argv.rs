@@ -13,14 +13,21 @@
 //! - `helm list --all` is gone in helm 4: we ask for `--deployed --failed --pending`, which both
 //!   accept.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::output::HelmMajor;
 
-/// Where charts come from.
+/// Where charts come from and how helm reaches them.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ChartSource {
+pub struct ChartSource {
+    pub location: Location,
+    pub access: AccessArgs,
+}
+
+/// The repository.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Location {
     /// A classic chart repository (an `index.yaml` over http(s)), used with `--repo <url>` so no
     /// `helm repo add` state is kept.
     Repository { url: String },
@@ -28,29 +35,71 @@ pub enum ChartSource {
     Oci { base: String },
 }
 
+/// How helm reaches the repository: flags only, never a secret (credentials and CA are files,
+/// written by [`super::access`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AccessArgs {
+    /// `--plain-http`: an OCI registry over HTTP ([`crate::model::chart_access::plain_http`]).
+    pub plain_http: bool,
+    /// `--insecure-skip-tls-verify`.
+    pub insecure_skip_tls_verify: bool,
+    /// `--ca-file`: the PEM CA to verify the repository with.
+    pub ca_file: Option<PathBuf>,
+    /// `--registry-config`: the registry configuration (`config.json`) with the credentials of
+    /// an OCI registry.
+    pub registry_config: Option<PathBuf>,
+}
+
 impl ChartSource {
-    /// `oci://…` is a registry; anything else is a repository URL.
+    /// `oci://…` is a registry; anything else is a repository URL. Reached without any access
+    /// settings.
     pub fn parse(repository: &str) -> Self {
         let trimmed = repository.trim();
-        if trimmed.starts_with("oci://") {
-            ChartSource::Oci {
+        let location = if trimmed.starts_with("oci://") {
+            Location::Oci {
                 base: trimmed.trim_end_matches('/').to_string(),
             }
         } else {
-            ChartSource::Repository {
+            Location::Repository {
                 url: trimmed.to_string(),
             }
+        };
+        ChartSource {
+            location,
+            access: AccessArgs::default(),
         }
     }
 
-    /// The chart reference and the arguments that say where it lives.
+    /// The same repository reached with `access`.
+    pub fn with_access(mut self, access: AccessArgs) -> Self {
+        self.access = access;
+        self
+    }
+
+    /// The chart reference and the arguments that say where it lives and how to reach it.
+    /// `--plain-http` and `--registry-config` concern OCI registries only; the TLS flags apply
+    /// to both kinds.
     fn chart_args(&self, chart: &str) -> Vec<String> {
-        match self {
-            ChartSource::Repository { url } => {
+        let mut argv = match &self.location {
+            Location::Repository { url } => {
                 vec![chart.to_string(), "--repo".to_string(), url.clone()]
             }
-            ChartSource::Oci { base } => vec![format!("{base}/{chart}")],
+            Location::Oci { base } => vec![format!("{base}/{chart}")],
+        };
+        let oci = matches!(self.location, Location::Oci { .. });
+        if oci && self.access.plain_http {
+            argv.push("--plain-http".to_string());
         }
+        if self.access.insecure_skip_tls_verify {
+            argv.push("--insecure-skip-tls-verify".to_string());
+        }
+        if let Some(file) = &self.access.ca_file {
+            argv.extend(["--ca-file".to_string(), file.display().to_string()]);
+        }
+        if let (true, Some(file)) = (oci, &self.access.registry_config) {
+            argv.extend(["--registry-config".to_string(), file.display().to_string()]);
+        }
+        argv
     }
 }
 
@@ -224,17 +273,107 @@ mod tests {
     #[test]
     fn sources() {
         assert_eq!(
-            ChartSource::parse(REPO),
-            ChartSource::Repository {
+            ChartSource::parse(REPO).location,
+            Location::Repository {
                 url: REPO.to_string()
             }
         );
         assert_eq!(
-            ChartSource::parse("oci://ghcr.io/rancher/fleet-charts/"),
-            ChartSource::Oci {
+            ChartSource::parse("oci://ghcr.io/rancher/fleet-charts/").location,
+            Location::Oci {
                 base: "oci://ghcr.io/rancher/fleet-charts".to_string()
             }
         );
+        assert_eq!(ChartSource::parse(REPO).access, AccessArgs::default());
+    }
+
+    /// Every command that fetches a chart says how to reach the repository; secrets only as
+    /// file paths.
+    #[test]
+    fn access_flags_on_every_command_that_fetches() {
+        let files = AccessArgs {
+            plain_http: false,
+            insecure_skip_tls_verify: false,
+            ca_file: Some(PathBuf::from("/h/access-x/ca.crt")),
+            registry_config: Some(PathBuf::from("/h/access-x/config.json")),
+        };
+        let plain = AccessArgs {
+            plain_http: true,
+            ..AccessArgs::default()
+        };
+        let insecure = AccessArgs {
+            insecure_skip_tls_verify: true,
+            ..AccessArgs::default()
+        };
+        let oci = |access: &AccessArgs| {
+            ChartSource::parse("oci://127.0.0.1:5055/charts").with_access(access.clone())
+        };
+        let https = |access: &AccessArgs| ChartSource::parse(REPO).with_access(access.clone());
+        let deploy_args = |source: &ChartSource| {
+            deploy(
+                HelmMajor::V4,
+                &Deploy {
+                    operation: Operation::Upgrade,
+                    release: "fleet",
+                    chart: "fleet",
+                    source,
+                    namespace: "ns",
+                    version: "0.2.0",
+                    values_file: None,
+                    wait_timeout: Duration::from_secs(60),
+                },
+            )
+            .join(" ")
+        };
+        let pull_args =
+            |source: &ChartSource| pull(source, "fleet-agent", "0.2.0", Path::new("/d")).join(" ");
+        let rows: Vec<(String, &str)> = vec![
+            (
+                show_chart(&oci(&plain), "fleet", None).join(" "),
+                "show chart oci://127.0.0.1:5055/charts/fleet --plain-http",
+            ),
+            (
+                show_chart(&oci(&files), "fleet", Some("0.2.0")).join(" "),
+                "show chart oci://127.0.0.1:5055/charts/fleet --ca-file /h/access-x/ca.crt --registry-config /h/access-x/config.json --version 0.2.0",
+            ),
+            (
+                show_chart(&oci(&insecure), "fleet", None).join(" "),
+                "show chart oci://127.0.0.1:5055/charts/fleet --insecure-skip-tls-verify",
+            ),
+            (
+                pull_args(&oci(&plain)),
+                "pull oci://127.0.0.1:5055/charts/fleet-agent --plain-http --version 0.2.0 --destination /d",
+            ),
+            (
+                pull_args(&oci(&files)),
+                "pull oci://127.0.0.1:5055/charts/fleet-agent --ca-file /h/access-x/ca.crt --registry-config /h/access-x/config.json --version 0.2.0 --destination /d",
+            ),
+            (
+                deploy_args(&oci(&plain)),
+                "upgrade fleet oci://127.0.0.1:5055/charts/fleet --plain-http --namespace ns --version 0.2.0 --reset-values --wait --timeout 60s --rollback-on-failure --server-side=true --force-conflicts",
+            ),
+            (
+                deploy_args(&oci(&files)),
+                "upgrade fleet oci://127.0.0.1:5055/charts/fleet --ca-file /h/access-x/ca.crt --registry-config /h/access-x/config.json --namespace ns --version 0.2.0 --reset-values --wait --timeout 60s --rollback-on-failure --server-side=true --force-conflicts",
+            ),
+            // A chart repository: TLS flags, but no --plain-http (the URL's scheme says it) and
+            // no registry configuration (helm reads it for OCI only).
+            (
+                show_chart(&https(&files), "fleet", None).join(" "),
+                "show chart fleet --repo https://rancher.github.io/fleet-helm-charts/ --ca-file /h/access-x/ca.crt",
+            ),
+            (
+                show_chart(&https(&plain), "fleet", None).join(" "),
+                "show chart fleet --repo https://rancher.github.io/fleet-helm-charts/",
+            ),
+            (
+                pull_args(&https(&insecure)),
+                "pull fleet-agent --repo https://rancher.github.io/fleet-helm-charts/ --insecure-skip-tls-verify --version 0.2.0 --destination /d",
+            ),
+        ];
+        for (argv, want) in rows {
+            assert_eq!(argv, want);
+        }
     }
 
     #[test]

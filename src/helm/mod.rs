@@ -7,6 +7,7 @@
 //! Values are written to a file (mode 0600, in a private temporary directory removed after the
 //! command), never put on the command line.
 
+pub mod access;
 pub mod agent_chart;
 pub mod argv;
 pub mod output;
@@ -321,6 +322,19 @@ impl Helm {
 }
 
 impl Helm {
+    /// Writes `data` as private files under helm's home (removed when the result is dropped),
+    /// off the async workers.
+    pub async fn access_files(&self, data: access::AccessData) -> Result<access::AccessFiles> {
+        let home = self.home.clone();
+        tokio::task::spawn_blocking(move || access::AccessFiles::write(&home, &data))
+            .await
+            .map_err(|err| Error::Helm {
+                step: "access",
+                message: format!("writing the registry configuration and CA files: {err}"),
+            })?
+            .map_err(Error::from)
+    }
+
     /// Downloads the archive of `chart` at exactly `version` into `destination` (created if
     /// needed) and returns its path.
     pub async fn pull(
@@ -397,7 +411,7 @@ fn operation_what(operation: &'static str) -> &'static str {
 }
 
 /// A temporary directory only we can enter (mode 0700).
-fn private_dir_builder(prefix: &str) -> tempfile::Builder<'_, 'static> {
+pub(crate) fn private_dir_builder(prefix: &str) -> tempfile::Builder<'_, 'static> {
     let mut builder = tempfile::Builder::new();
     builder.prefix(prefix);
     #[cfg(unix)]
@@ -406,6 +420,22 @@ fn private_dir_builder(prefix: &str) -> tempfile::Builder<'_, 'static> {
         builder.permissions(std::fs::Permissions::from_mode(0o700));
     }
     builder
+}
+
+/// Writes `bytes` to a new file `name` in `dir` that only we can read (mode 0600).
+pub(crate) fn write_private(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
+    let path = dir.join(name);
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options.open(&path)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    Ok(path)
 }
 
 /// A values file readable only by us, in a private directory; both removed on drop.
@@ -422,17 +452,7 @@ impl ValuesFile {
     ) -> Result<Self> {
         std::fs::create_dir_all(parent)?;
         let dir = private_dir_builder("values-").tempdir_in(parent)?;
-        let path = dir.path().join("values.json");
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            options.mode(0o600);
-        }
-        let mut file = options.open(&path)?;
-        file.write_all(&serde_json::to_vec(values)?)?;
-        file.sync_all()?;
+        let path = write_private(dir.path(), "values.json", &serde_json::to_vec(values)?)?;
         Ok(Self { dir, path })
     }
 

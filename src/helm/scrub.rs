@@ -36,7 +36,7 @@ static KEY_VALUE: LazyLock<Regex> = LazyLock::new(|| {
 
 /// `Bearer x` and `Basic x` anywhere.
 static AUTH_SCHEME: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r#"(?i)\b(bearer|basic)\s+[^\s",]+"#).expect("static regex"));
+    LazyLock::new(|| Regex::new(r#"(?i)\b(bearer|basic)\s+([^\s",]+)"#).expect("static regex"));
 
 /// JSON Web Tokens (service-account tokens).
 static JWT: LazyLock<Regex> = LazyLock::new(|| {
@@ -54,7 +54,19 @@ pub fn redact(text: &str) -> String {
     let text = URL_USERINFO.replace_all(&text, format!("${{1}}{REDACTED}@"));
     let text = JWT.replace_all(&text, REDACTED);
     let text = KEY_VALUE.replace_all(&text, format!("${{1}}{REDACTED}"));
-    let text = AUTH_SCHEME.replace_all(&text, format!("${{1}} {REDACTED}"));
+    // Registry clients say "basic credential not found" and "no basic auth credentials": words,
+    // not a value.
+    let text = AUTH_SCHEME.replace_all(&text, |caps: &regex::Captures<'_>| {
+        let value = caps.get(2).map_or("", |m| m.as_str());
+        if matches!(
+            value.to_ascii_lowercase().as_str(),
+            "credential" | "credentials" | "auth" | "authentication"
+        ) {
+            caps[0].to_string()
+        } else {
+            format!("{} {REDACTED}", &caps[1])
+        }
+    });
     // Paths and URLs are made of short segments; only unbroken runs are blobs.
     LONG_BLOB.replace_all(&text, REDACTED).into_owned()
 }
@@ -216,6 +228,8 @@ mod tests {
             "INSTALLATION FAILED: context deadline exceeded",
             "invalid token is expired",
             "secrets \"sh.helm.release.v1.fleet.v1\" is forbidden",
+            "GET \"https://127.0.0.1:5057/v2/charts/fleet/tags/list\": basic credential not found",
+            "authorization failed: no basic auth credentials",
         ] {
             assert_eq!(redact(text), text);
         }
@@ -246,6 +260,35 @@ mod tests {
             ),
             (
                 "Error: ghcr.io/rancher/fleet-crd:9.9.9: not found",
+                ResolveFailure::ChartMissing,
+            ),
+            // From the CNCF Distribution registry, helm 4 and helm 3 (tests/oci_registry.rs).
+            (
+                "Error: GET \"https://127.0.0.1:5057/v2/charts/fleet/tags/list\": response status code 401: unauthorized: authentication required: [map[Action:pull Class: Name:charts/fleet Type:repository]]",
+                ResolveFailure::Unreachable,
+            ),
+            (
+                "Error: GET \"https://127.0.0.1:5057/v2/charts/fleet/tags/list\": basic credential not found",
+                ResolveFailure::Unreachable,
+            ),
+            (
+                "Error: failed to perform \"FetchReference\" on source: GET \"http://127.0.0.1:5058/v2/charts/fleet/manifests/0.1.0\": response status code 401: unauthorized: authentication required",
+                ResolveFailure::Unreachable,
+            ),
+            (
+                "Error: Get \"https://127.0.0.1:5055/v2/charts/fleet/tags/list\": http: server gave HTTP response to HTTPS client",
+                ResolveFailure::Unreachable,
+            ),
+            (
+                "Error: failed to perform \"FetchReference\" on source: 127.0.0.1:5055/charts/fleet:9.9.9: not found",
+                ResolveFailure::ChartMissing,
+            ),
+            (
+                "Error: 127.0.0.1:5055/charts/fleet:9.9.9: not found",
+                ResolveFailure::ChartMissing,
+            ),
+            (
+                "Error: GET \"http://127.0.0.1:5055/v2/charts/nope/tags/list\": response status code 404: name unknown: repository name not known to registry: map[name:charts/nope]",
                 ResolveFailure::ChartMissing,
             ),
             ("Error: something else", ResolveFailure::Unreachable),

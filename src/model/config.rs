@@ -17,6 +17,7 @@ use crate::api::{
     BeforeClusterDeleteConfig, ClusterConfig, FleetAddonConfig, FleetAddonConfigSpec, FleetInstall,
     Server,
 };
+use crate::model::chart_access::{self, ChartAccess};
 use crate::model::selection::{AgentInitiated, ClusterSelection};
 use crate::model::validation::{FieldError, validate};
 use crate::model::version::ChartVersion;
@@ -84,6 +85,37 @@ impl EffectiveConfig {
                 .map(|install| install.repository.as_str()))
             .unwrap_or(crate::names::DEFAULT_FLEET_REPOSITORY)
     }
+
+    /// How the `fleet-agent` chart's repository is reached: `spec.runtimeExtension.
+    /// agentChartCredentials` and `agentChartTLSConfig`, each else `spec.install`'s when the
+    /// agent chart comes from the repository Fleet is installed from (never another
+    /// repository's credentials).
+    pub fn agent_chart_access(&self) -> ChartAccess {
+        let own = &self.runtime_extension.agent_chart_access;
+        let repository = self.agent_chart_repository();
+        let inherited = self
+            .install
+            .as_ref()
+            .filter(|install| install.repository == repository)
+            .map(|install| &install.access);
+        let Some(inherited) = inherited else {
+            return own.clone();
+        };
+        let (credentials, credentials_field) = match &own.credentials {
+            Some(credentials) => (Some(credentials.clone()), own.credentials_field),
+            None => (inherited.credentials.clone(), inherited.credentials_field),
+        };
+        let (tls, tls_field) = match &own.tls {
+            Some(tls) => (Some(tls.clone()), own.tls_field),
+            None => (inherited.tls.clone(), inherited.tls_field),
+        };
+        ChartAccess {
+            credentials,
+            tls,
+            credentials_field,
+            tls_field,
+        }
+    }
 }
 
 impl ClusterImport {
@@ -110,6 +142,9 @@ pub struct RuntimeExtensionSettings {
     /// Where Fleet's `fleet-agent` chart comes from, if set (`spec.runtimeExtension.
     /// agentChartRepository`); see [`EffectiveConfig::agent_chart_repository`].
     pub agent_chart_repository: Option<String>,
+    /// `spec.runtimeExtension.agentChartCredentials` and `agentChartTLSConfig`, as written;
+    /// see [`EffectiveConfig::agent_chart_access`].
+    pub agent_chart_access: ChartAccess,
 }
 
 /// Default of `spec.runtimeExtension.upgradeSteps.timeout`.
@@ -128,6 +163,12 @@ impl Default for RuntimeExtensionSettings {
             step_settle: DEFAULT_STEP_SETTLE,
             teardown: TeardownSettings::default(),
             agent_chart_repository: None,
+            agent_chart_access: ChartAccess::from_spec(
+                None,
+                None,
+                chart_access::AGENT_CREDENTIALS,
+                chart_access::AGENT_TLS,
+            ),
         }
     }
 }
@@ -196,6 +237,9 @@ pub struct InstallSettings {
     pub target: InstallTarget,
     pub repository: String,
     pub namespace: String,
+    /// Credentials and TLS settings for the repository (`spec.install.credentials`,
+    /// `spec.install.tlsConfig`).
+    pub access: ChartAccess,
     /// User values for the `fleet` chart.
     pub values: serde_json::Map<String, serde_json::Value>,
 }
@@ -333,6 +377,16 @@ impl EffectiveConfig {
                     .as_ref()
                     .and_then(|r| r.agent_chart_repository.clone())
                     .filter(|url| !url.trim().is_empty()),
+                agent_chart_access: ChartAccess::from_spec(
+                    spec.runtime_extension
+                        .as_ref()
+                        .and_then(|r| r.agent_chart_credentials.as_ref()),
+                    spec.runtime_extension
+                        .as_ref()
+                        .and_then(|r| r.agent_chart_tls_config.as_ref()),
+                    chart_access::AGENT_CREDENTIALS,
+                    chart_access::AGENT_TLS,
+                ),
             },
             problems: validate(spec),
             generation: None,
@@ -463,6 +517,12 @@ fn install_settings(install: &FleetInstall) -> Option<InstallSettings> {
             .namespace
             .clone()
             .unwrap_or_else(|| names::DEFAULT_FLEET_NAMESPACE.to_string()),
+        access: ChartAccess::from_spec(
+            install.credentials.as_ref(),
+            install.tls_config.as_ref(),
+            chart_access::INSTALL_CREDENTIALS,
+            chart_access::INSTALL_TLS,
+        ),
         values: install
             .values
             .clone()
@@ -856,6 +916,77 @@ clusterClass: {patchResource: true}
             ))
             .runtime_extension
             .wait_for_bundles_ready
+        );
+    }
+
+    /// The agent chart is reached with its own credentials and TLS settings, else with the
+    /// installation's when it comes from the same repository, never with another repository's.
+    #[test]
+    fn agent_chart_access_follows_its_repository() {
+        use crate::model::chart_access::{
+            AGENT_CREDENTIALS, AGENT_TLS, INSTALL_CREDENTIALS, INSTALL_TLS,
+        };
+        let install = "install: {followLatest: true, repository: \"oci://r.example.com/c\", credentials: {secret: {name: install-pull, namespace: a}}, tlsConfig: {caSecret: {name: install-ca, namespace: a}}}";
+        // (spec, credentials Secret, its field, CA Secret, TLS field)
+        type Row = (
+            String,
+            Option<&'static str>,
+            &'static str,
+            Option<&'static str>,
+            &'static str,
+        );
+        let rows: Vec<Row> = vec![
+            (install.to_string(), Some("install-pull"), INSTALL_CREDENTIALS, Some("install-ca"), INSTALL_TLS),
+            (
+                format!("{install}\nruntimeExtension: {{agentChartRepository: \"oci://r.example.com/c\"}}"),
+                Some("install-pull"), INSTALL_CREDENTIALS, Some("install-ca"), INSTALL_TLS,
+            ),
+            (
+                format!("{install}\nruntimeExtension: {{agentChartRepository: \"oci://mirror.example.com/c\"}}"),
+                None, AGENT_CREDENTIALS, None, AGENT_TLS,
+            ),
+            (
+                format!("{install}\nruntimeExtension: {{agentChartCredentials: {{secret: {{name: agent-pull, namespace: b}}}}}}"),
+                Some("agent-pull"), AGENT_CREDENTIALS, Some("install-ca"), INSTALL_TLS,
+            ),
+            (
+                format!("{install}\nruntimeExtension: {{agentChartTLSConfig: {{insecureSkipTLSVerify: true}}}}"),
+                Some("install-pull"), INSTALL_CREDENTIALS, None, AGENT_TLS,
+            ),
+            (
+                "runtimeExtension: {agentChartRepository: \"oci://m.example.com/c\", agentChartCredentials: {secret: {name: agent-pull, namespace: b}}, agentChartTLSConfig: {caSecret: {name: agent-ca, namespace: b}}}".to_string(),
+                Some("agent-pull"), AGENT_CREDENTIALS, Some("agent-ca"), AGENT_TLS,
+            ),
+            ("{}".to_string(), None, AGENT_CREDENTIALS, None, AGENT_TLS),
+        ];
+        for (yaml, credentials, credentials_field, ca, tls_field) in rows {
+            let access = EffectiveConfig::from_spec(&spec(&yaml)).agent_chart_access();
+            assert_eq!(
+                access.credentials.as_ref().map(|c| c.name.as_str()),
+                credentials,
+                "{yaml}"
+            );
+            assert_eq!(access.credentials_field, credentials_field, "{yaml}");
+            assert_eq!(access.ca().map(|c| c.name.as_str()), ca, "{yaml}");
+            assert_eq!(access.tls_field, tls_field, "{yaml}");
+        }
+        // The object absent: no settings at all.
+        assert_eq!(
+            EffectiveConfig::default()
+                .agent_chart_access()
+                .secrets()
+                .len(),
+            0
+        );
+        // spec.install's own, with the key defaulted.
+        let config = EffectiveConfig::from_spec(&spec(install));
+        let access = &config.install.as_ref().expect("install").access;
+        assert_eq!(
+            access
+                .credentials
+                .as_ref()
+                .map(|c| (c.field, c.namespace.as_str(), c.key.as_str())),
+            Some((INSTALL_CREDENTIALS, "a", "config.json"))
         );
     }
 

@@ -7,6 +7,7 @@ pub mod agent_settings;
 pub mod api_server;
 pub mod authorization;
 pub mod capi;
+pub mod chart_access;
 pub mod config;
 pub mod diff;
 pub mod fleet;

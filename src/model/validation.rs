@@ -6,7 +6,9 @@ use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use crate::api::{FleetAddonConfigSpec, FleetInstall, Server};
+use k8s_openapi::api::core::v1::SecretReference;
+
+use crate::api::{ChartTlsConfig, FleetAddonConfigSpec, FleetInstall, RegistryCredentials, Server};
 
 /// One problem in the spec, with the field path it concerns.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,6 +49,24 @@ pub fn validate(spec: &FleetAddonConfigSpec) -> Vec<FieldError> {
                 "{repository:?} must start with https:// or oci:// (http:// only for 127.0.0.1, localhost or [::1])"
             ),
         ));
+    }
+    if let Some(runtime) = &spec.runtime_extension {
+        // The agent chart's repository: its own, else the installation's, else Fleet's.
+        let repository = runtime
+            .agent_chart_repository
+            .as_deref()
+            .or(spec.install.as_ref().and_then(|i| i.repository.as_deref()))
+            .unwrap_or(crate::names::DEFAULT_FLEET_REPOSITORY);
+        validate_access(
+            runtime.agent_chart_credentials.as_ref(),
+            runtime.agent_chart_tls_config.as_ref(),
+            repository,
+            (
+                "spec.runtimeExtension.agentChartCredentials",
+                "spec.runtimeExtension.agentChartTLSConfig",
+            ),
+            &mut errors,
+        );
     }
     if let Some(steps) = spec
         .runtime_extension
@@ -270,6 +290,91 @@ fn validate_install(install: &FleetInstall, errors: &mut Vec<FieldError>) {
             format!("{ns:?} is not a valid namespace name (DNS-1123 label)"),
         ));
     }
+    validate_access(
+        install.credentials.as_ref(),
+        install.tls_config.as_ref(),
+        install
+            .repository
+            .as_deref()
+            .unwrap_or(crate::names::DEFAULT_FLEET_REPOSITORY),
+        ("spec.install.credentials", "spec.install.tlsConfig"),
+        errors,
+    );
+}
+
+/// Credentials and TLS settings of a chart repository (`paths`: where each is written).
+fn validate_access(
+    credentials: Option<&RegistryCredentials>,
+    tls: Option<&ChartTlsConfig>,
+    repository: &str,
+    (credentials_path, tls_path): (&str, &str),
+    errors: &mut Vec<FieldError>,
+) {
+    if let Some(credentials) = credentials {
+        match &credentials.secret {
+            None => errors.push(FieldError::new(
+                format!("{credentials_path}.secret"),
+                "secret is required (name and namespace of a Secret holding a registry config.json)",
+            )),
+            Some(secret) => validate_secret_reference(secret, &format!("{credentials_path}.secret"), errors),
+        }
+        if let Some(key) = &credentials.key
+            && !is_secret_key(key)
+        {
+            errors.push(FieldError::new(
+                format!("{credentials_path}.key"),
+                format!("{key:?} is not a valid Secret key (letters, digits, '-', '_', '.')"),
+            ));
+        }
+        if !crate::model::chart_access::is_oci(repository) {
+            errors.push(FieldError::new(
+                credentials_path,
+                "credentials (a registry config.json) apply to oci:// repositories only, and this repository is not one: for an https:// chart repository, put the user in its URL",
+            ));
+        }
+    }
+    if let Some(tls) = tls {
+        if let Some(secret) = &tls.ca_secret {
+            validate_secret_reference(secret, &format!("{tls_path}.caSecret"), errors);
+        }
+        if repository.trim().starts_with("http://") {
+            errors.push(FieldError::new(
+                tls_path,
+                "the repository is plain http://, which has no TLS",
+            ));
+        }
+    }
+}
+
+fn validate_secret_reference(secret: &SecretReference, path: &str, errors: &mut Vec<FieldError>) {
+    match secret.name.as_deref() {
+        None | Some("") => errors.push(FieldError::new(format!("{path}.name"), "name is required")),
+        Some(name) if !is_dns1123_subdomain(name) => errors.push(FieldError::new(
+            format!("{path}.name"),
+            format!("{name:?} is not a valid Secret name (DNS-1123 subdomain)"),
+        )),
+        Some(_) => {}
+    }
+    match secret.namespace.as_deref() {
+        None | Some("") => errors.push(FieldError::new(
+            format!("{path}.namespace"),
+            "namespace is required (FleetAddonConfig is cluster-scoped)",
+        )),
+        Some(ns) if !is_dns1123_label(ns) => errors.push(FieldError::new(
+            format!("{path}.namespace"),
+            format!("{ns:?} is not a valid namespace name (DNS-1123 label)"),
+        )),
+        Some(_) => {}
+    }
+}
+
+/// A key of a Secret's `data` (`[-._a-zA-Z0-9]+`, at most 253 characters).
+fn is_secret_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= 253
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 /// Whether helm may be pointed at `url`: https and OCI anywhere, plain HTTP only on loopback.
@@ -277,19 +382,9 @@ pub fn is_allowed_repository(url: &str) -> bool {
     if let Some(rest) = url.strip_prefix("https://").or(url.strip_prefix("oci://")) {
         return !rest.is_empty() && !rest.chars().any(char::is_whitespace);
     }
-    if let Some(rest) = url.strip_prefix("http://") {
-        let host_port = rest.split('/').next().unwrap_or_default();
-        let host = if let Some(v6) = host_port.strip_prefix('[') {
-            v6.split(']')
-                .next()
-                .map(|h| format!("[{h}]"))
-                .unwrap_or_default()
-        } else {
-            host_port.split(':').next().unwrap_or_default().to_string()
-        };
-        return matches!(host.as_str(), "127.0.0.1" | "localhost" | "[::1]");
-    }
-    false
+    url.starts_with("http://")
+        && crate::model::chart_access::repository_host(url)
+            .is_some_and(|host| crate::model::chart_access::is_loopback_host(&host))
 }
 
 /// Compiles a namespace pattern so it must match the whole name.
@@ -448,6 +543,13 @@ install: {followLatest: true}
             "config: {server: {custom: {apiServerUrl: \"https://1.2.3.4:6443\", apiServerCaConfigRef: {kind: Secret, name: ca, namespace: default}}}}",
             "config: {featureGates: {configMap: {ref: {name: rancher-config, namespace: cattle-system}}}}",
             "runtimeExtension: {beforeClusterDelete: {removeWorkloads: true, timeout: 45m}}",
+            // A private registry: credentials and a CA from Secrets, as CAAPH's HelmChartProxy.
+            "install: {followLatest: true, repository: \"oci://registry.example.com/charts\", credentials: {secret: {name: registry, namespace: caapf-system}}, tlsConfig: {caSecret: {name: registry-ca, namespace: caapf-system}}}",
+            "install: {followLatest: true, repository: \"oci://127.0.0.1:5055/charts\", credentials: {secret: {name: pull, namespace: caapf-system}, key: .dockerconfigjson}, tlsConfig: {insecureSkipTLSVerify: true}}",
+            "install: {followLatest: true, tlsConfig: {caSecret: {name: ca, namespace: caapf-system}}}",
+            "runtimeExtension: {agentChartRepository: \"oci://mirror.example.com/fleet\", agentChartCredentials: {secret: {name: mirror, namespace: caapf-system}}, agentChartTLSConfig: {caSecret: {name: mirror-ca, namespace: caapf-system}}}",
+            // The agent chart's repository is the installation's when it has none of its own.
+            "install: {followLatest: true, repository: \"oci://r.example.com/c\"}\nruntimeExtension: {agentChartCredentials: {secret: {name: r, namespace: ns}}}",
         ] {
             assert_eq!(problems(yaml), Vec::<String>::new(), "{yaml}");
         }
@@ -456,6 +558,40 @@ install: {followLatest: true}
     #[test]
     fn every_problem_has_its_field_path() {
         let rows: &[(&str, &[&str])] = &[
+            (
+                "install: {followLatest: true, repository: \"oci://r.example.com/c\", credentials: {key: \"bad key\"}}",
+                &[
+                    "spec.install.credentials.secret: secret is required (name and namespace of a Secret holding a registry config.json)",
+                    "spec.install.credentials.key: \"bad key\" is not a valid Secret key (letters, digits, '-', '_', '.')",
+                ],
+            ),
+            (
+                "install: {followLatest: true, repository: \"oci://r.example.com/c\", credentials: {secret: {name: Registry}}, tlsConfig: {caSecret: {namespace: \"-x\"}}}",
+                &[
+                    "spec.install.credentials.secret.name: \"Registry\" is not a valid Secret name (DNS-1123 subdomain)",
+                    "spec.install.credentials.secret.namespace: namespace is required (FleetAddonConfig is cluster-scoped)",
+                    "spec.install.tlsConfig.caSecret.name: name is required",
+                    "spec.install.tlsConfig.caSecret.namespace: \"-x\" is not a valid namespace name (DNS-1123 label)",
+                ],
+            ),
+            (
+                "install: {followLatest: true, credentials: {secret: {name: r, namespace: ns}}}",
+                &[
+                    "spec.install.credentials: credentials (a registry config.json) apply to oci:// repositories only, and this repository is not one: for an https:// chart repository, put the user in its URL",
+                ],
+            ),
+            (
+                "install: {followLatest: true, repository: \"http://127.0.0.1:8879/\", tlsConfig: {insecureSkipTLSVerify: true}}",
+                &["spec.install.tlsConfig: the repository is plain http://, which has no TLS"],
+            ),
+            (
+                "runtimeExtension: {agentChartCredentials: {secret: {name: r}}, agentChartTLSConfig: {caSecret: {name: c}}}",
+                &[
+                    "spec.runtimeExtension.agentChartCredentials.secret.namespace: namespace is required (FleetAddonConfig is cluster-scoped)",
+                    "spec.runtimeExtension.agentChartCredentials: credentials (a registry config.json) apply to oci:// repositories only, and this repository is not one: for an https:// chart repository, put the user in its URL",
+                    "spec.runtimeExtension.agentChartTLSConfig.caSecret.namespace: namespace is required (FleetAddonConfig is cluster-scoped)",
+                ],
+            ),
             (
                 "cluster: {namespaceRegexes: [\"ok\", \"foo(\"]}",
                 &["spec.cluster.namespaceRegexes[1]: invalid regex \"foo(\": unclosed group"],

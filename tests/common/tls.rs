@@ -36,6 +36,8 @@ pub struct Ca {
     issuer: Issuer<'static, KeyPair>,
     /// The CA certificate, the one root a client trusts.
     pub der: CertificateDer<'static>,
+    /// The same, as PEM (what a `ca.crt` holds).
+    pub pem: String,
 }
 
 /// A serving certificate and its key, as PEM, and the certificate as the client sees it.
@@ -56,6 +58,7 @@ impl Ca {
         let cert = params.self_signed(&key).expect("CA");
         Ca {
             der: cert.der().clone(),
+            pem: cert.pem(),
             issuer: Issuer::new(params, key),
         }
     }

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod real_charts;
+pub mod registry;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};

@@ -10,11 +10,11 @@ use kube::runtime::events::EventType;
 use crate::api::FleetAddonConfig;
 use crate::context::Context;
 use crate::helm::argv::{ChartSource, Operation};
-use crate::helm::scrub;
-use crate::helm::{Helm, Release};
+use crate::helm::{Helm, Release, access, scrub};
+use crate::model::chart_access;
 use crate::model::config::{EffectiveConfig, InstallSettings, InstallTarget};
 use crate::model::fleet_install::{self, ReleaseAction, ReleaseStep};
-use crate::model::fleet_status::{INSTALLED, Report, Step, VersionUpdate};
+use crate::model::fleet_status::{INSTALLED, REPO_ADD, Report, Step, VersionUpdate};
 use crate::model::fleet_values::{self, ServerValues};
 use crate::{Error, names};
 
@@ -28,7 +28,6 @@ pub async fn install_fleet(
     server: &ServerValues,
     report: &mut Report,
 ) {
-    let source = ChartSource::parse(&install.repository);
     // The repository URL without user information, for messages.
     let repository = scrub::redact(&install.repository);
     report.keep_install_state();
@@ -37,6 +36,21 @@ pub async fn install_fleet(
         report.fail(Step::Helm, Some(INSTALLED), err);
         return;
     }
+
+    // The credentials and CA the spec names, as private files for this reconcile's commands.
+    // A Secret that cannot be read or used fails like an unreachable repository.
+    let files = match access::read(&ctx.controllers, &install.access).await {
+        Ok(data) => helm.access_files(data).await,
+        Err(message) => Err(Error::InvalidConfig(message)),
+    };
+    let files = match files {
+        Ok(files) => files,
+        Err(err) => {
+            report.fail(Step::RepoAdd, Some(REPO_ADD), err);
+            return;
+        }
+    };
+    let source = files.source(&install.repository, &install.access);
 
     // Resolve the target charts from the repository (this fetches its index).
     let pinned = match &install.target {
@@ -53,7 +67,7 @@ pub async fn install_fleet(
                 if let Some(reached) = reached {
                     report.set(reached);
                 }
-                report.fail(step, Some(type_), err);
+                report.fail(step, Some(type_), explained(err, install));
                 return;
             }
         }
@@ -104,7 +118,7 @@ pub async fn install_fleet(
         .execute(names::FLEET_CRD_RELEASE, &crd_action, None)
         .await
     {
-        report.fail(Step::Install, Some(INSTALLED), err);
+        report.fail(Step::Install, Some(INSTALLED), explained(err, install));
         return;
     }
 
@@ -131,9 +145,10 @@ pub async fn install_fleet(
         .execute(names::FLEET_RELEASE, &fleet_action, Some(&desired))
         .await
     {
-        report.fail(Step::Install, Some(INSTALLED), err);
+        report.fail(Step::Install, Some(INSTALLED), explained(err, install));
         return;
     }
+    drop(files);
 
     let crd_version = fleet_install::resulting_version(&crd_action).unwrap_or_default();
     let fleet_version = fleet_install::resulting_version(&fleet_action)
@@ -145,6 +160,18 @@ pub async fn install_fleet(
         report.set(condition);
     }
     report.version = VersionUpdate::Set(fleet_version);
+}
+
+/// A helm failure with what it means for the repository's settings, if that is known
+/// ([`chart_access::explain`]).
+fn explained(err: Error, install: &InstallSettings) -> Error {
+    match err {
+        Error::Helm { step, message } => Error::Helm {
+            step,
+            message: chart_access::explain(&message, &install.repository, &install.access),
+        },
+        other => other,
+    }
 }
 
 /// What carrying out a release decision needs.

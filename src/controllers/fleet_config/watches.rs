@@ -87,6 +87,18 @@ pub fn watch_targets(config: &EffectiveConfig) -> BTreeSet<WatchTarget> {
             name: names::FLEET_CONTROLLER_CONFIG_MAP.to_string(),
         });
     }
+    // The registry credentials and CA of the installation: a fixed Secret is used at once
+    // (after the backoff of the failure it fixes).
+    if super::steps::installs_fleet(config)
+        && let Some(install) = &config.install
+    {
+        for reference in install.access.secrets() {
+            targets.insert(WatchTarget::Secret {
+                namespace: reference.namespace.clone(),
+                name: reference.name.clone(),
+            });
+        }
+    }
     if let Some(reference) = &config.fleet.feature_gates_config_map
         && let (Some(namespace), Some(name)) = (&reference.namespace, &reference.name)
     {
@@ -206,6 +218,23 @@ mod tests {
     fn targets_follow_the_spec() {
         assert_eq!(targets("{}"), []);
         assert_eq!(targets("install: {followLatest: true}"), []);
+        let secret = |namespace: &str, name: &str| WatchTarget::Secret {
+            namespace: namespace.into(),
+            name: name.into(),
+        };
+        assert_eq!(
+            targets(
+                "install: {followLatest: true, repository: \"oci://r.example.com/c\", credentials: {secret: {name: pull, namespace: auth}}, tlsConfig: {caSecret: {name: ca, namespace: auth}}}"
+            ),
+            [secret("auth", "ca"), secret("auth", "pull")]
+        );
+        // Not when helm does not run (the feature gates go into a ConfigMap).
+        assert_eq!(
+            targets(
+                "install: {followLatest: true, repository: \"oci://r.example.com/c\", credentials: {secret: {name: pull, namespace: auth}}}\nconfig: {featureGates: {configMap: {ref: {name: rc, namespace: cattle-system}}}}"
+            ),
+            [cm("cattle-system", "rc")]
+        );
         assert_eq!(
             targets("config: {server: {inferLocal: true}}"),
             [

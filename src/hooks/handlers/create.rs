@@ -286,7 +286,12 @@ async fn prepare_agent_initiated(
     let input = plan::bootstrap_input(cluster, import, client_id, token_values, defaults)?;
     let objects = ctx
         .agent_chart
-        .render(&location, &input)
+        .render(
+            &location,
+            &config.agent_chart_access(),
+            &ctx.base.client,
+            &input,
+        )
         .await
         .map_err(|err| HookOutcome::retry(RETRY_CONFIG, err))?;
     let files = bootstrap_files(&objects).map_err(|err| {
