@@ -801,7 +801,7 @@ async fn the_agent_is_fleet_s_chart_accepted_by_the_api_server_and_pod_security(
         (
             "fleetAgent",
             json!({"hostNetwork": true, "tolerations": [
-                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists"},
                 {"key": "node.cluster.x-k8s.io/uninitialized", "operator": "Exists", "effect": "NoSchedule"},
                 {"key": "node.cloudprovider.kubernetes.io/uninitialized", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
                 {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},

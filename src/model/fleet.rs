@@ -184,7 +184,7 @@ pub fn desired_fleet_cluster(
         FleetClusterSpec {
             agent_namespace: Some(import.agent_namespace.clone()),
             agent_tolerations: Some(import.agent_tolerations.clone()),
-            host_network: import.host_network,
+            host_network: Some(import.host_network),
             agent_env_vars: import.agent_env_vars.clone(),
             kube_config_secret,
             client_id,
@@ -559,7 +559,7 @@ mod tests {
                 "spec": {
                     "agentNamespace": "fleet-addon-agent",
                     "agentTolerations": [
-                        {"effect": "NoSchedule", "key": "node.kubernetes.io/not-ready", "operator": "Exists"},
+                        {"key": "node.kubernetes.io/not-ready", "operator": "Exists"},
                         {"effect": "NoSchedule", "key": "node.cluster.x-k8s.io/uninitialized", "operator": "Exists"},
                         {"effect": "NoSchedule", "key": "node.cloudprovider.kubernetes.io/uninitialized", "operator": "Equal", "value": "true"},
                         {"effect": "NoSchedule", "key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}
@@ -577,7 +577,7 @@ mod tests {
         import.name_prefix = "fleet-".into();
         import.name_suffix = "-x".into();
         import.set_owner_references = false;
-        import.host_network = None;
+        import.host_network = false;
         let view = cluster(
             json!({"topology": {"classRef": {"name": "quick-start", "namespace": "classes"}, "version": "v1"}}),
         );
@@ -599,7 +599,35 @@ mod tests {
             })
         );
         assert!(fleet["metadata"].get("ownerReferences").is_none());
-        assert!(fleet["spec"].get("hostNetwork").is_none());
+        assert_eq!(fleet["spec"]["hostNetwork"], false);
+    }
+
+    /// One default (`true`), whether or not a FleetAddonConfig exists; a value the user sets is
+    /// kept (issue #29: with a FleetAddonConfig the field used to be left unset, so `false`).
+    #[test]
+    fn host_network_is_true_unless_set_with_or_without_a_fleet_addon_config() {
+        let view = cluster(json!({"topology": {"classRef": {"name": "qs"}, "version": "v1"}}));
+        for (spec, expected) in [
+            (None, true),
+            (Some("cluster: {}"), true),
+            (Some("cluster: {hostNetwork: true}"), true),
+            (Some("cluster: {hostNetwork: false}"), false),
+        ] {
+            let config = match spec {
+                None => EffectiveConfig::default(),
+                Some(yaml) => {
+                    EffectiveConfig::from_spec(&serde_yaml::from_str(yaml).expect("spec"))
+                }
+            };
+            let import = config.cluster.expect("import");
+            let fleet = to_json(&desired_fleet_cluster(
+                &view,
+                &import,
+                &Registration::ManagerInitiated,
+                None,
+            ));
+            assert_eq!(fleet["spec"]["hostNetwork"], json!(expected), "{spec:?}");
+        }
     }
 
     #[test]
