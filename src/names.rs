@@ -67,6 +67,11 @@ pub const AUTHORIZATION_STATUS_FIELD_MANAGER: &str = "addon-provider-fleet-autho
 /// Field manager for `FleetAddonConfig` status (CAAPF's name).
 pub const STATUS_FIELD_MANAGER: &str = "fleet-addon-controller";
 
+/// The namespace label the Kubernetes PodSecurity admission plugin enforces
+/// (kubernetes.io/docs/concepts/security/pod-security-admission); the Fleet agent's namespace
+/// gets it in the bootstrap.
+pub const POD_SECURITY_ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
+
 /// Default namespace of the Fleet agent on workload clusters.
 pub const DEFAULT_AGENT_NAMESPACE: &str = "fleet-addon-agent";
 

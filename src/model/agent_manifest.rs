@@ -26,11 +26,23 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
+use crate::names;
+
 /// Name of Fleet's agent chart, its Helm release, and its Deployment (fixed by Fleet).
 pub const AGENT_NAME: &str = "fleet-agent";
 
 /// Name of the Secret the agent registers with (fixed by Fleet).
 pub const AGENT_BOOTSTRAP_SECRET: &str = "fleet-agent-bootstrap";
+
+/// The Pod Security level the agent namespace enforces, whatever the agent pod: `privileged`.
+/// Fleet's agent bundle never carries the Namespace (rancher/fleet v0.12.0–v0.16.1
+/// `manifest.go` `Manifest`), so a stricter label set at bootstrap is never corrected; with
+/// `hostNetwork: true` (which `baseline` forbids) Fleet deploys the agent with the `Recreate`
+/// strategy (from v0.14.2), so switching a cluster to host network later would delete the running
+/// agent and have its replacement refused, with nothing left to repair it. The agent's
+/// ServiceAccount is bound to a ClusterRole allowing everything, so a stricter level would
+/// protect nothing.
+pub const POD_SECURITY_LEVEL: &str = "privileged";
 
 /// Fleet's default agent namespace, where an unset `agentScope` points.
 pub const FLEET_SYSTEM_NAMESPACE: &str = "cattle-fleet-system";
@@ -244,7 +256,7 @@ pub fn finish(rendered: &str, input: &BootstrapInput) -> Result<Vec<Value>, Stri
         }
         objects.push(object);
     }
-    let mut pod_level = None;
+    let mut found = false;
     for object in &mut objects {
         let kind = object["kind"].as_str().unwrap_or_default().to_string();
         if !CLUSTER_SCOPED_KINDS.contains(&kind.as_str()) {
@@ -270,21 +282,21 @@ pub fn finish(rendered: &str, input: &BootstrapInput) -> Result<Vec<Value>, Stri
                     container["env"] = json!(env);
                 }
             }
-            pod_level = Some(crate::model::pod_security::required_level(pod));
+            found = true;
         }
     }
-    let Some(level) = pod_level else {
+    if !found {
         return Err(format!(
             "the fleet-agent chart rendered no Deployment {AGENT_NAME}: is this Fleet's fleet-agent chart?"
         ));
-    };
+    }
     objects.retain(|object| {
         !(object["kind"] == "Namespace" && object["metadata"]["name"] == namespace)
     });
     let mut labels = Map::new();
     labels.insert(
-        crate::model::pod_security::ENFORCE_LABEL.to_string(),
-        json!(level.as_str()),
+        names::POD_SECURITY_ENFORCE_LABEL.to_string(),
+        json!(POD_SECURITY_LEVEL),
     );
     objects.insert(
         0,
@@ -314,7 +326,7 @@ fn to_yaml_stream(objects: &[Value]) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::pod_security::{ENFORCE_LABEL, Level};
+    use crate::names::POD_SECURITY_ENFORCE_LABEL as ENFORCE_LABEL;
 
     pub(crate) const TOKEN_VALUES: &str = "clusterNamespace: fleet-default\napiServerURL: https://fleet.example.com:6443\napiServerCA: |\n  -----BEGIN CERTIFICATE-----\n  MIIB\n  -----END CERTIFICATE-----\ntoken: eyJhbGciOi.secret-token\nsystemRegistrationNamespace: cattle-fleet-clusters-system\ntokenName: c1-token\n";
 
@@ -458,10 +470,9 @@ spec:
             ]
         );
         assert_eq!(objects[0]["metadata"]["name"], "fleet-addon-agent");
-        // Host network needs `privileged` (baseline forbids host namespaces).
         assert_eq!(
             objects[0]["metadata"]["labels"][ENFORCE_LABEL],
-            Level::Privileged.as_str()
+            "privileged"
         );
         for object in &objects[1..] {
             let namespace = &object["metadata"]["namespace"];
@@ -492,15 +503,17 @@ spec:
         );
     }
 
+    /// `privileged` whatever the pod (issue #29): a `baseline` label set for an agent without
+    /// host network would refuse it for good once Fleet switches it to host network.
     #[test]
-    fn without_host_network_the_namespace_enforces_baseline() {
+    fn without_host_network_the_namespace_still_enforces_privileged() {
         let mut input = input();
         input.agent.host_network = false;
         let rendered = RENDERED.replace("      hostNetwork: true\n", "");
         let objects = finish(&rendered, &input).expect("finished");
         assert_eq!(
             objects[0]["metadata"]["labels"][ENFORCE_LABEL],
-            Level::Baseline.as_str()
+            "privileged"
         );
     }
 

@@ -22,7 +22,6 @@ pub mod move_graph;
 pub mod move_plan;
 pub mod move_state;
 pub mod namespace;
-pub mod pod_security;
 pub mod retry;
 pub mod selection;
 pub mod validation;

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod pod_security;
 pub mod process;
 pub mod render;
 
