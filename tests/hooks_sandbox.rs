@@ -932,7 +932,7 @@ async fn the_agent_is_fleet_s_chart_accepted_by_the_api_server_and_pod_security(
     );
 }
 
-/// The supported Fleet releases differ in their `fleet-agent` chart: before 0.16.0 a hook Job
+/// The supported Fleet releases differ in their `fleet-agent` chart: in 0.12.0–0.12.2 a hook Job
 /// (not rendered), from 0.16.0 `tokenName` required (Fleet 0.16 writes it into the token values;
 /// a value set without it is refused by the chart, and the hook says so and retries).
 #[tokio::test]
@@ -969,7 +969,7 @@ async fn the_chart_of_the_installed_fleet_version_is_rendered() {
     env.install_fleet().await;
     // Fleet 0.13-style values (no tokenName) against the 0.16 chart: refused, retried.
     let refused = env.call(Hook::BeforeClusterCreate, &cluster).await;
-    assert_retry(&refused, "tokenName must be set");
+    assert_retry(&refused, "tokenName is required");
     assert!(
         refused.message.contains("fleet-agent chart 0.16.1"),
         "{}",
@@ -1003,7 +1003,8 @@ async fn the_chart_of_the_installed_fleet_version_is_rendered() {
         .expect("fleet-agent-bootstrap");
     assert!(bootstrap["data"]["tokenName"].is_string());
 
-    // Before 0.16: the hook Job patching the default ServiceAccount is not rendered.
+    // 0.12.0–0.12.2: the hook Job patching the default ServiceAccount is not rendered.
+    env.charts.add_agent_version("0.12.0");
     let before = env
         .capi_cluster("c7", json!({}), "quick-start", false)
         .await;
@@ -1011,7 +1012,7 @@ async fn the_chart_of_the_installed_fleet_version_is_rendered() {
         .patch_status(
             "fleet-addon-config",
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"installedVersion": AGENT_CHART_VERSION}})),
+            &Patch::Merge(json!({"status": {"installedVersion": "0.12.0"}})),
         )
         .await
         .expect("status");
