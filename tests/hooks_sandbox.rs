@@ -20,8 +20,12 @@ use caapf::hooks::bootstrap_secrets::BootstrapSecrets;
 use caapf::hooks::handlers;
 use caapf::hooks::hook_context::HookContext;
 use caapf::hooks::types::{Hook, Response, ResponseBody, ResponseStatus};
+use caapf::model::agent_manifest::{
+    AgentSettings, BootstrapInput, FleetAgentDefaults, TokenValues, chart_values, finish,
+};
 use caapf::model::agent_patch::MANIFEST_KEY;
 use caapf::model::config::EffectiveConfig;
+use caapf::model::fleet_agent_bundle::FleetVersion;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -221,8 +225,17 @@ impl Env {
             .expect("token status");
     }
 
-    /// Plays the Fleet chart: the fleet-controller ConfigMap.
+    /// Plays the Fleet chart: the fleet-controller ConfigMap (once; again is a no-op).
     async fn install_fleet(&self) {
+        let namespaces: Api<Namespace> = Api::all(self.client());
+        if namespaces
+            .get_opt("cattle-fleet-system")
+            .await
+            .expect("get")
+            .is_some()
+        {
+            return;
+        }
         self.create_namespace("cattle-fleet-system", json!({}))
             .await;
         let api: Api<ConfigMap> = Api::namespaced(self.client(), "cattle-fleet-system");
@@ -320,6 +333,16 @@ async fn before_cluster_create_prepares_agent_initiated_registration_then_succee
             .capi_cluster("c1", json!({"env": "dev"}), "quick-start", v1beta1)
             .await;
 
+        // Fleet is not installed yet (no fleet-controller ConfigMap): retry, and nothing is
+        // prepared before the hook knows which Fleet it prepares for.
+        env.sandbox.requests().reset();
+        assert_retry(
+            &env.call(Hook::BeforeClusterCreate, &cluster).await,
+            "ConfigMap cattle-fleet-system/fleet-controller",
+        );
+        assert_eq!(env.writes(), 0, "{:?}", env.sandbox.requests().all());
+        env.install_fleet().await;
+
         // Fleet has not issued the token yet: retry.
         let first = env.call(Hook::BeforeClusterCreate, &cluster).await;
         assert_retry(
@@ -353,13 +376,8 @@ async fn before_cluster_create_prepares_agent_initiated_registration_then_succee
             "ClusterRegistrationToken team-a/c1",
         );
 
-        // The test plays Fleet: status and Secret. Fleet's controller ConfigMap is missing.
+        // The test plays Fleet: status and Secret.
         env.issue_token("c1").await;
-        assert_retry(
-            &env.call(Hook::BeforeClusterCreate, &cluster).await,
-            "ConfigMap cattle-fleet-system/fleet-controller",
-        );
-        env.install_fleet().await;
         let done = env.call(Hook::BeforeClusterCreate, &cluster).await;
         assert_success(&done);
         assert!(
@@ -461,12 +479,12 @@ async fn an_existing_client_id_is_kept_and_fleet_clusters_not_owned_survive_dele
 
 impl Env {
     async fn issue_token_later_and_finish(&self, cluster: &Value, name: &str) {
+        self.install_fleet().await;
         assert_retry(
             &self.call(Hook::BeforeClusterCreate, cluster).await,
             "ClusterRegistrationToken",
         );
         self.issue_token(name).await;
-        self.install_fleet().await;
         assert_success(&self.call(Hook::BeforeClusterCreate, cluster).await);
     }
 }
@@ -491,6 +509,7 @@ async fn the_bootstrap_makes_imported_clusters_agent_initiated_and_holds_no_othe
 
     // The bootstrap asks for agent-initiated registration even though the configuration says
     // manager-initiated for this Cluster: prepared and marked for the import controller.
+    env.install_fleet().await;
     let booted = env
         .capi_cluster("booted", json!({}), "fleet-class", true)
         .await;
@@ -774,12 +793,11 @@ async fn before_cluster_upgrade_waits_for_ready_bundles_only_when_configured() {
     assert_success(&off.call(Hook::BeforeClusterUpgrade, &cluster).await);
 }
 
-/// The agent objects are exactly what Fleet's `fleet-agent` chart renders for the Cluster's
-/// values (placed in the agent namespace, which is added and labelled), every one is accepted
-/// by the API server, and the agent pod is admitted under Cluster API's quick-start Pod Security
-/// configuration.
+/// The agent objects the hooks write are accepted by the API server, in order, and the agent
+/// pod is admitted under Cluster API's quick-start Pod Security configuration (what they are is
+/// pinned against Fleet's own agent by `the_agent_is_what_fleet_deploys_at_every_supported_minor`).
 #[tokio::test]
-async fn the_agent_is_fleet_s_chart_accepted_by_the_api_server_and_pod_security() {
+async fn the_agent_is_accepted_by_the_api_server_and_pod_security() {
     let env = Env::start(Some("cluster: {agentInitiated: true, hostNetwork: true}")).await;
     let cluster = env
         .capi_cluster("c4", json!({}), "quick-start", false)
@@ -787,85 +805,12 @@ async fn the_agent_is_fleet_s_chart_accepted_by_the_api_server_and_pod_security(
     env.issue_token_later_and_finish(&cluster, "c4").await;
     let secret = env.bootstrap_secret("c4").await.expect("bootstrap secret");
     let ours = documents(&secret_text(&secret, MANIFEST_KEY));
-    let fleet = env
-        .get(&fleet_cluster(), NS, "c4")
-        .await
-        .expect("Fleet Cluster");
-
-    // What the chart renders, with values the test writes from what it played (the token's
-    // values, the client ID, the configuration's agent settings and Fleet's agent image).
-    let mut values: serde_json::Map<String, Value> =
-        serde_yaml::from_str(TOKEN_VALUES).expect("token values");
-    for (key, value) in [
-        ("clientID", json!(client_id(&fleet))),
-        ("agentTLSMode", json!("system-store")),
-        (
-            "fleetAgent",
-            json!({"hostNetwork": true, "tolerations": [
-                {"key": "node.kubernetes.io/not-ready", "operator": "Exists"},
-                {"key": "node.cluster.x-k8s.io/uninitialized", "operator": "Exists", "effect": "NoSchedule"},
-                {"key": "node.cloudprovider.kubernetes.io/uninitialized", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
-                {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
-            ]}),
-        ),
-        (
-            "internal",
-            json!({"systemNamespace": "fleet-addon-agent", "managedReleaseName": "fleet-agent"}),
-        ),
-        (
-            "image",
-            json!({"repository": "rancher/fleet-agent", "tag": "v0.13.1"}),
-        ),
-    ] {
-        values.insert(key.to_string(), value);
-    }
-    let values_file = tempfile::NamedTempFile::new().expect("values file");
-    std::fs::write(
-        values_file.path(),
-        serde_json::to_vec(&values).expect("json"),
-    )
-    .expect("write");
-    let archive = fleet_common::package_agent_chart(AGENT_CHART_VERSION);
-    let rendered = fleet_common::helm(
-        &tempfile::tempdir().expect("home").keep(),
-        None,
-        &[
-            "template",
-            "fleet-agent",
-            archive.to_str().expect("path"),
-            "--namespace",
-            "fleet-addon-agent",
-            "--no-hooks",
-            "--values",
-            values_file.path().to_str().expect("path"),
-        ],
-    );
-    let chart = documents(&rendered);
-    assert!(
-        !chart.iter().any(|o| o["kind"] == "Job"),
-        "hooks are not rendered"
-    );
-    assert_eq!(
-        ours.len(),
-        chart.len() + 1,
-        "the chart's objects and the Namespace"
-    );
     assert_eq!(ours[0]["kind"], "Namespace");
     assert_eq!(ours[0]["metadata"]["name"], "fleet-addon-agent");
-    for (mine, theirs) in ours[1..].iter().zip(&chart) {
-        let mut expected = theirs.clone();
-        if !["ClusterRole", "ClusterRoleBinding"]
-            .contains(&theirs["kind"].as_str().unwrap_or_default())
-        {
-            expected["metadata"]["namespace"] = json!("fleet-addon-agent");
-        }
-        if theirs["kind"] == "Deployment" {
-            // The one agent setting the chart has no value for.
-            expected["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] =
-                json!("IfNotPresent");
-        }
-        assert_eq!(mine, &expected, "{}", theirs["kind"]);
-    }
+    assert!(
+        !ours.iter().any(|o| o["kind"] == "Job"),
+        "hooks are not rendered"
+    );
 
     // Accepted by the API server, in order.
     let discovery = Discovery::new(env.client()).run().await.expect("discovery");
@@ -932,6 +877,151 @@ async fn the_agent_is_fleet_s_chart_accepted_by_the_api_server_and_pod_security(
     );
 }
 
+/// What the bootstrap deliberately does differently from Fleet's own agent bundle, object by
+/// object (docs/runtime-extension.md, "What differs from the agent Fleet deploys"): objects only
+/// the bootstrap creates, and objects only Fleet's bundle has.
+const BOOTSTRAP_ONLY: [(&str, &str); 3] = [
+    // Fleet's bundle has no Namespace (Helm creates it at takeover); ours carries the Pod
+    // Security label.
+    ("Namespace", "fleet-addon-agent"),
+    // The agent registers with these (Fleet's chart renders them; the agent deletes the Secret
+    // once registered).
+    ("ConfigMap", "fleet-agent"),
+    ("Secret", "fleet-agent-bootstrap"),
+];
+const FLEET_ONLY: [(&str, &str); 1] = [
+    // Kubernetes creates `default` in every namespace, so `kubectl create` cannot set its
+    // automountServiceAccountToken: false; Fleet's takeover does.
+    ("ServiceAccount", "default"),
+];
+
+/// The Fleet Cluster and fleet-controller configuration the fixtures of
+/// `tests/fixtures/fleet-agent-bundle/` were derived for, at Fleet `version`.
+fn fleet_agent_bundle_input(version: &str) -> BootstrapInput {
+    let v016 = version.starts_with("0.16.");
+    let mut config = json!({
+        "systemDefaultRegistry": "mirror.example/",
+        "agentImage": format!("mirror.example/rancher/fleet-agent:v{version}"),
+        "agentImagePullPolicy": "IfNotPresent",
+        "apiServerURL": "https://fleet.example.com:6443",
+        "apiServerCA": "",
+        "agentCheckinInterval": "15m",
+        "agentTLSMode": "system-store",
+        "agentWorkers": {"bundledeployment": "50", "drift": "50"},
+    });
+    if v016 {
+        // charts/fleet writes imagePullSecrets into the configuration from v0.16.0.
+        config["imagePullSecrets"] = json!([{"name": "fleet-pull"}]);
+    }
+    let token_values = if v016 {
+        format!("{TOKEN_VALUES}tokenName: c1\n")
+    } else {
+        TOKEN_VALUES.to_string()
+    };
+    let spec = json!({
+        "agentNamespace": "fleet-addon-agent",
+        "hostNetwork": true,
+        "privateRepoURL": "registry.example.com:5000",
+        "agentTolerations": serde_json::to_value(caapf::model::config::default_agent_tolerations()).expect("json"),
+        "agentEnvVars": [
+            {"name": "HTTPS_PROXY", "value": "http://proxy.example.com:3128"},
+            {"name": "NO_PROXY", "value": ".svc,.cluster.local"}
+        ],
+        "agentResources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+    });
+    BootstrapInput {
+        token: TokenValues::parse(&token_values).expect("token values"),
+        client_id: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef".into(),
+        agent: AgentSettings::from_fleet_cluster_spec(&spec),
+        fleet: FleetAgentDefaults::from_controller_config(&config.to_string()).expect("config"),
+        version: FleetVersion::parse(version).expect("version"),
+    }
+}
+
+/// The agent the bootstrap renders from Fleet's `fleet-agent` chart (the test double at that
+/// version, with the real helm) is what Fleet's own agent bundle deploys for the same Fleet
+/// Cluster at every supported minor (hand-derived fixtures of `manifest.go` at the latest tag of
+/// each; 0.12.0 too, whose chart still has a hook Job), but for [`BOOTSTRAP_ONLY`] and
+/// [`FLEET_ONLY`]. Issue #29 defect 1: before, the agent ran without `AGENT_SCOPE` and
+/// `CHECKIN_INTERVAL`, with the chart's tolerations, RBAC names and environment.
+#[test]
+fn the_agent_is_what_fleet_deploys_at_every_supported_minor() {
+    let home = tempfile::tempdir().expect("helm home");
+    for (minor, version) in [
+        ("0.12", "0.12.0"),
+        ("0.12", "0.12.19"),
+        ("0.13", "0.13.15"),
+        ("0.14", "0.14.10"),
+        ("0.15", "0.15.6"),
+        ("0.16", "0.16.1"),
+    ] {
+        let input = fleet_agent_bundle_input(version);
+        let values = chart_values(&input).expect("values");
+        let values_file = tempfile::NamedTempFile::new().expect("values file");
+        std::fs::write(
+            values_file.path(),
+            serde_json::to_vec(&values).expect("json"),
+        )
+        .expect("write");
+        let archive = fleet_common::package_agent_chart(version);
+        let rendered = fleet_common::helm(
+            home.path(),
+            None,
+            &[
+                "template",
+                "fleet-agent",
+                archive.to_str().expect("path"),
+                "--namespace",
+                "fleet-addon-agent",
+                "--no-hooks",
+                "--values",
+                values_file.path().to_str().expect("path"),
+            ],
+        );
+        let ours = finish(&rendered, &input).expect("finished");
+        let fixture = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join(format!("tests/fixtures/fleet-agent-bundle/v{minor}.yaml")),
+        )
+        .expect("fixture");
+        // manifest.go is the same at every 0.12 tag (git diff v0.12.0 v0.12.19): only the image
+        // tag differs.
+        let fixture = fixture.replace("fleet-agent:v0.12.19", &format!("fleet-agent:v{version}"));
+        let fleet = documents(&fixture);
+        let key = |o: &Value| {
+            (
+                o["kind"].as_str().unwrap_or_default().to_string(),
+                o["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        };
+        let listed = |list: &[(&str, &str)], (kind, name): &(String, String)| {
+            list.iter().any(|(k, n)| k == kind && n == name)
+        };
+        for theirs in &fleet {
+            let k = key(theirs);
+            match ours.iter().find(|o| key(o) == k) {
+                Some(mine) => assert_eq!(mine, theirs, "Fleet {version}: {k:?} differs"),
+                None => assert!(
+                    listed(&FLEET_ONLY, &k),
+                    "Fleet {version}: {k:?} is missing from the bootstrap"
+                ),
+            }
+        }
+        for mine in &ours {
+            let k = key(mine);
+            assert!(
+                fleet.iter().any(|o| key(o) == k) || listed(&BOOTSTRAP_ONLY, &k),
+                "Fleet {version}: the bootstrap has {k:?}, which Fleet does not deploy"
+            );
+        }
+        assert_eq!(ours[0]["kind"], "Namespace", "created first");
+        assert_eq!(ours.last().map(|o| &o["kind"]), Some(&json!("Deployment")));
+    }
+}
+
 /// The supported Fleet releases differ in their `fleet-agent` chart: in 0.12.0–0.12.2 a hook Job
 /// (not rendered), from 0.16.0 `tokenName` required (Fleet 0.16 writes it into the token values;
 /// a value set without it is refused by the chart, and the hook says so and retries).
@@ -961,12 +1051,12 @@ async fn the_chart_of_the_installed_fleet_version_is_rendered() {
     let cluster = env
         .capi_cluster("c6", json!({}), "quick-start", false)
         .await;
+    env.install_fleet().await;
     assert_retry(
         &env.call(Hook::BeforeClusterCreate, &cluster).await,
         "ClusterRegistrationToken",
     );
     env.issue_token("c6").await;
-    env.install_fleet().await;
     // Fleet 0.13-style values (no tokenName) against the 0.16 chart: refused, retried.
     let refused = env.call(Hook::BeforeClusterCreate, &cluster).await;
     assert_retry(&refused, "tokenName is required");
@@ -1026,6 +1116,77 @@ async fn the_chart_of_the_installed_fleet_version_is_rendered() {
     let objects = documents(&secret_text(&secret, MANIFEST_KEY));
     assert!(!objects.iter().any(|o| o["kind"] == "Job"));
     assert!(objects.iter().any(|o| o["kind"] == "Deployment"));
+}
+
+/// Fleet 0.11 (a StatefulSet agent the bootstrap does not render): BeforeClusterCreate answers
+/// Success naming the version, records a Warning Event on the Cluster, and prepares nothing, so
+/// the Cluster is created without the bootstrap (issue #29 defect 8: it used to retry forever).
+#[tokio::test]
+async fn fleet_0_11_is_answered_with_success_an_event_and_nothing_prepared() {
+    let env = Env::start(Some("cluster: {agentInitiated: true}")).await;
+    env.install_fleet().await;
+    let configs: Api<caapf::api::FleetAddonConfig> = Api::all(env.client());
+    let config: caapf::api::FleetAddonConfig = serde_json::from_value(json!({
+        "apiVersion": "addons.cluster.x-k8s.io/v1alpha1", "kind": "FleetAddonConfig",
+        "metadata": {"name": "fleet-addon-config"}, "spec": {}
+    }))
+    .expect("config");
+    configs
+        .create(&PostParams::default(), &config)
+        .await
+        .expect("create");
+    configs
+        .patch_status(
+            "fleet-addon-config",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"installedVersion": "0.11.14"}})),
+        )
+        .await
+        .expect("status");
+    let cluster = env
+        .capi_cluster("old-fleet", json!({}), "quick-start", false)
+        .await;
+    let answer = env.call(Hook::BeforeClusterCreate, &cluster).await;
+    assert_success(&answer);
+    assert!(
+        answer.message.contains("Fleet 0.11.14") && answer.message.contains("0.12"),
+        "{}",
+        answer.message
+    );
+    assert!(env.get(&fleet_cluster(), NS, "old-fleet").await.is_none());
+    assert!(env.get(&token(), NS, "old-fleet").await.is_none());
+    assert!(env.bootstrap_secret("old-fleet").await.is_none());
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.client(), NS);
+    let listed = common::eventually("the Warning Event on the Cluster", || async {
+        let list = events.list(&Default::default()).await.expect("events");
+        list.items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("FleetVersionUnsupported"))
+    })
+    .await;
+    assert_eq!(listed.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        listed.regarding.as_ref().and_then(|r| r.kind.as_deref()),
+        Some("Cluster")
+    );
+    assert_eq!(
+        listed.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("old-fleet")
+    );
+    assert!(
+        listed
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("0.11.14")
+    );
+
+    // GeneratePatches changes nothing for it (no Secret).
+    let request = generate_patches_request("old-fleet");
+    assert_eq!(
+        patch_len(&env.call_raw(Hook::GeneratePatches, &request).await),
+        0
+    );
 }
 
 fn context_with(

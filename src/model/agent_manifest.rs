@@ -5,27 +5,30 @@
 //! `helm template` by [`crate::helm::agent_chart`]. This module is the pure part around it:
 //! - the chart values, from what Fleet itself provides: the ClusterRegistrationToken's Secret
 //!   (`values`: API server URL and CA, token, namespaces, and from Fleet 0.16 `tokenName`), the
-//!   `fleet-controller` ConfigMap (`config`: agent image, pull policy, TLS mode), and the Fleet
-//!   Cluster's agent settings (namespace, tolerations, host network, environment);
+//!   `fleet-controller` ConfigMap (`config`: agent image, pull policy, TLS mode, check-in
+//!   interval, workers, registry, pull secrets), and the Fleet Cluster's agent settings;
 //! - [`finish`]: what `kubectl create -f` needs that the chart leaves to helm (a namespace on
-//!   every namespaced object, the Namespace itself with the Pod Security level the agent needs),
-//!   and the two agent settings the chart has no value for (the exact image reference with its
-//!   pull policy, and the Fleet Cluster's `agentEnvVars`), so the bootstrap agent is the agent
-//!   Fleet deploys when it takes over.
+//!   every namespaced object, the Namespace itself with its Pod Security level), and what Fleet's
+//!   own agent bundle deploys differently from the chart ([`crate::model::fleet_agent_bundle`]),
+//!   so the agent a cluster boots with is the agent Fleet deploys when it takes over: the same
+//!   `AGENT_SCOPE` (part of the ownership ID of everything the agent applies), the same objects.
 //!
 //! Chart facts follow rancher/fleet `charts/fleet-agent` v0.12.0–v0.16.1 (values.yaml,
-//! templates/deployment.yaml, validate.yaml): one Deployment `fleet-agent` with one container
-//! `fleet-agent` (v0.11 had a StatefulSet with a `fleetagent register` init container); the chart
-//! refuses a release that is not `internal.managedReleaseName` in `internal.systemNamespace`,
-//! and from v0.16.0 one without `tokenName`; chart objects carry no namespace (helm adds it at
-//! install). Before v0.16.0 the chart also has a post-install hook Job patching the `default`
-//! ServiceAccount with a `rancher/kubectl` image; hooks are not rendered (no registry pull is
-//! needed to register, and Fleet's agent bundle manages that ServiceAccount once it takes over).
+//! templates/deployment.yaml, rbac.yaml, validate.yaml): one Deployment `fleet-agent` with one
+//! container `fleet-agent` (v0.11 had a StatefulSet with a `fleetagent register` init container,
+//! and is not rendered); the chart refuses a release that is not `internal.managedReleaseName` in
+//! `internal.systemNamespace`, and from v0.16.0 one without `tokenName`; chart objects carry no
+//! namespace but the NetworkPolicy (helm adds it at install). The 0.12.0–0.12.2 chart also has a
+//! post-install hook Job patching the `default` ServiceAccount with a `rancher/kubectl` image;
+//! hooks are not rendered (no registry pull is needed to register, and Fleet's agent bundle
+//! manages that ServiceAccount once it takes over).
 
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
+use crate::api::duration::{go_duration_string, parse_duration};
+use crate::model::fleet_agent_bundle::{self as bundle, FleetVersion};
 use crate::names;
 
 /// Name of Fleet's agent chart, its Helm release, and its Deployment (fixed by Fleet).
@@ -105,15 +108,26 @@ impl TokenValues {
     }
 }
 
-/// Agent settings Fleet publishes in its `fleet-controller` ConfigMap (`config` JSON).
-#[derive(Clone, Debug, PartialEq)]
+/// Agent settings Fleet publishes in its `fleet-controller` ConfigMap (`config` JSON, written by
+/// rancher/fleet `charts/fleet/templates/configmap.yaml`, read by `internal/config/config.go`).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct FleetAgentDefaults {
     /// Full image reference, registry included (Fleet's chart renders it so).
     pub image: String,
     pub pull_policy: Option<String>,
     /// `system-store` or `strict`.
     pub tls_mode: String,
-    pub checkin_interval: Option<String>,
+    /// `agentCheckinInterval` as Go's `Duration.String()` writes it (`15m0s`; `0s` when absent):
+    /// Fleet's `CHECKIN_INTERVAL`.
+    pub checkin_interval: String,
+    /// `systemDefaultRegistry` (with its trailing `/`, as `charts/fleet` writes it).
+    pub system_default_registry: String,
+    /// `agentWorkers.bundledeployment` ("" when absent, as Fleet then writes it).
+    pub bundle_deployment_workers: String,
+    /// `agentWorkers.drift` ("" when absent).
+    pub drift_workers: String,
+    /// `imagePullSecrets` (Fleet 0.16: used for the agent unless the Fleet Cluster has its own).
+    pub image_pull_secrets: Vec<Value>,
 }
 
 impl FleetAgentDefaults {
@@ -121,17 +135,26 @@ impl FleetAgentDefaults {
     pub fn from_controller_config(config: &str) -> Result<FleetAgentDefaults, String> {
         let value: Value =
             serde_json::from_str(config).map_err(|err| format!("its config is not JSON: {err}"))?;
-        let text = |key: &str| {
-            value[key]
-                .as_str()
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
+        let text = |value: &Value| value.as_str().filter(|s| !s.is_empty()).map(str::to_string);
+        let checkin_interval = match text(&value["agentCheckinInterval"]) {
+            None => "0s".to_string(),
+            Some(written) => go_duration_string(parse_duration(&written).map_err(|err| {
+                format!("its config's agentCheckinInterval is not a duration: {err}")
+            })?),
         };
         Ok(FleetAgentDefaults {
-            image: text("agentImage").ok_or("its config has no agentImage")?,
-            pull_policy: text("agentImagePullPolicy"),
-            tls_mode: text("agentTLSMode").unwrap_or_else(|| "system-store".to_string()),
-            checkin_interval: text("agentCheckinInterval"),
+            image: text(&value["agentImage"]).ok_or("its config has no agentImage")?,
+            pull_policy: text(&value["agentImagePullPolicy"]),
+            tls_mode: text(&value["agentTLSMode"]).unwrap_or_else(|| "system-store".to_string()),
+            checkin_interval,
+            system_default_registry: text(&value["systemDefaultRegistry"]).unwrap_or_default(),
+            bundle_deployment_workers: text(&value["agentWorkers"]["bundledeployment"])
+                .unwrap_or_default(),
+            drift_workers: text(&value["agentWorkers"]["drift"]).unwrap_or_default(),
+            image_pull_secrets: value["imagePullSecrets"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default(),
         })
     }
 
@@ -161,7 +184,8 @@ fn split_image(image: &str) -> (String, Option<String>) {
     }
 }
 
-/// The agent settings of a Fleet Cluster (`spec.agent*`, `hostNetwork`), as JSON.
+/// The agent settings of a Fleet Cluster (`spec.agent*`, `hostNetwork`, `privateRepoURL`), as
+/// JSON.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct AgentSettings {
     /// Where the agent runs.
@@ -171,6 +195,14 @@ pub struct AgentSettings {
     pub tolerations: Vec<Value>,
     pub host_network: bool,
     pub env: Vec<Value>,
+    /// `privateRepoURL` ("" when unset).
+    pub private_repo_url: String,
+    pub affinity: Option<Value>,
+    pub resources: Option<Value>,
+    /// `agentSchedulingCustomization.priorityClass` is set.
+    pub priority_class: bool,
+    /// `agentPullSecrets` (`None` when unset; an empty list means none).
+    pub pull_secrets: Option<Vec<Value>>,
 }
 
 impl AgentSettings {
@@ -180,6 +212,7 @@ impl AgentSettings {
             .as_str()
             .unwrap_or_default()
             .to_string();
+        let object = |key: &str| Some(spec[key].clone()).filter(Value::is_object);
         AgentSettings {
             namespace: if scope.is_empty() {
                 FLEET_SYSTEM_NAMESPACE.to_string()
@@ -193,6 +226,14 @@ impl AgentSettings {
                 .unwrap_or_default(),
             host_network: spec["hostNetwork"].as_bool().unwrap_or(false),
             env: spec["agentEnvVars"].as_array().cloned().unwrap_or_default(),
+            private_repo_url: spec["privateRepoURL"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            affinity: object("agentAffinity"),
+            resources: object("agentResources"),
+            priority_class: spec["agentSchedulingCustomization"]["priorityClass"].is_object(),
+            pull_secrets: spec["agentPullSecrets"].as_array().cloned(),
         }
     }
 }
@@ -204,6 +245,8 @@ pub struct BootstrapInput {
     pub client_id: String,
     pub agent: AgentSettings,
     pub fleet: FleetAgentDefaults,
+    /// The Fleet release whose chart is rendered (the rules that changed between minors).
+    pub version: FleetVersion,
 }
 
 /// The values of Fleet's `fleet-agent` chart for this cluster: every key Fleet put in the
@@ -237,10 +280,46 @@ pub fn chart_values(input: &BootstrapInput) -> Result<Map<String, Value>, String
 /// Kinds in the chart that are cluster-scoped; every other object gets the agent namespace.
 const CLUSTER_SCOPED_KINDS: [&str; 3] = ["Namespace", "ClusterRole", "ClusterRoleBinding"];
 
+/// The names the chart gives its ClusterRole and ClusterRoleBinding (rancher/fleet
+/// `charts/fleet-agent/templates/rbac.yaml`, v0.12.0–v0.16.1), which Fleet's agent bundle does
+/// not use: left as they are, they would survive Fleet's takeover as an orphaned pair allowing
+/// everything.
+pub const CHART_CLUSTER_ROLE: &str = "fleet-agent-system-fleet-agent-role";
+/// See [`CHART_CLUSTER_ROLE`].
+pub const CHART_CLUSTER_ROLE_BINDING: &str = "fleet-agent-system-fleet-agent-role-binding";
+
+/// The order `kubectl create -f` creates the objects in: the Namespace, what the agent's pod
+/// needs (RBAC, ServiceAccount, its configuration and registration Secret), the NetworkPolicy,
+/// then the Deployment; kinds the chart may add later go before the Deployment.
+const CREATION_ORDER: [&str; 8] = [
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ServiceAccount",
+    "ConfigMap",
+    "Secret",
+    "NetworkPolicy",
+    "Deployment",
+];
+
 /// The objects `kubectl create -f` runs on the new cluster, in creation order, from the chart's
-/// rendering: the agent Namespace first (labelled with the Pod Security level the agent pod
-/// needs), then the chart's objects in the agent namespace, with the exact agent image, its pull
-/// policy and the Fleet Cluster's `agentEnvVars` on the agent containers.
+/// rendering, brought to what Fleet's agent bundle deploys for the same Fleet Cluster at that
+/// Fleet version ([`crate::model::fleet_agent_bundle`]):
+/// - the agent Namespace first, labelled [`POD_SECURITY_LEVEL`] (Fleet's bundle has none; Helm
+///   creates it);
+/// - every namespaced object in the agent namespace (the chart leaves that to helm);
+/// - the ClusterRole and ClusterRoleBinding under Fleet's names;
+/// - the Deployment as `manifest.go` `agentApp` builds it: environment (with `AGENT_SCOPE` and
+///   `CHECKIN_INTERVAL`, the Fleet Cluster's `agentEnvVars` last), tolerations, affinity, image
+///   (`Resolve`), pull policy, resources, strategy, pull secrets, priority class, volume order;
+/// - the chart's ConfigMap `fleet-agent` and Secret `fleet-agent-bootstrap`, which the agent
+///   registers with (not in Fleet's bundle);
+///
+/// and without: the hook Job of the 0.12.0–0.12.2 chart (rendered with `--no-hooks`), and the
+/// `default` ServiceAccount Fleet's bundle sets `automountServiceAccountToken: false` on
+/// (Kubernetes creates `default` in every new namespace, so `kubectl create` of it fails or races;
+/// the bootstrap agent runs as `fleet-agent`, and Fleet's takeover sets the field). Empty and null
+/// values of the rendering (`args:` of the 0.16 chart) are left out.
 pub fn finish(rendered: &str, input: &BootstrapInput) -> Result<Vec<Value>, String> {
     let namespace = input.agent.namespace.as_str();
     let mut objects = Vec::new();
@@ -256,43 +335,54 @@ pub fn finish(rendered: &str, input: &BootstrapInput) -> Result<Vec<Value>, Stri
         }
         objects.push(object);
     }
-    let mut found = false;
-    for object in &mut objects {
-        let kind = object["kind"].as_str().unwrap_or_default().to_string();
-        if !CLUSTER_SCOPED_KINDS.contains(&kind.as_str()) {
-            object["metadata"]["namespace"] = json!(namespace);
-        }
-        if kind == "Deployment" && object["metadata"]["name"] == AGENT_NAME {
-            let pod = &mut object["spec"]["template"]["spec"];
-            for container in pod["containers"].as_array_mut().into_iter().flatten() {
-                if container["name"] != AGENT_NAME {
-                    continue;
-                }
-                container["image"] = json!(input.fleet.image);
-                if let Some(policy) = &input.fleet.pull_policy {
-                    container["imagePullPolicy"] = json!(policy);
-                }
-                if !input.agent.env.is_empty() {
-                    let env = container["env"].as_array().cloned().unwrap_or_default();
-                    let mut env: Vec<Value> = env
-                        .into_iter()
-                        .filter(|e| !input.agent.env.iter().any(|a| a["name"] == e["name"]))
-                        .collect();
-                    env.extend(input.agent.env.iter().cloned());
-                    container["env"] = json!(env);
-                }
-            }
-            found = true;
-        }
-    }
-    if !found {
+    if !objects
+        .iter()
+        .any(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == AGENT_NAME)
+    {
+        let found = if objects.iter().any(|o| o["kind"] == "StatefulSet") {
+            " (it rendered a StatefulSet, as Fleet 0.11's chart does)"
+        } else {
+            ""
+        };
         return Err(format!(
-            "the fleet-agent chart rendered no Deployment {AGENT_NAME}: is this Fleet's fleet-agent chart?"
+            "the fleet-agent chart rendered no Deployment {AGENT_NAME}{found}: is this Fleet's fleet-agent chart of Fleet 0.12 or later?"
         ));
     }
     objects.retain(|object| {
         !(object["kind"] == "Namespace" && object["metadata"]["name"] == namespace)
     });
+    for object in &mut objects {
+        let kind = object["kind"].as_str().unwrap_or_default().to_string();
+        if !CLUSTER_SCOPED_KINDS.contains(&kind.as_str()) {
+            object["metadata"]["namespace"] = json!(namespace);
+        }
+        match kind.as_str() {
+            "ClusterRole" if object["metadata"]["name"] == CHART_CLUSTER_ROLE => {
+                object["metadata"]["name"] = json!(bundle::cluster_role_name(namespace));
+            }
+            "ClusterRoleBinding" if object["metadata"]["name"] == CHART_CLUSTER_ROLE_BINDING => {
+                object["metadata"]["name"] = json!(bundle::cluster_role_binding_name(namespace));
+                if object["roleRef"]["name"] == CHART_CLUSTER_ROLE {
+                    object["roleRef"]["name"] = json!(bundle::cluster_role_name(namespace));
+                }
+            }
+            "Deployment" if object["metadata"]["name"] == AGENT_NAME => {
+                agent_deployment(object, input);
+            }
+            _ => {}
+        }
+        drop_empty(object);
+    }
+    // Kinds not listed go just before the Deployment.
+    let rank = |object: &Value| {
+        let kind = object["kind"].as_str().unwrap_or_default();
+        match CREATION_ORDER.iter().position(|k| *k == kind) {
+            Some(index) => 2 * index,
+            None => 2 * CREATION_ORDER.len() - 3,
+        }
+    };
+    // Stable: objects of one kind keep the chart's order.
+    objects.sort_by_key(|object| rank(object));
     let mut labels = Map::new();
     labels.insert(
         names::POD_SECURITY_ENFORCE_LABEL.to_string(),
@@ -303,6 +393,106 @@ pub fn finish(rendered: &str, input: &BootstrapInput) -> Result<Vec<Value>, Stri
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": labels}}),
     );
     Ok(objects)
+}
+
+/// The agent Deployment as `manifest.go` `agentApp` builds it, from the chart's.
+fn agent_deployment(deployment: &mut Value, input: &BootstrapInput) {
+    let (agent, fleet, version) = (&input.agent, &input.fleet, input.version);
+    match bundle::strategy(agent.host_network, version) {
+        Some(strategy) => deployment["spec"]["strategy"] = strategy,
+        None => remove(&mut deployment["spec"], "strategy"),
+    }
+    let pod = &mut deployment["spec"]["template"]["spec"];
+    pod["tolerations"] = json!(bundle::tolerations(&agent.tolerations, version));
+    pod["affinity"] = bundle::affinity(agent.affinity.as_ref());
+    if agent.host_network {
+        pod["hostNetwork"] = json!(true);
+    } else {
+        remove(pod, "hostNetwork");
+    }
+    match bundle::priority_class_name(agent.priority_class, version) {
+        Some(name) => pod["priorityClassName"] = json!(name),
+        None => remove(pod, "priorityClassName"),
+    }
+    let secrets = bundle::image_pull_secrets(
+        agent.pull_secrets.as_deref(),
+        &fleet.image_pull_secrets,
+        version,
+    );
+    if secrets.is_empty() {
+        remove(pod, "imagePullSecrets");
+    } else {
+        pod["imagePullSecrets"] = json!(secrets);
+    }
+    order_by_name(&mut pod["volumes"], &bundle::VOLUME_ORDER);
+    let env = bundle::env(
+        &bundle::EnvOptions {
+            bundle_deployment_workers: &fleet.bundle_deployment_workers,
+            drift_workers: &fleet.drift_workers,
+            agent_scope: &agent.scope,
+            checkin_interval: &fleet.checkin_interval,
+            agent_env: &agent.env,
+        },
+        version,
+    );
+    for container in pod["containers"].as_array_mut().into_iter().flatten() {
+        if container["name"] != AGENT_NAME {
+            continue;
+        }
+        container["image"] = json!(bundle::resolve_image(
+            &fleet.system_default_registry,
+            &agent.private_repo_url,
+            &fleet.image
+        ));
+        match &fleet.pull_policy {
+            Some(policy) => container["imagePullPolicy"] = json!(policy),
+            None => remove(container, "imagePullPolicy"),
+        }
+        container["env"] = json!(env);
+        match &agent.resources {
+            Some(resources) => container["resources"] = resources.clone(),
+            None => remove(container, "resources"),
+        }
+        order_by_name(&mut container["volumeMounts"], &bundle::VOLUME_ORDER);
+    }
+}
+
+/// Removes `key` from `object` (nothing when it is not an object).
+fn remove(object: &mut Value, key: &str) {
+    if let Some(map) = object.as_object_mut() {
+        map.remove(key);
+    }
+}
+
+/// Orders the items of a list by their `name` as `order` has them (others after, as they were).
+fn order_by_name(list: &mut Value, order: &[&str]) {
+    if let Some(items) = list.as_array_mut() {
+        items.sort_by_key(|item| {
+            let name = item["name"].as_str().unwrap_or_default();
+            order.iter().position(|n| *n == name).unwrap_or(order.len())
+        });
+    }
+}
+
+/// Leaves out null values and empty lists and maps below the top level of an object's fields
+/// (the 0.16 chart's `args:` renders as null), except where an empty value means something:
+/// `emptyDir: {}`, `podSelector: {}` and the NetworkPolicy's `ingress: [{}]` / `egress: [{}]`
+/// items are kept (an empty map inside a list, or under those keys).
+fn drop_empty(value: &mut Value) {
+    const MEANINGFUL_EMPTY: [&str; 2] = ["emptyDir", "podSelector"];
+    match value {
+        Value::Object(map) => {
+            map.retain(|key, child| {
+                drop_empty(child);
+                !(child.is_null()
+                    || (child.as_array().is_some_and(Vec::is_empty))
+                    || (child.as_object().is_some_and(Map::is_empty)
+                        && !MEANINGFUL_EMPTY.contains(&key.as_str())))
+            });
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_empty),
+        _ => {}
+    }
 }
 
 /// The bootstrap Secret's data: the agent objects as one YAML stream (both control-plane
@@ -344,6 +534,7 @@ mod tests {
                 r#"{"agentImage":"registry.local:5000/rancher/fleet-agent:v0.16.1","agentImagePullPolicy":"IfNotPresent","agentTLSMode":"strict","agentCheckinInterval":"15m","apiServerURL":"https://x"}"#,
             )
             .expect("controller config"),
+            version: FleetVersion::parse("0.16.1").expect("version"),
         }
     }
 
@@ -456,16 +647,16 @@ spec:
     }
 
     #[test]
-    fn finish_namespaces_the_objects_and_labels_the_namespace_for_the_pod() {
+    fn finish_namespaces_the_objects_and_labels_the_namespace() {
         let objects = finish(RENDERED, &input()).expect("finished");
         let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
         assert_eq!(
             kinds,
             [
                 "Namespace",
-                "NetworkPolicy",
-                "ServiceAccount",
                 "ClusterRole",
+                "ServiceAccount",
+                "NetworkPolicy",
                 "Deployment"
             ]
         );
@@ -482,7 +673,23 @@ spec:
                 assert_eq!(namespace, "fleet-addon-agent", "{object}");
             }
         }
-        let container = &objects[4]["spec"]["template"]["spec"]["containers"][0];
+        // Fleet's name, not the chart's (the chart's pair would survive Fleet's takeover).
+        assert_eq!(
+            objects[1]["metadata"]["name"],
+            "fleet-addon-agent-fleet-agent-role"
+        );
+    }
+
+    /// The agent as Fleet's `manifest.go` deploys it for this Fleet Cluster (issue #29, defect
+    /// 1: the chart has no `AGENT_SCOPE` nor `CHECKIN_INTERVAL`, so every bundle the bootstrap
+    /// agent deployed was owned under another ID than the agent Fleet deploys).
+    #[test]
+    fn finish_gives_the_agent_fleet_s_scope_interval_and_settings() {
+        let objects = finish(RENDERED, &input()).expect("finished");
+        let deployment = &objects[4];
+        assert_eq!(deployment["spec"]["strategy"], json!({"type": "Recreate"}));
+        let pod = &deployment["spec"]["template"]["spec"];
+        let container = &pod["containers"][0];
         assert_eq!(
             container["image"],
             "registry.local:5000/rancher/fleet-agent:v0.16.1"
@@ -497,10 +704,87 @@ spec:
         assert_eq!(
             env,
             [
+                ("BUNDLEDEPLOYMENT_RECONCILER_WORKERS", &json!("")),
+                ("DRIFT_RECONCILER_WORKERS", &json!("")),
+                ("NAMESPACE", &Value::Null),
+                ("AGENT_SCOPE", &json!("fleet-addon-agent")),
+                ("CHECKIN_INTERVAL", &json!("15m0s")),
+                ("CATTLE_ELECTION_LEASE_DURATION", &json!("30s")),
+                ("CATTLE_ELECTION_RETRY_PERIOD", &json!("10s")),
+                ("CATTLE_ELECTION_RENEW_DEADLINE", &json!("25s")),
                 ("KUBERNETES_SERVICE_HOST", &json!("10.0.0.1")),
-                ("NAMESPACE", &json!("overridden"))
+                ("NAMESPACE", &json!("overridden")),
             ]
         );
+        let tolerations: Vec<&str> = pod["tolerations"]
+            .as_array()
+            .expect("tolerations")
+            .iter()
+            .filter_map(|t| t["key"].as_str())
+            .collect();
+        assert_eq!(
+            tolerations,
+            [
+                "node.cloudprovider.kubernetes.io/uninitialized",
+                "cattle.io/os",
+                "node.kubernetes.io/not-ready"
+            ]
+        );
+        assert_eq!(
+            pod["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["weight"],
+            1
+        );
+        let volumes: Vec<&str> = pod["volumes"]
+            .as_array()
+            .expect("volumes")
+            .iter()
+            .filter_map(|v| v["name"].as_str())
+            .collect();
+        assert_eq!(volumes, ["kube", "tmp"]);
+        assert_eq!(container["volumeMounts"][0]["name"], "kube");
+
+        // A Fleet Cluster without agentNamespace: AGENT_SCOPE "" (Fleet writes the field as is),
+        // the agent in Fleet's system namespace.
+        let mut input = input();
+        input.agent = AgentSettings::from_fleet_cluster_spec(&json!({}));
+        let objects = finish(RENDERED, &input).expect("finished");
+        let container = &objects[4]["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(
+            container["env"][3],
+            json!({"name": "AGENT_SCOPE", "value": ""})
+        );
+        assert_eq!(objects[4]["metadata"]["namespace"], "cattle-fleet-system");
+        assert!(objects[4]["spec"].get("strategy").is_none());
+    }
+
+    #[test]
+    fn the_controller_config_gives_interval_workers_registry_and_pull_secrets() {
+        let defaults = FleetAgentDefaults::from_controller_config(
+            r#"{"agentImage":"mirror.example/rancher/fleet-agent:v0.16.1","systemDefaultRegistry":"mirror.example/",
+                "agentCheckinInterval":"1h30m","agentWorkers":{"bundledeployment":"50","drift":"25"},
+                "imagePullSecrets":[{"name":"pull"}]}"#,
+        )
+        .expect("config");
+        assert_eq!(defaults.checkin_interval, "1h30m0s");
+        assert_eq!(defaults.system_default_registry, "mirror.example/");
+        assert_eq!(
+            (
+                defaults.bundle_deployment_workers.as_str(),
+                defaults.drift_workers.as_str()
+            ),
+            ("50", "25")
+        );
+        assert_eq!(defaults.image_pull_secrets, [json!({"name": "pull"})]);
+        let bare = FleetAgentDefaults::from_controller_config(
+            r#"{"agentImage":"rancher/fleet-agent:v0.12.0"}"#,
+        )
+        .expect("config");
+        assert_eq!(bare.checkin_interval, "0s");
+        let err = FleetAgentDefaults::from_controller_config(
+            r#"{"agentImage":"x","agentCheckinInterval":"soon"}"#,
+        )
+        .expect_err("not a duration");
+        assert!(err.contains("agentCheckinInterval"), "{err}");
     }
 
     /// `privileged` whatever the pod (issue #29): a `baseline` label set for an agent without
@@ -566,9 +850,8 @@ spec:
     fn image_parts_and_chart_versions() {
         let defaults = |image: &str| FleetAgentDefaults {
             image: image.into(),
-            pull_policy: None,
             tls_mode: "system-store".into(),
-            checkin_interval: None,
+            ..FleetAgentDefaults::default()
         };
         assert_eq!(
             defaults("registry.local:5000/rancher/fleet-agent:v0.14.0-rc.1").image_parts(),

@@ -24,6 +24,7 @@ use crate::model::agent_manifest::{
 use crate::model::capi::ClusterView;
 use crate::model::config::{ClusterImport, EffectiveConfig};
 use crate::model::fleet;
+use crate::model::fleet_agent_bundle::{FleetVersion, OLDEST_SUPPORTED};
 use crate::model::selection::{ClusterFacts, WatchScope};
 use crate::names;
 
@@ -356,15 +357,54 @@ pub fn agent_chart(
     })
 }
 
+/// The Fleet release whose agent the bootstrap renders; `Err`: the answer instead. A Fleet older
+/// than [`crate::model::fleet_agent_bundle::OLDEST_SUPPORTED`] (0.11, whose `fleet-agent` chart
+/// deploys a StatefulSet with a `fleetagent register` init container, rancher/fleet v0.11.14) is
+/// not waited for: Success naming the version, so the Cluster is created without the bootstrap
+/// (no Secret, so GeneratePatches changes nothing) instead of being held forever.
+pub fn supported_fleet(
+    cluster: &ClusterView,
+    location: &ChartLocation,
+) -> Result<FleetVersion, HookOutcome> {
+    let Some(version) = FleetVersion::parse(&location.version) else {
+        return Err(HookOutcome::retry(
+            RETRY_CONFIG,
+            format!(
+                "cannot tell which Fleet release {} is: not a semantic version",
+                location.version
+            ),
+        ));
+    };
+    if version.supported() {
+        return Ok(version);
+    }
+    Err(HookOutcome::success(unsupported_fleet_message(
+        cluster, version,
+    )))
+}
+
+/// Why a Cluster boots without the Fleet agent when the installed Fleet is too old (the answer's
+/// message and the Event's note).
+pub fn unsupported_fleet_message(cluster: &ClusterView, version: FleetVersion) -> String {
+    format!(
+        "Fleet {version} is installed, and the Fleet agent bootstrap supports Fleet {}.{} and later: Cluster {}/{} is created without the Fleet agent at boot (no bootstrap Secret, so GeneratePatches leaves its control plane alone); upgrade Fleet, or let the Cluster register the usual way once it is running",
+        OLDEST_SUPPORTED.major, OLDEST_SUPPORTED.minor, cluster.namespace, cluster.name
+    )
+}
+
+/// The Event reason on a Cluster created without the bootstrap because of the Fleet version.
+pub const UNSUPPORTED_FLEET_REASON: &str = "FleetVersionUnsupported";
+
 /// What the `fleet-agent` chart is rendered with: the agent settings the import controller
 /// applies to the Fleet Cluster (the live object may still be the minimal first version), so
-/// the bootstrap agent is the agent Fleet manages afterwards.
+/// the bootstrap agent is the agent Fleet manages afterwards, and the Fleet release's rules.
 pub fn bootstrap_input(
     cluster: &ClusterView,
     import: &ClusterImport,
     client_id: String,
     token: TokenValues,
     fleet: FleetAgentDefaults,
+    version: FleetVersion,
 ) -> Result<BootstrapInput, HookOutcome> {
     let full = fleet::desired_fleet_cluster(
         cluster,
@@ -385,6 +425,7 @@ pub fn bootstrap_input(
         client_id,
         agent: AgentSettings::from_fleet_cluster_spec(&spec),
         fleet,
+        version,
     })
 }
 

@@ -9,6 +9,7 @@ pub mod capi;
 pub mod config;
 pub mod diff;
 pub mod fleet;
+pub mod fleet_agent_bundle;
 pub mod fleet_health;
 pub mod fleet_install;
 pub mod fleet_status;
