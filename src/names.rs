@@ -108,6 +108,16 @@ pub fn bootstrap_secret_name(cluster_name: &str) -> String {
     format!("{cluster_name}-fleet-agent-bootstrap")
 }
 
+/// Annotation on a bootstrap Secret saying what it holds (its keys), which GeneratePatches names:
+/// `2` for the boot script (`crate::model::agent_patch::SecretFormat::Script`); absent on Secrets
+/// an earlier release wrote (the plain manifest only).
+pub const BOOTSTRAP_FORMAT_ANNOTATION: &str = "fleet.addons.cluster.x-k8s.io/bootstrap-format";
+
+/// Annotation on a bootstrap Secret: the UID of the ClusterRegistrationToken whose values it
+/// holds. The import controller rewrites the Secret's token values when the token was replaced.
+pub const REGISTRATION_TOKEN_UID_ANNOTATION: &str =
+    "fleet.addons.cluster.x-k8s.io/registration-token-uid";
+
 /// Suffix of the kubeconfig Secret CAPI creates for a Cluster (`<cluster>-kubeconfig`).
 pub fn kubeconfig_secret_name(capi_cluster_name: &str) -> String {
     format!("{capi_cluster_name}-kubeconfig")

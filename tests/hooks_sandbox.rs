@@ -20,10 +20,13 @@ use caapf::hooks::bootstrap_secrets::BootstrapSecrets;
 use caapf::hooks::handlers;
 use caapf::hooks::hook_context::HookContext;
 use caapf::hooks::types::{Hook, Response, ResponseBody, ResponseStatus};
+use caapf::model::agent_manifest::script_objects;
 use caapf::model::agent_manifest::{
     AgentSettings, BootstrapInput, FleetAgentDefaults, TokenValues, chart_values, finish,
 };
-use caapf::model::agent_patch::MANIFEST_KEY;
+use caapf::model::agent_patch::{
+    LEGACY_MANIFEST_KEY, SCRIPT_GZIP_KEY, SCRIPT_KEY, SCRIPT_PATH, Template, boot_command,
+};
 use caapf::model::config::EffectiveConfig;
 use caapf::model::fleet_agent_bundle::FleetVersion;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
@@ -393,11 +396,11 @@ async fn before_cluster_create_prepares_agent_initiated_registration_then_succee
             "c1"
         );
         assert_eq!(secret["metadata"]["ownerReferences"][0]["kind"], "Cluster");
-        let manifest = secret_text(&secret, MANIFEST_KEY);
+        let manifest = secret_text(&secret, SCRIPT_KEY);
         assert!(manifest.contains(&id), "the manifest carries the client ID");
         assert!(manifest.contains(AGENT_IMAGE));
         // Fleet 0.12+'s agent: one container running `fleetagent`, nothing else.
-        let deployment = documents(&manifest)
+        let deployment = bootstrap_objects(&secret)
             .into_iter()
             .find(|o| o["kind"] == "Deployment")
             .expect("Deployment");
@@ -406,7 +409,24 @@ async fn before_cluster_create_prepares_agent_initiated_registration_then_succee
         assert_eq!(pod["containers"].as_array().map(Vec::len), Some(1));
         assert_eq!(pod["containers"][0]["name"], "fleet-agent");
         assert_eq!(pod["containers"][0]["command"], json!(["fleetagent"]));
-        assert_eq!(secret["data"].as_object().map(|d| d.len()), Some(1));
+        // The boot script, plain (Ignition) and gzip+base64 (cloud-init); what it holds and
+        // which token it was rendered from, for GeneratePatches and the import controller.
+        assert_eq!(
+            secret["data"]
+                .as_object()
+                .map(|d| d.keys().cloned().collect::<Vec<_>>()),
+            Some(vec![SCRIPT_KEY.to_string(), SCRIPT_GZIP_KEY.to_string()])
+        );
+        assert_eq!(
+            secret["metadata"]["annotations"]["fleet.addons.cluster.x-k8s.io/bootstrap-format"],
+            "2"
+        );
+        let token_uid =
+            env.get(&token(), NS, "c1").await.expect("token")["metadata"]["uid"].clone();
+        assert_eq!(
+            secret["metadata"]["annotations"]["fleet.addons.cluster.x-k8s.io/registration-token-uid"],
+            token_uid
+        );
 
         // A second call creates nothing and writes nothing; the client ID is unchanged.
         env.sandbox.requests().reset();
@@ -467,7 +487,7 @@ async fn an_existing_client_id_is_kept_and_fleet_clusters_not_owned_survive_dele
         .expect("Fleet Cluster");
     assert_eq!(client_id(&fleet), "kept-forever");
     let secret = env.bootstrap_secret("c2").await.expect("bootstrap secret");
-    assert!(secret_text(&secret, MANIFEST_KEY).contains("kept-forever"));
+    assert!(secret_text(&secret, SCRIPT_KEY).contains("kept-forever"));
 
     assert_success(&env.call(Hook::BeforeClusterDelete, &cluster).await);
     assert!(env.get(&token(), NS, "c2").await.is_none());
@@ -656,7 +676,11 @@ async fn a_cluster_that_never_went_through_before_cluster_create_gets_a_working_
         .bootstrap_secret("old")
         .await
         .expect("the Secret the patch names exists");
-    assert!(secret_text(&secret, MANIFEST_KEY).contains("kind: Deployment"));
+    assert!(
+        bootstrap_objects(&secret)
+            .iter()
+            .any(|o| o["kind"] == "Deployment")
+    );
     // The same answer every time from now on.
     assert_eq!(
         serde_json::to_value(env.call_raw(Hook::GeneratePatches, &request).await).expect("json"),
@@ -702,6 +726,11 @@ fn generate_patches_request(cluster: &str) -> Value {
         "items": [{"uid": "cp", "holderReference": {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
             "namespace": NS, "name": cluster, "fieldPath": "spec.controlPlaneRef"}, "object": template}]
     })
+}
+
+/// The agent objects a bootstrap Secret's boot script carries.
+fn bootstrap_objects(secret: &Value) -> Vec<Value> {
+    script_objects(&secret_text(secret, SCRIPT_KEY)).expect("boot script")
 }
 
 fn documents(yaml: &str) -> Vec<Value> {
@@ -804,7 +833,7 @@ async fn the_agent_is_accepted_by_the_api_server_and_pod_security() {
         .await;
     env.issue_token_later_and_finish(&cluster, "c4").await;
     let secret = env.bootstrap_secret("c4").await.expect("bootstrap secret");
-    let ours = documents(&secret_text(&secret, MANIFEST_KEY));
+    let ours = bootstrap_objects(&secret);
     assert_eq!(ours[0]["kind"], "Namespace");
     assert_eq!(ours[0]["metadata"]["name"], "fleet-addon-agent");
     assert!(
@@ -1022,6 +1051,194 @@ fn the_agent_is_what_fleet_deploys_at_every_supported_minor() {
     }
 }
 
+/// `templateYAMLIndent` of cluster-api v1.11 `bootstrap/kubeadm/internal/cloudinit/utils.go`
+/// (CAPRKE2 v0.25.0 has the same): every line of `text` indented by `spaces`.
+fn indent(spaces: usize, text: &str) -> String {
+    let pad = " ".repeat(spaces);
+    format!(
+        "{pad}{}",
+        text.split('\n')
+            .collect::<Vec<_>>()
+            .join(&format!("\n{pad}"))
+    )
+}
+
+/// RFC 2397 escaping as `github.com/vincent-petithory/dataurl` `EscapeString` does it (what
+/// Flatcar's container-linux-config-transpiler uses for inline file contents).
+fn data_url_escape(text: &[u8]) -> String {
+    text.iter()
+        .map(|&b| {
+            if b.is_ascii_alphanumeric() || b"-_.!~*'()".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// The user data the bootstrap adds to a control-plane machine, per template kind, rendered the
+/// way the bootstrap providers render a `files` entry and a post command (issue #29, defect 4):
+/// - cloud-init: cluster-api v1.11 `bootstrap/kubeadm/internal/cloudinit/files.go`
+///   `filesTemplate` and `commands.go` `commandsTemplate` (a `%q`-quoted `runcmd` item); CAPRKE2
+///   v0.25.0 `bootstrap/internal/cloudinit/cloudinit.go` has the same two templates (no `append`);
+/// - kubeadm Ignition: `bootstrap/kubeadm/internal/ignition/clc/clc.go` puts the file and the
+///   command (a line of `/etc/kubeadm.sh`) into a Container Linux Config, which the
+///   container-linux-config-transpiler turns into Ignition 2.3 JSON with `data:,` URLs escaped by
+///   `dataurl.EscapeString`: the script's escaped text plus a file entry;
+/// - RKE2 Ignition: `bootstrap/internal/ignition/butane/butane.go` does the same with Butane
+///   (coreos/butane v0.28.0 `base/util/url.go` `MakeDataURL` picks the smallest of URL-escaped,
+///   base64 and gzip+base64): the smallest encoding plus a file entry, and the escaped command.
+///
+/// The Ignition figures approximate the JSON entry's fields; the contents are exact.
+fn added_user_data(files: &BTreeMap<String, String>) -> Vec<(&'static str, usize)> {
+    let packed = &files[SCRIPT_GZIP_KEY];
+    let plain = &files[SCRIPT_KEY];
+    let cloud_init = |template: Template| {
+        let entry = format!(
+            "\n-   path: {SCRIPT_PATH}\n    encoding: \"gzip+base64\"\n    permissions: '0600'\n    content: |\n{}",
+            indent(6, packed)
+        );
+        let command = format!("\n  - \"{}\"", boot_command(template));
+        entry.len() + command.len()
+    };
+    let kubeadm_ignition = {
+        let entry = json!({"filesystem": "root", "path": SCRIPT_PATH, "mode": 384,
+            "contents": {"source": format!("data:,{}", data_url_escape(plain.as_bytes())), "verification": {}}});
+        let command = data_url_escape(
+            format!("{}\n", boot_command(Template::KubeadmControlPlane)).as_bytes(),
+        );
+        entry.to_string().len() + 1 + command.len()
+    };
+    let rke2_ignition = {
+        let escaped = format!(",{}", data_url_escape(plain.as_bytes()));
+        let base64 = format!(
+            ";base64,{}",
+            base64::Engine::encode(&base64::engine::general_purpose::STANDARD, plain)
+        );
+        let gzip = format!(";base64,{packed}");
+        let (source, compression) = [(escaped, None), (base64, None), (gzip, Some("gzip"))]
+            .into_iter()
+            .min_by_key(|(s, c)| s.len() + c.map_or(0, str::len))
+            .expect("three");
+        let mut contents = json!({"source": format!("data:{source}")});
+        if let Some(compression) = compression {
+            contents["compression"] = json!(compression);
+        }
+        let entry =
+            json!({"path": SCRIPT_PATH, "mode": 384, "overwrite": true, "contents": contents});
+        let command =
+            data_url_escape(format!("{}\n", boot_command(Template::Rke2ControlPlane)).as_bytes());
+        entry.to_string().len() + 1 + command.len()
+    };
+    vec![
+        (
+            "kubeadm cloud-init",
+            cloud_init(Template::KubeadmControlPlane),
+        ),
+        ("kubeadm Ignition", kubeadm_ignition),
+        ("RKE2 cloud-init", cloud_init(Template::Rke2ControlPlane)),
+        ("RKE2 Ignition", rke2_ignition),
+    ]
+}
+
+/// What the bootstrap adds to a control-plane machine's user data, per template kind (issue #29,
+/// defect 4: the plain manifest in `write_files` added about 7.9 KB), with Fleet 0.16.1's agent,
+/// this provider's default agent settings and real-shaped registration values: a ServiceAccount
+/// token and a 2048-bit RSA CA, or an ECDSA P-256 CA (`tests/fixtures/fleet/registration-values-*`).
+/// Prints the figures docs/runtime-extension.md quotes, and holds them: the goal of 3 KB is met
+/// only by everything but the token and the CA (see the docs).
+#[test]
+fn what_the_bootstrap_adds_to_a_control_plane_machine_s_user_data() {
+    let import = EffectiveConfig::default().cluster.expect("import");
+    let spec = json!({
+        "agentNamespace": import.agent_namespace,
+        "agentTolerations": serde_json::to_value(&import.agent_tolerations).expect("json"),
+        "hostNetwork": import.host_network,
+    });
+    let archive = fleet_common::package_agent_chart("0.16.1");
+    let home = tempfile::tempdir().expect("home");
+    // (fixture, at most for cloud-init, at most for kubeadm Ignition)
+    for (fixture, cloud_init_bound, ignition_bound) in [
+        ("registration-values-rsa2048.yaml", 4_500, 10_500),
+        ("registration-values-ecdsa.yaml", 3_950, 9_800),
+    ] {
+        let values = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/fleet")
+                .join(fixture),
+        )
+        .expect("fixture");
+        let input = BootstrapInput {
+            token: TokenValues::parse(&values).expect("values"),
+            client_id: "4b2f0c6d3e8a1f5b7c9d0e2f4a6b8c1d3e5f7a9b0c2d4e6f8a1b3c5d7e9f0a2b".into(),
+            agent: AgentSettings::from_fleet_cluster_spec(&spec),
+            fleet: FleetAgentDefaults::from_controller_config(
+                r#"{"systemDefaultRegistry":"","agentImage":"rancher/fleet-agent:v0.16.1","agentImagePullPolicy":"IfNotPresent",
+                    "agentCheckinInterval":"15m","agentTLSMode":"system-store","agentWorkers":{"bundledeployment":"50","drift":"50"}}"#,
+            )
+            .expect("config"),
+            version: FleetVersion::parse("0.16.1").expect("version"),
+        };
+        let chart_values = chart_values(&input).expect("values");
+        let values_file = tempfile::NamedTempFile::new().expect("values file");
+        std::fs::write(
+            values_file.path(),
+            serde_json::to_vec(&chart_values).expect("json"),
+        )
+        .expect("write");
+        let rendered = fleet_common::helm(
+            home.path(),
+            None,
+            &[
+                "template",
+                "fleet-agent",
+                archive.to_str().expect("path"),
+                "--namespace",
+                "fleet-addon-agent",
+                "--no-hooks",
+                "--values",
+                values_file.path().to_str().expect("path"),
+            ],
+        );
+        let objects = finish(&rendered, &input).expect("finished");
+        let files = caapf::model::agent_manifest::bootstrap_files(&objects).expect("files");
+        if let Ok(dir) = std::env::var("CAAPF_DUMP_BOOT_SCRIPT") {
+            std::fs::write(std::path::Path::new(&dir).join(fixture), &files[SCRIPT_KEY])
+                .expect("dump");
+        }
+        // What an earlier release added: the plain manifest, indented, and its command.
+        let manifest = caapf::model::agent_manifest::script_objects(&files[SCRIPT_KEY])
+            .expect("objects")
+            .iter()
+            .map(|o| format!("---\n{}", serde_yaml::to_string(o).expect("yaml")))
+            .collect::<String>();
+        let before = format!(
+            "\n-   path: /etc/caapf/fleet-agent.yaml\n    owner: root:root\n    permissions: '0600'\n    content: |\n{}\n  - \"{}\"",
+            indent(6, &manifest),
+            caapf::model::agent_patch::legacy_command(Template::KubeadmControlPlane).replace('"', "\\\"")
+        )
+        .len();
+        let figures = added_user_data(&files);
+        eprintln!(
+            "{fixture}: boot script {} B plain, {} B gzip+base64; added user data {figures:?}; an earlier release added {before} B (kubeadm cloud-init)",
+            files[SCRIPT_KEY].len(),
+            files[SCRIPT_GZIP_KEY].len(),
+        );
+        for (kind, bytes) in &figures {
+            let bound = match *kind {
+                "kubeadm Ignition" => ignition_bound,
+                _ => cloud_init_bound,
+            };
+            assert!(*bytes <= bound, "{fixture}: {kind}: {bytes} B > {bound} B");
+        }
+        assert!(
+            figures[0].1 * 100 <= before * 60,
+            "{fixture}: at most 60% of what it was"
+        );
+    }
+}
+
 /// The supported Fleet releases differ in their `fleet-agent` chart: in 0.12.0–0.12.2 a hook Job
 /// (not rendered), from 0.16.0 `tokenName` required (Fleet 0.16 writes it into the token values;
 /// a value set without it is refused by the chart, and the hook says so and retries).
@@ -1086,12 +1303,12 @@ async fn the_chart_of_the_installed_fleet_version_is_rendered() {
         done.message
     );
     let secret = env.bootstrap_secret("c6").await.expect("bootstrap secret");
-    let objects = documents(&secret_text(&secret, MANIFEST_KEY));
+    let objects = bootstrap_objects(&secret);
     let bootstrap = objects
         .iter()
         .find(|o| o["kind"] == "Secret")
         .expect("fleet-agent-bootstrap");
-    assert!(bootstrap["data"]["tokenName"].is_string());
+    assert_eq!(bootstrap["stringData"]["tokenName"], "c6");
 
     // 0.12.0–0.12.2: the hook Job patching the default ServiceAccount is not rendered.
     env.charts.add_agent_version("0.12.0");
@@ -1113,7 +1330,7 @@ async fn the_chart_of_the_installed_fleet_version_is_rendered() {
     env.issue_token("c7").await;
     assert_success(&env.call(Hook::BeforeClusterCreate, &before).await);
     let secret = env.bootstrap_secret("c7").await.expect("bootstrap secret");
-    let objects = documents(&secret_text(&secret, MANIFEST_KEY));
+    let objects = bootstrap_objects(&secret);
     assert!(!objects.iter().any(|o| o["kind"] == "Job"));
     assert!(objects.iter().any(|o| o["kind"] == "Deployment"));
 }
@@ -1225,8 +1442,9 @@ async fn golden_requests_and_responses() {
         .await
         .expect("namespace");
     let bootstrap_secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "dev-2-fleet-agent-bootstrap"},
-        "stringData": {"fleet-agent.yaml": "---\n"}}))
+        "metadata": {"name": "dev-2-fleet-agent-bootstrap",
+            "annotations": {"fleet.addons.cluster.x-k8s.io/bootstrap-format": "2"}},
+        "stringData": {SCRIPT_KEY: "#!/bin/sh\n", SCRIPT_GZIP_KEY: "H4sIAAAAAAACA1NW1E/KzNMvzuACAB2d+wQKAAAA"}}))
     .expect("secret");
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hooks");
     let update = std::env::var_os("UPDATE_GOLDEN").is_some();
@@ -1329,7 +1547,8 @@ async fn hooks_answer_from_the_bootstrap_secret_watch_without_listing() {
     let secret: Secret = serde_json::from_value(json!({
         "metadata": {"name": "c1-fleet-agent-bootstrap", "namespace": NS,
             "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
-        "stringData": {MANIFEST_KEY: "kind: Namespace\n"},
+        // As an earlier release wrote it (no format annotation): its patch stays the earlier one.
+        "stringData": {LEGACY_MANIFEST_KEY: "kind: Namespace\n"},
     }))
     .expect("secret");
     secrets

@@ -21,6 +21,7 @@ use crate::model::agent_manifest::ChartLocation;
 use crate::model::agent_manifest::{
     AgentSettings, BootstrapInput, FleetAgentDefaults, TokenValues,
 };
+use crate::model::agent_patch::SCRIPT_FORMAT;
 use crate::model::capi::ClusterView;
 use crate::model::config::{ClusterImport, EffectiveConfig};
 use crate::model::fleet;
@@ -430,8 +431,14 @@ pub fn bootstrap_input(
 }
 
 /// The bootstrap Secret holding `files`: labelled with the Cluster name and owned by the
-/// Cluster, so `clusterctl move` and garbage collection follow it.
-pub fn desired_bootstrap_secret(cluster: &ClusterView, files: BTreeMap<String, String>) -> Secret {
+/// Cluster, so `clusterctl move` and garbage collection follow it; annotated with what it holds
+/// (GeneratePatches names its keys) and the UID of the ClusterRegistrationToken whose values it
+/// holds (the import controller rewrites them when the token is replaced).
+pub fn desired_bootstrap_secret(
+    cluster: &ClusterView,
+    files: BTreeMap<String, String>,
+    token_uid: &str,
+) -> Secret {
     let data: BTreeMap<String, ByteString> = files
         .into_iter()
         .map(|(key, text)| (key, ByteString(text.into_bytes())))
@@ -444,6 +451,16 @@ pub fn desired_bootstrap_secret(cluster: &ClusterView, files: BTreeMap<String, S
                 names::CAPI_CLUSTER_NAME_LABEL.to_string(),
                 cluster.name.clone(),
             )])),
+            annotations: Some(BTreeMap::from([
+                (
+                    names::BOOTSTRAP_FORMAT_ANNOTATION.to_string(),
+                    SCRIPT_FORMAT.to_string(),
+                ),
+                (
+                    names::REGISTRATION_TOKEN_UID_ANNOTATION.to_string(),
+                    token_uid.to_string(),
+                ),
+            ])),
             owner_references: fleet::bootstrap_secret_owner(cluster).map(|owner| vec![owner]),
             ..Default::default()
         },

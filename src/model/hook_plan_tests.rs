@@ -352,6 +352,7 @@ fn the_bootstrap_secret_is_labelled_and_owned_by_the_cluster() {
     let secret = desired_bootstrap_secret(
         &c,
         BTreeMap::from([("fleet-agent.yaml".to_string(), "---\n".to_string())]),
+        "token-uid-1",
     );
     assert_eq!(
         secret.metadata.name.as_deref(),
@@ -367,6 +368,20 @@ fn the_bootstrap_secret_is_labelled_and_owned_by_the_cluster() {
             .map(String::as_str),
         Some("c1")
     );
+    // What it holds (GeneratePatches names its keys) and which token it was rendered from.
+    let annotations = secret.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations
+            .get(names::BOOTSTRAP_FORMAT_ANNOTATION)
+            .map(String::as_str),
+        Some("2")
+    );
+    assert_eq!(
+        annotations
+            .get(names::REGISTRATION_TOKEN_UID_ANNOTATION)
+            .map(String::as_str),
+        Some("token-uid-1")
+    );
     let owners = secret.metadata.owner_references.unwrap_or_default();
     assert_eq!(owners.len(), 1);
     assert_eq!(owners[0].uid, "u-1");
@@ -379,7 +394,7 @@ fn the_bootstrap_secret_is_labelled_and_owned_by_the_cluster() {
         ClusterView::from_json(&json!({"metadata": {"name": "c2", "namespace": "team-a"}}))
             .expect("cluster");
     assert!(
-        desired_bootstrap_secret(&anonymous, BTreeMap::new())
+        desired_bootstrap_secret(&anonymous, BTreeMap::new(), "u")
             .metadata
             .owner_references
             .is_none()

@@ -327,7 +327,8 @@ async fn prepare_agent_initiated(
         )
     })?;
     // Another replica's copy wins: the Secret is written once.
-    let secret = plan::desired_bootstrap_secret(cluster, files);
+    let token_uid = token.metadata.uid.clone().unwrap_or_default();
+    let secret = plan::desired_bootstrap_secret(cluster, files, &token_uid);
     create_or_get(&secrets, &secret, "Secret", ns).await?;
     Ok(plan::prepared(cluster, &fleet_name, &location.version))
 }
