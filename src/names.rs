@@ -118,6 +118,12 @@ pub const BOOTSTRAP_FORMAT_ANNOTATION: &str = "fleet.addons.cluster.x-k8s.io/boo
 pub const REGISTRATION_TOKEN_UID_ANNOTATION: &str =
     "fleet.addons.cluster.x-k8s.io/registration-token-uid";
 
+/// Annotation on a ClusterRegistrationToken this provider creates or extends: when Fleet deletes
+/// it (`creationTimestamp + spec.ttl`, RFC 3339), written with `spec.ttl`; the token watch keeps
+/// only metadata ([`crate::model::registration_token`]).
+pub const REGISTRATION_TOKEN_EXPIRES_ANNOTATION: &str =
+    "fleet.addons.cluster.x-k8s.io/registration-token-expires";
+
 /// Suffix of the kubeconfig Secret CAPI creates for a Cluster (`<cluster>-kubeconfig`).
 pub fn kubeconfig_secret_name(capi_cluster_name: &str) -> String {
     format!("{capi_cluster_name}-kubeconfig")

@@ -12,8 +12,9 @@
 //!   watch behind this replica's own write or another replica's): answering without the patch
 //!   from that would drop the patch of a Cluster that already had it. So a miss is never an
 //!   answer: the handler confirms it with a live GET, as it did before this cache existed.
-//! - **It says present while the Secret is gone**: a bootstrap Secret is written once and never
-//!   rewritten; it goes away only with its Cluster (BeforeClusterDelete, garbage collection) or
+//! - **It says present while the Secret is gone**: a bootstrap Secret is written once (only a
+//!   replaced registration token's values are rewritten, which changes no patch); it goes away
+//!   only with its Cluster (BeforeClusterDelete, garbage collection) or
 //!   by hand. For a Cluster being deleted the patch no longer matters; a Secret deleted by hand
 //!   changes the patch (the docs say so) a watch latency later instead of at once. The patch
 //!   names the Secret, never its content, so a stale "present" never puts stale data on a node.

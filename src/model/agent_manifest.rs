@@ -603,6 +603,40 @@ echo caapf: the Fleet agent objects were not created>&2
     ))
 }
 
+/// The bootstrap Secret's files of `script` (a boot script [`bootstrap_files`] wrote) with the
+/// registration values of another token: Secret `fleet-agent-bootstrap` gets its token, token
+/// name, API server URL and CA and namespaces (the keys of rancher/fleet
+/// `charts/fleet-agent/templates/secret.yaml`, v0.12.0–v0.16.1); nothing else changes.
+pub fn with_token_values(
+    script: &str,
+    values: &TokenValues,
+) -> Result<BTreeMap<String, String>, String> {
+    let mut objects = script_objects(script)?;
+    let secret = objects
+        .iter_mut()
+        .find(|o| o["kind"] == "Secret" && o["metadata"]["name"] == AGENT_BOOTSTRAP_SECRET)
+        .ok_or_else(|| format!("the boot script carries no Secret {AGENT_BOOTSTRAP_SECRET}"))?;
+    for (key, value) in [
+        ("token", Some(&values.token)),
+        ("tokenName", values.token_name.as_ref()),
+        ("apiServerURL", Some(&values.api_server_url)),
+        ("apiServerCA", Some(&values.api_server_ca)),
+        ("clusterNamespace", Some(&values.cluster_namespace)),
+        (
+            "systemRegistrationNamespace",
+            Some(&values.system_registration_namespace),
+        ),
+    ] {
+        if let Some(value) = value {
+            if let Some(data) = secret["data"].as_object_mut() {
+                data.remove(key);
+            }
+            secret["stringData"][key] = json!(value);
+        }
+    }
+    bootstrap_files(&objects)
+}
+
 /// The objects a boot script carries (what [`bootstrap_files`] wrote), for rewriting them.
 pub fn script_objects(script: &str) -> Result<Vec<Value>, String> {
     let start = format!("<<'{MANIFEST_END}'\n");
@@ -1025,6 +1059,49 @@ spec:
         assert_eq!(carried.last(), objects.last());
         assert_eq!(bootstrap_files(&objects), bootstrap_files(&objects));
         assert!(boot_script("ns", "a: 1\nCAAPF\n").is_err());
+    }
+
+    /// Another token's values replace the registration Secret's, and nothing else.
+    #[test]
+    fn token_values_are_replaced_in_the_boot_script() {
+        let mut objects = finish(RENDERED, &input()).expect("finished");
+        objects.insert(
+            1,
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "fleet-agent-bootstrap", "namespace": "fleet-addon-agent"},
+                   "data": {"token": "b2xk", "tokenName": "b2xk", "apiServerURL": "aHR0cHM6Ly9vbGQ=", "extra": "a2VwdA=="}}),
+        );
+        let files = bootstrap_files(&objects).expect("files");
+        let fresh = TokenValues::parse(
+            "clusterNamespace: team-a\napiServerURL: https://fleet.example.com:6443\napiServerCA: ca\ntoken: new-token\ntokenName: c1\n",
+        )
+        .expect("values");
+        let refreshed = with_token_values(&files[SCRIPT_KEY], &fresh).expect("refreshed");
+        let before = script_objects(&files[SCRIPT_KEY]).expect("objects");
+        let after = script_objects(&refreshed[SCRIPT_KEY]).expect("objects");
+        assert_eq!(before.len(), after.len());
+        for (old, new) in before.iter().zip(&after) {
+            if old["kind"] != "Secret" {
+                assert_eq!(old, new);
+            }
+        }
+        let secret = after
+            .iter()
+            .find(|o| o["kind"] == "Secret")
+            .expect("Secret");
+        assert_eq!(
+            secret["stringData"],
+            json!({"token": "new-token", "tokenName": "c1", "apiServerURL": "https://fleet.example.com:6443",
+                   "apiServerCA": "ca", "clusterNamespace": "team-a",
+                   "systemRegistrationNamespace": "cattle-fleet-clusters-system", "extra": "kept"})
+        );
+        // The gzip+base64 copy follows.
+        let packed = base64::engine::general_purpose::STANDARD
+            .decode(&refreshed[SCRIPT_GZIP_KEY])
+            .expect("base64");
+        let unpacked =
+            miniz_oxide::inflate::decompress_to_vec(&packed[10..packed.len() - 8]).expect("gzip");
+        assert_eq!(unpacked, refreshed[SCRIPT_KEY].as_bytes());
+        assert!(with_token_values("#!/bin/sh\n", &fresh).is_err());
     }
 
     /// The check value of the CRC-32 gzip uses (RFC 1952; "123456789" gives 0xCBF43926).

@@ -13,6 +13,7 @@ use fleet_api_rs::fleet_cluster_registration_token::{
 };
 use fleet_api_rs::fleet_clustergroup::{ClusterGroup, ClusterGroupSelector, ClusterGroupSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
 use crate::api::BundleNamespaceMapping;
@@ -227,10 +228,13 @@ pub fn registration_stub(
     stub
 }
 
-/// The registration token of an agent-initiated Cluster (named after the CAPI Cluster, as CAAPF).
+/// The registration token of an agent-initiated Cluster (named after the CAPI Cluster, as CAAPF),
+/// created `now`: with the configured TTL, and when it expires recorded for its renewal
+/// ([`crate::model::registration_token`]).
 pub fn desired_registration_token(
     cluster: &ClusterView,
     import: &ClusterImport,
+    now: Timestamp,
 ) -> ClusterRegistrationToken {
     let mut token = ClusterRegistrationToken::new(
         &cluster.name,
@@ -239,6 +243,12 @@ pub fn desired_registration_token(
         },
     );
     token.metadata.namespace = Some(cluster.namespace.clone());
+    if let Ok(ttl) = crate::api::duration::parse_duration(&import.registration_token_ttl) {
+        token.metadata.annotations = Some(BTreeMap::from([(
+            names::REGISTRATION_TOKEN_EXPIRES_ANNOTATION.to_string(),
+            crate::model::registration_token::expires_annotation(now, ttl),
+        )]));
+    }
     token.metadata.owner_references = import
         .set_owner_references
         .then(|| vec![cluster_owner_reference(cluster)]);
@@ -661,7 +671,8 @@ mod tests {
         ));
         assert_eq!(fleet["spec"]["clientID"], "id-1");
         assert!(fleet["spec"].get("kubeConfigSecret").is_none());
-        let token = to_json(&desired_registration_token(&view, &import));
+        let now: k8s_openapi::jiff::Timestamp = "2026-11-20T08:00:00Z".parse().expect("time");
+        let token = to_json(&desired_registration_token(&view, &import, now));
         assert_eq!(
             token,
             json!({
@@ -669,6 +680,8 @@ mod tests {
                 "kind": "ClusterRegistrationToken",
                 "metadata": {
                     "name": "c1", "namespace": "ns",
+                    // When Fleet deletes it, for its renewal (the token watch keeps metadata only).
+                    "annotations": {"fleet.addons.cluster.x-k8s.io/registration-token-expires": "2026-11-21T08:00:00Z"},
                     "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c1", "uid": "uid-1"}]
                 },
                 "spec": {"ttl": "24h"}

@@ -199,8 +199,9 @@ pub fn known_prepared(
     Some(bootstrap_secret_exists(cluster))
 }
 
-/// The bootstrap Secret exists: it is written once (a later token or chart must not change what
-/// joining machines create, and the patch only names it), so the preparation is done.
+/// The bootstrap Secret exists: it is written once (a later chart must not change what joining
+/// machines create, and the patch only names it; the import controller rewrites only a replaced
+/// token's values), so the preparation is done.
 pub fn bootstrap_secret_exists(cluster: &ClusterView) -> HookOutcome {
     HookOutcome::success(format!(
         "bootstrap Secret {}/{} exists",

@@ -23,6 +23,7 @@ pub mod move_graph;
 pub mod move_plan;
 pub mod move_state;
 pub mod namespace;
+pub mod registration_token;
 pub mod retry;
 pub mod selection;
 pub mod validation;

@@ -306,7 +306,11 @@ async fn prepare_agent_initiated(
     let token = match get_opt(&tokens, &token_name, "ClusterRegistrationToken", ns).await? {
         Some(token) => token,
         None => {
-            let desired = fleet::desired_registration_token(cluster, import);
+            let desired = fleet::desired_registration_token(
+                cluster,
+                import,
+                k8s_openapi::jiff::Timestamp::now(),
+            );
             create_or_get(&tokens, &desired, "ClusterRegistrationToken", ns).await?
         }
     };
@@ -326,7 +330,8 @@ async fn prepare_agent_initiated(
             format!("encoding the Fleet agent bootstrap: {err}"),
         )
     })?;
-    // Another replica's copy wins: the Secret is written once.
+    // Another replica's copy wins: the Secret is written once (the import controller rewrites
+    // only a replaced token's values).
     let token_uid = token.metadata.uid.clone().unwrap_or_default();
     let secret = plan::desired_bootstrap_secret(cluster, files, &token_uid);
     create_or_get(&secrets, &secret, "Secret", ns).await?;
