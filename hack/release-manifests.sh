@@ -5,6 +5,8 @@
 #   addon-components.yaml  config/default; ${CAAPF_*} variables kept for clusterctl
 #   fleet-installer.yaml   config/fleet-installer: OPTIONAL rights for installing Fleet with helm
 #   runtime-extension.yaml config/extensionconfig: OPTIONAL ExtensionConfig and the hooks' rights
+#   runtime-extension-upgrade-steps.yaml config/extensionconfig/upgrade-steps: OPTIONAL, Cluster API
+#                          v1.12+ only: the ExtensionConfig of the hooks only v1.12 knows
 #   metadata.yaml          release series and contracts
 #
 #   hack/release-manifests.sh                 # image default ...:dev, as in config/
@@ -42,6 +44,7 @@ mkdir -p "$out"
 render "$root/config/default" >"$out/addon-components.yaml"
 render "$root/config/fleet-installer" >"$out/fleet-installer.yaml"
 render "$root/config/extensionconfig" >"$out/runtime-extension.yaml"
+render "$root/config/extensionconfig/upgrade-steps" >"$out/runtime-extension-upgrade-steps.yaml"
 cp "$root/metadata.yaml" "$out/metadata.yaml"
 
 if [[ -n "$tag" ]]; then
@@ -64,5 +67,6 @@ echo "clusterctl variables in addon-components.yaml:"
 python3 "$check" components "$out/addon-components.yaml"
 python3 "$check" extra "$out/fleet-installer.yaml" >/dev/null
 python3 "$check" extra "$out/runtime-extension.yaml" >/dev/null
+python3 "$check" extra "$out/runtime-extension-upgrade-steps.yaml" >/dev/null
 python3 "$check" metadata "$out/metadata.yaml" --tag "$tag"
 echo "release manifests in $out"

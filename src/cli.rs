@@ -190,7 +190,9 @@ pub struct ManagerFlags {
     )]
     pub verbosity: u8,
 
-    /// Accepted for CAPI Operator compatibility (`Name=true,...`); no gate is defined yet.
+    /// Feature gates, `Name=true,...` as Cluster API providers take them. Defined:
+    /// `SelfManagedMove` (experimental, off: docs/self-managed.md). Unknown gates are ignored
+    /// with a warning.
     #[arg(long)]
     pub feature_gates: Option<String>,
 
@@ -226,10 +228,15 @@ pub struct ManagerFlags {
     #[arg(long, env = "CAAPF_HELM_HOME")]
     pub helm_home: Option<std::path::PathBuf>,
 
-    /// Kubeconfig for helm. Default: helm's own resolution (`KUBECONFIG`, then the in-cluster
-    /// service account).
+    /// Kubeconfig for helm. Default: `--kubeconfig`, else helm's own resolution
+    /// (`KUBECONFIG`, then the in-cluster service account).
     #[arg(long, env = "CAAPF_HELM_KUBECONFIG")]
     pub helm_kubeconfig: Option<std::path::PathBuf>,
+
+    /// Kubeconfig of the management cluster, as controller-runtime managers take it. Default:
+    /// `KUBECONFIG`, `~/.kube/config`, then the in-cluster service account.
+    #[arg(long)]
+    pub kubeconfig: Option<std::path::PathBuf>,
 }
 
 impl Default for ManagerFlags {
@@ -255,6 +262,23 @@ impl ManagerFlags {
         self.watch_filter.as_deref().filter(|f| !f.is_empty())
     }
 
+    /// Whether feature gate `name` is on (`--feature-gates=name=true`; off when unset).
+    pub fn feature_enabled(&self, name: &str) -> bool {
+        self.gates()
+            .filter(|(gate, _)| *gate == name)
+            .last()
+            .is_some_and(|(_, on)| on)
+    }
+
+    fn gates(&self) -> impl Iterator<Item = (&str, bool)> {
+        self.feature_gates
+            .as_deref()
+            .unwrap_or_default()
+            .split(',')
+            .filter_map(|pair| pair.split_once('='))
+            .map(|(name, value)| (name.trim(), parse_bool(value.trim()).unwrap_or(false)))
+    }
+
     /// Flags that are accepted but have no effect, with the reason (logged at start).
     pub fn ignored(&self) -> Vec<String> {
         let mut ignored = Vec::new();
@@ -263,9 +287,14 @@ impl ManagerFlags {
                 "--profiler-address={addr}: profiling endpoints are not served"
             ));
         }
-        if let Some(gates) = &self.feature_gates {
+        for gate in self
+            .gates()
+            .filter(|(name, _)| !FEATURE_GATES.contains(name))
+        {
             ignored.push(format!(
-                "--feature-gates={gates}: this provider defines no feature gates"
+                "--feature-gates {}: unknown gate (defined: {})",
+                gate.0,
+                FEATURE_GATES.join(", ")
             ));
         }
         if self.insecure_diagnostics == Some(false) {
@@ -276,6 +305,13 @@ impl ManagerFlags {
         ignored
     }
 }
+
+/// Experimental: the move controller of self-managed Clusters (docs/self-managed.md). Off unless
+/// `--feature-gates=SelfManagedMove=true`.
+pub const SELF_MANAGED_MOVE: &str = "SelfManagedMove";
+
+/// The feature gates this provider defines.
+pub const FEATURE_GATES: [&str; 1] = [SELF_MANAGED_MOVE];
 
 /// Parses Go-style booleans (`true`, `false`, `1`, `0`, `t`, `f`, any case).
 pub fn parse_bool(text: &str) -> Result<bool, String> {
@@ -481,6 +517,32 @@ mod tests {
             assert_eq!(f.kube_api_qps, 50.0);
             assert_eq!(f.kube_api_burst, 100);
             assert_eq!(f.ignored().len(), 2, "{:?}", f.ignored());
+        }
+    }
+
+    #[test]
+    fn feature_gates_are_off_unless_set_and_unknown_ones_are_reported() {
+        let rows: [(&[&str], bool, usize); 5] = [
+            (&[], false, 0),
+            (&["--feature-gates=SelfManagedMove=true"], true, 0),
+            (&["--feature-gates=SelfManagedMove=false"], false, 0),
+            (
+                &["--feature-gates=MachinePool=true,SelfManagedMove=true"],
+                true,
+                1,
+            ),
+            (&["--feature-gates=SelfManagedMove=yes"], false, 0),
+        ];
+        for (args, on, unknown) in rows {
+            let (cli, _) = parse(args);
+            let flags = cli.manager_flags();
+            assert_eq!(flags.feature_enabled(SELF_MANAGED_MOVE), on, "{args:?}");
+            assert_eq!(
+                flags.ignored().len(),
+                unknown,
+                "{args:?}: {:?}",
+                flags.ignored()
+            );
         }
     }
 

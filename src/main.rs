@@ -48,6 +48,7 @@ fn main() -> ExitCode {
             let Some(runtime) = runtime(tokio::runtime::Builder::new_current_thread()) else {
                 return ExitCode::FAILURE;
             };
+            eprintln!("{}", caapf::move_preview::EXPERIMENTAL_NOTE);
             let result = runtime.block_on(async {
                 let (namespace, cluster) = caapf::move_preview::parse_target(&args.cluster)?;
                 let clients = caapf::manager::connect(&cli.manager).await?;

@@ -448,9 +448,23 @@ pub async fn require_cluster_api(client: &Client) -> Result<()> {
 /// the controllers' one) from the kubeconfig or the in-cluster configuration, and checks that
 /// the API server answers, so an unreachable cluster fails fast with a clear message.
 pub async fn connect(flags: &ManagerFlags) -> Result<Clients> {
-    let config = kube::Config::infer()
-        .await
-        .map_err(|err| Error::KubeConfig(format!("{err} (set KUBECONFIG or run in a cluster)")))?;
+    let config = match &flags.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|err| {
+                Error::KubeConfig(format!("--kubeconfig {}: {err}", path.display()))
+            })?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .map_err(|err| {
+                    Error::KubeConfig(format!("--kubeconfig {}: {err}", path.display()))
+                })?
+        }
+        None => kube::Config::infer().await.map_err(|err| {
+            Error::KubeConfig(format!(
+                "{err} (set --kubeconfig or KUBECONFIG, or run in a cluster)"
+            ))
+        })?,
+    };
     let url = config.cluster_url.to_string();
     let clients = crate::client::build_clients(config, flags)?;
     match clients.priority.apiserver_version().await {

@@ -231,6 +231,9 @@ pub async fn gather(
     Ok(Ok(MoveInputs { graph, providers }))
 }
 
+/// Printed on stderr by `caapf move-preview` (stdout stays the report or YAML to pipe).
+pub const EXPERIMENTAL_NOTE: &str = "note: self-managed moves are experimental and off by default (--feature-gates=SelfManagedMove=true); they have run only against the sandbox API server, and a read of Fleet's agent and of clusterctl move found they would not yet move a real cluster safely (docs/self-managed.md, \"Status\")";
+
 /// The human-readable report: creation groups, skipped objects, provider warnings, Bundles.
 pub fn render_text(p: &Preview) -> String {
     let mut out = String::new();

@@ -43,6 +43,43 @@ pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-co
 /// CAPI pause annotation: a Cluster carrying it is not touched.
 pub const CAPI_PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
 
+/// Cluster API's record of the lifecycle hooks it still has to call for a Cluster
+/// (cluster-api v1.11/v1.12 `api/runtime/v1beta2/extensionconfig_types.go`
+/// `PendingHooksAnnotation`; comma-separated hook names).
+pub const CAPI_PENDING_HOOKS_ANNOTATION: &str = "runtime.cluster.x-k8s.io/pending-hooks";
+
+/// Label on Fleet Clusters: the Kubernetes minor the control plane runs (`1.33`), for
+/// `targetCustomizations`/`clusterSelector` that follow it through upgrades (docs/lifecycle.md).
+pub const CONTROL_PLANE_MINOR_LABEL: &str = "control-plane-minor.fleet.addons.cluster.x-k8s.io";
+
+/// Label on Fleet Clusters: the lowest Kubernetes minor the workers run.
+pub const WORKERS_MINOR_LABEL: &str = "workers-minor.fleet.addons.cluster.x-k8s.io";
+
+/// Label on Fleet Clusters while an upgrade step is under way: the minor the next step moves to,
+/// set before it moves.
+pub const UPGRADE_TARGET_MINOR_LABEL: &str = "upgrade-target-minor.fleet.addons.cluster.x-k8s.io";
+
+/// Annotation on Fleet Clusters: the upgrade step the runtime extension's upgrade hooks last saw
+/// (JSON; [`crate::model::upgrade_steps::UpgradeStep`]). The import controller turns it into the
+/// version labels and `templateValues.KubernetesVersions`.
+pub const UPGRADE_STEP_ANNOTATION: &str = "fleet.addons.cluster.x-k8s.io/upgrade-step";
+
+/// Field manager of the upgrade hooks' writes ([`UPGRADE_STEP_ANNOTATION`]).
+pub const UPGRADE_STEP_FIELD_MANAGER: &str = "caapf-upgrade-steps";
+
+/// Annotation on CAPI Clusters overriding `spec.runtimeExtension.upgradeSteps.waitForBundlesReady`
+/// for that Cluster (`"true"` or `"false"`).
+pub const WAIT_FOR_BUNDLES_ANNOTATION: &str = "fleet.addons.cluster.x-k8s.io/wait-for-bundles";
+
+/// Annotation on CAPI Clusters overriding `spec.runtimeExtension.upgradeSteps.timeout` (a
+/// duration such as `45m`).
+pub const UPGRADE_GATE_TIMEOUT_ANNOTATION: &str =
+    "fleet.addons.cluster.x-k8s.io/upgrade-gate-timeout";
+
+/// Annotation on CAPI Clusters releasing an upgrade gate now: the version of the step to let go
+/// (`v1.34.2`), or `all`.
+pub const SKIP_UPGRADE_GATE_ANNOTATION: &str = "fleet.addons.cluster.x-k8s.io/skip-upgrade-gate";
+
 /// CAPI `--watch-filter` label key.
 pub const CAPI_WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
 

@@ -22,28 +22,25 @@
 //! and 100), `BENCH_HOOK_RATE`, `BENCH_HOOK_SECONDS`.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::{StreamExt, stream};
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
-use tokio::net::TcpStream;
-use tokio_rustls::TlsConnector;
 
 #[path = "bench_common/mod.rs"]
 mod bench_common;
+mod common;
+
+use common::tls::{Ca, Connection};
 
 use bench_common::{
     CONNECTIONS, PHASE_TIMEOUT, Process, binary, env_usize, free_port, load_average,
-    manager_requests, namespace_of, reset_requests, sandbox, wait_for,
+    manager_requests, namespace_of, reset_requests, sandbox, wait_for, wait_until_quiet,
 };
 
 async fn prepare(dir: &Path, clusters: usize, namespaces: usize) {
@@ -113,72 +110,21 @@ async fn prepare(dir: &Path, clusters: usize, namespaces: usize) {
     );
 }
 
-/// A test CA and a serving certificate for 127.0.0.1, written as `tls.crt`/`tls.key`.
-fn certificates(dir: &Path) -> CertificateDer<'static> {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "caapf bench CA");
-    let ca_key = KeyPair::generate().expect("key");
-    let ca = ca_params.self_signed(&ca_key).expect("CA");
-    let issuer = Issuer::new(ca_params, ca_key);
-    let params = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
-        .expect("params");
-    let key = KeyPair::generate().expect("key");
-    let cert = params.signed_by(&key, &issuer).expect("sign");
-    std::fs::create_dir_all(dir).expect("cert dir");
-    std::fs::write(dir.join("tls.crt"), cert.pem()).expect("tls.crt");
-    std::fs::write(dir.join("tls.key"), key.serialize_pem()).expect("tls.key");
-    ca.der().clone()
-}
-
-type Sender = hyper::client::conn::http2::SendRequest<Full<Bytes>>;
-
-/// One HTTP/2 connection over TLS trusting `ca`, `None` while the server does not answer.
-async fn connect(port: u16, ca: &CertificateDer<'static>) -> Option<Sender> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.clone()).expect("root");
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("versions")
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    let tcp = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-    // As Go's net package (Cluster API's client) does by default.
-    tcp.set_nodelay(true).ok()?;
-    let tls = TlsConnector::from(Arc::new(config))
-        .connect(ServerName::try_from("localhost").expect("name"), tcp)
-        .await
-        .ok()?;
-    let (sender, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
-            .await
-            .ok()?;
-    tokio::spawn(conn);
-    Some(sender)
+/// One HTTP/2 connection over TLS trusting `ca` (as Go's client, which Cluster API uses,
+/// multiplexes its requests over one), `None` while the server does not answer.
+async fn connect(port: u16, ca: &Ca) -> Option<Connection> {
+    Connection::open(
+        SocketAddr::from(([127, 0, 0, 1], port)),
+        &ca.connector(&[b"h2"]),
+    )
+    .await
+    .ok()
+    .filter(|connection| connection.alpn.as_deref() == Some(b"h2".as_slice()))
 }
 
 /// POSTs `body` to `path`; the answer's `status` field (`Success`/`Failure`) and body.
-async fn post(sender: &mut Sender, path: &str, body: Bytes) -> Result<Value, String> {
-    let request = hyper::Request::post(path)
-        .header("host", "localhost")
-        .body(Full::new(body))
-        .map_err(|e| e.to_string())?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| e.to_string())?;
-    let bytes = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| e.to_string())?
-        .to_bytes();
-    serde_json::from_slice(&bytes).map_err(|e| e.to_string())
+async fn post(connection: &Connection, path: &str, body: Bytes) -> Result<Value, String> {
+    connection.post(path, body).await?.json()
 }
 
 fn fixture(name: &str) -> Value {
@@ -269,7 +215,12 @@ fn quantile(sorted: &[Duration], q: f64) -> Duration {
 
 /// Open loop: request `k` is sent at `start + k / rate` whatever happened to the earlier ones;
 /// its latency counts from that scheduled time.
-async fn open_loop(sender: &Sender, workload: &Workload, rate: usize, seconds: usize) -> Figures {
+async fn open_loop(
+    connection: &Connection,
+    workload: &Workload,
+    rate: usize,
+    seconds: usize,
+) -> Figures {
     let total = rate * seconds;
     let interval = Duration::from_secs_f64(1.0 / rate as f64);
     let start = tokio::time::Instant::now() + Duration::from_millis(50);
@@ -277,11 +228,11 @@ async fn open_loop(sender: &Sender, workload: &Workload, rate: usize, seconds: u
     for k in 0..total {
         let scheduled = start + interval * k as u32;
         tokio::time::sleep_until(scheduled).await;
-        let mut sender = sender.clone();
+        let connection = connection.clone();
         let body = workload.bodies[k % workload.bodies.len()].clone();
         let (path, check) = (workload.path.clone(), workload.check);
         tasks.spawn(async move {
-            let answer = post(&mut sender, &path, body).await;
+            let answer = post(&connection, &path, body).await;
             let latency = scheduled.elapsed();
             let expected = answer.as_ref().is_ok_and(check);
             if !expected && k < 3 {
@@ -339,7 +290,8 @@ async fn hook_latency_benchmark() {
     );
 
     let (sandbox, client, kubeconfig) = sandbox(dir.path(), false).await;
-    let ca = certificates(&dir.path().join("certs"));
+    let ca = Ca::new();
+    ca.install_serving(&dir.path().join("certs"), "caapf extension");
     let webhook_port = free_port();
     let manager = Process::new(
         Command::new(binary("caapf"))
@@ -369,18 +321,11 @@ async fn hook_latency_benchmark() {
             == clusters
     })
     .await;
-    let mut last = (manager_requests(&client).await.len(), Instant::now());
-    while last.1.elapsed() < Duration::from_secs(2) {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let n = manager_requests(&client).await.len();
-        if n != last.0 {
-            last = (n, Instant::now());
-        }
-    }
+    wait_until_quiet(&client).await;
     let deadline = Instant::now() + PHASE_TIMEOUT;
-    let sender = loop {
-        if let Some(sender) = connect(webhook_port, &ca).await {
-            break sender;
+    let connection = loop {
+        if let Some(connection) = connect(webhook_port, &ca).await {
+            break connection;
         }
         assert!(
             Instant::now() < deadline,
@@ -398,9 +343,9 @@ async fn hook_latency_benchmark() {
         before_cluster_create(clusters, namespaces),
     ] {
         // A short warm-up (connection windows, the manager's caches), not measured.
-        let _ = open_loop(&sender, &workload, rate, 1).await;
+        let _ = open_loop(&connection, &workload, rate, 1).await;
         reset_requests(&client).await;
-        let figures = open_loop(&sender, &workload, rate, seconds).await;
+        let figures = open_loop(&connection, &workload, rate, seconds).await;
         let requests = by_verb(&manager_requests(&client).await);
         let ms = |d: Duration| format!("{:.2} ms", d.as_secs_f64() * 1000.0);
         println!(

@@ -40,7 +40,7 @@ mod bench_common;
 
 use bench_common::{
     CONNECTIONS, Process, Usage, binary, env_usize, free_port, manager_requests, namespace_of,
-    reset_requests, sandbox, wait_for, wrapped,
+    reset_requests, sandbox, wait_for, wait_until_quiet, wrapped,
 };
 
 async fn run_all<F>(n: usize, f: impl Fn(usize) -> F)
@@ -368,14 +368,7 @@ async fn run_mode(dir: &Path, clusters: usize, namespaces: usize, extra: &[Strin
             .unwrap_or(false)
     })
     .await;
-    let mut last = (manager_requests(&client).await.len(), Instant::now());
-    while last.1.elapsed() < Duration::from_secs(2) {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let n = manager_requests(&client).await.len();
-        if n != last.0 {
-            last = (n, Instant::now());
-        }
-    }
+    wait_until_quiet(&client).await;
     let requests = by_verb(&manager_requests(&client).await);
     let import_reconciles = counted_reconciles(port);
     let manager_usage = manager.stop();

@@ -177,10 +177,22 @@ fn optional_pieces_match_their_kustomizations() {
         "caapf-system",
         &[
             "--set",
-            "runtimeExtension.enabled=true,fleetInstaller.enabled=true",
+            "runtimeExtension.enabled=true,runtimeExtension.upgradeSteps.enabled=true,fleetInstaller.enabled=true",
         ],
     );
     for (dir, kind, name, pointer) in [
+        (
+            "config/extensionconfig/upgrade-steps",
+            "ExtensionConfig",
+            "caapf-upgrade-steps",
+            "/spec",
+        ),
+        (
+            "config/extensionconfig/upgrade-steps",
+            "ExtensionConfig",
+            "caapf-upgrade-steps",
+            "/metadata/annotations",
+        ),
         (
             "config/fleet-installer",
             "ClusterRole",

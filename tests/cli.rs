@@ -156,3 +156,41 @@ async fn a_management_cluster_without_cluster_api_v1beta2_fails_at_start_up() {
         "{all}"
     );
 }
+
+/// `--kubeconfig` chooses the management cluster, as in controller-runtime managers: with
+/// `KUBECONFIG` pointing at an unreachable server, the manager reaches the sandbox named by the
+/// flag (and stops there, the sandbox serving no Cluster API v1beta2).
+#[tokio::test]
+async fn the_kubeconfig_flag_wins_over_the_environment() {
+    use kube_sandbox::{CrdSet, Sandbox, SandboxOptions};
+    let sandbox = Sandbox::start_with(SandboxOptions {
+        crds: vec![CrdSet::Fleet, CrdSet::Provider],
+        ..SandboxOptions::default()
+    })
+    .await
+    .expect("sandbox");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("sandbox-kubeconfig");
+    sandbox.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    let unreachable = unreachable_kubeconfig(dir.path());
+    let flag = format!("--kubeconfig={}", kubeconfig.display());
+    let output = tokio::task::spawn_blocking(move || {
+        caapf(
+            &[
+                "--health-probe-bind-address=0",
+                "--metrics-bind-address=0",
+                flag.as_str(),
+            ],
+            &unreachable,
+        )
+    })
+    .await
+    .expect("caapf ran");
+    let all = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{all}");
+    assert!(
+        all.contains("does not serve cluster.x-k8s.io/v1beta2"),
+        "it reached the sandbox: {all}"
+    );
+    assert!(!all.contains("ignored"), "the flag is not ignored: {all}");
+}

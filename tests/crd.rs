@@ -55,41 +55,33 @@ fn crd_identity_and_rules() {
         );
     }
 
-    let schema = serde_json::to_value(
-        version
-            .schema
-            .as_ref()
-            .and_then(|s| s.open_api_v3_schema.as_ref()),
-    )
-    .expect("schema serialises");
+    let schema = schema(&crd);
     assert_eq!(
         rules(&schema),
         ["self.metadata.name == 'fleet-addon-config'"],
         "singleton rule on the root"
     );
     let spec = &schema["properties"]["spec"]["properties"];
-    for new_field in [
-        "namespaceRegexes",
-        "agentInitiated",
-        "agentInitiatedSelector",
-    ] {
-        assert!(
-            spec["cluster"]["properties"].get(new_field).is_some(),
-            "spec.cluster.{new_field}"
-        );
-    }
-    for new_field in [
-        "repository",
-        "namespace",
-        "values",
-        "followLatest",
-        "version",
-    ] {
-        assert!(
-            spec["install"]["properties"].get(new_field).is_some(),
-            "spec.install.{new_field}"
-        );
-    }
+    assert_properties(
+        &spec["cluster"],
+        "spec.cluster",
+        &[
+            "namespaceRegexes",
+            "agentInitiated",
+            "agentInitiatedSelector",
+        ],
+    );
+    assert_properties(
+        &spec["install"],
+        "spec.install",
+        &[
+            "repository",
+            "namespace",
+            "values",
+            "followLatest",
+            "version",
+        ],
+    );
     assert_eq!(
         rules(&spec["install"]),
         ["has(self.followLatest) != has(self.version)"]
@@ -99,23 +91,22 @@ fn crd_identity_and_rules() {
         ["has(self.inferLocal) != has(self.custom)"]
     );
     // Every CAAPF field keeps its JSON name.
-    for caapf_field in [
-        "applyClassGroup",
-        "patchResource",
-        "setOwnerReferences",
-        "naming",
-        "agentNamespace",
-        "agentTolerations",
-        "hostNetwork",
-        "agentEnvVars",
-        "selector",
-        "namespaceSelector",
-    ] {
-        assert!(
-            spec["cluster"]["properties"].get(caapf_field).is_some(),
-            "spec.cluster.{caapf_field}"
-        );
-    }
+    assert_properties(
+        &spec["cluster"],
+        "spec.cluster",
+        &[
+            "applyClassGroup",
+            "patchResource",
+            "setOwnerReferences",
+            "naming",
+            "agentNamespace",
+            "agentTolerations",
+            "hostNetwork",
+            "agentEnvVars",
+            "selector",
+            "namespaceSelector",
+        ],
+    );
     for path in [
         &spec["clusterClass"]["properties"]["patchResource"],
         &spec["clusterClass"]["properties"]["setOwnerReferences"],
@@ -134,14 +125,7 @@ fn crd_identity_and_rules() {
 
 #[test]
 fn schema_is_structural() {
-    let crd = FleetAddonConfig::crd();
-    let schema = serde_json::to_value(
-        crd.spec.versions[0]
-            .schema
-            .as_ref()
-            .and_then(|s| s.open_api_v3_schema.as_ref()),
-    )
-    .expect("schema serialises");
+    let schema = schema(&FleetAddonConfig::crd());
     let mut problems = Vec::new();
     check_structural(&schema, "openAPIV3Schema", &mut problems);
     assert!(
@@ -149,6 +133,24 @@ fn schema_is_structural() {
         "non-structural schema:\n{}",
         problems.join("\n")
     );
+}
+
+/// The OpenAPI v3 schema of the CRD's first version, as JSON.
+fn schema(crd: &CustomResourceDefinition) -> Value {
+    serde_json::to_value(
+        crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .and_then(|s| s.open_api_v3_schema.as_ref()),
+    )
+    .expect("schema serialises")
+}
+
+/// Every one of `fields` is a property of the schema `node` (at `path`).
+fn assert_properties(node: &Value, path: &str, fields: &[&str]) {
+    for field in fields {
+        assert!(node["properties"].get(field).is_some(), "{path}.{field}");
+    }
 }
 
 fn rules(node: &Value) -> Vec<&str> {
@@ -240,14 +242,7 @@ fn check_structural(node: &Value, path: &str, problems: &mut Vec<String>) {
 fn every_field_is_documented() {
     let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/configuration.md");
     let doc = std::fs::read_to_string(&doc_path).expect("docs/configuration.md");
-    let crd = FleetAddonConfig::crd();
-    let schema = serde_json::to_value(
-        crd.spec.versions[0]
-            .schema
-            .as_ref()
-            .and_then(|s| s.open_api_v3_schema.as_ref()),
-    )
-    .expect("schema serialises");
+    let schema = schema(&FleetAddonConfig::crd());
     let mut paths = Vec::new();
     for root in ["spec", "status"] {
         collect_paths(&schema["properties"][root], root, &mut paths);

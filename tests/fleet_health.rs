@@ -6,31 +6,15 @@ mod common;
 
 use std::time::Duration;
 
-use caapf::api::{CapiCluster, FleetAddonConfig};
+use caapf::api::CapiCluster;
 use caapf::model::fleet_health::reason;
 use caapf::names::FLEET_READY_CONDITION;
-use common::{Harness, eventually, from_manager};
-use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
+use common::{Harness, eventually, fleet_status, fleet_status_seen, from_manager};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
 const NS: &str = "clusters";
-
-fn fixture(name: &str) -> Value {
-    let path = format!("{}/tests/fixtures/fleet/{name}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).expect("fixture");
-    serde_yaml::from_str(&text).expect("fixture YAML")
-}
-
-/// A fixture with the agent's `lastSeen` moved to `ago` before now.
-fn seen(name: &str, ago: Duration) -> Value {
-    let mut status = fixture(name);
-    let at = Timestamp::now() - SignedDuration::try_from(ago).expect("duration");
-    status["agent"]["lastSeen"] = json!(at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
-    status
-}
 
 fn cluster(name: &str, labels: Value) -> Value {
     json!({
@@ -41,17 +25,7 @@ fn cluster(name: &str, labels: Value) -> Value {
 
 /// Plays Fleet: replaces the Fleet Cluster's status (as Fleet's status updates do).
 async fn play_fleet(h: &Harness, name: &str, status: Value) {
-    eventually(&format!("Fleet Cluster {name}"), || async {
-        h.fleet_cluster(NS, name).await.map(|_| ())
-    })
-    .await;
-    let api: Api<FleetCluster> = Api::namespaced(h.client.clone(), NS);
-    let patch: json_patch::Patch =
-        serde_json::from_value(json!([{"op": "add", "path": "/status", "value": status}]))
-            .expect("patch");
-    api.patch_status(name, &PatchParams::default(), &Patch::<()>::Json(patch))
-        .await
-        .expect("write Fleet Cluster status");
+    h.play_fleet_status(NS, name, status).await;
 }
 
 async fn condition(h: &Harness, name: &str) -> Option<Value> {
@@ -75,11 +49,57 @@ async fn wait_reason(h: &Harness, name: &str, want: &str) -> Value {
 }
 
 async fn counts(h: &Harness) -> Option<caapf::api::ClusterCounts> {
-    let config: FleetAddonConfig = Api::all(h.client.clone())
-        .get_opt("fleet-addon-config")
+    h.addon_config().await?.status?.clusters
+}
+
+/// Waits until the FleetAddonConfig counts `ready` ready Clusters.
+async fn wait_ready_count(h: &Harness, what: &str, ready: i64) {
+    eventually(what, || async {
+        (counts(h).await?.ready == ready).then_some(())
+    })
+    .await
+}
+
+/// Waits until the Cluster has no FleetReady condition.
+async fn wait_no_condition(h: &Harness, what: &str, name: &str) {
+    eventually(what, || async {
+        condition(h, name).await.is_none().then_some(())
+    })
+    .await
+}
+
+/// A condition of Cluster API's (or another controller's), as it writes them.
+fn capi_condition(type_: &str, status: &str, reason: &str) -> Value {
+    json!({
+        "type": type_, "status": status, "reason": reason,
+        "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"
+    })
+}
+
+/// Another manager (`manager`) server-side applies its own condition to the Cluster's status.
+async fn apply_condition(h: &Harness, name: &str, manager: &str, condition: Value, what: &str) {
+    Api::<CapiCluster>::namespaced(h.client.clone(), NS)
+        .patch_status(
+            name,
+            &PatchParams::apply(manager).force(),
+            &Patch::Apply(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": {"name": name},
+                "status": {"conditions": [condition]}
+            })),
+        )
         .await
-        .expect("config")?;
-    config.status?.clusters
+        .expect(what);
+}
+
+/// The manager's writes to Cluster API objects in the request log.
+fn manager_cluster_writes(h: &Harness) -> Vec<kube_sandbox::RequestRecord> {
+    h.sandbox
+        .requests()
+        .all()
+        .into_iter()
+        .filter(|r| r.verb.is_write() && from_manager(r) && r.group == "cluster.x-k8s.io")
+        .collect()
 }
 
 fn metrics(h: &Harness) -> String {
@@ -137,14 +157,14 @@ async fn every_reason_follows_the_played_fleet_status() {
     let since = registering["lastTransitionTime"].clone();
     assert_eq!(since, waiting["lastTransitionTime"], "still False: kept");
 
-    play_fleet(&h, "c1", fixture("status-kubeconfig-missing.yaml")).await;
+    play_fleet(&h, "c1", fleet_status("status-kubeconfig-missing.yaml")).await;
     wait_reason(&h, "c1", reason::KUBECONFIG_SECRET_MISSING).await;
-    play_fleet(&h, "c1", fixture("status-agent-deploy-failed.yaml")).await;
+    play_fleet(&h, "c1", fleet_status("status-agent-deploy-failed.yaml")).await;
     wait_reason(&h, "c1", reason::AGENT_DEPLOYMENT_FAILED).await;
     play_fleet(
         &h,
         "c1",
-        seen("status-bundles-not-ready.yaml", Duration::from_secs(5)),
+        fleet_status_seen("status-bundles-not-ready.yaml", Duration::from_secs(5)),
     )
     .await;
     let bundles = wait_reason(&h, "c1", reason::BUNDLES_NOT_READY).await;
@@ -157,7 +177,7 @@ async fn every_reason_follows_the_played_fleet_status() {
     );
     assert_eq!(bundles["lastTransitionTime"], since);
 
-    play_fleet(&h, "c1", seen("status-ready.yaml", Duration::from_secs(5))).await;
+    h.play_fleet_ready(NS, "c1", Duration::from_secs(5)).await;
     let ready = wait_reason(&h, "c1", reason::READY).await;
     assert_eq!(ready["status"], "True");
     eventually("ready count and Event", || async {
@@ -175,12 +195,8 @@ async fn every_reason_follows_the_played_fleet_status() {
     })
     .await;
 
-    play_fleet(
-        &h,
-        "c1",
-        seen("status-ready.yaml", Duration::from_secs(31 * 60)),
-    )
-    .await;
+    h.play_fleet_ready(NS, "c1", Duration::from_secs(31 * 60))
+        .await;
     let silent = wait_reason(&h, "c1", reason::AGENT_NOT_SEEN).await;
     assert_eq!(silent["status"], "False");
     eventually("ready count drops, Warning event", || async {
@@ -199,11 +215,10 @@ async fn a_silent_agent_is_noticed_when_its_check_in_is_overdue() {
     h.namespace(NS, json!({})).await;
     h.config("cluster: {patchResource: true, agentCheckinInterval: 4s}")
         .await;
-    h.cluster(NS, cluster("c1", json!({}))).await;
-    h.initialize(NS, "c1").await;
+    h.initialized_cluster(NS, cluster("c1", json!({}))).await;
     h.start().await;
     wait_reason(&h, "c1", reason::AGENT_NOT_REGISTERED).await;
-    play_fleet(&h, "c1", seen("status-ready.yaml", Duration::ZERO)).await;
+    h.play_fleet_ready(NS, "c1", Duration::ZERO).await;
     wait_reason(&h, "c1", reason::READY).await;
     // Nothing else changes; twice the interval (8s) later the agent counts as not seen.
     wait_reason(&h, "c1", reason::AGENT_NOT_SEEN).await;
@@ -218,12 +233,11 @@ async fn survives_capi_status_writes_and_steady_state_writes_nothing() {
     let mut h = Harness::new().await;
     h.namespace(NS, json!({})).await;
     h.config("cluster: {patchResource: true}").await;
-    h.cluster(NS, cluster("c1", json!({}))).await;
-    h.initialize(NS, "c1").await;
+    h.initialized_cluster(NS, cluster("c1", json!({}))).await;
     h.flags.sync_period = Duration::from_millis(300);
     h.start().await;
     wait_reason(&h, "c1", reason::AGENT_NOT_REGISTERED).await;
-    play_fleet(&h, "c1", seen("status-ready.yaml", Duration::ZERO)).await;
+    h.play_fleet_ready(NS, "c1", Duration::ZERO).await;
     let ours = wait_reason(&h, "c1", reason::READY).await;
 
     // CAPI's patch helper: the latest conditions plus its own, merge-patched as a whole list.
@@ -235,10 +249,9 @@ async fn survives_capi_status_writes_and_steady_state_writes_nothing() {
         .as_array()
         .cloned()
         .unwrap_or_default();
-    list.push(json!({
-        "type": "Available", "status": "False", "reason": "NotAvailable", "message": "",
-        "lastTransitionTime": "2026-11-23T10:00:00Z", "observedGeneration": 1
-    }));
+    let mut available = capi_condition("Available", "False", "NotAvailable");
+    available["observedGeneration"] = json!(1);
+    list.push(available);
     api.patch_status(
         "c1",
         &PatchParams {
@@ -250,32 +263,18 @@ async fn survives_capi_status_writes_and_steady_state_writes_nothing() {
     .await
     .expect("CAPI status update");
     // Another manager applying its own condition.
-    api.patch_status(
+    apply_condition(
+        &h,
         "c1",
-        &PatchParams::apply("capi-topology").force(),
-        &Patch::Apply(json!({
-            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-            "metadata": {"name": "c1"},
-            "status": {"conditions": [{
-                "type": "TopologyReconciled", "status": "True", "reason": "ReconcileSucceeded",
-                "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"
-            }]}
-        })),
+        "capi-topology",
+        capi_condition("TopologyReconciled", "True", "ReconcileSucceeded"),
+        "another manager's apply",
     )
-    .await
-    .expect("another manager's apply");
-    eventually("the health controller saw the writes", || async {
-        (h.reconciles("health") > before).then_some(())
-    })
     .await;
+    h.wait_reconciled_since("the health controller saw the writes", "health", before)
+        .await;
     assert_eq!(condition(&h, "c1").await, Some(ours.clone()), "unchanged");
-    let rewritten: Vec<_> = h
-        .sandbox
-        .requests()
-        .all()
-        .into_iter()
-        .filter(|r| r.verb.is_write() && from_manager(r) && r.group == "cluster.x-k8s.io")
-        .collect();
+    let rewritten = manager_cluster_writes(&h);
     assert!(rewritten.is_empty(), "{rewritten:#?}");
     let types: Vec<String> =
         api.get("c1").await.expect("cluster").body.to_map()["status"]["conditions"]
@@ -287,10 +286,7 @@ async fn survives_capi_status_writes_and_steady_state_writes_nothing() {
     for t in ["Available", "TopologyReconciled", FLEET_READY_CONDITION] {
         assert!(types.iter().any(|x| x == t), "{t} missing in {types:?}");
     }
-    eventually("ready count written", || async {
-        (counts(&h).await?.ready == 1).then_some(())
-    })
-    .await;
+    wait_ready_count(&h, "ready count written", 1).await;
     h.stop().await;
 
     h.sandbox.requests().reset();
@@ -300,10 +296,7 @@ async fn survives_capi_status_writes_and_steady_state_writes_nothing() {
     })
     .await;
     // The status writer recounts after reconciles; let it run once with the same counts.
-    eventually("ready count", || async {
-        (counts(&h).await?.ready == 1).then_some(())
-    })
-    .await;
+    wait_ready_count(&h, "ready count", 1).await;
     let writes = h.state_writes();
     assert!(writes.is_empty(), "steady state wrote: {writes:#?}");
     assert_eq!(condition(&h, "c1").await, Some(ours));
@@ -318,62 +311,38 @@ async fn removed_on_deselect_and_on_opt_out() {
     h.namespace(NS, json!({})).await;
     let selected = "cluster: {patchResource: true, selector: {matchLabels: {fleet: \"yes\"}}}";
     h.config(selected).await;
-    h.cluster(NS, cluster("c1", json!({"fleet": "yes"}))).await;
-    h.initialize(NS, "c1").await;
+    h.initialized_cluster(NS, cluster("c1", json!({"fleet": "yes"})))
+        .await;
     h.start().await;
     wait_reason(&h, "c1", reason::AGENT_NOT_REGISTERED).await;
-    let api: Api<CapiCluster> = Api::namespaced(h.client.clone(), NS);
-    api.patch_status(
+    apply_condition(
+        &h,
         "c1",
-        &PatchParams::apply("manager").force(),
-        &Patch::Apply(json!({
-            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-            "metadata": {"name": "c1"},
-            "status": {"conditions": [{
-                "type": "Available", "status": "False", "reason": "NotAvailable",
-                "message": "", "lastTransitionTime": "2026-11-23T10:00:00Z"
-            }]}
-        })),
+        "manager",
+        capi_condition("Available", "False", "NotAvailable"),
+        "CAPI condition",
     )
-    .await
-    .expect("CAPI condition");
-
-    h.merge_cluster(NS, "c1", json!({"metadata": {"labels": {"fleet": "no"}}}))
-        .await;
-    eventually("condition removed on deselect", || async {
-        condition(&h, "c1").await.is_none().then_some(())
-    })
     .await;
+
+    h.label_cluster(NS, "c1", json!({"fleet": "no"})).await;
+    wait_no_condition(&h, "condition removed on deselect", "c1").await;
     let kept: CapiCluster = h.get(NS, "c1").await.expect("cluster");
     assert_eq!(
         kept.body.to_map()["status"]["conditions"][0]["type"],
         "Available"
     );
 
-    h.merge_cluster(NS, "c1", json!({"metadata": {"labels": {"fleet": "yes"}}}))
-        .await;
+    h.label_cluster(NS, "c1", json!({"fleet": "yes"})).await;
     wait_reason(&h, "c1", reason::AGENT_NOT_REGISTERED).await;
 
     h.config("cluster: {patchResource: true, selector: {matchLabels: {fleet: \"yes\"}}, setFleetReadyCondition: false}")
         .await;
-    eventually("condition removed on opt-out", || async {
-        condition(&h, "c1").await.is_none().then_some(())
-    })
-    .await;
+    wait_no_condition(&h, "condition removed on opt-out", "c1").await;
     // Opted out, nothing is written on later changes.
     h.sandbox.requests().reset();
-    play_fleet(&h, "c1", seen("status-ready.yaml", Duration::ZERO)).await;
-    eventually("ready still counted", || async {
-        (counts(&h).await?.ready == 1).then_some(())
-    })
-    .await;
-    let cluster_writes: Vec<_> = h
-        .sandbox
-        .requests()
-        .all()
-        .into_iter()
-        .filter(|r| r.verb.is_write() && from_manager(r) && r.group == "cluster.x-k8s.io")
-        .collect();
+    h.play_fleet_ready(NS, "c1", Duration::ZERO).await;
+    wait_ready_count(&h, "ready still counted", 1).await;
+    let cluster_writes = manager_cluster_writes(&h);
     assert!(cluster_writes.is_empty(), "{cluster_writes:#?}");
     h.stop().await;
 }

@@ -6,6 +6,7 @@ mod fleet_common;
 
 use std::time::{Duration, Instant};
 
+use caapf::api::FleetAddonConfig;
 use fleet_common::{ChartRepo, Env, Options, RepoMode, assert_condition, condition};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
@@ -13,13 +14,30 @@ use serde_json::{Value, json};
 
 const NS: &str = "cattle-fleet-system";
 
-fn release(name: &str, chart: &str, revision: &str) -> (String, String, String, String) {
-    (
-        name.to_string(),
-        chart.to_string(),
-        revision.to_string(),
-        "deployed".to_string(),
-    )
+/// The two releases, `fleet` and `fleet-crd`, both deployed from the charts of `version`, at
+/// their revisions.
+fn deployed(
+    version: &str,
+    fleet_revision: &str,
+    crd_revision: &str,
+) -> [(String, String, String, String); 2] {
+    let release = |name: &str, revision: &str| {
+        (
+            name.to_string(),
+            format!("{name}-{version}"),
+            revision.to_string(),
+            "deployed".to_string(),
+        )
+    };
+    [
+        release("fleet", fleet_revision),
+        release("fleet-crd", crd_revision),
+    ]
+}
+
+/// `status.installedVersion`.
+fn installed_version(object: &FleetAddonConfig) -> Option<&str> {
+    object.status.as_ref()?.installed_version.as_deref()
 }
 
 async fn fleet_env(env: &Env) -> (Vec<Value>, String, String) {
@@ -61,13 +79,7 @@ async fn installs_latest_and_applies_value_changes_at_the_same_version() {
     // The latest stable chart, not the pre-release; both releases; chart versions.
     let status = object.status.as_ref().expect("status");
     assert_eq!(status.installed_version.as_deref(), Some("0.2.0"));
-    assert_eq!(
-        env.releases(),
-        [
-            release("fleet", "fleet-0.2.0", "1"),
-            release("fleet-crd", "fleet-crd-0.2.0", "1"),
-        ]
-    );
+    assert_eq!(env.releases(), deployed("0.2.0", "1", "1"));
     for type_ in [
         "ConfigValid",
         "RepoAdd",
@@ -164,13 +176,7 @@ async fn installs_latest_and_applies_value_changes_at_the_same_version() {
         ]
     );
     assert_eq!(version, "0.2.0");
-    assert_eq!(
-        env.releases(),
-        [
-            release("fleet", "fleet-0.2.0", "2"),
-            release("fleet-crd", "fleet-crd-0.2.0", "1"),
-        ]
-    );
+    assert_eq!(env.releases(), deployed("0.2.0", "2", "1"));
     let ready = assert_condition(&object, "Ready", "True");
     assert_eq!(
         ready.last_transition_time, ready_since,
@@ -222,20 +228,8 @@ async fn pinned_versions_install_once_and_upgrade_when_the_pin_moves() {
             condition(o, "Installed").is_some_and(|c| c.status == "True")
         })
         .await;
-    assert_eq!(
-        object
-            .status
-            .as_ref()
-            .and_then(|s| s.installed_version.as_deref()),
-        Some("0.1.0")
-    );
-    assert_eq!(
-        env.releases(),
-        [
-            release("fleet", "fleet-0.1.0", "1"),
-            release("fleet-crd", "fleet-crd-0.1.0", "1"),
-        ]
-    );
+    assert_eq!(installed_version(&object), Some("0.1.0"));
+    assert_eq!(env.releases(), deployed("0.1.0", "1", "1"));
     assert_eq!(fleet_env(&env).await.1, "true", "bootstrap.enabled");
 
     // followLatest: false installs once and never moves, even with 0.2.0 available.
@@ -243,40 +237,16 @@ async fn pinned_versions_install_once_and_upgrade_when_the_pin_moves() {
         .set_spec(json!({"install": {"followLatest": false, "repository": repo.url()}, "config": {"bootstrapLocalCluster": true}}))
         .await;
     let object = env.wait_ready(generation, "True").await;
-    assert_eq!(
-        object
-            .status
-            .as_ref()
-            .and_then(|s| s.installed_version.as_deref()),
-        Some("0.1.0")
-    );
-    assert_eq!(
-        env.releases(),
-        [
-            release("fleet", "fleet-0.1.0", "1"),
-            release("fleet-crd", "fleet-crd-0.1.0", "1"),
-        ]
-    );
+    assert_eq!(installed_version(&object), Some("0.1.0"));
+    assert_eq!(env.releases(), deployed("0.1.0", "1", "1"));
 
     // Moving the pin (with a leading v) upgrades both.
     let generation = env
         .set_spec(json!({"install": {"version": "v0.2.0", "repository": repo.url()}, "config": {"bootstrapLocalCluster": true}}))
         .await;
     let object = env.wait_ready(generation, "True").await;
-    assert_eq!(
-        object
-            .status
-            .as_ref()
-            .and_then(|s| s.installed_version.as_deref()),
-        Some("0.2.0")
-    );
-    assert_eq!(
-        env.releases(),
-        [
-            release("fleet", "fleet-0.2.0", "2"),
-            release("fleet-crd", "fleet-crd-0.2.0", "2"),
-        ]
-    );
+    assert_eq!(installed_version(&object), Some("0.2.0"));
+    assert_eq!(env.releases(), deployed("0.2.0", "2", "2"));
 
     // Every helm change was recorded as an Event on the FleetAddonConfig.
     let events: Api<k8s_openapi::api::events::v1::Event> =
@@ -304,13 +274,7 @@ async fn pinned_versions_install_once_and_upgrade_when_the_pin_moves() {
     for gone in ["RepoAdd", "RepoUpdate", "Installed", "FlagsUpdate"] {
         assert!(condition(&object, gone).is_none(), "{gone}");
     }
-    assert_eq!(
-        env.releases(),
-        [
-            release("fleet", "fleet-0.2.0", "2"),
-            release("fleet-crd", "fleet-crd-0.2.0", "2"),
-        ]
-    );
+    assert_eq!(env.releases(), deployed("0.2.0", "2", "2"));
     env.stop().await;
 }
 
@@ -326,28 +290,13 @@ async fn follow_latest_upgrades_when_a_new_chart_appears() {
         .set_spec(json!({"install": {"followLatest": true, "repository": repo.url()}}))
         .await;
     let object = env.wait_ready(generation, "True").await;
-    assert_eq!(
-        object
-            .status
-            .as_ref()
-            .and_then(|s| s.installed_version.as_deref()),
-        Some("0.1.0")
-    );
+    assert_eq!(installed_version(&object), Some("0.1.0"));
     repo.add_version("0.2.0");
     env.wait_for("upgrade to 0.2.0", Duration::from_secs(60), |o| {
-        o.status
-            .as_ref()
-            .and_then(|s| s.installed_version.as_deref())
-            == Some("0.2.0")
+        installed_version(o) == Some("0.2.0")
     })
     .await;
-    assert_eq!(
-        env.releases(),
-        [
-            release("fleet", "fleet-0.2.0", "2"),
-            release("fleet-crd", "fleet-crd-0.2.0", "2"),
-        ]
-    );
+    assert_eq!(env.releases(), deployed("0.2.0", "2", "2"));
     env.stop().await;
 }
 
@@ -428,13 +377,7 @@ async fn helm_3_installs_and_helm_4_upgrades_what_it_left() {
     };
     let generation = env.set_spec(spec("0.1.0")).await;
     env.wait_ready(generation, "True").await;
-    assert_eq!(
-        env.releases(),
-        [
-            release("fleet", "fleet-0.1.0", "1"),
-            release("fleet-crd", "fleet-crd-0.1.0", "1"),
-        ]
-    );
+    assert_eq!(env.releases(), deployed("0.1.0", "1", "1"));
     let (extra_env, _, _) = fleet_env(&env).await;
     assert_eq!(
         extra_env,
@@ -464,20 +407,8 @@ async fn helm_3_installs_and_helm_4_upgrades_what_it_left() {
     env.restart_manager(Options::default()).await;
     let generation = env.set_spec(spec("0.2.0")).await;
     let object = env.wait_ready(generation, "True").await;
-    assert_eq!(
-        object
-            .status
-            .as_ref()
-            .and_then(|s| s.installed_version.as_deref()),
-        Some("0.2.0")
-    );
-    assert_eq!(
-        env.releases(),
-        [
-            release("fleet", "fleet-0.2.0", "2"),
-            release("fleet-crd", "fleet-crd-0.2.0", "2"),
-        ]
-    );
+    assert_eq!(installed_version(&object), Some("0.2.0"));
+    assert_eq!(env.releases(), deployed("0.2.0", "2", "2"));
     let cm = cms.get("fleet-controller").await.expect("cm");
     let config = &cm.data.expect("data")["config"];
     assert!(!config.contains("caapf-was-here"), "{config}");

@@ -38,11 +38,7 @@ async fn fleet_from_a_chart_with_the_real_structure_then_a_cluster_is_imported()
     };
     assert!(!served(h.client.clone()).await, "Fleet CRDs preloaded");
     let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = dir.path().join("kubeconfig");
-    h.sandbox.write_kubeconfig(&kubeconfig).expect("kubeconfig");
-    h.flags.helm_binary = fleet_common::helm_bin().display().to_string();
-    h.flags.helm_kubeconfig = Some(kubeconfig);
-    h.flags.helm_home = Some(dir.path().join("helm-home"));
+    h.use_helm(&fleet_common::helm_bin(), dir.path());
     h.namespace("team-a", json!({})).await;
     h.start().await;
     h.config(&format!(
@@ -50,17 +46,10 @@ async fn fleet_from_a_chart_with_the_real_structure_then_a_cluster_is_imported()
         repo.url()
     ))
     .await;
-    let client = h.client.clone();
-    eventually("Fleet installed from the chart", || {
-        let client = client.clone();
-        async move {
-            let config: caapf::api::FleetAddonConfig = Api::all(client)
-                .get_opt("fleet-addon-config")
-                .await
-                .expect("config")?;
-            let ready = fleet_common::condition(&config, "Ready")?;
-            (ready.status == "True").then_some(())
-        }
+    eventually("Fleet installed from the chart", || async {
+        let config = h.addon_config().await?;
+        let ready = fleet_common::condition(&config, "Ready")?;
+        (ready.status == "True").then_some(())
     })
     .await;
     assert!(

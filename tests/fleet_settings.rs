@@ -63,6 +63,34 @@ async fn wait_config_map(
     }
 }
 
+/// Waits until Fleet's `cattle-fleet-system/fleet-controller` ConfigMap has a `data.config`
+/// that satisfies `check`.
+async fn wait_fleet_controller(env: &Env, what: &str, check: impl Fn(&Value) -> bool) -> ConfigMap {
+    wait_config_map(env, FLEET_NS, "fleet-controller", what, |cm| {
+        check(&fleet_config(cm))
+    })
+    .await
+}
+
+/// Fleet installed by someone else: its namespace and `fleet-controller` ConfigMap with `data`.
+async fn create_fleet_controller(env: &Env, data: Value) {
+    create_namespace(env, FLEET_NS).await;
+    create_config_map(env, FLEET_NS, "fleet-controller", data).await;
+}
+
+/// Merges `data` into the data of ConfigMap `name`, as another writer.
+async fn merge_data(cms: &Api<ConfigMap>, name: &str, data: Value, what: &str) {
+    cms.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "data": data })),
+    )
+    .await
+    .expect(what);
+}
+
+const FLEET_NS: &str = "cattle-fleet-system";
+
 fn fleet_config(cm: &ConfigMap) -> Value {
     let text = cm
         .data
@@ -82,11 +110,8 @@ const PEM_2: &str = "-----BEGIN CERTIFICATE-----\nMIIBsecond\n-----END CERTIFICA
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_settings_go_into_fleet_controller_without_install() {
     let env = Env::start(no_helm()).await;
-    create_namespace(&env, "cattle-fleet-system").await;
-    create_config_map(
+    create_fleet_controller(
         &env,
-        "cattle-fleet-system",
-        "fleet-controller",
         json!({
             "config": "{\n  \"apiServerURL\": \"\",\n  \"apiServerCA\": \"\",\n  \"agentCheckinInterval\": \"15m\"\n}",
             "other": "kept",
@@ -113,13 +138,9 @@ async fn server_settings_go_into_fleet_controller_without_install() {
             "{absent}"
         );
     }
-    let cm = wait_config_map(
-        &env,
-        "cattle-fleet-system",
-        "fleet-controller",
-        "inferred settings",
-        |cm| fleet_config(cm)["apiServerURL"] == "https://10.0.0.1:6443",
-    )
+    let cm = wait_fleet_controller(&env, "inferred settings", |config| {
+        config["apiServerURL"] == "https://10.0.0.1:6443"
+    })
     .await;
     assert_eq!(
         fleet_config(&cm),
@@ -143,25 +164,17 @@ async fn server_settings_go_into_fleet_controller_without_install() {
 
     // Someone else rewrites the config (as Fleet's chart does on upgrade): our keys come back,
     // theirs stay.
-    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), "cattle-fleet-system");
-    cms.patch(
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), FLEET_NS);
+    merge_data(
+        &cms,
         "fleet-controller",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"data": {"config": "{\"apiServerURL\": \"\", \"apiServerCA\": \"\", \"agentCheckinInterval\": \"30m\"}"}})),
+        json!({"config": "{\"apiServerURL\": \"\", \"apiServerCA\": \"\", \"agentCheckinInterval\": \"30m\"}"}),
+        "other writer",
     )
-    .await
-    .expect("other writer");
-    wait_config_map(
-        &env,
-        "cattle-fleet-system",
-        "fleet-controller",
-        "restored URL, kept interval",
-        |cm| {
-            let config = fleet_config(cm);
-            config["apiServerURL"] == "https://10.0.0.1:6443"
-                && config["agentCheckinInterval"] == "30m"
-        },
-    )
+    .await;
+    wait_fleet_controller(&env, "restored URL, kept interval", |config| {
+        config["apiServerURL"] == "https://10.0.0.1:6443" && config["agentCheckinInterval"] == "30m"
+    })
     .await;
 
     // The API server moves: the URL follows the EndpointSlice.
@@ -176,13 +189,9 @@ async fn server_settings_go_into_fleet_controller_without_install() {
         )
         .await
         .expect("endpoints moved");
-    wait_config_map(
-        &env,
-        "cattle-fleet-system",
-        "fleet-controller",
-        "URL from the new endpoint",
-        |cm| fleet_config(cm)["apiServerURL"] == "https://10.0.0.7:6443",
-    )
+    wait_fleet_controller(&env, "URL from the new endpoint", |config| {
+        config["apiServerURL"] == "https://10.0.0.7:6443"
+    })
     .await;
 
     // Custom URL and a CA from a Secret; a change of the Secret reaches Fleet.
@@ -203,17 +212,10 @@ async fn server_settings_go_into_fleet_controller_without_install() {
         }}}}))
         .await;
     env.wait_ready(generation, "True").await;
-    wait_config_map(
-        &env,
-        "cattle-fleet-system",
-        "fleet-controller",
-        "custom settings",
-        |cm| {
-            let config = fleet_config(cm);
-            config["apiServerURL"] == "https://fleet.example.com:6443"
-                && config["apiServerCA"] == b64(PEM_1)
-        },
-    )
+    wait_fleet_controller(&env, "custom settings", |config| {
+        config["apiServerURL"] == "https://fleet.example.com:6443"
+            && config["apiServerCA"] == b64(PEM_1)
+    })
     .await;
     secrets
         .patch(
@@ -223,13 +225,9 @@ async fn server_settings_go_into_fleet_controller_without_install() {
         )
         .await
         .expect("rotated");
-    wait_config_map(
-        &env,
-        "cattle-fleet-system",
-        "fleet-controller",
-        "rotated CA",
-        |cm| fleet_config(cm)["apiServerCA"] == b64(PEM_2),
-    )
+    wait_fleet_controller(&env, "rotated CA", |config| {
+        config["apiServerCA"] == b64(PEM_2)
+    })
     .await;
     env.stop().await;
 }
@@ -250,11 +248,8 @@ async fn server_settings_wait_for_fleet_controller() {
         "{ready:?}"
     );
     // Fleet gets installed by someone else: picked up (at the next retry).
-    create_namespace(&env, "cattle-fleet-system").await;
-    create_config_map(
+    create_fleet_controller(
         &env,
-        "cattle-fleet-system",
-        "fleet-controller",
         json!({"config": "{\"apiServerURL\": \"\", \"apiServerCA\": \"\"}"}),
     )
     .await;
@@ -276,11 +271,8 @@ async fn feature_gates_go_into_the_values_config_map_without_helm() {
         }),
     )
     .await;
-    create_namespace(&env, "cattle-fleet-system").await;
-    create_config_map(
+    create_fleet_controller(
         &env,
-        "cattle-fleet-system",
-        "fleet-controller",
         json!({"config": "{\"apiServerURL\": \"\", \"apiServerCA\": \"\"}"}),
     )
     .await;
@@ -300,13 +292,9 @@ async fn feature_gates_go_into_the_values_config_map_without_helm() {
         }))
         .await;
     let object = env.wait_ready(generation, "True").await;
-    let fleet_controller = wait_config_map(
-        &env,
-        "cattle-fleet-system",
-        "fleet-controller",
-        "server URL",
-        |cm| fleet_config(cm)["apiServerURL"] == "https://rancher.example.com",
-    )
+    let fleet_controller = wait_fleet_controller(&env, "server URL", |config| {
+        config["apiServerURL"] == "https://rancher.example.com"
+    })
     .await;
     assert_eq!(
         fleet_config(&fleet_controller)["apiServerCA"],
@@ -337,13 +325,13 @@ async fn feature_gates_go_into_the_values_config_map_without_helm() {
 
     // A change elsewhere in the ConfigMap triggers a reconcile that writes nothing.
     env.sandbox.requests().reset();
-    cms.patch(
+    merge_data(
+        &cms,
         "rancher-config",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"data": {"priority-class": "other"}})),
+        json!({"priority-class": "other"}),
+        "touch",
     )
-    .await
-    .expect("touch");
+    .await;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while env.sandbox.requests().count(|r| {
         r.verb == kube_sandbox::Verb::Get
@@ -377,13 +365,13 @@ async fn feature_gates_go_into_the_values_config_map_without_helm() {
         rules: vec![rule],
         ..Default::default()
     });
-    cms.patch(
+    merge_data(
+        &cms,
         "rancher-config",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"data": {"priority-class": "again"}})),
+        json!({"priority-class": "again"}),
+        "first PATCH passes",
     )
-    .await
-    .expect("first PATCH passes");
+    .await;
     env.sandbox.requests().reset();
     let generation = env
         .set_spec(json!({

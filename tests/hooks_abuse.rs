@@ -7,21 +7,16 @@
 //! docs/runtime-extension.md. A second test checks, in-process with small limits, that idle
 //! connections are closed and the connection limit holds. Everything on 127.0.0.1.
 
+mod common;
+
 use std::net::SocketAddr;
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use caapf::cli::ManagerFlags;
-use caapf::context::Context;
-use caapf::hooks::bootstrap_secrets::BootstrapSecrets;
-use caapf::hooks::hook_context::HookContext;
-use caapf::hooks::server::{self, ServerOptions};
-use caapf::model::config::EffectiveConfig;
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-use rustls::pki_types::{CertificateDer, ServerName};
-use serde_json::{Value, json};
+use caapf::hooks::server::ServerOptions;
+use common::free_port;
+use common::tls::{Ca, DISCOVERY, Server, discovery_request, tls};
+use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
@@ -29,7 +24,6 @@ use tokio_rustls::client::TlsStream;
 use tokio_util::sync::CancellationToken;
 
 const PREFIX: &str = "/hooks.runtime.cluster.x-k8s.io/v1alpha1";
-const DISCOVERY: &str = "/hooks.runtime.cluster.x-k8s.io/v1alpha1/discovery";
 const PATCHES: &str =
     "/hooks.runtime.cluster.x-k8s.io/v1alpha1/generatepatches/fleet-agent-bootstrap";
 /// Upper bound of every wait in these tests.
@@ -37,57 +31,8 @@ const BOUND: Duration = Duration::from_secs(30);
 /// The peak RSS bound checked for the abused process (docs/runtime-extension.md, "Limits").
 const PEAK_RSS_BOUND_KIB: u64 = 400 * 1024;
 
-/// A CA and a serving certificate for `localhost` and 127.0.0.1, written to `dir`.
-fn certificates(dir: &Path) -> CertificateDer<'static> {
-    let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "caapf abuse CA");
-    let ca_key = KeyPair::generate().expect("key");
-    let ca = params.self_signed(&ca_key).expect("CA");
-    let issuer = Issuer::new(params, ca_key);
-    let mut serving =
-        CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
-            .expect("params");
-    serving
-        .distinguished_name
-        .push(DnType::CommonName, "caapf extension");
-    let key = KeyPair::generate().expect("key");
-    let cert = serving.signed_by(&key, &issuer).expect("sign");
-    std::fs::write(dir.join("tls.crt"), cert.pem()).expect("write");
-    std::fs::write(dir.join("tls.key"), key.serialize_pem()).expect("write");
-    ca.der().clone()
-}
-
-fn connector(ca: &CertificateDer<'static>) -> TlsConnector {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.clone()).expect("root");
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("versions")
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    TlsConnector::from(Arc::new(config))
-}
-
-/// A TLS connection; `sni: false` connects by IP address, for which rustls sends no SNI.
-async fn tls(
-    addr: SocketAddr,
-    connector: &TlsConnector,
-    sni: bool,
-) -> std::io::Result<TlsStream<TcpStream>> {
-    let tcp = TcpStream::connect(addr).await?;
-    let name = if sni {
-        ServerName::try_from("localhost").expect("name")
-    } else {
-        ServerName::IpAddress(addr.ip().into())
-    };
-    connector.connect(name, tcp).await
-}
+// The HTTP/1.1 client of these tests writes and reads raw bytes over the shared TLS connection
+// (common::tls), so that it can send a body too large or slowly and still read an early answer.
 
 /// An HTTP/1.1 answer read to the end of the connection.
 #[derive(Debug)]
@@ -122,7 +67,7 @@ async fn read_answer(stream: &mut TlsStream<TcpStream>) -> std::io::Result<Answe
     })
 }
 
-/// One POST over a fresh TLS connection.
+/// One POST over a fresh TLS connection, written whole then read to the end.
 async fn post(
     addr: SocketAddr,
     connector: &TlsConnector,
@@ -146,11 +91,6 @@ async fn post(
         (Err(_), Err(err)) => Err(err),
         (Err(err), Ok(())) => Err(err),
     }
-}
-
-fn discovery_request() -> Vec<u8> {
-    serde_json::to_vec(&json!({"apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1", "kind": "DiscoveryRequest"}))
-        .expect("json")
 }
 
 /// Whether the peer closes `stream` within `limit` (end of stream or an error, not data).
@@ -189,13 +129,6 @@ fn memory_kib(pid: u32) -> (u64, u64) {
     (field("VmHWM:"), field("VmRSS:"))
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
 fn percentile(sorted: &[Duration], p: usize) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -212,7 +145,8 @@ async fn the_extension_answers_or_closes_under_abuse_and_stays_bounded() {
     sandbox.write_kubeconfig(&kubeconfig).expect("kubeconfig");
     let certs = dir.path().join("certs");
     std::fs::create_dir(&certs).expect("mkdir");
-    let ca = certificates(&certs);
+    let ca = Ca::new();
+    ca.install_serving(&certs, "caapf extension");
     let port = free_port();
     let child = Command::new(env!("CARGO_BIN_EXE_caapf"))
         .env("KUBECONFIG", &kubeconfig)
@@ -228,7 +162,7 @@ async fn the_extension_answers_or_closes_under_abuse_and_stays_bounded() {
     let pid = child.id();
     let _process = Process(child);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let connector = connector(&ca);
+    let connector = ca.connector(&[b"http/1.1"]);
 
     let started = Instant::now();
     loop {
@@ -313,7 +247,7 @@ async fn the_extension_answers_or_closes_under_abuse_and_stays_bounded() {
             br#"{"kind":"BeforeClusterDeleteRequest","cluster":{"spec":{}}}"#.to_vec(),
             "cluster.metadata.name is missing",
         ),
-        ("unknown hook", format!("{PREFIX}/afterclusterupgrade/x"), b"{}".to_vec(), "unknown hook"),
+        ("unknown hook", format!("{PREFIX}/generateupgradeplan/x"), b"{}".to_vec(), "unknown hook"),
         (
             "over the body limit",
             PATCHES.into(),
@@ -511,37 +445,15 @@ async fn the_extension_answers_or_closes_under_abuse_and_stays_bounded() {
 /// connection limit a client waits (in the backlog) and is served once a slot frees.
 #[tokio::test]
 async fn idle_connections_are_closed_and_the_connection_limit_holds() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let ca = certificates(dir.path());
-    let client = kube::Client::try_from(kube::Config::new(
-        "http://127.0.0.1:9".parse().expect("url"),
-    ))
-    .expect("client");
-    let (tx, rx) = caapf::context::config_channel();
-    tx.send_replace(Some(Arc::new(EffectiveConfig::default())));
-    let ctx = Arc::new(HookContext::new(
-        Arc::new(Context::new(
-            client,
-            ManagerFlags::default(),
-            rx,
-            CancellationToken::new(),
-        )),
-        BootstrapSecrets::default(),
-    ));
+    let ca = Ca::new();
     let options = ServerOptions {
         max_connections: 4,
         idle_timeout: Duration::from_millis(1500),
         ..ServerOptions::default()
     };
-    let addr = server::serve(
-        ctx.clone(),
-        SocketAddr::from(([127, 0, 0, 1], 0)),
-        dir.path(),
-        options,
-    )
-    .await
-    .expect("serve");
-    let connector = connector(&ca);
+    let server = Server::with_options(Some(&ca), options).await;
+    let addr = server.addr;
+    let connector = ca.connector(&[b"http/1.1"]);
 
     let mut idle = Vec::new();
     for _ in 0..4 {
@@ -577,5 +489,5 @@ async fn idle_connections_are_closed_and_the_connection_limit_holds() {
         "the fifth client was served before a slot freed"
     );
     assert_eq!(answer.body["status"], "Success", "{answer:?}");
-    ctx.base.shutdown.cancel();
+    server.ctx.base.shutdown.cancel();
 }

@@ -3,7 +3,10 @@
 
 use std::path::Path;
 
-use caapf::hooks::handlers::{DISCOVER_VARIABLES, GENERATE_PATCHES, HOOKS};
+use caapf::hooks::handlers::{
+    Catalog, DISCOVER_VARIABLES, GENERATE_PATCHES, HOOKS, UPGRADE_STEPS_PREFIX,
+};
+use caapf::hooks::server::{Route, route};
 use serde_json::Value;
 
 fn documents(relative: &str) -> Vec<Value> {
@@ -118,5 +121,52 @@ fn the_guide_references_the_served_handlers() {
             "{}",
             handler.name
         );
+    }
+}
+
+/// The second ExtensionConfig (Cluster API v1.12+) points at the same server as the first, at the
+/// path whose discovery advertises the hooks only v1.12 knows, and names no hook twice.
+#[test]
+fn the_upgrade_steps_extension_config_reaches_its_own_discovery() {
+    let base = one(
+        "config/extensionconfig/extensionconfig.yaml",
+        "ExtensionConfig",
+    );
+    let steps = one(
+        "config/extensionconfig/upgrade-steps/extensionconfig.yaml",
+        "ExtensionConfig",
+    );
+    let service = &steps["spec"]["clientConfig"]["service"];
+    for field in ["name", "namespace", "port"] {
+        assert_eq!(
+            service[field], base["spec"]["clientConfig"]["service"][field],
+            "{field}"
+        );
+    }
+    assert_eq!(base["spec"]["clientConfig"]["service"]["path"], Value::Null);
+    assert_eq!(service["path"], UPGRADE_STEPS_PREFIX);
+    assert_eq!(
+        steps["metadata"]["annotations"],
+        base["metadata"]["annotations"]
+    );
+    assert_ne!(steps["metadata"]["name"], base["metadata"]["name"]);
+    // Cluster API calls <service.path>/hooks.runtime.cluster.x-k8s.io/v1alpha1/discovery
+    // (`urlForExtension`, cluster-api v1.12.11 internal/runtime/client/client.go).
+    let discovery = format!(
+        "{}/hooks.runtime.cluster.x-k8s.io/v1alpha1/discovery",
+        service["path"].as_str().expect("path")
+    );
+    assert!(matches!(
+        route(&discovery),
+        Route::Hook {
+            catalog: Catalog::UpgradeSteps,
+            ..
+        }
+    ));
+    for spec in HOOKS.iter().filter(|spec| spec.advertised.is_some()) {
+        match spec.catalog {
+            Catalog::UpgradeSteps => assert!(spec.path().starts_with(UPGRADE_STEPS_PREFIX)),
+            Catalog::Base => assert!(!spec.path().starts_with(UPGRADE_STEPS_PREFIX)),
+        }
     }
 }

@@ -107,14 +107,54 @@ fn apply(object: &Value, patch: &json_patch::Patch) -> Value {
     copy
 }
 
+/// A request with one item, the control-plane template `object`.
+fn control_plane_request(object: Value, fleet_agent: Option<Value>) -> GeneratePatchesRequest {
+    request(vec![("u1", control_plane_holder(), object)], fleet_agent)
+}
+
 fn single_patch(object: &Value) -> json_patch::Patch {
-    let response = generate_patches(&request(
-        vec![("u1", control_plane_holder(), object.clone())],
-        None,
-    ));
+    let response = generate_patches(&control_plane_request(object.clone(), None));
     let mut all = patches(&response);
     assert_eq!(all.len(), 1);
     all.remove(0).1
+}
+
+/// The template fixture, its patch, and the template patched.
+fn patch_fixture(fixture: &str) -> (Value, json_patch::Patch, Value) {
+    let original = template(fixture);
+    let patch = single_patch(&original);
+    let patched = apply(&original, &patch);
+    (original, patch, patched)
+}
+
+/// The list at `pointer`.
+fn list<'a>(object: &'a Value, pointer: &str) -> &'a Vec<Value> {
+    object
+        .pointer(pointer)
+        .and_then(Value::as_array)
+        .unwrap_or_else(|| panic!("no list at {pointer}"))
+}
+
+/// The list of files at `files` has one entry more than the `before` of the original, the
+/// last one the boot script read from the Secret, `gzip+base64` (cloud-init templates).
+fn assert_script_file_added(fixture: &str, patched: &Value, files: &str, before: usize) {
+    let files = list(patched, files);
+    assert_eq!(files.len(), before + 1, "{fixture}");
+    assert_eq!(files.last(), Some(&cloud_init_entry()), "{fixture}");
+}
+
+/// Nothing but the bootstrap entries of `lists` changed, existing entries kept in order; and
+/// idempotent: applying the same response again changes nothing, a second call on the patched
+/// template returns an empty patch.
+fn assert_rest_unchanged_and_idempotent(
+    fixture: &str,
+    (original, patch, patched): &(Value, json_patch::Patch, Value),
+    lists: &[&str],
+) {
+    let rest = drop_empty_lists(without_bootstrap(patched.clone(), lists), original, lists);
+    assert_eq!(&rest, original, "{fixture}");
+    assert_eq!(&apply(patched, patch), patched, "{fixture}");
+    assert!(single_patch(patched).0.is_empty(), "{fixture}");
 }
 
 /// Removes what the patch adds, so the rest can be compared with the original.
@@ -167,39 +207,17 @@ fn kubeadm_control_plane_templates_get_the_script_file_and_the_boot_command() {
         ("kubeadmcontrolplanetemplate-v1beta2.yaml", 1, 1),
         ("kubeadmcontrolplanetemplate-v1beta1.yaml", 0, 0),
     ] {
-        let original = template(fixture);
-        let patch = single_patch(&original);
-        let patched = apply(&original, &patch);
-
-        let files = patched
-            .pointer(FILES)
-            .and_then(Value::as_array)
-            .expect("files");
-        assert_eq!(files.len(), files_before + 1, "{fixture}");
-        assert_eq!(files.last(), Some(&cloud_init_entry()), "{fixture}");
-        let commands = patched
-            .pointer(COMMANDS)
-            .and_then(Value::as_array)
-            .expect("commands");
+        let fixed = patch_fixture(fixture);
+        let patched = &fixed.2;
+        assert_script_file_added(fixture, patched, FILES, files_before);
+        let commands = list(patched, COMMANDS);
         assert_eq!(commands.len(), commands_before + 1, "{fixture}");
         assert_eq!(
             commands.last(),
             Some(&json!(boot_command(Template::KubeadmControlPlane))),
             "{fixture}"
         );
-
-        // Nothing else changed, existing entries kept in order.
-        let rest = drop_empty_lists(
-            without_bootstrap(patched.clone(), &[FILES, COMMANDS]),
-            &original,
-            &[FILES, COMMANDS],
-        );
-        assert_eq!(rest, original, "{fixture}");
-
-        // Idempotent: applying the same response again changes nothing; a second call on the
-        // patched template returns an empty patch.
-        assert_eq!(apply(&patched, &patch), patched, "{fixture}");
-        assert!(single_patch(&patched).0.is_empty(), "{fixture}");
+        assert_rest_unchanged_and_idempotent(fixture, &fixed, &[FILES, COMMANDS]);
     }
 }
 
@@ -211,34 +229,18 @@ fn rke2_control_plane_templates_get_the_script_file_and_the_boot_command() {
         ("rke2controlplanetemplate-v1beta2.yaml", 1),
         ("rke2controlplanetemplate-v1beta1.yaml", 0),
     ] {
-        let original = template(fixture);
-        let patch = single_patch(&original);
-        let patched = apply(&original, &patch);
-        let files = patched
-            .pointer(FILES)
-            .and_then(Value::as_array)
-            .expect("files");
-        assert_eq!(files.len(), files_before + 1, "{fixture}");
-        assert_eq!(files.last(), Some(&cloud_init_entry()), "{fixture}");
+        let fixed = patch_fixture(fixture);
+        let patched = &fixed.2;
+        assert_script_file_added(fixture, patched, FILES, files_before);
         // Not in RKE2's auto-deploy directory: nothing re-applies the agent objects later.
         assert!(!SCRIPT_PATH.starts_with("/var/lib/rancher/rke2/server/manifests"));
-        let commands = patched
-            .pointer(COMMANDS)
-            .and_then(Value::as_array)
-            .expect("commands");
+        let commands = list(patched, COMMANDS);
         assert_eq!(
             commands,
             &[json!(boot_command(Template::Rke2ControlPlane))],
             "{fixture}"
         );
-        let rest = drop_empty_lists(
-            without_bootstrap(patched.clone(), &[FILES, COMMANDS]),
-            &original,
-            &[FILES, COMMANDS],
-        );
-        assert_eq!(rest, original, "{fixture}");
-        assert_eq!(apply(&patched, &patch), patched, "{fixture}");
-        assert!(single_patch(&patched).0.is_empty(), "{fixture}");
+        assert_rest_unchanged_and_idempotent(fixture, &fixed, &[FILES, COMMANDS]);
     }
 }
 
@@ -248,10 +250,7 @@ fn no_bootstrap_secret_or_no_fleet_agent_variable_means_no_patch() {
         "kubeadmcontrolplanetemplate-v1beta2.yaml",
         "rke2controlplanetemplate-v1beta2.yaml",
     ] {
-        let req = request(
-            vec![("u1", control_plane_holder(), template(fixture))],
-            None,
-        );
+        let req = control_plane_request(template(fixture), None);
         // The Secret does not exist (yet): a patch naming it would roll machines onto bootstrap
         // data that cannot be generated.
         let response = topology::generate_patches(&req, false);
@@ -531,17 +530,14 @@ fn fleet_agent_disabled_means_no_patch() {
         "kubeadmcontrolplanetemplate-v1beta2.yaml",
         "rke2controlplanetemplate-v1beta1.yaml",
     ] {
-        let response = generate_patches(&request(
-            vec![("u1", control_plane_holder(), template(fixture))],
+        let response = generate_patches(&control_plane_request(
+            template(fixture),
             Some(json!({"enabled": false})),
         ));
         assert!(patches(&response)[0].1.0.is_empty(), "{fixture}");
         // Explicitly enabled, or the variable object without `enabled`: patched.
         for value in [json!({"enabled": true}), json!({})] {
-            let response = generate_patches(&request(
-                vec![("u1", control_plane_holder(), template(fixture))],
-                Some(value),
-            ));
+            let response = generate_patches(&control_plane_request(template(fixture), Some(value)));
             assert!(!patches(&response)[0].1.0.is_empty(), "{fixture}");
         }
     }
@@ -549,12 +545,8 @@ fn fleet_agent_disabled_means_no_patch() {
 
 #[test]
 fn item_variables_override_the_global_fleet_agent_variable() {
-    let mut req = request(
-        vec![(
-            "u1",
-            control_plane_holder(),
-            template("kubeadmcontrolplanetemplate-v1beta2.yaml"),
-        )],
+    let mut req = control_plane_request(
+        template("kubeadmcontrolplanetemplate-v1beta2.yaml"),
         Some(json!({"enabled": true})),
     );
     req.items[0].variables.push(Variable {
@@ -597,21 +589,12 @@ fn patches_do_not_depend_on_uids_or_calls() {
 fn bad_inputs_are_failures_with_a_message() {
     let mut unknown_version = template("kubeadmcontrolplanetemplate-v1beta2.yaml");
     unknown_version["apiVersion"] = json!("controlplane.cluster.x-k8s.io/v1beta3");
-    let response = generate_patches(&request(
-        vec![("u1", control_plane_holder(), unknown_version)],
-        None,
-    ));
+    let response = generate_patches(&control_plane_request(unknown_version, None));
     assert_eq!(response.status, ResponseStatus::Failure);
     assert!(response.message.contains("v1beta3"), "{}", response.message);
 
-    let mut no_builtin = request(
-        vec![(
-            "u1",
-            control_plane_holder(),
-            template("kubeadmcontrolplanetemplate-v1beta2.yaml"),
-        )],
-        None,
-    );
+    let mut no_builtin =
+        control_plane_request(template("kubeadmcontrolplanetemplate-v1beta2.yaml"), None);
     no_builtin.variables.retain(|v| v.name != "builtin");
     let response = generate_patches(&no_builtin);
     assert_eq!(response.status, ResponseStatus::Failure);

@@ -14,9 +14,6 @@ use common::pod_security::Admission;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use caapf::cli::ManagerFlags;
-use caapf::context::Context;
-use caapf::hooks::bootstrap_secrets::BootstrapSecrets;
 use caapf::hooks::handlers;
 use caapf::hooks::hook_context::HookContext;
 use caapf::hooks::types::{Hook, Response, ResponseBody, ResponseStatus};
@@ -82,7 +79,6 @@ impl Env {
         let client = sandbox.client();
         let charts = fleet_common::ChartRepo::start(&[]).await;
         charts.add_agent_version(AGENT_CHART_VERSION);
-        let (tx, rx) = caapf::context::config_channel();
         let config = match config_yaml {
             None => EffectiveConfig::default(),
             Some(yaml) => {
@@ -95,16 +91,7 @@ impl Env {
             }
         };
         assert!(config.problems.is_empty(), "{:?}", config.problems);
-        tx.send_replace(Some(Arc::new(config)));
-        let ctx = Arc::new(HookContext::new(
-            Arc::new(Context::new(
-                client,
-                ManagerFlags::default(),
-                rx,
-                CancellationToken::new(),
-            )),
-            BootstrapSecrets::default(),
-        ));
+        let (ctx, tx) = common::hook_context(client, config);
         let env = Env {
             sandbox,
             ctx,
@@ -1406,26 +1393,6 @@ async fn fleet_0_11_is_answered_with_success_an_event_and_nothing_prepared() {
     );
 }
 
-fn context_with(
-    client: kube::Client,
-    config: EffectiveConfig,
-) -> (Arc<HookContext>, caapf::context::ConfigSender) {
-    let (tx, rx) = caapf::context::config_channel();
-    tx.send_replace(Some(Arc::new(config)));
-    (
-        Arc::new(HookContext::new(
-            Arc::new(Context::new(
-                client,
-                ManagerFlags::default(),
-                rx,
-                CancellationToken::new(),
-            )),
-            BootstrapSecrets::default(),
-        )),
-        tx,
-    )
-}
-
 /// Golden request/response pairs in `tests/fixtures/hooks/`, answered through the server's
 /// request path (routing, method, limits, decoding, handlers). `UPDATE_GOLDEN=1` rewrites the
 /// expected responses (review the diff).
@@ -1467,7 +1434,7 @@ async fn golden_requests_and_responses() {
             Some(yaml) => EffectiveConfig::from_spec(&serde_yaml::from_str(yaml).expect("spec")),
             None => EffectiveConfig::default(),
         };
-        let (ctx, _tx) = context_with(sandbox.client(), config);
+        let (ctx, _tx) = common::hook_context(sandbox.client(), config);
         // Before every case: the BeforeClusterDelete cases delete it.
         let _ = Api::<Secret>::namespaced(sandbox.client(), "team-a")
             .create(&PostParams::default(), &bootstrap_secret)
@@ -1500,7 +1467,7 @@ async fn golden_requests_and_responses() {
 #[tokio::test]
 async fn an_oversized_body_is_a_failure() {
     let sandbox = Sandbox::start().await;
-    let (ctx, _tx) = context_with(sandbox.client(), EffectiveConfig::default());
+    let (ctx, _tx) = common::hook_context(sandbox.client(), EffectiveConfig::default());
     let options = caapf::hooks::server::ServerOptions::default();
     let body = vec![b' '; options.max_body_bytes + 1];
     let uri: axum::http::Uri =

@@ -3,230 +3,37 @@
 //! the old one; missing files keep the extension not ready until they appear; plain HTTP is
 //! refused; limits and deadlines answer Failure with HTTP 200. Everything on 127.0.0.1.
 
+mod common;
+
 use std::net::SocketAddr;
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use caapf::cli::ManagerFlags;
-use caapf::context::Context;
-use caapf::hooks::bootstrap_secrets::BootstrapSecrets;
-use caapf::hooks::hook_context::HookContext;
-use caapf::hooks::server::{self, READY_CHECK, ServerOptions};
+use caapf::hooks::server::{READY_CHECK, ServerOptions};
 use caapf::model::config::EffectiveConfig;
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-use rustls::pki_types::{CertificateDer, ServerName};
-use serde_json::{Value, json};
+use common::free_port;
+use common::tls::{Ca, DISCOVERY, Server, discovery_request, install, post};
+use rustls::pki_types::ServerName;
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio_rustls::TlsConnector;
 use tokio_util::sync::CancellationToken;
 
-const DISCOVERY: &str = "/hooks.runtime.cluster.x-k8s.io/v1alpha1/discovery";
-
-struct Ca {
-    issuer: Issuer<'static, KeyPair>,
-    der: CertificateDer<'static>,
+/// The extension with its default options and configuration; a serving certificate from `ca`
+/// installed first, none without.
+async fn serve(ca: Option<&Ca>) -> Server {
+    Server::with_options(ca, ServerOptions::default()).await
 }
 
-impl Ca {
-    fn new() -> Ca {
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "caapf test CA");
-        let key = KeyPair::generate().expect("key");
-        let cert = params.self_signed(&key).expect("CA");
-        Ca {
-            der: cert.der().clone(),
-            issuer: Issuer::new(params, key),
-        }
-    }
-
-    /// A serving certificate for 127.0.0.1 and the Service names, with a distinct CN.
-    fn serving(&self, common_name: &str) -> (String, String, CertificateDer<'static>) {
-        let mut params = CertificateParams::new(vec![
-            "localhost".to_string(),
-            "127.0.0.1".to_string(),
-            "caapf-webhook-service.caapf-system.svc".to_string(),
-        ])
-        .expect("params");
-        params
-            .distinguished_name
-            .push(DnType::CommonName, common_name);
-        let key = KeyPair::generate().expect("key");
-        let cert = params.signed_by(&key, &self.issuer).expect("sign");
-        (cert.pem(), key.serialize_pem(), cert.der().clone())
-    }
-}
-
-/// Writes the pair the way the kubelet updates a mounted Secret: new files, then renamed over.
-fn install(dir: &Path, cert: &str, key: &str) {
-    for (name, content) in [("tls.crt", cert), ("tls.key", key)] {
-        let tmp = dir.join(format!(".{name}.tmp"));
-        std::fs::write(&tmp, content).expect("write");
-        std::fs::rename(&tmp, dir.join(name)).expect("rename");
-    }
-}
-
-fn context(
-    client_url: &str,
-    config: EffectiveConfig,
-) -> (Arc<HookContext>, caapf::context::ConfigSender) {
-    let client = kube::Client::try_from(kube::Config::new(client_url.parse().expect("url")))
-        .expect("client");
-    let (tx, rx) = caapf::context::config_channel();
-    tx.send_replace(Some(Arc::new(config)));
-    (
-        Arc::new(HookContext::new(
-            Arc::new(Context::new(
-                client,
-                ManagerFlags::default(),
-                rx,
-                CancellationToken::new(),
-            )),
-            BootstrapSecrets::default(),
-        )),
-        tx,
-    )
-}
-
-struct Server {
-    addr: SocketAddr,
-    ctx: Arc<HookContext>,
-    _config: caapf::context::ConfigSender,
-    _dir: tempfile::TempDir,
-    dir_path: std::path::PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.ctx.base.shutdown.cancel();
-    }
-}
-
-async fn start(
-    ca: Option<&Ca>,
-    options: ServerOptions,
-    client_url: &str,
-    config: EffectiveConfig,
-) -> Server {
-    let dir = tempfile::tempdir().expect("tempdir");
-    if let Some(ca) = ca {
-        let (cert, key, _) = ca.serving("serving-1");
-        install(dir.path(), &cert, &key);
-    }
-    let (ctx, tx) = context(client_url, config);
-    let addr = server::serve(
-        ctx.clone(),
-        SocketAddr::from(([127, 0, 0, 1], 0)),
-        dir.path(),
-        options,
-    )
-    .await
-    .expect("serve");
-    Server {
-        addr,
-        ctx,
-        _config: tx,
-        dir_path: dir.path().to_path_buf(),
-        _dir: dir,
-    }
-}
-
-fn connector(ca: &Ca, alpn: &[&[u8]]) -> TlsConnector {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.der.clone()).expect("root");
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("versions")
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    TlsConnector::from(Arc::new(config))
-}
-
-struct Answer {
-    status: u16,
-    body: Value,
-    alpn: Option<Vec<u8>>,
-    peer: CertificateDer<'static>,
-}
-
-/// One POST over a fresh TLS connection, without a Content-Type header (as CAPI sends it).
-async fn post(addr: SocketAddr, ca: &Ca, alpn: &[&[u8]], path: &str, body: Vec<u8>) -> Answer {
-    let tcp = TcpStream::connect(addr).await.expect("connect");
-    let tls = connector(ca, alpn)
-        .connect(ServerName::try_from("localhost").expect("name"), tcp)
-        .await
-        .expect("TLS handshake");
-    let (_, session) = tls.get_ref();
-    let negotiated = session.alpn_protocol().map(<[u8]>::to_vec);
-    let peer = session
-        .peer_certificates()
-        .and_then(|certs| certs.first().cloned())
-        .expect("peer certificate")
-        .into_owned();
-    let request = hyper::Request::post(path)
-        .header("host", "localhost")
-        .body(Full::new(Bytes::from(body)))
-        .expect("request");
-    let io = TokioIo::new(tls);
-    let response = if negotiated.as_deref() == Some(b"h2") {
-        let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
-            .await
-            .expect("h2 handshake");
-        tokio::spawn(conn);
-        sender.send_request(request).await.expect("h2 request")
-    } else {
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
-            .await
-            .expect("http1 handshake");
-        tokio::spawn(conn);
-        sender.send_request(request).await.expect("http1 request")
-    };
-    let status = response.status().as_u16();
-    let bytes = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    Answer {
-        status,
-        body: serde_json::from_slice(&bytes)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {bytes:?}")),
-        alpn: negotiated,
-        peer,
-    }
-}
-
-fn discovery_request() -> Vec<u8> {
-    serde_json::to_vec(&json!({"apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1", "kind": "DiscoveryRequest"}))
-        .expect("json")
-}
-
-fn unused_client() -> &'static str {
-    // Never contacted by these tests (discovery and topology hooks do no I/O).
-    "http://127.0.0.1:9"
+/// A DiscoveryRequest over a fresh HTTP/1.1 connection.
+async fn discover(addr: SocketAddr, ca: &Ca) -> common::tls::Answer {
+    post(addr, ca, &[b"http/1.1"], DISCOVERY, discovery_request()).await
 }
 
 #[tokio::test]
 async fn a_client_trusting_the_ca_gets_answers_over_http1_and_http2() {
     let ca = Ca::new();
-    let server = start(
-        Some(&ca),
-        ServerOptions::default(),
-        unused_client(),
-        EffectiveConfig::default(),
-    )
-    .await;
+    let server = serve(Some(&ca)).await;
     assert!(
         server.ctx.base.readiness.pending().is_empty(),
         "{:?}",
@@ -251,7 +58,7 @@ async fn a_client_trusting_the_ca_gets_answers_over_http1_and_http2() {
         assert_eq!(answer.status, 200);
         assert_eq!(answer.body["kind"], "DiscoveryResponse");
         assert_eq!(answer.body["status"], "Success");
-        assert_eq!(answer.body["handlers"].as_array().map(Vec::len), Some(6));
+        assert_eq!(answer.body["handlers"].as_array().map(Vec::len), Some(8));
     }
     let metrics = server.ctx.base.metrics.render();
     assert!(
@@ -263,48 +70,22 @@ async fn a_client_trusting_the_ca_gets_answers_over_http1_and_http2() {
 #[tokio::test]
 async fn rotated_certificates_are_served_without_a_restart_and_invalid_ones_are_ignored() {
     let ca = Ca::new();
-    let server = start(
-        Some(&ca),
-        ServerOptions::default(),
-        unused_client(),
-        EffectiveConfig::default(),
-    )
-    .await;
-    let first = post(
-        server.addr,
-        &ca,
-        &[b"http/1.1"],
-        DISCOVERY,
-        discovery_request(),
-    )
-    .await;
+    let server = serve(Some(&ca)).await;
+    let first = discover(server.addr, &ca).await;
 
-    let (cert, key, second_der) = ca.serving("serving-2");
+    let second = ca.serving("serving-2");
+    let second_der = second.der;
     assert_ne!(first.peer, second_der);
-    install(&server.dir_path, &cert, &key);
-    let rotated = post(
-        server.addr,
-        &ca,
-        &[b"http/1.1"],
-        DISCOVERY,
-        discovery_request(),
-    )
-    .await;
+    install(&server.dir, &second.cert, &second.key);
+    let rotated = discover(server.addr, &ca).await;
     assert_eq!(rotated.peer, second_der, "the new certificate is served");
     assert_eq!(rotated.body["status"], "Success");
 
     // A broken pair (a key that does not match the certificate) keeps the previous one.
-    let (cert3, _, _) = ca.serving("serving-3");
-    let (_, other_key, _) = ca.serving("unrelated");
-    install(&server.dir_path, &cert3, &other_key);
-    let kept = post(
-        server.addr,
-        &ca,
-        &[b"http/1.1"],
-        DISCOVERY,
-        discovery_request(),
-    )
-    .await;
+    let third = ca.serving("serving-3");
+    let unrelated = ca.serving("unrelated");
+    install(&server.dir, &third.cert, &unrelated.key);
+    let kept = discover(server.addr, &ca).await;
     assert_eq!(
         kept.peer, second_der,
         "the previous certificate is still served"
@@ -315,30 +96,17 @@ async fn rotated_certificates_are_served_without_a_restart_and_invalid_ones_are_
 #[tokio::test]
 async fn missing_certificates_keep_the_extension_not_ready_until_they_appear() {
     let ca = Ca::new();
-    let server = start(
-        None,
-        ServerOptions::default(),
-        unused_client(),
-        EffectiveConfig::default(),
-    )
-    .await;
+    let server = serve(None).await;
     assert_eq!(server.ctx.base.readiness.pending(), [READY_CHECK]);
     let tcp = TcpStream::connect(server.addr).await.expect("connect");
-    let refused = connector(&ca, &[b"http/1.1"])
+    let refused = ca
+        .connector(&[b"http/1.1"])
         .connect(ServerName::try_from("localhost").expect("name"), tcp)
         .await;
     assert!(refused.is_err(), "no certificate: the handshake fails");
 
-    let (cert, key, der) = ca.serving("late");
-    install(&server.dir_path, &cert, &key);
-    let answer = post(
-        server.addr,
-        &ca,
-        &[b"http/1.1"],
-        DISCOVERY,
-        discovery_request(),
-    )
-    .await;
+    let der = ca.install_serving(&server.dir, "late");
+    let answer = discover(server.addr, &ca).await;
     assert_eq!(answer.peer, der);
     assert!(
         server.ctx.base.readiness.pending().is_empty(),
@@ -349,13 +117,7 @@ async fn missing_certificates_keep_the_extension_not_ready_until_they_appear() {
 #[tokio::test]
 async fn plain_http_is_refused() {
     let ca = Ca::new();
-    let server = start(
-        Some(&ca),
-        ServerOptions::default(),
-        unused_client(),
-        EffectiveConfig::default(),
-    )
-    .await;
+    let server = serve(Some(&ca)).await;
     let mut tcp = TcpStream::connect(server.addr).await.expect("connect");
     let body = String::from_utf8(discovery_request()).expect("utf-8");
     let request = format!(
@@ -380,13 +142,7 @@ async fn bad_requests_are_http_200_failures() {
         max_body_bytes: 1024,
         ..ServerOptions::default()
     };
-    let server = start(
-        Some(&ca),
-        options,
-        unused_client(),
-        EffectiveConfig::default(),
-    )
-    .await;
+    let server = Server::with_options(Some(&ca), options).await;
     let prefix = "/hooks.runtime.cluster.x-k8s.io/v1alpha1";
     let cases: Vec<(String, Vec<u8>, &str)> = vec![
         (
@@ -400,7 +156,7 @@ async fn bad_requests_are_http_200_failures() {
             "not valid JSON",
         ),
         (
-            format!("{prefix}/afterclusterupgrade/x"),
+            format!("{prefix}/generateupgradeplan/x"),
             b"{}".to_vec(),
             "unknown hook",
         ),
@@ -455,7 +211,7 @@ async fn the_timeout_parameter_bounds_handling() {
     let config = EffectiveConfig::from_spec(
         &serde_yaml::from_str("cluster: {agentInitiated: true}").expect("spec"),
     );
-    let server = start(Some(&ca), ServerOptions::default(), &url, config).await;
+    let server = Server::start(Some(&ca), ServerOptions::default(), &url, config).await;
     let body = serde_json::to_vec(&json!({
         "apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1", "kind": "BeforeClusterCreateRequest",
         "cluster": {"metadata": {"name": "c1", "namespace": "ns", "uid": "u"},
@@ -483,13 +239,6 @@ async fn the_timeout_parameter_bounds_handling() {
         answer.body
     );
     assert_eq!(answer.body["retryAfterSeconds"], 10);
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 async fn readyz(port: u16) -> Option<String> {
@@ -546,8 +295,7 @@ async fn the_manager_serves_the_extension() {
     let body = wait_readyz(health, |b| b.contains("503")).await;
     assert!(body.contains(READY_CHECK), "{body}");
 
-    let (cert, key, der) = ca.serving("manager");
-    install(dir.path(), &cert, &key);
+    let der = ca.install_serving(dir.path(), "manager");
     let addr = SocketAddr::from(([127, 0, 0, 1], webhook));
     let answer = post(
         addr,

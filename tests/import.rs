@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use caapf::api::{BundleNamespaceMapping, CapiCluster, CapiClusterClass};
 use caapf::names;
-use common::{Harness, eventually, has_finalizer};
+use common::{Harness, eventually, has_finalizer, has_label};
 use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
 use fleet_api_rs::fleet_cluster_registration_token::ClusterRegistrationToken;
 use fleet_api_rs::fleet_clustergroup::ClusterGroup;
@@ -38,6 +38,31 @@ fn classy_cluster(name: &str, class: &str, class_namespace: &str) -> Value {
     })
 }
 
+/// Whether the cross-namespace objects of class `classes/quick-start` for namespace `apps`
+/// exist: (the ClusterGroup `apps/quick-start.classes`, the BundleNamespaceMapping
+/// `classes/apps`).
+async fn cross_namespace_objects(h: &Harness) -> (bool, bool) {
+    let group = h.get::<ClusterGroup>("apps", "quick-start.classes").await;
+    let mapping = h.get::<BundleNamespaceMapping>("classes", "apps").await;
+    (group.is_some(), mapping.is_some())
+}
+
+/// Merges `labels` into the CAPI Cluster, waits until the Cluster controller has seen the
+/// change, and returns the Fleet Cluster then.
+async fn relabel_once_seen(
+    h: &Harness,
+    namespace: &str,
+    name: &str,
+    labels: Value,
+) -> FleetCluster {
+    // Counted before the change: the reconcile it causes can finish before a count taken after.
+    let reconciles = h.reconciles("cluster");
+    h.label_cluster(namespace, name, labels).await;
+    h.wait_reconciled_since("change seen", "cluster", reconciles)
+        .await;
+    h.fleet_cluster(namespace, name).await.expect("fleet")
+}
+
 #[tokio::test]
 async fn imports_an_initialized_cluster_with_caapf_shape() {
     let mut h = Harness::new().await;
@@ -47,13 +72,8 @@ async fn imports_an_initialized_cluster_with_caapf_shape() {
     h.start().await;
 
     // Finalizer first; no Fleet Cluster until the control plane is initialized.
-    eventually("finalizer on the waiting Cluster", || async {
-        h.get::<CapiCluster>("team-a", "c1")
-            .await
-            .filter(has_finalizer)
-            .map(|_| ())
-    })
-    .await;
+    h.wait_finalizer("finalizer on the waiting Cluster", "team-a", "c1", true)
+        .await;
     assert!(h.fleet_cluster("team-a", "c1").await.is_none());
 
     h.initialize("team-a", "c1").await;
@@ -115,12 +135,11 @@ async fn steady_state_makes_no_writes_after_restart_and_on_resync() {
     h.class("classes", "quick-start", json!({"team": "a"}))
         .await;
     for i in 0..5 {
-        h.cluster(
+        h.initialized_cluster(
             "apps",
             classy_cluster(&format!("c{i}"), "quick-start", "classes"),
         )
         .await;
-        h.initialize("apps", &format!("c{i}")).await;
     }
     h.flags.sync_period = Duration::from_millis(300);
     h.start().await;
@@ -128,11 +147,9 @@ async fn steady_state_makes_no_writes_after_restart_and_on_resync() {
         "5 Fleet Clusters, class group, cross-namespace objects",
         || async {
             let fleets = h.list::<FleetCluster>("apps").await;
-            let group = h.get::<ClusterGroup>("apps", "quick-start.classes").await;
-            let mapping = h.get::<BundleNamespaceMapping>("classes", "apps").await;
+            let (group, mapping) = cross_namespace_objects(&h).await;
             let class_group = h.get::<ClusterGroup>("classes", "quick-start").await;
-            (fleets.len() == 5 && group.is_some() && mapping.is_some() && class_group.is_some())
-                .then_some(())
+            (fleets.len() == 5 && group && mapping && class_group.is_some()).then_some(())
         },
     )
     .await;
@@ -165,9 +182,8 @@ async fn cluster_status_writes_do_not_reconcile_the_namespace() {
     h.namespace("apps", json!({})).await;
     h.config("cluster: {}").await;
     for i in 0..3 {
-        h.cluster("apps", plain_cluster(&format!("c{i}"), json!({})))
+        h.initialized_cluster("apps", plain_cluster(&format!("c{i}"), json!({})))
             .await;
-        h.initialize("apps", &format!("c{i}")).await;
     }
     h.start().await;
     eventually("3 Fleet Clusters and the workspace annotation", || async {
@@ -178,35 +194,23 @@ async fn cluster_status_writes_do_not_reconcile_the_namespace() {
     .await;
     let before = h.reconciles("namespace");
 
-    let api: Api<CapiCluster> = Api::namespaced(h.client.clone(), "apps");
     for k in 0..10 {
         let observed = h.reconciles("cluster");
-        api.patch_status(
-            "c0",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"controlPlane": {"replicas": k}}})),
-        )
-        .await
-        .expect("Cluster API's status write");
-        eventually("the Cluster controller saw the write", || async {
-            (h.reconciles("cluster") > observed).then_some(())
-        })
-        .await;
+        h.merge_cluster_status("apps", "c0", json!({"controlPlane": {"replicas": k}}))
+            .await;
+        h.wait_reconciled_since("the Cluster controller saw the write", "cluster", observed)
+            .await;
     }
     // A change the namespace must see, after the status writes in the same feed: once it is
     // reconciled, the status writes were mapped too.
     h.delete_cluster("apps", "c2").await;
-    eventually("the namespace reconciled after the deletion", || async {
-        (h.reconciles("namespace") > before).then_some(())
-    })
+    h.wait_reconciled_since(
+        "the namespace reconciled after the deletion",
+        "namespace",
+        before,
+    )
     .await;
-    eventually("c2 gone", || async {
-        h.get::<CapiCluster>("apps", "c2")
-            .await
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    h.wait_gone::<CapiCluster>("c2 gone", "apps", "c2").await;
     let after = h.reconciles("namespace") - before;
     assert!(
         after <= 4,
@@ -222,10 +226,10 @@ async fn selection_changes_converge_both_ways() {
     h.namespace("team-x", json!({})).await;
     h.config("cluster: {selector: {matchLabels: {import: \"yes\"}}, patchResource: true, setOwnerReferences: true}")
         .await;
-    h.cluster("labelled", plain_cluster("c1", json!({}))).await;
-    h.initialize("labelled", "c1").await;
-    h.cluster("team-x", plain_cluster("c2", json!({}))).await;
-    h.initialize("team-x", "c2").await;
+    h.initialized_cluster("labelled", plain_cluster("c1", json!({})))
+        .await;
+    h.initialized_cluster("team-x", plain_cluster("c2", json!({})))
+        .await;
     h.start().await;
 
     // Not selected: untouched.
@@ -239,30 +243,17 @@ async fn selection_changes_converge_both_ways() {
     ));
 
     // Label added → imported.
-    h.merge_cluster(
-        "labelled",
-        "c1",
-        json!({"metadata": {"labels": {"import": "yes"}}}),
-    )
-    .await;
+    h.label_cluster("labelled", "c1", json!({"import": "yes"}))
+        .await;
     eventually("c1 imported after labelling", || {
         h.fleet_cluster("labelled", "c1")
     })
     .await;
     // Label removed → released (finalizer gone), Fleet Cluster retained by default.
-    h.merge_cluster(
-        "labelled",
-        "c1",
-        json!({"metadata": {"labels": {"import": null}}}),
-    )
-    .await;
-    eventually("c1 released", || async {
-        h.get::<CapiCluster>("labelled", "c1")
-            .await
-            .filter(|c| !has_finalizer(c))
-            .map(|_| ())
-    })
-    .await;
+    h.label_cluster("labelled", "c1", json!({"import": null}))
+        .await;
+    h.wait_finalizer("c1 released", "labelled", "c1", false)
+        .await;
     assert!(
         h.fleet_cluster("labelled", "c1").await.is_some(),
         "Retain keeps it"
@@ -278,21 +269,10 @@ async fn selection_changes_converge_both_ways() {
     })
     .await;
     h.label_namespace("team-x", json!({"fleet": null})).await;
-    eventually("c2 Fleet Cluster deleted on deselect", || async {
-        h.fleet_cluster("team-x", "c2")
-            .await
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    h.wait_gone::<FleetCluster>("c2 Fleet Cluster deleted on deselect", "team-x", "c2")
+        .await;
     // The finalizer goes after the Fleet Cluster, in the same reconcile.
-    eventually("c2 released", || async {
-        h.get::<CapiCluster>("team-x", "c2")
-            .await
-            .filter(|c| !has_finalizer(c))
-            .map(|_| ())
-    })
-    .await;
+    h.wait_finalizer("c2 released", "team-x", "c2", false).await;
 
     // Regex rule: edited to match, then to not match.
     h.config(
@@ -304,14 +284,10 @@ async fn selection_changes_converge_both_ways() {
         "cluster: {namespaceRegexes: [\"team\"], patchResource: true, deselectPolicy: Delete}",
     )
     .await;
-    eventually(
+    h.wait_gone::<FleetCluster>(
         "c2 released after the regex changed (regexes are anchored)",
-        || async {
-            h.fleet_cluster("team-x", "c2")
-                .await
-                .is_none()
-                .then_some(())
-        },
+        "team-x",
+        "c2",
     )
     .await;
 
@@ -324,10 +300,8 @@ async fn selection_changes_converge_both_ways() {
     )
     .await;
     let before = h.reconciles("cluster");
-    eventually("config change re-evaluated", || async {
-        (h.reconciles("cluster") > before).then_some(())
-    })
-    .await;
+    h.wait_reconciled_since("config change re-evaluated", "cluster", before)
+        .await;
     assert!(
         h.fleet_cluster("team-x", "c2").await.is_some(),
         "invalid selection must not deselect"
@@ -348,14 +322,9 @@ async fn cluster_classes_and_cross_namespace_groups() {
     h.config("cluster: {applyClassGroup: true, patchResource: false}\nclusterClass: {patchResource: true}").await;
     h.class("classes", "quick-start", json!({"team": "a"}))
         .await;
-    h.cluster("apps", classy_cluster("a1", "quick-start", "classes"))
-        .await;
-    h.cluster("apps", classy_cluster("a2", "quick-start", "classes"))
-        .await;
-    h.cluster("apps", classy_cluster("local", "quick-start", "apps"))
-        .await;
-    for name in ["a1", "a2", "local"] {
-        h.initialize("apps", name).await;
+    for (name, class_namespace) in [("a1", "classes"), ("a2", "classes"), ("local", "apps")] {
+        h.initialized_cluster("apps", classy_cluster(name, "quick-start", class_namespace))
+            .await;
     }
     h.start().await;
 
@@ -457,36 +426,21 @@ async fn cluster_classes_and_cross_namespace_groups() {
         .await
         .expect("delete mapping");
     eventually("shared objects recreated", || async {
-        let group = h.get::<ClusterGroup>("apps", "quick-start.classes").await;
-        let mapping = h.get::<BundleNamespaceMapping>("classes", "apps").await;
-        (group.is_some() && mapping.is_some()).then_some(())
+        let (group, mapping) = cross_namespace_objects(&h).await;
+        (group && mapping).then_some(())
     })
     .await;
 
     // Deleting one user keeps them (CAAPF bug 7); deleting the last removes them.
     h.delete_cluster("apps", "a1").await;
-    eventually("a1 gone", || async {
-        h.get::<CapiCluster>("apps", "a1")
-            .await
-            .is_none()
-            .then_some(())
-    })
-    .await;
-    assert!(
-        h.get::<ClusterGroup>("apps", "quick-start.classes")
-            .await
-            .is_some()
-    );
-    assert!(
-        h.get::<BundleNamespaceMapping>("classes", "apps")
-            .await
-            .is_some()
-    );
+    h.wait_gone::<CapiCluster>("a1 gone", "apps", "a1").await;
+    let (group, mapping) = cross_namespace_objects(&h).await;
+    assert!(group);
+    assert!(mapping);
     h.delete_cluster("apps", "a2").await;
     eventually("shared objects gone with the last user", || async {
-        let group = h.get::<ClusterGroup>("apps", "quick-start.classes").await;
-        let mapping = h.get::<BundleNamespaceMapping>("classes", "apps").await;
-        (group.is_none() && mapping.is_none()).then_some(())
+        let (group, mapping) = cross_namespace_objects(&h).await;
+        (!group && !mapping).then_some(())
     })
     .await;
 
@@ -495,13 +449,8 @@ async fn cluster_classes_and_cross_namespace_groups() {
         .delete("quick-start", &DeleteParams::default())
         .await
         .expect("delete class");
-    eventually("class group gone", || async {
-        h.get::<ClusterGroup>("classes", "quick-start")
-            .await
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    h.wait_gone::<ClusterGroup>("class group gone", "classes", "quick-start")
+        .await;
     h.stop().await;
 }
 
@@ -511,15 +460,10 @@ async fn deletion_is_never_held() {
     h.namespace("ns", json!({})).await;
     h.config("cluster: {selector: {matchLabels: {import: \"yes\"}}, patchResource: true}")
         .await;
-    h.cluster("ns", plain_cluster("selected", json!({"import": "yes"})))
-        .await;
-    h.initialize("ns", "selected").await;
-    h.cluster(
-        "ns",
-        plain_cluster("later-unselected", json!({"import": "yes"})),
-    )
-    .await;
-    h.initialize("ns", "later-unselected").await;
+    for name in ["selected", "later-unselected"] {
+        h.initialized_cluster("ns", plain_cluster(name, json!({"import": "yes"})))
+            .await;
+    }
     h.cluster("ns", plain_cluster("never", json!({}))).await;
     h.start().await;
     eventually("both selected Clusters imported", || async {
@@ -553,21 +497,16 @@ async fn deletion_is_never_held() {
     h.config("cluster: {patchResource: true}").await;
     h.cluster("ns", plain_cluster("orphan", json!({}))).await;
     h.start().await;
-    eventually("finalizer added", || async {
-        h.get::<CapiCluster>("ns", "orphan")
-            .await
-            .filter(has_finalizer)
-            .map(|_| ())
-    })
-    .await;
+    h.wait_finalizer("finalizer added", "ns", "orphan", true)
+        .await;
     // Import disabled: the finalizer is removed from every Cluster.
     h.config("{}").await;
-    eventually("finalizer removed when import is disabled", || async {
-        h.get::<CapiCluster>("ns", "orphan")
-            .await
-            .filter(|c| !has_finalizer(c))
-            .map(|_| ())
-    })
+    h.wait_finalizer(
+        "finalizer removed when import is disabled",
+        "ns",
+        "orphan",
+        false,
+    )
     .await;
     h.stop().await;
 }
@@ -577,9 +516,8 @@ async fn restart_mid_import_converges_without_duplicates() {
     let mut h = Harness::new().await;
     h.namespace("fleet", json!({})).await;
     for i in 0..30 {
-        h.cluster("fleet", plain_cluster(&format!("c{i:02}"), json!({})))
+        h.initialized_cluster("fleet", plain_cluster(&format!("c{i:02}"), json!({})))
             .await;
-        h.initialize("fleet", &format!("c{i:02}")).await;
     }
     h.start().await;
     eventually("import under way", || async {
@@ -609,30 +547,19 @@ async fn paused_clusters_and_watch_filter_are_left_alone() {
     h.namespace("ns", json!({})).await;
     let mut paused = plain_cluster("paused", json!({"cluster.x-k8s.io/watch-filter": "mine"}));
     paused["spec"]["paused"] = json!(true);
-    h.cluster("ns", paused).await;
-    h.initialize("ns", "paused").await;
     let mut annotated = plain_cluster(
         "annotated",
         json!({"cluster.x-k8s.io/watch-filter": "mine"}),
     );
     annotated["metadata"]["annotations"]["cluster.x-k8s.io/paused"] = json!("");
-    h.cluster("ns", annotated).await;
-    h.initialize("ns", "annotated").await;
-    h.cluster(
-        "ns",
-        plain_cluster(
-            "other-filter",
-            json!({"cluster.x-k8s.io/watch-filter": "theirs"}),
-        ),
-    )
-    .await;
-    h.initialize("ns", "other-filter").await;
-    h.cluster(
-        "ns",
-        plain_cluster("mine", json!({"cluster.x-k8s.io/watch-filter": "mine"})),
-    )
-    .await;
-    h.initialize("ns", "mine").await;
+    let other_filter = plain_cluster(
+        "other-filter",
+        json!({"cluster.x-k8s.io/watch-filter": "theirs"}),
+    );
+    let mine = plain_cluster("mine", json!({"cluster.x-k8s.io/watch-filter": "mine"}));
+    for cluster in [paused, annotated, other_filter, mine] {
+        h.initialized_cluster("ns", cluster).await;
+    }
     h.flags.watch_filter = Some("mine".into());
     h.start().await;
     eventually("the filtered, unpaused Cluster is imported", || {
@@ -680,32 +607,19 @@ async fn agent_initiated_client_id_is_stable_and_token_created() {
     assert_eq!(token.spec.ttl.as_deref(), Some("2h"));
 
     // Other changes and a restart keep the client ID.
-    h.merge_cluster(
-        "edge",
-        "nat",
-        json!({"metadata": {"labels": {"extra": "1"}}}),
-    )
-    .await;
-    eventually("label propagated", || async {
-        h.fleet_cluster("edge", "nat")
-            .await
-            .filter(|c| c.labels().contains_key("extra"))
+    h.label_cluster("edge", "nat", json!({"extra": "1"})).await;
+    h.wait_fleet_cluster("label propagated", "edge", "nat", |c| {
+        c.labels().contains_key("extra")
     })
     .await;
     h.stop().await;
     h.start().await;
-    h.merge_cluster(
-        "edge",
-        "nat",
-        json!({"metadata": {"labels": {"extra": "2"}}}),
-    )
-    .await;
-    let fleet = eventually("label propagated after restart", || async {
-        h.fleet_cluster("edge", "nat")
-            .await
-            .filter(|c| c.labels().get("extra").is_some_and(|v| v == "2"))
-    })
-    .await;
+    h.label_cluster("edge", "nat", json!({"extra": "2"})).await;
+    let fleet = h
+        .wait_fleet_cluster("label propagated after restart", "edge", "nat", |c| {
+            has_label(c, "extra", "2")
+        })
+        .await;
     assert_eq!(fleet.spec.client_id.as_deref(), Some(client_id.as_str()));
     h.stop().await;
 }
@@ -715,20 +629,11 @@ async fn create_only_recreates_but_never_updates() {
     let mut h = Harness::new().await;
     h.namespace("ns", json!({})).await;
     h.config("cluster: {patchResource: false}").await;
-    h.cluster("ns", plain_cluster("c1", json!({"v": "1"})))
+    h.initialized_cluster("ns", plain_cluster("c1", json!({"v": "1"})))
         .await;
-    h.initialize("ns", "c1").await;
     h.start().await;
     eventually("created", || h.fleet_cluster("ns", "c1")).await;
-    // Counted before the change: the reconcile it causes can finish before a count taken after.
-    let reconciles = h.reconciles("cluster");
-    h.merge_cluster("ns", "c1", json!({"metadata": {"labels": {"v": "2"}}}))
-        .await;
-    eventually("change seen", || async {
-        (h.reconciles("cluster") > reconciles).then_some(())
-    })
-    .await;
-    let fleet = h.fleet_cluster("ns", "c1").await.expect("fleet");
+    let fleet = relabel_once_seen(&h, "ns", "c1", json!({"v": "2"})).await;
     assert_eq!(
         fleet.labels().get("v").map(String::as_str),
         Some("1"),
@@ -738,12 +643,9 @@ async fn create_only_recreates_but_never_updates() {
         .delete("c1", &DeleteParams::default())
         .await
         .expect("delete");
-    let fleet = eventually("recreated", || async {
-        h.fleet_cluster("ns", "c1")
-            .await
-            .filter(|c| c.labels().get("v").is_some_and(|v| v == "2"))
-    })
-    .await;
+    let fleet = h
+        .wait_fleet_cluster("recreated", "ns", "c1", |c| has_label(c, "v", "2"))
+        .await;
     assert!(fleet.metadata.deletion_timestamp.is_none());
     h.stop().await;
 }
@@ -783,15 +685,14 @@ async fn template_values_follow_referenced_objects() {
     h.initialize("ns", "c1").await;
     h.start().await;
 
-    let fleet = eventually("Fleet Cluster with ControlPlane values", || async {
-        h.fleet_cluster("ns", "c1").await.filter(|c| {
+    let fleet = h
+        .wait_fleet_cluster("Fleet Cluster with ControlPlane values", "ns", "c1", |c| {
             c.spec
                 .template_values
                 .as_ref()
                 .is_some_and(|v| v.contains_key("ControlPlane"))
         })
-    })
-    .await;
+        .await;
     let values = fleet.spec.template_values.expect("values");
     assert_eq!(values["ControlPlane"]["spec"]["replicas"], json!(1));
     assert!(
@@ -808,13 +709,11 @@ async fn template_values_follow_referenced_objects() {
     )
     .await
     .expect("scale kcp");
-    eventually("ControlPlane values updated", || async {
-        h.fleet_cluster("ns", "c1").await.filter(|c| {
-            c.spec
-                .template_values
-                .as_ref()
-                .is_some_and(|v| v["ControlPlane"]["spec"]["replicas"] == json!(3))
-        })
+    h.wait_fleet_cluster("ControlPlane values updated", "ns", "c1", |c| {
+        c.spec
+            .template_values
+            .as_ref()
+            .is_some_and(|v| v["ControlPlane"]["spec"]["replicas"] == json!(3))
     })
     .await;
     h.sandbox.requests().reset();
@@ -827,18 +726,10 @@ async fn template_values_follow_referenced_objects() {
     .expect("kcp status");
     // A status change of the Cluster itself reconciles it, and writes nothing either.
     let before = h.reconciles("cluster");
-    Api::<CapiCluster>::namespaced(h.client.clone(), "ns")
-        .patch_status(
-            "c1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"phase": "Provisioned"}})),
-        )
-        .await
-        .expect("cluster status");
-    eventually("status change reconciled", || async {
-        (h.reconciles("cluster") > before).then_some(())
-    })
-    .await;
+    h.merge_cluster_status("ns", "c1", json!({"phase": "Provisioned"}))
+        .await;
+    h.wait_reconciled_since("status change reconciled", "cluster", before)
+        .await;
     let writes: Vec<String> = h
         .state_writes()
         .into_iter()
@@ -865,23 +756,34 @@ async fn status_counts_selected_imported_waiting() {
     h.namespace("ns", json!({})).await;
     h.config("cluster: {selector: {matchLabels: {import: \"yes\"}}, patchResource: true}")
         .await;
-    h.cluster("ns", plain_cluster("a", json!({"import": "yes"})))
+    h.initialized_cluster("ns", plain_cluster("a", json!({"import": "yes"})))
         .await;
-    h.initialize("ns", "a").await;
     h.cluster("ns", plain_cluster("b", json!({"import": "yes"})))
         .await;
     h.cluster("ns", plain_cluster("c", json!({}))).await;
     h.start().await;
     eventually("status.clusters", || async {
-        let config: Option<caapf::api::FleetAddonConfig> = Api::all(h.client.clone())
-            .get_opt("fleet-addon-config")
-            .await
-            .expect("config");
-        let counts = config?.status?.clusters?;
+        let counts = h.addon_config().await?.status?.clusters?;
         (counts.selected == 2 && counts.imported == 1 && counts.waiting == 1).then_some(())
     })
     .await;
     h.stop().await;
+}
+
+/// Server-side applies `body` (its own kind, namespace and name) as field manager `manager`.
+async fn apply_as<K>(h: &Harness, manager: &str, body: &Value) -> K
+where
+    K: common::Namespaced,
+{
+    let metadata = &body["metadata"];
+    let name = metadata["name"].as_str().expect("name");
+    Api::<K>::namespaced(
+        h.client.clone(),
+        metadata["namespace"].as_str().expect("namespace"),
+    )
+    .patch(name, &PatchParams::apply(manager), &Patch::Apply(body))
+    .await
+    .unwrap_or_else(|e| panic!("applying CAAPF's {} {name}: {e}", body["kind"]))
 }
 
 /// Objects CAAPF created (same names, its field managers, its quirks) are adopted in place.
@@ -892,15 +794,8 @@ async fn caapf_objects_are_adopted_in_place() {
         h.namespace(ns, json!({})).await;
     }
     let class = h.class("classes", "quick-start", json!({})).await;
-    let classes: Api<CapiClusterClass> = Api::namespaced(h.client.clone(), "classes");
-    classes
-        .patch(
-            "quick-start",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": [names::FINALIZER]}})),
-        )
-        .await
-        .expect("legacy class finalizer");
+    h.set_class_finalizers("classes", "quick-start", &[names::FINALIZER])
+        .await;
     let cluster = h
         .cluster("apps", classy_cluster("c1", "quick-start", "classes"))
         .await;
@@ -916,6 +811,7 @@ async fn caapf_objects_are_adopted_in_place() {
     // and the last-applied annotation, a class group with its legacy finalizer, a cross-namespace
     // group owned by the Cluster, and an unlabelled mapping.
     let owner = json!([{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c1", "uid": cluster.uid()}]);
+    let class_labels = json!({names::CLUSTERCLASS_NAME_LABEL: "quick-start", names::CLUSTERCLASS_NAMESPACE_LABEL: "classes"});
     let fleet_body = json!({
         "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "Cluster",
         "metadata": {"name": "c1", "namespace": "apps", "ownerReferences": owner,
@@ -923,73 +819,47 @@ async fn caapf_objects_are_adopted_in_place() {
         "spec": {"kubeConfigSecret": "c1-kubeconfig", "agentNamespace": "fleet-addon-agent",
                  "templateValues": {"Cluster": {"metadata": {"uid": "stale", "generation": 7}}}}
     });
-    let fleet_api: Api<FleetCluster> = Api::namespaced(h.client.clone(), "apps");
-    let caapf_fleet = fleet_api
-        .patch(
-            "c1",
-            &PatchParams::apply(names::FIELD_MANAGER),
-            &Patch::Apply(&fleet_body),
-        )
-        .await
-        .expect("CAAPF Fleet Cluster");
+    let caapf_fleet: FleetCluster = apply_as(&h, names::FIELD_MANAGER, &fleet_body).await;
     let group_body = json!({
         "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "ClusterGroup",
         "metadata": {"name": "quick-start", "namespace": "classes", "finalizers": [names::FINALIZER],
-                     "labels": {names::CLUSTERCLASS_NAME_LABEL: "quick-start", names::CLUSTERCLASS_NAMESPACE_LABEL: "classes"},
+                     "labels": class_labels,
                      "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "ClusterClass", "name": "quick-start", "uid": class.uid()}]},
-        "spec": {"selector": {"matchLabels": {names::CLUSTERCLASS_NAME_LABEL: "quick-start", names::CLUSTERCLASS_NAMESPACE_LABEL: "classes"}}}
+        "spec": {"selector": {"matchLabels": class_labels}}
     });
-    Api::<ClusterGroup>::namespaced(h.client.clone(), "classes")
-        .patch(
-            "quick-start",
-            &PatchParams::apply(names::FIELD_MANAGER),
-            &Patch::Apply(&group_body),
-        )
-        .await
-        .expect("CAAPF class group");
+    let _: ClusterGroup = apply_as(&h, names::FIELD_MANAGER, &group_body).await;
     let cross_body = json!({
         "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "ClusterGroup",
         "metadata": {"name": "quick-start.classes", "namespace": "apps", "ownerReferences": owner,
-                     "labels": {names::CLUSTERCLASS_NAME_LABEL: "quick-start", names::CLUSTERCLASS_NAMESPACE_LABEL: "classes"}},
-        "spec": {"selector": {"matchLabels": {names::CLUSTERCLASS_NAME_LABEL: "quick-start", names::CLUSTERCLASS_NAMESPACE_LABEL: "classes"}}}
+                     "labels": class_labels},
+        "spec": {"selector": {"matchLabels": class_labels}}
     });
-    let caapf_cross = Api::<ClusterGroup>::namespaced(h.client.clone(), "apps")
-        .patch(
-            "quick-start.classes",
-            &PatchParams::apply("cluster-c1-addon-provider-fleet"),
-            &Patch::Apply(&cross_body),
-        )
-        .await
-        .expect("CAAPF cross-namespace group");
+    let caapf_cross: ClusterGroup =
+        apply_as(&h, "cluster-c1-addon-provider-fleet", &cross_body).await;
     let mapping_body = json!({
         "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "BundleNamespaceMapping",
         "metadata": {"name": "apps", "namespace": "classes"},
         "bundleSelector": {}, "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "apps"}}
     });
-    let caapf_mapping = Api::<BundleNamespaceMapping>::namespaced(h.client.clone(), "classes")
-        .patch(
-            "apps",
-            &PatchParams::apply("cluster-c1-addon-provider-fleet"),
-            &Patch::Apply(&mapping_body),
-        )
-        .await
-        .expect("CAAPF mapping");
+    let caapf_mapping: BundleNamespaceMapping =
+        apply_as(&h, "cluster-c1-addon-provider-fleet", &mapping_body).await;
 
     h.start().await;
-    let fleet = eventually(
-        "Fleet Cluster adopted and brought to the desired state",
-        || async {
-            h.fleet_cluster("apps", "c1").await.filter(|c| {
+    let fleet = h
+        .wait_fleet_cluster(
+            "Fleet Cluster adopted and brought to the desired state",
+            "apps",
+            "c1",
+            |c| {
                 !c.annotations().contains_key(names::LAST_APPLIED_ANNOTATION)
                     && c.spec
                         .template_values
                         .as_ref()
                         .is_some_and(|v| v["Cluster"]["metadata"].get("uid").is_none())
                     && c.labels().contains_key(names::CLUSTERCLASS_NAME_LABEL)
-            })
-        },
-    )
-    .await;
+            },
+        )
+        .await;
     assert_eq!(fleet.uid(), caapf_fleet.uid(), "adopted, not re-created");
     eventually("legacy finalizers removed from class and group", || async {
         let class = h.get::<CapiClusterClass>("classes", "quick-start").await?;
@@ -1024,17 +894,11 @@ async fn cleanup_subcommand_removes_every_finalizer() {
     h.namespace("a", json!({})).await;
     h.namespace("b", json!({})).await;
     h.class("a", "cc", json!({})).await;
-    Api::<CapiClusterClass>::namespaced(h.client.clone(), "a")
-        .patch(
-            "cc",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": [names::FINALIZER, "other/keep"]}})),
-        )
-        .await
-        .expect("class finalizer");
+    h.set_class_finalizers("a", "cc", &[names::FINALIZER, "other/keep"])
+        .await;
     for (ns, name) in [("a", "c1"), ("b", "c2")] {
-        h.cluster(ns, plain_cluster(name, json!({}))).await;
-        h.initialize(ns, name).await;
+        h.initialized_cluster(ns, plain_cluster(name, json!({})))
+            .await;
     }
     h.start().await;
     eventually("finalizers on both Clusters", || async {
@@ -1045,14 +909,8 @@ async fn cleanup_subcommand_removes_every_finalizer() {
     .await;
     h.stop().await;
     // Re-add the class finalizer the manager removed, as an old CAAPF would have left it.
-    Api::<CapiClusterClass>::namespaced(h.client.clone(), "a")
-        .patch(
-            "cc",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": [names::FINALIZER, "other/keep"]}})),
-        )
-        .await
-        .expect("class finalizer");
+    h.set_class_finalizers("a", "cc", &[names::FINALIZER, "other/keep"])
+        .await;
 
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = dir.path().join("kubeconfig");
@@ -1084,13 +942,7 @@ async fn cleanup_subcommand_removes_every_finalizer() {
     assert_eq!(class.finalizers(), ["other/keep"], "other finalizers stay");
     // And deleting now completes without the manager.
     h.delete_cluster("a", "c1").await;
-    eventually("deleted", || async {
-        h.get::<CapiCluster>("a", "c1")
-            .await
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    h.wait_gone::<CapiCluster>("deleted", "a", "c1").await;
 }
 
 /// A failing write is retried with backoff (a handful of attempts, not a hot loop) and the
@@ -1099,8 +951,8 @@ async fn cleanup_subcommand_removes_every_finalizer() {
 async fn failing_writes_back_off_and_recover() {
     let mut h = Harness::new().await;
     h.namespace("ns", json!({})).await;
-    h.cluster("ns", plain_cluster("c1", json!({}))).await;
-    h.initialize("ns", "c1").await;
+    h.initialized_cluster("ns", plain_cluster("c1", json!({})))
+        .await;
     let mut rule = kube_sandbox::FaultRule::fail(kube_sandbox::FaultTarget::Writes, 1.0, 500)
         .for_resource("clusters");
     rule.verbs = Some(vec!["APPLY".into()]);
@@ -1147,38 +999,25 @@ async fn failing_writes_back_off_and_recover() {
 /// controller can still remove a label later: the first creator co-owns nothing else.
 #[tokio::test]
 async fn runtime_extension_stub_is_completed_and_never_pins_fields() {
-    let mut h = Harness::new().await;
-    h.namespace("edge", json!({})).await;
-    h.cluster("edge", plain_cluster("c1", json!({"team": "a"})))
-        .await;
-    create_hook_stub(&h, "edge", "c1").await;
     // Not agent-initiated by configuration: the mark alone makes it so (and it does not wait for
     // the control plane).
-    h.start().await;
-    let fleet = eventually("stub completed by the import controller", || async {
-        h.fleet_cluster("edge", "c1")
-            .await
-            .filter(|c| c.labels().get("team").is_some_and(|v| v == "a"))
-    })
-    .await;
+    let mut h = Harness::new().await;
+    let fleet = start_on_hook_stub(&mut h, None, "stub completed by the import controller").await;
     assert_eq!(fleet.spec.client_id.as_deref(), Some("from-the-hook"));
     assert!(fleet.spec.kube_config_secret.is_none());
     assert_eq!(
         fleet.spec.agent_namespace.as_deref(),
         Some("fleet-addon-agent")
     );
-    h.merge_cluster(
-        "edge",
-        "c1",
-        json!({"metadata": {"labels": {"team": null}}}),
-    )
-    .await;
-    let fleet = eventually("label removal reaches the Fleet Cluster", || async {
-        h.fleet_cluster("edge", "c1")
-            .await
-            .filter(|c| !c.labels().contains_key("team"))
-    })
-    .await;
+    h.label_cluster("edge", "c1", json!({"team": null})).await;
+    let fleet = h
+        .wait_fleet_cluster(
+            "label removal reaches the Fleet Cluster",
+            "edge",
+            "c1",
+            |c| !c.labels().contains_key("team"),
+        )
+        .await;
     assert_eq!(fleet.spec.client_id.as_deref(), Some("from-the-hook"));
     assert_eq!(
         fleet
@@ -1195,17 +1034,11 @@ async fn runtime_extension_stub_is_completed_and_never_pins_fields() {
 #[tokio::test]
 async fn create_only_completes_a_registration_stub_once() {
     let mut h = Harness::new().await;
-    h.namespace("edge", json!({})).await;
-    h.config("cluster: {patchResource: false}").await;
-    h.cluster("edge", plain_cluster("c1", json!({"team": "a"})))
-        .await;
-    create_hook_stub(&h, "edge", "c1").await;
-    h.start().await;
-    let fleet = eventually("stub completed although create-only", || async {
-        h.fleet_cluster("edge", "c1")
-            .await
-            .filter(|c| c.labels().get("team").is_some_and(|v| v == "a"))
-    })
+    let fleet = start_on_hook_stub(
+        &mut h,
+        Some("cluster: {patchResource: false}"),
+        "stub completed although create-only",
+    )
     .await;
     assert_eq!(fleet.spec.client_id.as_deref(), Some("from-the-hook"));
     assert_eq!(
@@ -1215,21 +1048,29 @@ async fn create_only_completes_a_registration_stub_once() {
     assert!(fleet.spec.template_values.is_some(), "templateValues set");
 
     // Completed once: from now on create-only holds.
-    // Counted before the change: the reconcile it causes can finish before a count taken after.
-    let reconciles = h.reconciles("cluster");
-    h.merge_cluster("edge", "c1", json!({"metadata": {"labels": {"team": "b"}}}))
-        .await;
-    eventually("change seen", || async {
-        (h.reconciles("cluster") > reconciles).then_some(())
-    })
-    .await;
-    let fleet = h.fleet_cluster("edge", "c1").await.expect("fleet");
+    let fleet = relabel_once_seen(&h, "edge", "c1", json!({"team": "b"})).await;
     assert_eq!(
         fleet.labels().get("team").map(String::as_str),
         Some("a"),
         "never updated after completion"
     );
     h.stop().await;
+}
+
+/// Namespace `edge`, the FleetAddonConfig `config` (if any), a CAPI Cluster `edge/c1` labelled
+/// `team: a` (its control plane not initialized) and its registration stub; starts the manager
+/// and waits (`what`) until the stub carries the label.
+async fn start_on_hook_stub(h: &mut Harness, config: Option<&str>, what: &str) -> FleetCluster {
+    h.namespace("edge", json!({})).await;
+    if let Some(config) = config {
+        h.config(config).await;
+    }
+    h.cluster("edge", plain_cluster("c1", json!({"team": "a"})))
+        .await;
+    create_hook_stub(h, "edge", "c1").await;
+    h.start().await;
+    h.wait_fleet_cluster(what, "edge", "c1", |c| has_label(c, "team", "a"))
+        .await
 }
 
 /// The registration stub BeforeClusterCreate creates (client ID `from-the-hook`, its field manager).

@@ -49,6 +49,7 @@ fn release_manifests_follow_the_clusterctl_contract() {
         "addon-components.yaml",
         "fleet-installer.yaml",
         "runtime-extension.yaml",
+        "runtime-extension-upgrade-steps.yaml",
         "metadata.yaml",
     ] {
         assert!(out.path().join(file).is_file(), "{file} missing");

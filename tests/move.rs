@@ -19,15 +19,13 @@ use caapf::model::move_plan::MOVE_CLUSTER_LABEL;
 use caapf::model::move_state::{MOVE_STATE_ANNOTATION, MoveState, Phase, SELF_MANAGED_LABEL};
 use common::render::kustomize;
 use common::{Harness, eventually, from_manager};
-use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube_sandbox::Verb;
-use serde_json::{Value, json};
+use serde_json::json;
 
 const NS: &str = "clusters";
 /// The manager's namespace and ServiceAccount in `config/`.
@@ -39,6 +37,8 @@ const SERVICE_ACCOUNT: &str = "caapf-controller-manager";
 /// yet.
 async fn setup(clusters: &[(&str, bool)]) -> Harness {
     let mut h = Harness::new().await;
+    // The move controller is experimental: off unless its feature gate is on.
+    h.flags.feature_gates = Some(caapf::cli::SELF_MANAGED_MOVE.to_string() + "=true");
     h.run_as_service_account(&kustomize("config/default"), SYSTEM, SERVICE_ACCOUNT)
         .await;
     let crds: Api<CustomResourceDefinition> = Api::all(h.client.clone());
@@ -81,25 +81,7 @@ async fn setup(clusters: &[(&str, bool)]) -> Harness {
 
 /// Plays Fleet's agent: the Fleet Cluster checks in and is ready.
 async fn fleet_cluster_ready(h: &Harness, name: &str) {
-    eventually(&format!("Fleet Cluster {name}"), || async {
-        h.fleet_cluster(NS, name).await.map(|_| ())
-    })
-    .await;
-    let path = format!(
-        "{}/tests/fixtures/fleet/status-ready.yaml",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let mut status: Value =
-        serde_yaml::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("YAML");
-    status["agent"]["lastSeen"] =
-        json!(Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
-    let api: Api<FleetCluster> = Api::namespaced(h.client.clone(), NS);
-    let patch: json_patch::Patch =
-        serde_json::from_value(json!([{"op": "add", "path": "/status", "value": status}]))
-            .expect("patch");
-    api.patch_status(name, &PatchParams::default(), &Patch::<()>::Json(patch))
-        .await
-        .expect("write Fleet Cluster status");
+    h.play_fleet_ready(NS, name, Duration::ZERO).await;
 }
 
 async fn state(h: &Harness, name: &str) -> Option<MoveState> {
@@ -235,6 +217,24 @@ fn no_forbidden_requests(h: &Harness) {
 /// (a graceful stop, and a crash): Pending, WaitingUnblocked, WaitingTarget, ResumingTarget and
 /// Moved. It ends moved, each Bundle written once per content (published paused, the Cluster's
 /// resumed), and the moved Cluster is no longer managed by the import.
+/// The move is experimental (issue #31): without its feature gate an opted-in Cluster is imported
+/// as any other and never moved (the move controller does not run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_feature_gate_nothing_is_moved() {
+    let mut h = setup(&[("c1", true)]).await;
+    h.flags.feature_gates = None;
+    h.start().await;
+    fleet_cluster_ready(&h, "c1").await;
+    let before = h.reconciles("cluster");
+    h.wait_reconciled_since("c1 after its Fleet Cluster is ready", "cluster", before)
+        .await;
+    assert_eq!(h.reconciles("move"), 0, "the move controller does not run");
+    assert!(state(&h, "c1").await.is_none(), "no move state");
+    assert!(bundles(&h, "c1").await.is_empty(), "no move Bundle");
+    assert!(!spec_paused(&h, "c1").await);
+    h.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn moves_through_every_state_across_restarts() {
     let mut h = setup(&[("c1", true)]).await;

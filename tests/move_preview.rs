@@ -37,14 +37,7 @@ async fn create(
     plural: &str,
     body: Value,
 ) -> String {
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let ar = ApiResource {
-        group: group.into(),
-        version: version.into(),
-        api_version: api_version.into(),
-        kind: kind.into(),
-        plural: plural.into(),
-    };
+    let ar = resource(api_version, kind, plural);
     let mut object = body;
     object["apiVersion"] = json!(api_version);
     object["kind"] = json!(kind);
@@ -61,6 +54,22 @@ async fn create(
     created.uid().expect("uid")
 }
 
+/// A Secret in `default` from `body` (metadata and data); its UID.
+async fn create_secret(client: &Client, body: Value) -> String {
+    create(client, "v1", "Secret", "secrets", body).await
+}
+
+fn resource(api_version: &str, kind: &str, plural: &str) -> ApiResource {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: api_version.into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
 fn owner(api_version: &str, kind: &str, name: &str, uid: &str) -> Value {
     json!([{"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "controller": true}])
 }
@@ -69,6 +78,21 @@ fn owner(api_version: &str, kind: &str, name: &str, uid: &str) -> Value {
 async fn preview_prints_the_graph_and_the_bundles_and_writes_nothing() {
     let h = Harness::new().await;
     let client = h.client.clone();
+
+    // Before clusterctl's labels: the preview names what is missing and how to fix it.
+    let early = tempfile::tempdir().expect("tempdir");
+    let early_kubeconfig = early.path().join("kubeconfig");
+    h.sandbox
+        .write_kubeconfig(&early_kubeconfig)
+        .expect("kubeconfig");
+    let out = caapf(&["move-preview", "default/c1"], &early_kubeconfig).await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("carries the label clusterctl.cluster.x-k8s.io")
+            && stderr.contains("kubectl label crd"),
+        "{stderr}"
+    );
 
     // clusterctl labels every provider CRD; the inventory CRD comes with clusterctl itself.
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -117,13 +141,11 @@ async fn preview_prints_the_graph_and_the_bundles_and_writes_nothing() {
     eventually("the inventory type is served", || {
         let client = client.clone();
         async move {
-            let ar = ApiResource {
-                group: "clusterctl.cluster.x-k8s.io".into(),
-                version: "v1alpha3".into(),
-                api_version: "clusterctl.cluster.x-k8s.io/v1alpha3".into(),
-                kind: "Provider".into(),
-                plural: "providers".into(),
-            };
+            let ar = resource(
+                "clusterctl.cluster.x-k8s.io/v1alpha3",
+                "Provider",
+                "providers",
+            );
             let api: Api<DynamicObject> = Api::all_with(client, &ar);
             api.list(&Default::default()).await.ok().map(|_| ())
         }
@@ -168,31 +190,15 @@ async fn preview_prints_the_graph_and_the_bundles_and_writes_nothing() {
             "spec": {}}),
     )
     .await;
-    create(
+    create_secret(
         &client,
-        "v1",
-        "Secret",
-        "secrets",
         json!({"metadata": {"name": "c1-kubeconfig", "ownerReferences": owner("controlplane.cluster.x-k8s.io/v1beta2", "KubeadmControlPlane", "c1-cp", &kcp)},
             "data": {"value": "a3ViZWNvbmZpZw=="}}),
     )
     .await;
-    create(
-        &client,
-        "v1",
-        "Secret",
-        "secrets",
-        json!({"metadata": {"name": "c1-etcd"}, "data": {}}),
-    )
-    .await;
-    create(
-        &client,
-        "v1",
-        "Secret",
-        "secrets",
-        json!({"metadata": {"name": "c2-etcd"}, "data": {}}),
-    )
-    .await;
+    for name in ["c1-etcd", "c2-etcd"] {
+        create_secret(&client, json!({"metadata": {"name": name}, "data": {}})).await;
+    }
 
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = dir.path().join("kubeconfig");
@@ -270,6 +276,10 @@ Bundles in namespace default targeting Fleet Cluster c1:
     let out = caapf(&["move-preview", "default/nope"], &kubeconfig).await;
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(caapf::move_preview::EXPERIMENTAL_NOTE),
+        "move-preview says the move is unproven: {stderr}"
+    );
     assert!(
         stderr.contains("Cluster default/nope is not among the objects read"),
         "{stderr}"

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use caapf::cli::ManagerFlags;
 use caapf::manager::Manager;
+use common::tls::{Ca, Connection};
 use common::{Harness, eventually};
 use kube_sandbox::{FaultConfig, FaultRule, FaultTarget};
 use serde_json::json;
@@ -67,77 +68,24 @@ fn label_values(text: &str) -> BTreeSet<String> {
     values
 }
 
-/// A CA and a serving certificate for 127.0.0.1 (the runtime extension's TLS).
-struct Certificates {
-    dir: tempfile::TempDir,
-    ca: rustls::pki_types::CertificateDer<'static>,
-}
-
-fn certificates() -> Certificates {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-    let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_key = KeyPair::generate().expect("key");
-    let ca = params.self_signed(&ca_key).expect("CA");
-    let issuer = Issuer::new(params, ca_key);
-    let key = KeyPair::generate().expect("key");
-    let serving = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
-        .expect("params")
-        .signed_by(&key, &issuer)
-        .expect("sign");
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("tls.crt"), serving.pem()).expect("write");
-    std::fs::write(dir.path().join("tls.key"), key.serialize_pem()).expect("write");
-    Certificates {
-        dir,
-        ca: ca.der().clone(),
-    }
-}
-
 /// POSTs `body` to the runtime extension over TLS (HTTP/1.1); returns the status code.
-async fn post_hook(
-    addr: SocketAddr,
-    ca: &rustls::pki_types::CertificateDer<'static>,
-    path: &str,
-    body: &str,
-) -> u16 {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.clone()).expect("root");
-    let mut config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("versions")
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
-        .connect(
-            rustls::pki_types::ServerName::try_from("localhost").expect("name"),
-            tcp,
-        )
+async fn post_hook(addr: SocketAddr, ca: &Ca, path: &str, body: &'static str) -> u16 {
+    Connection::open(addr, &ca.connector(&[b"http/1.1"]))
         .await
-        .expect("TLS handshake");
-    let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    tls.write_all(request.as_bytes()).await.expect("write");
-    let mut response = Vec::new();
-    // The server may close without a TLS close_notify; what was read is enough.
-    let _ = tls.read_to_end(&mut response).await;
-    String::from_utf8_lossy(&response)
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0)
+        .unwrap_or_else(|e| panic!("connecting: {e}"))
+        .post(path, body)
+        .await
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .status
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_are_scraped_over_http_with_the_documented_series() {
     let repo = fleet_common::ChartRepo::start(&["0.2.0"]).await;
-    let certs = certificates();
+    // A CA and a serving certificate for 127.0.0.1 (the runtime extension's TLS).
+    let ca = Ca::new();
+    let certs = tempfile::tempdir().expect("tempdir");
+    ca.install_serving(certs.path(), "caapf extension");
     let mut h = Harness::new().await;
     h.namespace("caapf-system", json!({})).await;
     h.namespace("team-a", json!({})).await;
@@ -152,17 +100,13 @@ async fn metrics_are_scraped_over_http_with_the_documented_series() {
         ..Default::default()
     });
     let helm_dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = helm_dir.path().join("kubeconfig");
-    h.sandbox.write_kubeconfig(&kubeconfig).expect("kubeconfig");
     h.flags = ManagerFlags {
         leader_elect: true,
         leader_election_namespace: Some("caapf-system".into()),
-        webhook_cert_dir: certs.dir.path().to_string_lossy().into_owned(),
-        helm_binary: fleet_common::helm_bin().display().to_string(),
-        helm_kubeconfig: Some(kubeconfig),
-        helm_home: Some(helm_dir.path().join("home")),
+        webhook_cert_dir: certs.path().to_string_lossy().into_owned(),
         ..served(&h.flags)
     };
+    h.use_helm(&fleet_common::helm_bin(), helm_dir.path());
     h.start().await;
     let (metrics_addr, webhook_addr) = h
         .manager
@@ -193,17 +137,13 @@ async fn metrics_are_scraped_over_http_with_the_documented_series() {
     ))
     .await;
     eventually("Fleet installed", || async {
-        let config: Option<caapf::api::FleetAddonConfig> = kube::Api::all(h.client.clone())
-            .get_opt("fleet-addon-config")
-            .await
-            .expect("config");
-        let installed = config?.status?.installed_version?;
+        let installed = h.addon_config().await?.status?.installed_version?;
         (installed == "0.2.0").then_some(())
     })
     .await;
     let status = post_hook(
         webhook_addr,
-        &certs.ca,
+        &ca,
         "/hooks.runtime.cluster.x-k8s.io/v1alpha1/discovery",
         r#"{"apiVersion":"hooks.runtime.cluster.x-k8s.io/v1alpha1","kind":"DiscoveryRequest"}"#,
     )
@@ -277,13 +217,7 @@ async fn readiness_of_leaders_and_followers() {
     h.namespace("ns", json!({})).await;
     // A serving certificate, so the runtime extension's readiness check passes too.
     let certs = tempfile::tempdir().expect("tempdir");
-    let pair = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).expect("cert");
-    std::fs::write(certs.path().join("tls.crt"), pair.cert.pem()).expect("write");
-    std::fs::write(
-        certs.path().join("tls.key"),
-        pair.signing_key.serialize_pem(),
-    )
-    .expect("write");
+    Ca::new().install_serving(certs.path(), "caapf extension");
     let flags = ManagerFlags {
         leader_elect: true,
         webhook_cert_dir: certs.path().to_string_lossy().into_owned(),

@@ -32,7 +32,7 @@ fn playground_creates_the_fleet_objects() {
         "bundlenamespacemapping.fleet.cattle.io/default",
         "allow-fleetworkspace-creation-for-existing-namespace",
         "CAPI Clusters and their FleetReady condition:",
-        "1 of 1 Fleet bundles ready (HelmOps ready 1/1)",
+        "True         Ready",
         "AgentNotRegistered",
         "playground stopped",
     ] {

@@ -327,14 +327,8 @@ async fn import_scenario() -> Vec<RequestRecord> {
     // A ClusterClass CAAPF left with its finalizer; a class group whose class is gone, with
     // CAAPF's finalizer.
     h.class("classes", "quick-start", json!({})).await;
-    Api::<CapiClusterClass>::namespaced(h.client.clone(), "classes")
-        .patch(
-            "quick-start",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": [names::FINALIZER]}})),
-        )
-        .await
-        .expect("legacy class finalizer");
+    h.set_class_finalizers("classes", "quick-start", &[names::FINALIZER])
+        .await;
     let orphan: ClusterGroup = serde_json::from_value(json!({
         "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "ClusterGroup",
         "metadata": {"name": "gone", "namespace": "classes", "finalizers": [names::FINALIZER],
@@ -447,11 +441,7 @@ async fn import_scenario() -> Vec<RequestRecord> {
             .await;
         let plain = h.fleet_cluster("edge", "plain").await;
         let other = h.get::<ClusterGroup>("classes", "other").await;
-        let config: Option<caapf::api::FleetAddonConfig> = Api::all(h.client.clone())
-            .get_opt("fleet-addon-config")
-            .await
-            .expect("config");
-        let counted = config?.status?.clusters?.imported >= 3;
+        let counted = h.addon_config().await?.status?.clusters?.imported >= 3;
         (token.is_some() && plain.is_some() && other.is_some() && counted).then_some(())
     })
     .await;
@@ -517,11 +507,7 @@ async fn fleet_scenario() -> Vec<RequestRecord> {
     let repo = fleet_common::ChartRepo::start(&["0.2.0"]).await;
     let mut h = Harness::new().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = dir.path().join("kubeconfig");
-    h.sandbox.write_kubeconfig(&kubeconfig).expect("kubeconfig");
-    h.flags.helm_binary = fleet_common::helm_bin().display().to_string();
-    h.flags.helm_kubeconfig = Some(kubeconfig);
-    h.flags.helm_home = Some(dir.path().join("helm-home"));
+    h.use_helm(&fleet_common::helm_bin(), dir.path());
     // The manager's own requests need nothing beyond the default install. (helm, a client-go
     // program, sends no credentials over the sandbox's plain HTTP: it runs as the admin, and
     // its requests are checked against the installer role from the request log below.)
@@ -539,11 +525,7 @@ async fn fleet_scenario() -> Vec<RequestRecord> {
         repo.url()
     ))
     .await;
-    let client = h.client.clone();
-    let ready = |generation: i64| {
-        let client = client.clone();
-        async move { ready_for(client, generation).await }
-    };
+    let ready = |generation: i64| ready_for(&h, generation);
     eventually("Fleet installed with inferLocal settings", || ready(1)).await;
 
     let secret: Secret = serde_json::from_value(json!({
@@ -570,12 +552,8 @@ async fn fleet_scenario() -> Vec<RequestRecord> {
 }
 
 /// `Ready=True` for `generation`.
-async fn ready_for(client: kube::Client, generation: i64) -> Option<()> {
-    let config: Option<caapf::api::FleetAddonConfig> = Api::all(client)
-        .get_opt("fleet-addon-config")
-        .await
-        .expect("config");
-    let config = config?;
+async fn ready_for(h: &Harness, generation: i64) -> Option<()> {
+    let config = h.addon_config().await?;
     let condition = fleet_common::condition(&config, "Ready")?;
     (condition.status == "True" && condition.observed_generation == Some(generation)).then_some(())
 }

@@ -21,31 +21,41 @@ fn fleet_clusters(r: &RequestRecord) -> bool {
     from_manager(r) && r.group == "fleet.cattle.io" && r.resource == "clusters"
 }
 
+/// Which recorded requests are about one kind of object.
+type Matches = fn(&RequestRecord) -> bool;
+
+/// The manager's requests for each kind of Cluster it watches.
+const WATCHED: [(&str, Matches); 2] = [
+    ("CAPI Clusters", capi_clusters),
+    ("Fleet Clusters", fleet_clusters),
+];
+
 async fn import(h: &Harness, name: &str) {
-    h.cluster("team-a", cluster(name)).await;
-    h.initialize("team-a", name).await;
+    h.initialized_cluster("team-a", cluster(name)).await;
     eventually("the Fleet Cluster", || h.fleet_cluster("team-a", name)).await;
 }
 
-#[tokio::test]
-async fn streaming_lists_where_the_server_serves_them() {
-    let mut h = Harness::new().await;
+/// A Cluster created before the manager starts, imported once it has.
+async fn start_after_a_cluster(h: &mut Harness) {
     h.namespace("team-a", json!({})).await;
-    h.cluster("team-a", cluster("before-start")).await;
-    h.initialize("team-a", "before-start").await;
+    h.initialized_cluster("team-a", cluster("before-start"))
+        .await;
     h.start().await;
     eventually(
         "the Fleet Cluster of a Cluster that existed before the start",
         || h.fleet_cluster("team-a", "before-start"),
     )
     .await;
+}
+
+#[tokio::test]
+async fn streaming_lists_where_the_server_serves_them() {
+    let mut h = Harness::new().await;
+    start_after_a_cluster(&mut h).await;
     import(&h, "after-start").await;
 
     let requests = h.sandbox.requests().all();
-    for (what, matches) in [
-        ("CAPI Clusters", capi_clusters as fn(&RequestRecord) -> bool),
-        ("Fleet Clusters", fleet_clusters),
-    ] {
+    for (what, matches) in WATCHED {
         let lists = requests
             .iter()
             .filter(|r| matches(r) && r.verb == Verb::List)
@@ -71,15 +81,7 @@ async fn paged_lists_where_the_server_refuses_streaming_lists() {
         ..SandboxOptions::default()
     })
     .await;
-    h.namespace("team-a", json!({})).await;
-    h.cluster("team-a", cluster("before-start")).await;
-    h.initialize("team-a", "before-start").await;
-    h.start().await;
-    eventually(
-        "the Fleet Cluster of a Cluster that existed before the start",
-        || h.fleet_cluster("team-a", "before-start"),
-    )
-    .await;
+    start_after_a_cluster(&mut h).await;
 
     let refused = |requests: &[RequestRecord]| {
         requests
@@ -88,10 +90,7 @@ async fn paged_lists_where_the_server_refuses_streaming_lists() {
             .count()
     };
     let requests = h.sandbox.requests().all();
-    for (what, matches) in [
-        ("CAPI Clusters", capi_clusters as fn(&RequestRecord) -> bool),
-        ("Fleet Clusters", fleet_clusters),
-    ] {
+    for (what, matches) in WATCHED {
         let refusals = requests
             .iter()
             .filter(|r| matches(r) && r.verb == Verb::Watch && r.code == 422)

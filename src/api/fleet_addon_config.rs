@@ -70,6 +70,14 @@ pub struct RuntimeExtensionConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub before_cluster_upgrade: Option<BeforeClusterUpgradeConfig>,
 
+    /// Every step of a Kubernetes upgrade (BeforeClusterUpgrade, BeforeControlPlaneUpgrade,
+    /// AfterControlPlaneUpgrade, BeforeWorkersUpgrade, AfterWorkersUpgrade, AfterClusterUpgrade):
+    /// whether a step waits for the Cluster's Fleet bundles (docs/lifecycle.md). The Fleet
+    /// Cluster shows each step (labels and `templateValues.KubernetesVersions`) whatever this
+    /// says. Added by this provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade_steps: Option<UpgradeStepsConfig>,
+
     /// Chart repository holding Fleet's `fleet-agent` chart, rendered into the agent bootstrap
     /// of new clusters at the installed Fleet version: `https://…` or `oci://…` (plain
     /// `http://` only for loopback addresses). Default: `spec.install.repository` when Fleet is
@@ -91,6 +99,28 @@ pub struct BeforeClusterUpgradeConfig {
     /// `TopologyReconciled` condition). Default: false (upgrades are never held).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_for_bundles_ready: Option<bool>,
+}
+
+/// Upgrade step settings; a Cluster overrides them with the annotations
+/// `fleet.addons.cluster.x-k8s.io/wait-for-bundles` and
+/// `fleet.addons.cluster.x-k8s.io/upgrade-gate-timeout`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeStepsConfig {
+    /// Hold each step of an upgrade until the Fleet Cluster shows it and every Fleet bundle of
+    /// the Cluster is ready for it (the hook's message names the bundles that are not; Cluster
+    /// API shows it in the Cluster's `TopologyReconciled` condition). Default: false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_for_bundles_ready: Option<bool>,
+    /// How long one step waits at most; then it goes on (a Warning Event says so). A Go
+    /// duration such as `30m`. Default: `30m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// How long Fleet gets to re-target its bundles after the Fleet Cluster shows a step, before
+    /// the bundles' states are believed (Fleet reports no observed generation). A Go duration.
+    /// Default: `10s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settle: Option<String>,
 }
 
 /// ClusterClass → ClusterGroup settings.

@@ -60,7 +60,10 @@ impl HelmSettings {
     pub fn from_flags(flags: &crate::cli::ManagerFlags) -> Self {
         HelmSettings {
             binary: flags.helm_binary.clone(),
-            kubeconfig: flags.helm_kubeconfig.clone(),
+            kubeconfig: flags
+                .helm_kubeconfig
+                .clone()
+                .or_else(|| flags.kubeconfig.clone()),
             home: flags.helm_home.clone(),
             timeout: flags.helm_timeout,
         }

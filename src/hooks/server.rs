@@ -332,6 +332,8 @@ pub enum Route {
     Hook {
         hook: Hook,
         handler: Option<String>,
+        /// The discovery the path prefix names ([`handlers::Catalog::of_prefix`]).
+        catalog: handlers::Catalog,
     },
     /// The path names no hook of this version; the message says why.
     Unknown(String),
@@ -351,8 +353,13 @@ pub fn route(path: &str) -> Route {
     if segments.next().is_some() {
         return Route::Unknown(format!("{path}: too many path segments"));
     }
+    let catalog = handlers::Catalog::of_prefix(&path[..index]);
     match handlers::hook_of_segment(hook_segment) {
-        Some(hook) => Route::Hook { hook, handler },
+        Some(hook) => Route::Hook {
+            hook,
+            handler,
+            catalog,
+        },
         None => Route::Unknown(format!("unknown hook {hook_segment:?}")),
     }
 }
@@ -413,8 +420,12 @@ pub async fn respond_within(
     uri: &Uri,
     body: Body,
 ) -> (&'static str, Response) {
-    let (hook, handler) = match route(uri.path()) {
-        Route::Hook { hook, handler } => (hook, handler),
+    let (hook, handler, catalog) = match route(uri.path()) {
+        Route::Hook {
+            hook,
+            handler,
+            catalog,
+        } => (hook, handler, catalog),
         Route::Unknown(message) => return ("unknown", Response::failure(None, message)),
     };
     let label = hook.name();
@@ -459,7 +470,7 @@ pub async fn respond_within(
         return (label, Response::failure(Some(hook), message));
     }
     let limit = deadline(uri.query(), options);
-    match tokio::time::timeout(limit, handlers::handle(ctx, hook, &body.bytes)).await {
+    match tokio::time::timeout(limit, handlers::handle_in(ctx, catalog, hook, &body.bytes)).await {
         Ok(response) => (label, response),
         // A lifecycle hook that runs out of time (a slow or unreachable API server) asks to be
         // called again: only a hold we intend may fail a Cluster's lifecycle. The others cannot
@@ -519,7 +530,16 @@ mod tests {
             route("/hooks.runtime.cluster.x-k8s.io/v1alpha1/discovery"),
             Route::Hook {
                 hook: Hook::Discovery,
-                handler: None
+                handler: None,
+                catalog: handlers::Catalog::Base,
+            }
+        );
+        assert_eq!(
+            route("/upgrade-steps/hooks.runtime.cluster.x-k8s.io/v1alpha1/discovery"),
+            Route::Hook {
+                hook: Hook::Discovery,
+                handler: None,
+                catalog: handlers::Catalog::UpgradeSteps,
             }
         );
         assert_eq!(
@@ -528,11 +548,12 @@ mod tests {
             ),
             Route::Hook {
                 hook: Hook::BeforeClusterCreate,
-                handler: Some("before-cluster-create".into())
+                handler: Some("before-cluster-create".into()),
+                catalog: handlers::Catalog::Base,
             }
         );
         assert!(matches!(
-            route("/hooks.runtime.cluster.x-k8s.io/v1alpha1/afterclusterupgrade/x"),
+            route("/hooks.runtime.cluster.x-k8s.io/v1alpha1/generateupgradeplan/x"),
             Route::Unknown(_)
         ));
         assert!(matches!(route("/healthz"), Route::Unknown(_)));

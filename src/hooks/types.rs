@@ -23,6 +23,11 @@ pub enum Hook {
     BeforeClusterCreate,
     AfterControlPlaneInitialized,
     BeforeClusterUpgrade,
+    BeforeControlPlaneUpgrade,
+    AfterControlPlaneUpgrade,
+    BeforeWorkersUpgrade,
+    AfterWorkersUpgrade,
+    AfterClusterUpgrade,
     BeforeClusterDelete,
     GeneratePatches,
     DiscoverVariables,
@@ -36,6 +41,11 @@ impl Hook {
             Hook::BeforeClusterCreate => "BeforeClusterCreate",
             Hook::AfterControlPlaneInitialized => "AfterControlPlaneInitialized",
             Hook::BeforeClusterUpgrade => "BeforeClusterUpgrade",
+            Hook::BeforeControlPlaneUpgrade => "BeforeControlPlaneUpgrade",
+            Hook::AfterControlPlaneUpgrade => "AfterControlPlaneUpgrade",
+            Hook::BeforeWorkersUpgrade => "BeforeWorkersUpgrade",
+            Hook::AfterWorkersUpgrade => "AfterWorkersUpgrade",
+            Hook::AfterClusterUpgrade => "AfterClusterUpgrade",
             Hook::BeforeClusterDelete => "BeforeClusterDelete",
             Hook::GeneratePatches => "GeneratePatches",
             Hook::DiscoverVariables => "DiscoverVariables",
@@ -52,11 +62,21 @@ impl Hook {
         format!("{}Response", self.name())
     }
 
-    /// Whether the response carries `retryAfterSeconds`.
+    /// Whether the response carries `retryAfterSeconds` (`CommonRetryResponse`,
+    /// cluster-api v1.12 `api/runtime/hooks/v1alpha1/lifecyclehooks_types.go`). AfterClusterUpgrade
+    /// is blocking from v1.12; v1.11 decodes its response without `retryAfterSeconds`, and Go's
+    /// JSON decoder ignores the extra field (`internal/runtime/client/client.go` `httpCall`).
     pub fn retries(self) -> bool {
         matches!(
             self,
-            Hook::BeforeClusterCreate | Hook::BeforeClusterUpgrade | Hook::BeforeClusterDelete
+            Hook::BeforeClusterCreate
+                | Hook::BeforeClusterUpgrade
+                | Hook::BeforeControlPlaneUpgrade
+                | Hook::AfterControlPlaneUpgrade
+                | Hook::BeforeWorkersUpgrade
+                | Hook::AfterWorkersUpgrade
+                | Hook::AfterClusterUpgrade
+                | Hook::BeforeClusterDelete
         )
     }
 }
@@ -79,9 +99,11 @@ pub struct RequestMeta {
     pub kind: Option<String>,
 }
 
-/// A lifecycle hook request (BeforeClusterCreate, AfterControlPlaneInitialized,
-/// BeforeClusterDelete, BeforeClusterUpgrade): the Cluster (raw, v1beta1 or v1beta2 shape) and,
-/// for upgrades, the versions.
+/// A lifecycle hook request: the Cluster (raw, v1beta1 or v1beta2 shape) and, for upgrades, the
+/// versions (cluster-api v1.11/v1.12 `api/runtime/hooks/v1alpha1/lifecyclehooks_types.go`:
+/// `fromKubernetesVersion`/`toKubernetesVersion` of BeforeClusterUpgrade and, from v1.12,
+/// BeforeControlPlaneUpgrade and BeforeWorkersUpgrade; `kubernetesVersion` of the After hooks;
+/// from v1.12 the remaining steps `controlPlaneUpgrades`/`workersUpgrades`, omitted when empty).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LifecycleRequest {
@@ -89,12 +111,23 @@ pub struct LifecycleRequest {
     pub settings: BTreeMap<String, String>,
     #[serde(default)]
     pub cluster: Value,
-    /// BeforeClusterUpgrade only.
     #[serde(default)]
     pub from_kubernetes_version: Option<String>,
-    /// BeforeClusterUpgrade only.
     #[serde(default)]
     pub to_kubernetes_version: Option<String>,
+    #[serde(default)]
+    pub kubernetes_version: Option<String>,
+    #[serde(default)]
+    pub control_plane_upgrades: Vec<UpgradeStepInfo>,
+    #[serde(default)]
+    pub workers_upgrades: Vec<UpgradeStepInfo>,
+}
+
+/// One remaining step of an upgrade plan (`UpgradeStepInfo`, cluster-api v1.12).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct UpgradeStepInfo {
+    #[serde(default)]
+    pub version: String,
 }
 
 /// A variable in GeneratePatches requests: `value` is any JSON.

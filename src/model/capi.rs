@@ -88,6 +88,15 @@ pub struct ClusterView {
     pub infrastructure_ref: Option<ProviderRef>,
     /// `spec.topology.variables` as name → value.
     pub variables: BTreeMap<String, Value>,
+    /// `spec.topology.version`: the version the Cluster is to run.
+    pub topology_version: Option<String>,
+    /// Whether Cluster API has reached `spec.topology.version`: its `TopologyReconciled`
+    /// condition is True for the current generation and no upgrade is under way
+    /// (`runtime.cluster.x-k8s.io/pending-hooks` does not list AfterClusterUpgrade, which
+    /// cluster-api v1.11/v1.12 mark pending when an upgrade starts: `exp/topology/desiredstate/`,
+    /// `internal/hooks/tracking.go`). While an upgrade runs the condition is False (v1.11 reasons
+    /// `ControlPlaneUpgradePending`, …; v1.12 `ClusterUpgrading`).
+    pub topology_settled: bool,
 }
 
 impl ClusterView {
@@ -116,6 +125,7 @@ impl ClusterView {
             "annotations": meta.annotations,
             "finalizers": meta.finalizers,
             "deletionTimestamp": meta.deletion_timestamp,
+            "generation": meta.generation,
         });
         // Decode only the fields the view reads (serde skips the rest without building it):
         // a namespace decides all its Clusters on each reconcile, and a whole body is several
@@ -180,6 +190,11 @@ impl ClusterView {
             infrastructure_ref: spec
                 .get("infrastructureRef")
                 .and_then(|r| object_ref(r, &namespace)),
+            topology_version: topology
+                .and_then(|t| str_at(t, "version"))
+                .filter(|v| !v.is_empty())
+                .map(str::to_string),
+            topology_settled: topology_settled(metadata, status, &annotations),
             variables: topology
                 .and_then(|t| t.get("variables"))
                 .and_then(Value::as_array)
@@ -208,6 +223,28 @@ impl ClusterView {
     }
 }
 
+/// Cluster API's condition saying the topology is applied (`TopologyReconciled`).
+pub const TOPOLOGY_RECONCILED: &str = "TopologyReconciled";
+
+/// See [`ClusterView::topology_settled`].
+fn topology_settled(metadata: &Value, status: &Value, annotations: &StringMap) -> bool {
+    let generation = metadata.get("generation").and_then(Value::as_i64);
+    let reconciled = status
+        .get("conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            str_at(c, "type") == Some(TOPOLOGY_RECONCILED)
+                && str_at(c, "status") == Some("True")
+                && c.get("observedGeneration").and_then(Value::as_i64) == generation
+        });
+    let upgrading = annotations
+        .get(names::CAPI_PENDING_HOOKS_ANNOTATION)
+        .is_some_and(|hooks| hooks.split(',').any(|h| h.trim() == "AfterClusterUpgrade"));
+    reconciled && !upgrading
+}
+
 /// The fields of a Cluster's body that [`ClusterView::from_parts`] reads.
 #[derive(serde::Deserialize)]
 struct ViewedBody {
@@ -233,11 +270,13 @@ struct ViewedTopology {
     class: Option<Value>,
     class_namespace: Option<Value>,
     variables: Option<Value>,
+    version: Option<Value>,
 }
 
 #[derive(serde::Deserialize)]
 struct ViewedStatus {
     initialization: Option<Value>,
+    conditions: Option<Value>,
 }
 
 impl ViewedBody {
@@ -262,6 +301,7 @@ impl ViewedBody {
                         ("class", topology.class),
                         ("classNamespace", topology.class_namespace),
                         ("variables", topology.variables),
+                        ("version", topology.version),
                     ] {
                         if let Some(value) = value {
                             kept.insert(key.to_string(), value);
@@ -272,8 +312,15 @@ impl ViewedBody {
             );
         }
         let mut status = Map::new();
-        if let Some(initialization) = self.status.and_then(|s| s.initialization) {
-            status.insert("initialization".to_string(), initialization);
+        if let Some(viewed) = self.status {
+            for (key, value) in [
+                ("initialization", viewed.initialization),
+                ("conditions", viewed.conditions),
+            ] {
+                if let Some(value) = value {
+                    status.insert(key.to_string(), value);
+                }
+            }
         }
         (Value::Object(spec), Value::Object(status))
     }
@@ -313,8 +360,9 @@ impl ClassView {
 }
 
 /// Keeps, of a Cluster's `status`, only what the provider reads: `initialization` (see
-/// [`ClusterView`]) and the `FleetReady` condition
-/// ([`crate::model::fleet_health::live_condition`]). The caches hold every Cluster, and Cluster
+/// [`ClusterView`]), the `FleetReady` condition
+/// ([`crate::model::fleet_health::live_condition`]) and `TopologyReconciled`
+/// ([`ClusterView::topology_settled`]). The caches hold every Cluster, and Cluster
 /// API's own conditions (v1beta2 and the deprecated v1beta1 ones) are most of a live Cluster's
 /// status; nothing here reads them (`templateValues` take metadata and spec only).
 pub fn keep_read_status(body: &mut serde_json::Map<String, Value>) {
@@ -324,7 +372,8 @@ pub fn keep_read_status(body: &mut serde_json::Map<String, Value>) {
     status.retain(|key, _| key == "initialization" || key == "conditions");
     if let Some(Value::Array(conditions)) = status.get_mut("conditions") {
         conditions.retain(|c| {
-            c.get("type").and_then(Value::as_str) == Some(crate::names::FLEET_READY_CONDITION)
+            let type_ = c.get("type").and_then(Value::as_str);
+            type_ == Some(crate::names::FLEET_READY_CONDITION) || type_ == Some(TOPOLOGY_RECONCILED)
         });
         if conditions.is_empty() {
             status.remove("conditions");

@@ -92,13 +92,38 @@ impl ClusterImport {
 }
 
 /// How the Runtime SDK extension behaves.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuntimeExtensionSettings {
     /// BeforeClusterUpgrade holds upgrades until the Cluster's Fleet bundles are ready.
     pub wait_for_bundles_ready: bool,
+    /// Every upgrade step waits for the Cluster's Fleet bundles (`upgradeSteps`).
+    pub step_wait_for_bundles_ready: bool,
+    /// How long one upgrade step waits at most.
+    pub step_timeout: Duration,
+    /// How long Fleet gets to re-target after a step's labels were applied.
+    pub step_settle: Duration,
     /// Where Fleet's `fleet-agent` chart comes from, if set (`spec.runtimeExtension.
     /// agentChartRepository`); see [`EffectiveConfig::agent_chart_repository`].
     pub agent_chart_repository: Option<String>,
+}
+
+/// Default of `spec.runtimeExtension.upgradeSteps.timeout`.
+pub const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// Default of `spec.runtimeExtension.upgradeSteps.settle`: how long after a step's labels were
+/// applied Fleet gets to re-target its bundles before a gate believes their states.
+pub const DEFAULT_STEP_SETTLE: Duration = Duration::from_secs(10);
+
+impl Default for RuntimeExtensionSettings {
+    fn default() -> Self {
+        Self {
+            wait_for_bundles_ready: false,
+            step_wait_for_bundles_ready: false,
+            step_timeout: DEFAULT_STEP_TIMEOUT,
+            step_settle: DEFAULT_STEP_SETTLE,
+            agent_chart_repository: None,
+        }
+    }
 }
 
 /// How ClusterClasses become ClusterGroups.
@@ -210,6 +235,10 @@ impl EffectiveConfig {
 
     /// The "object present" regime.
     pub fn from_spec(spec: &FleetAddonConfigSpec) -> Self {
+        let upgrade_steps = spec
+            .runtime_extension
+            .as_ref()
+            .and_then(|r| r.upgrade_steps.as_ref());
         let gates = spec
             .config
             .as_ref()
@@ -250,6 +279,17 @@ impl EffectiveConfig {
                     .and_then(|r| r.before_cluster_upgrade.as_ref())
                     .and_then(|b| b.wait_for_bundles_ready)
                     .unwrap_or(false),
+                step_wait_for_bundles_ready: upgrade_steps
+                    .and_then(|u| u.wait_for_bundles_ready)
+                    .unwrap_or(false),
+                step_timeout: upgrade_steps
+                    .and_then(|u| u.timeout.as_deref())
+                    .and_then(|t| crate::api::duration::parse_duration(t).ok())
+                    .unwrap_or(DEFAULT_STEP_TIMEOUT),
+                step_settle: upgrade_steps
+                    .and_then(|u| u.settle.as_deref())
+                    .and_then(|t| crate::api::duration::parse_duration(t).ok())
+                    .unwrap_or(DEFAULT_STEP_SETTLE),
                 agent_chart_repository: spec
                     .runtime_extension
                     .as_ref()

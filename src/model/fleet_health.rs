@@ -308,15 +308,16 @@ fn bundles(status: Option<&ClusterStatus>) -> Health {
     let all_ready =
         ready >= desired && non_ready.is_empty() && repos.0 >= repos.1 && helm_ops.0 >= helm_ops.1;
     if all_ready {
-        let message = if desired == 0 {
-            "The Fleet agent checks in; no Fleet bundles target this cluster".to_string()
-        } else {
-            format!("{ready} of {desired} Fleet bundles ready{sources_suffix}")
-        };
+        // No message when True: Cluster API's `Available` summary includes the messages of
+        // True conditions (cluster-api v1.11.11 `util/conditions/merge_strategies.go`
+        // `summaryMessage` keeps an Info condition's message when the summary is True), so a
+        // count here would join every healthy gated Cluster's `Available` message and change it
+        // with every bundle added. The counts are on the Fleet Cluster (`kubectl get
+        // clusters.fleet.cattle.io`).
         return Health {
             ready: true,
             reason: reason::READY,
-            message,
+            message: String::new(),
             recheck_after: None,
         };
     }
@@ -422,9 +423,12 @@ pub fn status_changes(live: Option<&Value>, health: &Health) -> bool {
 }
 
 /// `text` cut to at most `max` characters (on a character boundary), marked with `…`.
+/// `text` on one line (Fleet's messages may hold newlines, which Cluster API would indent into
+/// `Available`'s message), at most `max` characters.
 fn bounded(text: &str, max: usize) -> String {
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
     if text.chars().count() <= max {
-        return text.to_string();
+        return text;
     }
     let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
     out.push('…');
@@ -440,6 +444,19 @@ fn short_duration(duration: Duration) -> String {
         format!("{}m", secs / 60)
     } else {
         format!("{secs}s")
+    }
+}
+
+#[cfg(test)]
+mod one_line_tests {
+    /// Fleet's messages may hold newlines; the condition's message is one line.
+    #[test]
+    fn messages_are_one_line_and_bounded() {
+        assert_eq!(
+            super::bounded("deployment failed:\n  error: x\r\n\tnot ready", 100),
+            "deployment failed: error: x not ready"
+        );
+        assert_eq!(super::bounded("a\nbcdef", 4), "a b…");
     }
 }
 
@@ -553,7 +570,7 @@ mod tests {
                 now: "2026-11-23T10:29:59Z",
                 ready: true,
                 reason: reason::READY,
-                message: "4 of 4 Fleet bundles ready (GitRepos ready 1/1, HelmOps ready 2/2)",
+                message: "",
             },
             Row {
                 name: "ready agent overdue by more than twice the interval",
@@ -819,7 +836,7 @@ mod tests {
         let ready = Health {
             ready: true,
             reason: reason::READY,
-            message: "2 of 2 Fleet bundles ready".into(),
+            message: String::new(),
             recheck_after: None,
         };
         let flipped = condition_to_apply(Some(&first), &ready, Some(3), later).expect("write");

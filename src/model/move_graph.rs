@@ -223,6 +223,13 @@ impl MoveGraph {
 pub enum GraphError {
     #[error("Cluster {namespace}/{name} is not among the objects read")]
     ClusterNotFound { namespace: String, name: String },
+    /// The Cluster type is not among the types read: its CRD lacks the label clusterctl puts on
+    /// every provider component (cluster-api `cmd/clusterctl/client/cluster/objectgraph.go`
+    /// `getDiscoveryTypes` reads only labelled CRDs).
+    #[error(
+        "Cluster {namespace}/{name} was not read: no CustomResourceDefinition of cluster.x-k8s.io Cluster carries the label clusterctl.cluster.x-k8s.io, which clusterctl puts on every provider component it installs and `clusterctl move` reads types by. Install Cluster API with clusterctl (or the Cluster API Operator), or label its CRDs (kubectl label crd -l cluster.x-k8s.io/provider=cluster-api clusterctl.cluster.x-k8s.io=)"
+    )]
+    ClusterTypeNotLabelled { namespace: String, name: String },
     #[error("{0}: metadata.uid is empty; owner references cannot be resolved without it")]
     MissingUid(ObjectId),
 }
@@ -307,9 +314,19 @@ pub fn move_graph(
     let Some(cluster) = nodes.iter().position(|n| {
         n.is_capi_cluster() && n.id.namespace.as_deref() == Some(namespace) && n.id.name == name
     }) else {
-        return Err(GraphError::ClusterNotFound {
-            namespace: namespace.into(),
-            name: name.into(),
+        let listed = types
+            .iter()
+            .any(|rule| rule.group == "cluster.x-k8s.io" && rule.kind == "Cluster");
+        return Err(if listed {
+            GraphError::ClusterNotFound {
+                namespace: namespace.into(),
+                name: name.into(),
+            }
+        } else {
+            GraphError::ClusterTypeNotLabelled {
+                namespace: namespace.into(),
+                name: name.into(),
+            }
         });
     };
 

@@ -211,6 +211,21 @@ fn block_move_annotation_is_reported() {
     );
 }
 
+/// A Cluster type that was not read (its CRD lacks clusterctl's label) is named as such, with the
+/// fix, not as a missing Cluster.
+#[test]
+fn an_unlabelled_cluster_crd_is_named() {
+    let err = move_graph("default", "c1", &kubeadm_objects(), &MoveTypes::core()).unwrap_err();
+    assert_eq!(
+        err,
+        GraphError::ClusterTypeNotLabelled {
+            namespace: "default".into(),
+            name: "c1".into(),
+        }
+    );
+    assert!(err.to_string().contains("kubectl label crd"), "{err}");
+}
+
 #[test]
 fn errors() {
     let cases: Vec<(&str, Vec<DynamicObject>, GraphError)> = vec![

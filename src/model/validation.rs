@@ -48,6 +48,22 @@ pub fn validate(spec: &FleetAddonConfigSpec) -> Vec<FieldError> {
             ),
         ));
     }
+    if let Some(steps) = spec
+        .runtime_extension
+        .as_ref()
+        .and_then(|r| r.upgrade_steps.as_ref())
+    {
+        for (field, value) in [("timeout", &steps.timeout), ("settle", &steps.settle)] {
+            if let Some(value) = value
+                && crate::api::duration::parse_duration(value).is_err()
+            {
+                errors.push(FieldError::new(
+                    format!("spec.runtimeExtension.upgradeSteps.{field}"),
+                    format!("{value:?} is not a duration such as 30m or 10s"),
+                ));
+            }
+        }
+    }
     if let Some(cluster) = &spec.cluster {
         if let Some(selector) = &cluster.selector {
             validate_label_selector(selector, "spec.cluster.selector", &mut errors);

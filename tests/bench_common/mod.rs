@@ -233,6 +233,18 @@ where
     }
 }
 
+/// Waits until the manager is quiet: no new request in the sandbox log for 2 s.
+pub async fn wait_until_quiet(client: &Client) {
+    let mut last = (manager_requests(client).await.len(), Instant::now());
+    while last.1.elapsed() < Duration::from_secs(2) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let n = manager_requests(client).await.len();
+        if n != last.0 {
+            last = (n, Instant::now());
+        }
+    }
+}
+
 /// The first three fields of `/proc/loadavg`.
 pub fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")

@@ -2,17 +2,24 @@
 
 #![allow(dead_code)]
 
+pub mod guide;
 pub mod pod_security;
 pub mod process;
 pub mod render;
+pub mod tls;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use caapf::api::{CapiCluster, CapiClusterClass, FleetAddonConfig};
 use caapf::cli::ManagerFlags;
+use caapf::context::{ConfigSender, Context};
+use caapf::hooks::bootstrap_secrets::BootstrapSecrets;
+use caapf::hooks::hook_context::HookContext;
 use caapf::manager::Manager;
 use caapf::metrics::ControllerLabels;
+use caapf::model::config::EffectiveConfig;
 use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -21,6 +28,23 @@ use kube_sandbox::Sandbox;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+
+/// A namespaced Kubernetes type the typed API reads.
+pub trait Namespaced:
+    kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+    + Clone
+    + DeserializeOwned
+    + std::fmt::Debug
+{
+}
+
+impl<K> Namespaced for K where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+{
+}
 
 /// How long a test waits for the controllers to converge.
 pub const TIMEOUT: Duration = Duration::from_secs(30);
@@ -205,14 +229,24 @@ impl Harness {
 
     /// Plays CAPI: marks the control plane initialized.
     pub async fn initialize(&self, namespace: &str, name: &str) {
+        self.merge_cluster_status(
+            namespace,
+            name,
+            json!({"initialization": {"controlPlaneInitialized": true}}),
+        )
+        .await;
+    }
+
+    /// Plays CAPI: merges `status` into the CAPI Cluster's status.
+    pub async fn merge_cluster_status(&self, namespace: &str, name: &str, status: Value) {
         let api: Api<CapiCluster> = Api::namespaced(self.client.clone(), namespace);
         api.patch_status(
             name,
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"initialization": {"controlPlaneInitialized": true}}})),
+            &Patch::Merge(json!({ "status": status })),
         )
         .await
-        .expect("initialize control plane");
+        .unwrap_or_else(|e| panic!("Cluster API's status write to {namespace}/{name}: {e}"));
     }
 
     pub async fn merge_cluster(&self, namespace: &str, name: &str, patch: Value) {
@@ -273,10 +307,7 @@ impl Harness {
 
     pub async fn get<K>(&self, namespace: &str, name: &str) -> Option<K>
     where
-        K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + std::fmt::Debug,
+        K: Namespaced,
     {
         Api::<K>::namespaced(self.client.clone(), namespace)
             .get_opt(name)
@@ -290,16 +321,129 @@ impl Harness {
 
     pub async fn list<K>(&self, namespace: &str) -> Vec<K>
     where
-        K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + std::fmt::Debug,
+        K: Namespaced,
     {
         Api::<K>::namespaced(self.client.clone(), namespace)
             .list(&Default::default())
             .await
             .expect("list")
             .items
+    }
+
+    /// Creates a CAPI Cluster from `body` (as [`Harness::cluster`]) and marks its control plane
+    /// initialized.
+    pub async fn initialized_cluster(&self, namespace: &str, body: Value) -> CapiCluster {
+        let cluster = self.cluster(namespace, body).await;
+        self.initialize(namespace, &cluster.name_any()).await;
+        cluster
+    }
+
+    /// Merges `labels` into the CAPI Cluster's labels (`null` removes one).
+    pub async fn label_cluster(&self, namespace: &str, name: &str, labels: Value) {
+        self.merge_cluster(namespace, name, json!({"metadata": {"labels": labels}}))
+            .await;
+    }
+
+    /// The FleetAddonConfig, if there is one.
+    pub async fn addon_config(&self) -> Option<FleetAddonConfig> {
+        Api::<FleetAddonConfig>::all(self.client.clone())
+            .get_opt("fleet-addon-config")
+            .await
+            .expect("config")
+    }
+
+    /// Waits until `namespace/name` (a `K`) does not exist.
+    pub async fn wait_gone<K>(&self, what: &str, namespace: &str, name: &str)
+    where
+        K: Namespaced,
+    {
+        eventually(what, || async {
+            self.get::<K>(namespace, name).await.is_none().then_some(())
+        })
+        .await
+    }
+
+    /// Waits until the CAPI Cluster `namespace/name` exists with our finalizer (`present`) or
+    /// without it.
+    pub async fn wait_finalizer(&self, what: &str, namespace: &str, name: &str, present: bool) {
+        eventually(what, || async {
+            self.get::<CapiCluster>(namespace, name)
+                .await
+                .filter(|c| has_finalizer(c) == present)
+                .map(|_| ())
+        })
+        .await
+    }
+
+    /// Waits until `controller` has reconciled more than `before` times (count `before` ahead of
+    /// the change: the reconcile it causes can finish before a count taken after).
+    pub async fn wait_reconciled_since(&self, what: &str, controller: &'static str, before: u64) {
+        eventually(what, || async {
+            (self.reconciles(controller) > before).then_some(())
+        })
+        .await
+    }
+
+    /// Waits until the Fleet Cluster `namespace/name` exists and satisfies `check`; returns it.
+    pub async fn wait_fleet_cluster(
+        &self,
+        what: &str,
+        namespace: &str,
+        name: &str,
+        check: impl Fn(&FleetCluster) -> bool,
+    ) -> FleetCluster {
+        eventually(what, || async {
+            self.fleet_cluster(namespace, name)
+                .await
+                .filter(|c| check(c))
+        })
+        .await
+    }
+
+    /// Plays Fleet: once the Fleet Cluster `namespace/name` exists, replaces its status (as
+    /// Fleet's status updates do).
+    pub async fn play_fleet_status(&self, namespace: &str, name: &str, status: Value) {
+        eventually(&format!("Fleet Cluster {name}"), || async {
+            self.fleet_cluster(namespace, name).await.map(|_| ())
+        })
+        .await;
+        let api: Api<FleetCluster> = Api::namespaced(self.client.clone(), namespace);
+        let patch: json_patch::Patch =
+            serde_json::from_value(json!([{"op": "add", "path": "/status", "value": status}]))
+                .expect("patch");
+        api.patch_status(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+            .await
+            .expect("write Fleet Cluster status");
+    }
+
+    /// Plays Fleet's agent: the Fleet Cluster is ready, its agent last seen `ago` before now.
+    pub async fn play_fleet_ready(&self, namespace: &str, name: &str, ago: Duration) {
+        self.play_fleet_status(namespace, name, fleet_status_seen("status-ready.yaml", ago))
+            .await;
+    }
+
+    /// Makes the manager run `helm` against the sandbox as its admin, with the kubeconfig and
+    /// helm's home in `dir`.
+    pub fn use_helm(&mut self, helm: &std::path::Path, dir: &std::path::Path) {
+        let kubeconfig = dir.join("kubeconfig");
+        self.sandbox
+            .write_kubeconfig(&kubeconfig)
+            .expect("kubeconfig");
+        self.flags.helm_binary = helm.display().to_string();
+        self.flags.helm_kubeconfig = Some(kubeconfig);
+        self.flags.helm_home = Some(dir.join("helm-home"));
+    }
+
+    /// Sets the finalizers of the ClusterClass `namespace/name` (as an old CAAPF left them).
+    pub async fn set_class_finalizers(&self, namespace: &str, name: &str, finalizers: &[&str]) {
+        Api::<CapiClusterClass>::namespaced(self.client.clone(), namespace)
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("finalizers of ClusterClass {namespace}/{name}: {e}"));
     }
 
     pub async fn namespace_annotation(&self, name: &str) -> Option<String> {
@@ -392,9 +536,60 @@ where
     }
 }
 
+/// A Fleet Cluster status as Fleet writes it, from `tests/fixtures/fleet/`.
+pub fn fleet_status(fixture: &str) -> Value {
+    let path = format!(
+        "{}/tests/fixtures/fleet/{fixture}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).expect("fixture");
+    serde_yaml::from_str(&text).expect("fixture YAML")
+}
+
+/// [`fleet_status`] with the agent's `lastSeen` moved to `ago` before now.
+pub fn fleet_status_seen(fixture: &str, ago: Duration) -> Value {
+    let mut status = fleet_status(fixture);
+    let at = k8s_openapi::jiff::Timestamp::now()
+        - k8s_openapi::jiff::SignedDuration::try_from(ago).expect("duration");
+    status["agent"]["lastSeen"] = json!(at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+    status
+}
+
+/// Whether `object` has the label `key` with `value`.
+pub fn has_label<K: ResourceExt>(object: &K, key: &str, value: &str) -> bool {
+    object.labels().get(key).is_some_and(|v| v == value)
+}
+
 pub fn has_finalizer<K: ResourceExt>(object: &K) -> bool {
     object
         .finalizers()
         .iter()
         .any(|f| f == caapf::names::FINALIZER)
+}
+
+/// A context for calling the hooks directly or serving them: `client` for the API server and
+/// `config` as the FleetAddonConfig read (kept while the returned sender lives).
+pub fn hook_context(client: Client, config: EffectiveConfig) -> (Arc<HookContext>, ConfigSender) {
+    let (tx, rx) = caapf::context::config_channel();
+    tx.send_replace(Some(Arc::new(config)));
+    (
+        Arc::new(HookContext::new(
+            Arc::new(Context::new(
+                client,
+                ManagerFlags::default(),
+                rx,
+                CancellationToken::new(),
+            )),
+            BootstrapSecrets::default(),
+        )),
+        tx,
+    )
+}
+
+/// A port free on 127.0.0.1 when asked.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
 }

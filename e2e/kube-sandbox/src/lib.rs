@@ -87,6 +87,12 @@ pub struct SandboxOptions {
     pub history_limit: usize,
     /// How many events a watcher may fall behind before it is closed (default 10,000).
     pub watch_buffer: usize,
+    /// How long an event may wait for a watcher whose buffer is full before the watch is
+    /// closed (default 100 ms), as kube-apiserver's watch cache does: it tries each watcher
+    /// without blocking, then blocks at most its dispatch time budget and closes the watchers
+    /// still full ("Forcing watcher close due to unresponsiveness": k8s.io/apiserver
+    /// `pkg/storage/cacher/cache_watcher.go` `add`, `time_budget.go`). The client resumes.
+    pub slow_watcher_budget: Duration,
     /// How long after its deletion a namespace starts being emptied (default 1 s; the real
     /// namespace controller is asynchronous too).
     pub namespace_cleanup_delay: Duration,
@@ -119,6 +125,7 @@ impl Default for SandboxOptions {
             watch_list: true,
             history_limit: 100_000,
             watch_buffer: 10_000,
+            slow_watcher_budget: Duration::from_millis(100),
             namespace_cleanup_delay: Duration::from_secs(1),
             validate_custom_resources: true,
             tls: false,
@@ -278,6 +285,7 @@ impl Sandbox {
             close_watches: close_tx,
             bookmark_now: tokio::sync::watch::channel(0u64).0,
             bookmark_interval: opts.bookmark_interval,
+            slow_watcher_budget: opts.slow_watcher_budget,
             pages: Default::default(),
             snapshot_dir: opts
                 .snapshot_dir

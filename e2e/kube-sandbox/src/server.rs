@@ -43,6 +43,8 @@ pub struct App {
     pub bookmark_now: tokio::sync::watch::Sender<u64>,
     /// Interval of periodic watch bookmarks.
     pub bookmark_interval: Duration,
+    /// See [`crate::SandboxOptions::slow_watcher_budget`].
+    pub slow_watcher_budget: Duration,
     /// Snapshots of paginated lists, by continue-token id.
     pub pages: Mutex<Pages>,
     /// Where snapshots go, if anywhere.
@@ -1013,6 +1015,7 @@ fn start_watch(
         timeout,
         format: fmt,
         bookmark_interval: app.bookmark_interval,
+        slow_watcher_budget: app.slow_watcher_budget,
     };
     let delay = app.faults.watch_delay(&spec.def.group, &spec.def.plural);
     watch::start(

@@ -43,6 +43,8 @@ pub struct WatchSpec {
     pub format: Format,
     /// Interval of periodic bookmarks.
     pub bookmark_interval: Duration,
+    /// How long a live event waits for a full watcher before the watch is closed.
+    pub slow_watcher_budget: Duration,
 }
 
 impl WatchSpec {
@@ -211,6 +213,13 @@ pub fn start(
         (store.subscribe(), st.rv, spec.send_initial_events)
     };
     let store2 = store.clone();
+    // A delayed watch (fault injection: a slow network) is not a slow reader: its chunks wait
+    // in the delivery queue, so it is never closed for them.
+    let budget = if delay.is_zero() {
+        spec.slow_watcher_budget
+    } else {
+        Duration::ZERO
+    };
     tokio::spawn(async move {
         // Initial events go out in chunks of up to 64 KiB rather than one chunk per event:
         // streaming lists of thousands of objects are much faster that way.
@@ -250,7 +259,7 @@ pub fn start(
                             continue;
                         }
                         if let Some((t, obj)) = spec.translate(&ev)
-                            && tx.send(spec.line(t, &obj)).await.is_err()
+                            && !tx.send_within(spec.line(t, &obj), budget).await
                         {
                             return;
                         }
@@ -268,13 +277,13 @@ pub fn start(
                 } => return,
                 _ = tick.tick(), if spec.bookmarks => {
                     last = bookmark_rv(&store2, &sub, last);
-                    if tx.send(spec.bookmark(last, false)).await.is_err() {
+                    if !tx.send_within(spec.bookmark(last, false), budget).await {
                         return;
                     }
                 }
                 Ok(()) = bookmark_now.changed(), if spec.bookmarks => {
                     last = bookmark_rv(&store2, &sub, last);
-                    if tx.send(spec.bookmark(last, false)).await.is_err() {
+                    if !tx.send_within(spec.bookmark(last, false), budget).await {
                         return;
                     }
                 }
@@ -300,6 +309,26 @@ impl Stamping {
             .send((tokio::time::Instant::now(), bytes))
             .await
             .map_err(|err| mpsc::error::SendError(err.0.1))
+    }
+
+    /// A live event: at once if the watcher's buffer has room, else within `budget`; `false`
+    /// closes the watch (a watcher that does not read is closed, as kube-apiserver's watch
+    /// cache closes it: `cache_watcher.go` `add`). A zero budget never closes.
+    async fn send_within(&self, bytes: Bytes, budget: Duration) -> bool {
+        let item = (tokio::time::Instant::now(), bytes);
+        match self.0.try_send(item) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+            Err(mpsc::error::TrySendError::Full(item)) if budget.is_zero() => {
+                self.0.send(item).await.is_ok()
+            }
+            Err(mpsc::error::TrySendError::Full(item)) => {
+                matches!(
+                    tokio::time::timeout(budget, self.0.send(item)).await,
+                    Ok(Ok(()))
+                )
+            }
+        }
     }
 }
 

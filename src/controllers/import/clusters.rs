@@ -225,7 +225,8 @@ impl ClusterWrites<'_> {
         } else {
             Registration::ManagerInitiated
         };
-        let desired = desired_fleet_cluster(view, import, &registration, Some(values));
+        let mut desired = desired_fleet_cluster(view, import, &registration, Some(values));
+        crate::model::upgrade_steps::show(&mut desired, view, live.as_deref());
         let write = async {
             match fleet_cluster_write(import.patch_resource, live.as_deref()) {
                 FleetClusterWrite::Apply => {

@@ -26,6 +26,7 @@ use crate::hooks::types::{
     Response,
 };
 use crate::model::hook_plan::HookOutcome;
+use crate::model::upgrade_steps::UpgradeHook;
 
 /// Handler name of BeforeClusterCreate.
 pub const BEFORE_CLUSTER_CREATE: &str = "before-cluster-create";
@@ -33,6 +34,16 @@ pub const BEFORE_CLUSTER_CREATE: &str = "before-cluster-create";
 pub const AFTER_CONTROL_PLANE_INITIALIZED: &str = "after-control-plane-initialized";
 /// Handler name of BeforeClusterUpgrade.
 pub const BEFORE_CLUSTER_UPGRADE: &str = "before-cluster-upgrade";
+/// Handler name of BeforeControlPlaneUpgrade (Cluster API v1.12+).
+pub const BEFORE_CONTROL_PLANE_UPGRADE: &str = "before-control-plane-upgrade";
+/// Handler name of AfterControlPlaneUpgrade.
+pub const AFTER_CONTROL_PLANE_UPGRADE: &str = "after-control-plane-upgrade";
+/// Handler name of BeforeWorkersUpgrade (Cluster API v1.12+).
+pub const BEFORE_WORKERS_UPGRADE: &str = "before-workers-upgrade";
+/// Handler name of AfterWorkersUpgrade (Cluster API v1.12+).
+pub const AFTER_WORKERS_UPGRADE: &str = "after-workers-upgrade";
+/// Handler name of AfterClusterUpgrade.
+pub const AFTER_CLUSTER_UPGRADE: &str = "after-cluster-upgrade";
 /// Handler name of BeforeClusterDelete.
 pub const BEFORE_CLUSTER_DELETE: &str = "before-cluster-delete";
 /// Handler name of GeneratePatches, referenced by ClusterClasses as
@@ -51,6 +62,8 @@ pub enum Serve {
     GeneratePatches,
     /// A `DiscoverVariablesRequest` (nothing in it is read).
     DiscoverVariables,
+    /// An upgrade hook's request: the Cluster and the versions (`upgrade::upgrade_step`).
+    Upgrade(UpgradeHook),
     /// A lifecycle request (the Cluster, and for upgrades the versions).
     Lifecycle(
         for<'a> fn(
@@ -72,11 +85,45 @@ pub struct Advertised {
     pub failure_policy: FailurePolicy,
 }
 
+/// Which discovery advertises a hook. A discovery answer naming a hook the Cluster API release
+/// does not know fails that ExtensionConfig's whole discovery, and at the next start of
+/// capi-controller-manager its warm-up, which is fatal after 60 s (cluster-api v1.11.11 and
+/// v1.12.11 `internal/runtime/client/client.go` `defaultAndValidateDiscoveryResponse`;
+/// `internal/controllers/extensionconfig/warmup.go`). The request is the same from every
+/// release, so the extension cannot tell them apart: the hooks only v1.12+ knows have their own
+/// discovery, at the path prefix [`UPGRADE_STEPS_PREFIX`], for a second ExtensionConfig that
+/// only v1.12+ management clusters apply (`config/extensionconfig/upgrade-steps`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Catalog {
+    /// Known to Cluster API v1.10 onward (the ExtensionConfig at the server's root).
+    Base,
+    /// Known to Cluster API v1.12 onward.
+    UpgradeSteps,
+}
+
+/// The path prefix of the [`Catalog::UpgradeSteps`] discovery (the second ExtensionConfig's
+/// `spec.clientConfig.service.path`).
+pub const UPGRADE_STEPS_PREFIX: &str = "/upgrade-steps";
+
+impl Catalog {
+    /// The catalog of a request path: the part before the hooks path ends with
+    /// [`UPGRADE_STEPS_PREFIX`], or not.
+    pub fn of_prefix(prefix: &str) -> Catalog {
+        if prefix.trim_end_matches('/').ends_with(UPGRADE_STEPS_PREFIX) {
+            Catalog::UpgradeSteps
+        } else {
+            Catalog::Base
+        }
+    }
+}
+
 /// One served hook.
 #[derive(Clone, Copy, Debug)]
 pub struct HookSpec {
     pub hook: Hook,
     pub serve: Serve,
+    /// The discovery that advertises it (Discovery itself: served under both).
+    pub catalog: Catalog,
     /// `None` for Discovery itself (served without a handler name, not advertised).
     pub advertised: Option<Advertised>,
 }
@@ -86,9 +133,13 @@ impl HookSpec {
     /// group, the version, the lower-case hook name and, if any, the handler name).
     pub fn path(&self) -> String {
         let hook = self.hook.name().to_ascii_lowercase();
+        let prefix = match self.catalog {
+            Catalog::Base => "",
+            Catalog::UpgradeSteps => UPGRADE_STEPS_PREFIX,
+        };
         match self.advertised {
-            Some(handler) => format!("/{API_VERSION}/{hook}/{}", handler.name),
-            None => format!("/{API_VERSION}/{hook}"),
+            Some(handler) => format!("{prefix}/{API_VERSION}/{hook}/{}", handler.name),
+            None => format!("{prefix}/{API_VERSION}/{hook}"),
         }
     }
 }
@@ -105,15 +156,14 @@ const fn advertised(
     })
 }
 
-/// Every hook served, in discovery order. Only hooks in the catalog of every supported CAPI
-/// release (v1.10 onward) are advertised: a hook a release does not know fails its whole
-/// discovery. Why each failure policy:
+/// Every hook served, in discovery order; [`Catalog`] says which discovery advertises each. Why
+/// each failure policy:
 ///
 /// | hook | policy | why |
 /// |---|---|---|
 /// | BeforeClusterCreate | `Ignore` | Cluster API calls it for every Cluster of the selected namespaces, so an outage of ours must not block them all; the control-plane patch follows the bootstrap Secret (GeneratePatches adds it only once the Secret exists), so a Cluster created while this hook was unreachable gets its bootstrap one reconcile later, never a patch naming a missing Secret |
 /// | AfterControlPlaneInitialized | `Ignore` | informational only; the import controller does not depend on it |
-/// | BeforeClusterUpgrade | `Ignore` | an optional gate: an unreachable extension must not stop upgrades (an answer "retry" still holds them) |
+/// | BeforeClusterUpgrade and the other upgrade hooks | `Ignore` | optional gates: an unreachable extension must not stop upgrades (an answer "retry" still holds them); a step Fleet was not told of is told at the next hook |
 /// | BeforeClusterDelete | `Ignore` | an uninstalled extension must not block every deletion; what it would clean up is owned by the CAPI Cluster (garbage-collected) or expires (the token's TTL) |
 /// | GeneratePatches | `Fail` | `Ignore` would apply the templates without the patch on a transport error, flipping the desired control plane and rolling machines |
 /// | DiscoverVariables | `Fail` | the ClusterClass must know `fleetAgent` before Clusters use it; CAPI retries |
@@ -121,6 +171,7 @@ pub const HOOKS: &[HookSpec] = &[
     HookSpec {
         hook: Hook::Discovery,
         serve: Serve::Discovery,
+        catalog: Catalog::Base,
         advertised: None,
     },
     HookSpec {
@@ -128,40 +179,70 @@ pub const HOOKS: &[HookSpec] = &[
         serve: Serve::Lifecycle(|ctx, cluster, _| {
             Box::pin(create::before_cluster_create(ctx, cluster))
         }),
+        catalog: Catalog::Base,
         advertised: advertised(BEFORE_CLUSTER_CREATE, 10, FailurePolicy::Ignore),
     },
     HookSpec {
         hook: Hook::AfterControlPlaneInitialized,
         // Nothing to do: the import controller watches Clusters itself.
         serve: Serve::Lifecycle(|_, _, _| Box::pin(async { HookOutcome::ok() })),
+        catalog: Catalog::Base,
         advertised: advertised(AFTER_CONTROL_PLANE_INITIALIZED, 5, FailurePolicy::Ignore),
     },
     HookSpec {
         hook: Hook::BeforeClusterUpgrade,
-        serve: Serve::Lifecycle(|ctx, cluster, request| {
-            Box::pin(upgrade::before_cluster_upgrade(
-                ctx,
-                cluster,
-                request.to_kubernetes_version.as_deref(),
-            ))
-        }),
+        serve: Serve::Upgrade(UpgradeHook::BeforeClusterUpgrade),
+        catalog: Catalog::Base,
         advertised: advertised(BEFORE_CLUSTER_UPGRADE, 10, FailurePolicy::Ignore),
+    },
+    HookSpec {
+        hook: Hook::AfterControlPlaneUpgrade,
+        serve: Serve::Upgrade(UpgradeHook::AfterControlPlaneUpgrade),
+        catalog: Catalog::Base,
+        advertised: advertised(AFTER_CONTROL_PLANE_UPGRADE, 10, FailurePolicy::Ignore),
+    },
+    HookSpec {
+        hook: Hook::AfterClusterUpgrade,
+        serve: Serve::Upgrade(UpgradeHook::AfterClusterUpgrade),
+        catalog: Catalog::Base,
+        advertised: advertised(AFTER_CLUSTER_UPGRADE, 10, FailurePolicy::Ignore),
+    },
+    HookSpec {
+        hook: Hook::BeforeControlPlaneUpgrade,
+        serve: Serve::Upgrade(UpgradeHook::BeforeControlPlaneUpgrade),
+        catalog: Catalog::UpgradeSteps,
+        advertised: advertised(BEFORE_CONTROL_PLANE_UPGRADE, 10, FailurePolicy::Ignore),
+    },
+    HookSpec {
+        hook: Hook::BeforeWorkersUpgrade,
+        serve: Serve::Upgrade(UpgradeHook::BeforeWorkersUpgrade),
+        catalog: Catalog::UpgradeSteps,
+        advertised: advertised(BEFORE_WORKERS_UPGRADE, 10, FailurePolicy::Ignore),
+    },
+    HookSpec {
+        hook: Hook::AfterWorkersUpgrade,
+        serve: Serve::Upgrade(UpgradeHook::AfterWorkersUpgrade),
+        catalog: Catalog::UpgradeSteps,
+        advertised: advertised(AFTER_WORKERS_UPGRADE, 10, FailurePolicy::Ignore),
     },
     HookSpec {
         hook: Hook::BeforeClusterDelete,
         serve: Serve::Lifecycle(|ctx, cluster, _| {
             Box::pin(delete::before_cluster_delete(ctx, cluster))
         }),
+        catalog: Catalog::Base,
         advertised: advertised(BEFORE_CLUSTER_DELETE, 10, FailurePolicy::Ignore),
     },
     HookSpec {
         hook: Hook::GeneratePatches,
         serve: Serve::GeneratePatches,
+        catalog: Catalog::Base,
         advertised: advertised(GENERATE_PATCHES, 10, FailurePolicy::Fail),
     },
     HookSpec {
         hook: Hook::DiscoverVariables,
         serve: Serve::DiscoverVariables,
+        catalog: Catalog::Base,
         advertised: advertised(DISCOVER_VARIABLES, 10, FailurePolicy::Fail),
     },
 ];
@@ -181,9 +262,14 @@ pub fn find(hook: Hook, handler: Option<&str>) -> Option<&'static HookSpec> {
     })
 }
 
-/// Decodes `body` as the request of `hook` and answers it. Every problem with the request is a
-/// Failure answer naming it.
+/// Decodes `body` as the request of `hook` and answers it, as served at the server's root.
 pub async fn handle(ctx: &HookContext, hook: Hook, body: &[u8]) -> Response {
+    handle_in(ctx, Catalog::Base, hook, body).await
+}
+
+/// Decodes `body` as the request of `hook` and answers it; `catalog` is the discovery the path
+/// names. Every problem with the request is a Failure answer naming it.
+pub async fn handle_in(ctx: &HookContext, catalog: Catalog, hook: Hook, body: &[u8]) -> Response {
     let Some(spec) = HOOKS.iter().find(|spec| spec.hook == hook) else {
         return Response::failure(Some(hook), format!("{} is not served", hook.name()));
     };
@@ -217,7 +303,7 @@ pub async fn handle(ctx: &HookContext, hook: Hook, body: &[u8]) -> Response {
         );
     }
     match spec.serve {
-        Serve::Discovery => discovery::handle(),
+        Serve::Discovery => discovery::handle(catalog),
         Serve::DiscoverVariables => topology::discover_variables(),
         Serve::GeneratePatches => match serde_json::from_value::<GeneratePatchesRequest>(value) {
             Ok(request) => topology::serve_generate_patches(ctx, &request).await,
@@ -226,25 +312,42 @@ pub async fn handle(ctx: &HookContext, hook: Hook, body: &[u8]) -> Response {
                 format!("malformed GeneratePatchesRequest: {err}"),
             ),
         },
-        Serve::Lifecycle(answer) => {
-            let request = match serde_json::from_value::<LifecycleRequest>(value) {
-                Ok(request) => request,
-                Err(err) => {
-                    return Response::failure(
-                        Some(hook),
-                        format!("malformed {}: {err}", hook.request_kind()),
-                    );
-                }
-            };
-            let cluster = match ClusterInfo::decode(&request.cluster) {
-                Ok(cluster) => cluster,
-                Err(message) => return Response::failure(Some(hook), message),
-            };
-            let outcome = answer(ctx, &cluster, &request).await;
-            log_outcome(hook, &cluster, &outcome);
-            Response::lifecycle(hook, outcome)
-        }
+        Serve::Lifecycle(answer) => match lifecycle_request(hook, value) {
+            Ok((request, cluster)) => {
+                let outcome = answer(ctx, &cluster, &request).await;
+                lifecycle_response(hook, &cluster, outcome)
+            }
+            Err(response) => response,
+        },
+        Serve::Upgrade(step) => match lifecycle_request(hook, value) {
+            Ok((request, cluster)) => {
+                let outcome = upgrade::upgrade_step(ctx, &cluster, step, &request).await;
+                lifecycle_response(hook, &cluster, outcome)
+            }
+            Err(response) => response,
+        },
     }
+}
+
+/// The request of a lifecycle hook and its Cluster, or the Failure naming what is wrong.
+fn lifecycle_request(
+    hook: Hook,
+    value: Value,
+) -> Result<(LifecycleRequest, ClusterInfo), Response> {
+    let request = serde_json::from_value::<LifecycleRequest>(value).map_err(|err| {
+        Response::failure(
+            Some(hook),
+            format!("malformed {}: {err}", hook.request_kind()),
+        )
+    })?;
+    let cluster = ClusterInfo::decode(&request.cluster)
+        .map_err(|message| Response::failure(Some(hook), message))?;
+    Ok((request, cluster))
+}
+
+fn lifecycle_response(hook: Hook, cluster: &ClusterInfo, outcome: HookOutcome) -> Response {
+    log_outcome(hook, cluster, &outcome);
+    Response::lifecycle(hook, outcome)
 }
 
 fn log_outcome(hook: Hook, cluster: &ClusterInfo, outcome: &HookOutcome) {
@@ -274,7 +377,7 @@ mod tests {
                 Some(hook)
             );
         }
-        assert_eq!(hook_of_segment("afterclusterupgrade"), None);
+        assert_eq!(hook_of_segment("generateupgradeplan"), None);
         assert_eq!(hook_of_segment(""), None);
     }
 
@@ -292,6 +395,7 @@ mod tests {
                 Route::Hook {
                     hook: spec.hook,
                     handler: handler.map(str::to_string),
+                    catalog: spec.catalog,
                 },
                 "{}",
                 spec.path()
@@ -306,12 +410,17 @@ mod tests {
             }
             // Lifecycle functions for exactly the hooks whose requests carry a Cluster.
             assert_eq!(
-                matches!(spec.serve, Serve::Lifecycle(_)),
+                matches!(spec.serve, Serve::Lifecycle(_) | Serve::Upgrade(_)),
                 matches!(
                     spec.hook,
                     Hook::BeforeClusterCreate
                         | Hook::AfterControlPlaneInitialized
                         | Hook::BeforeClusterUpgrade
+                        | Hook::BeforeControlPlaneUpgrade
+                        | Hook::AfterControlPlaneUpgrade
+                        | Hook::BeforeWorkersUpgrade
+                        | Hook::AfterWorkersUpgrade
+                        | Hook::AfterClusterUpgrade
                         | Hook::BeforeClusterDelete
                 ),
                 "{:?}",

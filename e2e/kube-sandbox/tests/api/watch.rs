@@ -415,6 +415,83 @@ async fn slow_watchers_do_not_block_writers() {
     }
 }
 
+/// A watcher that stops reading is closed once its buffer is full and an event has waited the
+/// budget (100 ms by default), long before it falls 10,000 events behind, as kube-apiserver's
+/// watch cache closes it (k8s.io/apiserver `pkg/storage/cacher/cache_watcher.go` `add`,
+/// `time_budget.go`); the client resumes from its last resourceVersion and loses nothing.
+#[tokio::test]
+async fn a_watcher_that_stops_reading_is_closed_within_the_budget() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = Sandbox::start_with(SandboxOptions {
+        crds: vec![],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let c = s.client();
+    let rv = s.resource_version();
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let mut conn = sock.connect(s.addr()).await.unwrap();
+    conn.write_all(
+        format!("GET {CMS}?watch=true&resourceVersion={rv} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
+    let data = "x".repeat(24 * 1024);
+    const COUNT: usize = 300;
+    for i in 0..COUNT {
+        let cm: ConfigMap = serde_json::from_value(
+            json!({"metadata": {"name": format!("stalled-{i}")}, "data": {"d": data}}),
+        )
+        .unwrap();
+        api.create(&kube::api::PostParams::default(), &cm)
+            .await
+            .unwrap();
+    }
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        let mut buf = vec![0u8; 65536];
+        loop {
+            let n = conn.read(&mut buf).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+            if got.ends_with(b"\r\n0\r\n\r\n") {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("a watcher that stopped reading is closed, far from 10,000 events behind");
+    let text = String::from_utf8_lossy(&got);
+    let events = text.matches("\"type\":\"ADDED\"").count();
+    assert!(events < COUNT, "closed before it got everything: {events}");
+    let last = text
+        .lines()
+        .rev()
+        .find_map(|line| {
+            serde_json::from_str::<serde_json::Value>(line)
+                .ok()
+                .and_then(|e| {
+                    e["object"]["metadata"]["resourceVersion"]
+                        .as_str()
+                        .map(str::to_string)
+                })
+        })
+        .unwrap_or(rv.to_string());
+    // Resuming from the last resourceVersion received delivers the rest, none twice.
+    let mut w =
+        WatchStream::open(&c, &format!("{CMS}?watch=true&resourceVersion={last}"), &[]).await;
+    for i in events..COUNT {
+        let event = w.next().await.unwrap();
+        assert_eq!(event["type"], "ADDED");
+        assert_eq!(event["object"]["metadata"]["name"], format!("stalled-{i}"));
+    }
+}
+
 #[tokio::test]
 async fn kube_runtime_watchers_and_reflectors() {
     let s = bare().await;

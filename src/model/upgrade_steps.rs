@@ -1,0 +1,525 @@
+//! Add-ons through a Kubernetes upgrade: where a Cluster is, step by step, as Fleet sees it, and
+//! when an upgrade step waits for Fleet (docs/lifecycle.md).
+//!
+//! Since cluster-api v1.12 a topology Cluster upgrades in chained steps (1.32 → 1.33 → 1.34 …)
+//! and calls, in this order (`exp/topology/desiredstate/desired_state.go`
+//! `computeControlPlaneVersion`, `lifecycle_hooks.go`; `internal/controllers/topology/cluster/
+//! reconcile_state.go` `callAfterClusterUpgrade`): BeforeClusterUpgrade once (whole upgrade),
+//! then per control-plane step BeforeControlPlaneUpgrade (from, to) and AfterControlPlaneUpgrade
+//! (the version reached, the remaining `controlPlaneUpgrades`/`workersUpgrades`), around each
+//! workers step BeforeWorkersUpgrade and AfterWorkersUpgrade, and AfterClusterUpgrade at the
+//! end. v1.11 upgrades one step with BeforeClusterUpgrade, AfterControlPlaneUpgrade and
+//! AfterClusterUpgrade (non-blocking there).
+//!
+//! Each of these hooks records the step on the Fleet Cluster ([`UpgradeStep`], the annotation
+//! [`names::UPGRADE_STEP_ANNOTATION`], written by the hooks only). The import controller turns the
+//! record into labels a `clusterSelector`/`targetCustomizations` can use — the control plane's
+//! and the workers' minor and, before something moves, the minor it moves to — and into
+//! `templateValues.KubernetesVersions` ([`versions`], [`VersionView`]). Outside an upgrade the
+//! labels follow `spec.topology.version` once Cluster API has reached it
+//! ([`ClusterView::topology_settled`]), so they never run ahead of the machines.
+//!
+//! With a gate on (`spec.runtimeExtension.upgradeSteps.waitForBundlesReady`, overridable per
+//! Cluster), a hook answers "retry" until Fleet shows the step: the Fleet Cluster carries the
+//! step's labels, Fleet had [`SETTLE`] to re-target its bundles after they were applied (Fleet
+//! enqueues every bundle matching the old or the new labels on a Cluster change: rancher/fleet
+//! v0.12–v0.16 `internal/cmd/controller/reconciler/bundle_controller.go` watches; it exposes no
+//! observed generation), and every BundleDeployment of the cluster is ready for its current
+//! deployment ([`gate_bundles`]). A timeout per step and a skip annotation let an operator go on.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
+use k8s_openapi::jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::model::capi::ClusterView;
+pub use crate::model::config::{
+    DEFAULT_STEP_SETTLE as DEFAULT_SETTLE, DEFAULT_STEP_TIMEOUT as DEFAULT_TIMEOUT,
+};
+use crate::model::hook_plan::{HookOutcome, describe_bundles, not_ready_bundles};
+use crate::names;
+
+/// The `templateValues` key holding the versions (`${ .ClusterValues.KubernetesVersions… }`).
+pub const TEMPLATE_VALUES_KEY: &str = "KubernetesVersions";
+
+/// Retry interval while the Fleet Cluster does not show the step yet.
+pub const RETRY_LABELS: i32 = 5;
+
+/// Retry interval of a held step (Cluster API v1.12 does not call again before it: the hook
+/// cache of `exp/topology/desiredstate/lifecycle_hooks.go`).
+pub const RETRY_HOLD: i32 = 15;
+
+/// The upgrade hooks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpgradeHook {
+    BeforeClusterUpgrade,
+    BeforeControlPlaneUpgrade,
+    AfterControlPlaneUpgrade,
+    BeforeWorkersUpgrade,
+    AfterWorkersUpgrade,
+    AfterClusterUpgrade,
+}
+
+impl UpgradeHook {
+    pub fn name(self) -> &'static str {
+        match self {
+            UpgradeHook::BeforeClusterUpgrade => "BeforeClusterUpgrade",
+            UpgradeHook::BeforeControlPlaneUpgrade => "BeforeControlPlaneUpgrade",
+            UpgradeHook::AfterControlPlaneUpgrade => "AfterControlPlaneUpgrade",
+            UpgradeHook::BeforeWorkersUpgrade => "BeforeWorkersUpgrade",
+            UpgradeHook::AfterWorkersUpgrade => "AfterWorkersUpgrade",
+            UpgradeHook::AfterClusterUpgrade => "AfterClusterUpgrade",
+        }
+    }
+}
+
+/// The versions an upgrade hook request carries (cluster-api v1.12
+/// `api/runtime/hooks/v1alpha1/lifecyclehooks_types.go`; v1.11 has no step lists).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StepRequest {
+    /// `fromKubernetesVersion` (Before hooks).
+    pub from: Option<String>,
+    /// `toKubernetesVersion` (Before hooks).
+    pub to: Option<String>,
+    /// `kubernetesVersion` (After hooks).
+    pub version: Option<String>,
+    /// `controlPlaneUpgrades`: the control-plane steps still to come.
+    pub control_plane_upgrades: Vec<String>,
+    /// `workersUpgrades`: the workers steps still to come.
+    pub workers_upgrades: Vec<String>,
+    /// The Cluster's `spec.topology.version`.
+    pub cluster_version: Option<String>,
+}
+
+/// The upgrade step the hooks last saw, as recorded on the Fleet Cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeStep {
+    /// The hook that recorded it.
+    pub hook: String,
+    /// The version the control plane runs.
+    pub control_plane: String,
+    /// The lowest version the workers run.
+    pub workers: String,
+    /// What moves next, before it moves (`None` once nothing is left to move).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// The version the whole upgrade goes to.
+    pub cluster: String,
+    /// When this step began (RFC 3339): its gate's timeout counts from here.
+    pub since: String,
+    /// How the gate of this step let go when not by Fleet's bundles: `timeout` or `skipped`
+    /// (recorded once, with an Event).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub released: Option<String>,
+}
+
+impl UpgradeStep {
+    /// From the annotation (`None`: absent or not ours to read).
+    pub fn parse(annotation: Option<&str>) -> Option<Self> {
+        serde_json::from_str(annotation?).ok()
+    }
+
+    /// The annotation's value.
+    pub fn to_annotation(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Whether the upgrade is still under way (AfterClusterUpgrade ends it).
+    pub fn in_progress(&self) -> bool {
+        self.hook != UpgradeHook::AfterClusterUpgrade.name()
+    }
+
+    /// Same versions (the same step of the same upgrade), whichever hook saw it.
+    fn same_step(&self, other: &UpgradeStep) -> bool {
+        (
+            &self.control_plane,
+            &self.workers,
+            &self.target,
+            &self.cluster,
+        ) == (
+            &other.control_plane,
+            &other.workers,
+            &other.target,
+            &other.cluster,
+        )
+    }
+
+    /// The step a one-line message names.
+    pub fn describe(&self) -> String {
+        match &self.target {
+            Some(target) => format!(
+                "{} (control plane {}, workers {}, next {target})",
+                self.hook, self.control_plane, self.workers
+            ),
+            None => format!(
+                "{} (control plane {}, workers {})",
+                self.hook, self.control_plane, self.workers
+            ),
+        }
+    }
+}
+
+/// The step after `hook` was called with `request`, from the `previous` record. `since` is
+/// kept while the versions stay those of the previous step (a call repeated, or the same step
+/// seen by the next hook). `None` when the request lacks the versions the hook must carry.
+pub fn next_step(
+    hook: UpgradeHook,
+    request: &StepRequest,
+    previous: Option<&UpgradeStep>,
+    now: Timestamp,
+) -> Option<UpgradeStep> {
+    let previous = previous.filter(|p| p.in_progress() || hook == UpgradeHook::AfterClusterUpgrade);
+    let from = request.from.clone().filter(|v| !v.is_empty());
+    let to = request.to.clone().filter(|v| !v.is_empty());
+    let version = request.version.clone().filter(|v| !v.is_empty());
+    let cluster_of = |fallback: &str| {
+        request
+            .cluster_version
+            .clone()
+            .or_else(|| previous.map(|p| p.cluster.clone()))
+            .unwrap_or_else(|| fallback.to_string())
+    };
+    let (control_plane, workers, target, cluster) = match hook {
+        UpgradeHook::BeforeClusterUpgrade => {
+            let (from, to) = (from?, to?);
+            let first = request.control_plane_upgrades.first().cloned();
+            (from.clone(), from, Some(first.unwrap_or(to.clone())), to)
+        }
+        UpgradeHook::BeforeControlPlaneUpgrade => {
+            let (from, to) = (from?, to?);
+            let workers = previous.map_or_else(|| from.clone(), |p| p.workers.clone());
+            (from, workers, Some(to.clone()), cluster_of(&to))
+        }
+        UpgradeHook::AfterControlPlaneUpgrade => {
+            let version = version?;
+            let workers = previous.map_or_else(|| version.clone(), |p| p.workers.clone());
+            let target = request
+                .control_plane_upgrades
+                .first()
+                .or(request.workers_upgrades.first())
+                .cloned()
+                // v1.11 (no step lists): the workers follow the control plane.
+                .or_else(|| (workers != version).then(|| version.clone()));
+            (version.clone(), workers, target, cluster_of(&version))
+        }
+        UpgradeHook::BeforeWorkersUpgrade => {
+            let (from, to) = (from?, to?);
+            let control_plane = previous.map_or_else(|| to.clone(), |p| p.control_plane.clone());
+            (control_plane, from, Some(to.clone()), cluster_of(&to))
+        }
+        UpgradeHook::AfterWorkersUpgrade => {
+            let version = version?;
+            let control_plane =
+                previous.map_or_else(|| version.clone(), |p| p.control_plane.clone());
+            let target = request
+                .control_plane_upgrades
+                .first()
+                .or(request.workers_upgrades.first())
+                .cloned();
+            (control_plane, version.clone(), target, cluster_of(&version))
+        }
+        UpgradeHook::AfterClusterUpgrade => {
+            let version = version?;
+            (version.clone(), version.clone(), None, version)
+        }
+    };
+    let mut step = UpgradeStep {
+        hook: hook.name().to_string(),
+        control_plane,
+        workers,
+        target,
+        cluster,
+        since: now.to_string(),
+        released: None,
+    };
+    if let Some(previous) = previous.filter(|p| p.same_step(&step)) {
+        step.since = previous.since.clone();
+        step.released = previous.released.clone();
+    }
+    Some(step)
+}
+
+/// `1.33` of `v1.33.5` (`None` for anything else).
+pub fn minor(version: &str) -> Option<String> {
+    let mut parts = version.trim_start_matches('v').split(['.', '-', '+']);
+    let major: u64 = parts.next()?.parse().ok()?;
+    let minor: u64 = parts.next()?.parse().ok()?;
+    Some(format!("{major}.{minor}"))
+}
+
+/// The versions a Fleet Cluster shows, as minors for labels plus the step for `templateValues`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VersionView {
+    pub control_plane: Option<String>,
+    pub workers: Option<String>,
+    pub target: Option<String>,
+    /// The hook of the step under way.
+    pub step: Option<String>,
+}
+
+/// What the Fleet Cluster of `cluster` shows: `spec.topology.version` once Cluster API reached
+/// it; during an upgrade the step the hooks recorded; otherwise what it shows already (a version
+/// change Cluster API has not started on moves nothing).
+pub fn versions(
+    cluster: &ClusterView,
+    step: Option<&UpgradeStep>,
+    live_labels: &BTreeMap<String, String>,
+) -> VersionView {
+    if cluster.topology_settled
+        && let Some(version) = cluster.topology_version.as_deref().and_then(minor)
+    {
+        return VersionView {
+            control_plane: Some(version.clone()),
+            workers: Some(version),
+            target: None,
+            step: None,
+        };
+    }
+    if let Some(step) = step {
+        return of_step(step);
+    }
+    let live = |key: &str| live_labels.get(key).cloned();
+    VersionView {
+        control_plane: live(names::CONTROL_PLANE_MINOR_LABEL),
+        workers: live(names::WORKERS_MINOR_LABEL),
+        target: live(names::UPGRADE_TARGET_MINOR_LABEL),
+        step: None,
+    }
+}
+
+/// What the Fleet Cluster shows during `step`.
+pub fn of_step(step: &UpgradeStep) -> VersionView {
+    VersionView {
+        control_plane: minor(&step.control_plane),
+        workers: minor(&step.workers),
+        target: step.target.as_deref().and_then(minor),
+        step: step.in_progress().then(|| step.hook.clone()),
+    }
+}
+
+impl VersionView {
+    /// The labels, by key (`None`: the label is absent).
+    pub fn labels(&self) -> [(&'static str, Option<&String>); 3] {
+        [
+            (
+                names::CONTROL_PLANE_MINOR_LABEL,
+                self.control_plane.as_ref(),
+            ),
+            (names::WORKERS_MINOR_LABEL, self.workers.as_ref()),
+            (names::UPGRADE_TARGET_MINOR_LABEL, self.target.as_ref()),
+        ]
+    }
+
+    /// Whether `labels` (a live Fleet Cluster's) show these versions.
+    pub fn shown_by(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.labels()
+            .iter()
+            .all(|(key, value)| labels.get(*key) == *value)
+    }
+
+    /// Sets these labels in `labels` (and removes those that are absent here).
+    pub fn put_labels(&self, labels: &mut BTreeMap<String, String>) {
+        for (key, value) in self.labels() {
+            match value {
+                Some(value) => labels.insert(key.to_string(), value.clone()),
+                None => labels.remove(key),
+            };
+        }
+    }
+
+    /// `templateValues.KubernetesVersions`: every key always present (`""` when unknown), since a
+    /// template naming a missing key fails the bundle for every cluster (rancher/fleet v0.16.1
+    /// `internal/cmd/controller/target/` renders with `missingkey=error`).
+    pub fn template_value(&self) -> Value {
+        let text = |value: &Option<String>| value.clone().unwrap_or_default();
+        json!({
+            "controlPlaneMinor": text(&self.control_plane),
+            "workersMinor": text(&self.workers),
+            "targetMinor": text(&self.target),
+            "step": text(&self.step),
+        })
+    }
+}
+
+/// Puts what the Fleet Cluster of `cluster` shows (see [`versions`]) on the `desired` Fleet
+/// Cluster: the version labels and `templateValues.KubernetesVersions` (when it has
+/// `templateValues`). `live` is the Fleet Cluster as it is: its step record and its labels.
+pub fn show(desired: &mut FleetCluster, cluster: &ClusterView, live: Option<&FleetCluster>) {
+    let live_meta = live.map(|fleet| &fleet.metadata);
+    let step = UpgradeStep::parse(
+        live_meta
+            .and_then(|meta| meta.annotations.as_ref())
+            .and_then(|annotations| annotations.get(names::UPGRADE_STEP_ANNOTATION))
+            .map(String::as_str),
+    );
+    let empty = BTreeMap::new();
+    let live_labels = live_meta
+        .and_then(|meta| meta.labels.as_ref())
+        .unwrap_or(&empty);
+    let view = versions(cluster, step.as_ref(), live_labels);
+    let mut labels = desired.metadata.labels.take().unwrap_or_default();
+    view.put_labels(&mut labels);
+    desired.metadata.labels = Some(labels).filter(|labels| !labels.is_empty());
+    if let Some(values) = desired.spec.template_values.as_mut() {
+        values.insert(TEMPLATE_VALUES_KEY.to_string(), view.template_value());
+    }
+}
+
+/// How one Cluster's steps are gated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GateSettings {
+    pub wait_for_bundles: bool,
+    pub timeout: Duration,
+    pub settle: Duration,
+    /// Problems with the Cluster's annotations (ignored; the defaults apply), for messages.
+    pub problems: Vec<String>,
+}
+
+/// The gate of a Cluster: the configuration's, overridden by the Cluster's annotations.
+pub fn gate_settings(
+    wait_for_bundles: bool,
+    timeout: Duration,
+    settle: Duration,
+    annotations: &BTreeMap<String, String>,
+) -> GateSettings {
+    let mut settings = GateSettings {
+        wait_for_bundles,
+        timeout,
+        settle,
+        problems: Vec::new(),
+    };
+    if let Some(value) = annotations.get(names::WAIT_FOR_BUNDLES_ANNOTATION) {
+        match value.as_str() {
+            "true" => settings.wait_for_bundles = true,
+            "false" => settings.wait_for_bundles = false,
+            other => settings.problems.push(format!(
+                "annotation {}: {other:?} is not true or false",
+                names::WAIT_FOR_BUNDLES_ANNOTATION
+            )),
+        }
+    }
+    if let Some(value) = annotations.get(names::UPGRADE_GATE_TIMEOUT_ANNOTATION) {
+        match crate::api::duration::parse_duration(value) {
+            Ok(timeout) => settings.timeout = timeout,
+            Err(err) => settings.problems.push(format!(
+                "annotation {}: {err}",
+                names::UPGRADE_GATE_TIMEOUT_ANNOTATION
+            )),
+        }
+    }
+    settings
+}
+
+/// A gate's answer, and how it let go when not by Fleet (to record once, with an Event).
+#[derive(Clone, Debug, PartialEq)]
+pub struct GateAnswer {
+    pub outcome: HookOutcome,
+    pub released: Option<&'static str>,
+}
+
+impl GateAnswer {
+    fn plain(outcome: HookOutcome) -> Self {
+        GateAnswer {
+            outcome,
+            released: None,
+        }
+    }
+}
+
+/// The gate before Fleet's bundles are looked at: `Err` is the answer (proceed, or hold until
+/// the Fleet Cluster shows the step and Fleet had time to re-target); `Ok` means the bundles
+/// decide ([`gate_bundles`]). `applied_at` is when the import controller last applied the Fleet
+/// Cluster (its `managedFields` entry).
+pub fn gate_before_bundles(
+    step: &UpgradeStep,
+    settings: &GateSettings,
+    skip: Option<&str>,
+    shown: bool,
+    applied_at: Option<Timestamp>,
+    now: Timestamp,
+) -> Result<(), GateAnswer> {
+    let what = step.describe();
+    let notes = if settings.problems.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", settings.problems.join("; "))
+    };
+    if !settings.wait_for_bundles {
+        return Err(GateAnswer::plain(HookOutcome::success(format!(
+            "Fleet is told of {what}; not waiting for its bundles{notes}"
+        ))));
+    }
+    if let Some(how) = &step.released {
+        return Err(GateAnswer::plain(HookOutcome::success(format!(
+            "the gate of {what} was released ({how})"
+        ))));
+    }
+    let step_version = step.target.as_deref().unwrap_or(&step.control_plane);
+    if let Some(skip) = skip.map(str::trim)
+        && (skip == "all" || skip == step_version)
+    {
+        return Err(GateAnswer {
+            outcome: HookOutcome::success(format!(
+                "the gate of {what} is skipped by annotation {}",
+                names::SKIP_UPGRADE_GATE_ANNOTATION
+            )),
+            released: Some("skipped"),
+        });
+    }
+    let since = step.since.parse::<Timestamp>().unwrap_or(now);
+    let elapsed = now.duration_since(since).unsigned_abs();
+    if elapsed >= settings.timeout {
+        return Err(GateAnswer {
+            outcome: HookOutcome::success(format!(
+                "the gate of {what} timed out after {:?}; going on without Fleet's bundles",
+                settings.timeout
+            )),
+            released: Some("timeout"),
+        });
+    }
+    if !shown {
+        return Err(GateAnswer::plain(HookOutcome::retry(
+            RETRY_LABELS,
+            format!("waiting for the Fleet Cluster to show {what}{notes}"),
+        )));
+    }
+    let settled_at = applied_at.unwrap_or(since).max(since);
+    let waited = now.duration_since(settled_at).unsigned_abs();
+    if waited < settings.settle {
+        let left = (settings.settle - waited).as_secs().max(1);
+        return Err(GateAnswer::plain(HookOutcome::retry(
+            i32::try_from(left).unwrap_or(RETRY_LABELS),
+            format!("giving Fleet {left}s to re-target its bundles for {what}"),
+        )));
+    }
+    Ok(())
+}
+
+/// The gate from the live BundleDeployments of the Cluster: proceed when every one is ready for
+/// its current deployment (Fleet's rule, [`crate::model::hook_plan::bundle_state`]), otherwise
+/// hold naming those that are not.
+pub fn gate_bundles(step: &UpgradeStep, fleet_cluster: &str, deployments: &[Value]) -> HookOutcome {
+    let not_ready = not_ready_bundles(deployments);
+    let what = step.describe();
+    if not_ready.is_empty() {
+        return HookOutcome::success(format!(
+            "all {} Fleet bundles of Fleet Cluster {fleet_cluster} are ready for {what}",
+            deployments.len()
+        ));
+    }
+    HookOutcome::retry(
+        RETRY_HOLD,
+        format!(
+            "holding {what} until the Fleet bundles of Fleet Cluster {fleet_cluster} are ready: {}",
+            describe_bundles(&not_ready)
+        ),
+    )
+}
+
+#[cfg(test)]
+#[path = "upgrade_steps_tests.rs"]
+mod tests;
