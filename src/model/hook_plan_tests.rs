@@ -346,6 +346,34 @@ fn fleet_agent_defaults_and_the_chart_version() {
     );
 }
 
+/// Fleet 0.11's agent is not rendered: Success naming the version (issue #29, defect 8: the
+/// hook retried forever); 0.12 and later go on; a version that is not semantic waits.
+#[test]
+fn an_unsupported_fleet_is_answered_with_success_naming_it() {
+    let c = cluster(json!({}));
+    let location = |version: &str| ChartLocation {
+        repository: "https://charts.example.com/".into(),
+        version: version.into(),
+    };
+    match supported_fleet(&c, &location("0.11.14")) {
+        Err(HookOutcome::Success { message }) => {
+            assert!(
+                message.contains("Fleet 0.11.14") && message.contains("0.12"),
+                "{message}"
+            );
+            assert!(message.contains("team-a/c1"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    for version in ["0.12.0", "0.13.1", "0.16.1", "0.17.0-rc.1"] {
+        assert!(supported_fleet(&c, &location(version)).is_ok(), "{version}");
+    }
+    assert!(matches!(
+        supported_fleet(&c, &location("latest")),
+        Err(HookOutcome::Retry { .. })
+    ));
+}
+
 #[test]
 fn the_bootstrap_secret_is_labelled_and_owned_by_the_cluster() {
     let c = cluster(json!({}));
