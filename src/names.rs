@@ -188,6 +188,59 @@ pub const FLEET_READY_CONDITION: &str = "FleetReady";
 /// never overwrite each other).
 pub const HEALTH_FIELD_MANAGER: &str = "addon-provider-fleet-health";
 
+/// Condition type this provider sets on a CAPI Cluster being deleted while the runtime extension
+/// removes its Fleet workloads first (BeforeClusterDelete, `docs/lifecycle.md`): False with the
+/// progress while they are removed, True once they are gone.
+pub const WORKLOADS_REMOVED_CONDITION: &str = "FleetWorkloadsRemoved";
+
+/// Field manager of the [`WORKLOADS_REMOVED_CONDITION`] condition (server-side apply on the
+/// Cluster's status subresource, owning only that list item, as [`HEALTH_FIELD_MANAGER`] does
+/// for `FleetReady`).
+pub const TEARDOWN_FIELD_MANAGER: &str = "addon-provider-fleet-teardown";
+
+/// Label on a Fleet Cluster whose workloads are being removed before its CAPI Cluster is
+/// deleted (value `"true"`). Written by BeforeClusterDelete when the removal starts, and kept by
+/// the import controller; bundle authors read it in `targetCustomizations` (`doNotDeploy: true`)
+/// for bundles that target the cluster by name or by an empty selector.
+pub const TEARDOWN_LABEL: &str = "fleet.addons.cluster.x-k8s.io/teardown";
+
+/// Annotation on a Fleet Cluster being torn down: how many BundleDeployments (the agent's left
+/// out) it had when the removal started, for the progress messages. Written by
+/// BeforeClusterDelete together with [`TEARDOWN_LABEL`].
+pub const TEARDOWN_BUNDLES_ANNOTATION: &str = "fleet.addons.cluster.x-k8s.io/teardown-bundles";
+
+/// Annotation on a Fleet Cluster being torn down: when BeforeClusterDelete first saw none of its
+/// BundleDeployments left (RFC 3339). A workload cluster that cannot be reached is given a
+/// settle period from then; on the Fleet Cluster it survives a restart of the provider.
+pub const TEARDOWN_BUNDLES_GONE_ANNOTATION: &str =
+    "fleet.addons.cluster.x-k8s.io/teardown-bundles-gone";
+
+/// Label on a Fleet Bundle (fleet.yaml `labels`, a HelmOp's `spec.labels`; Fleet copies a
+/// Bundle's labels to its BundleDeployments except keys containing `cattle.io/`: rancher/fleet
+/// v0.16.1 `internal/cmd/controller/target/target.go` `BundleDeploymentLabels` with
+/// rancher/wrangler v3.7.0 `pkg/yaml/yaml.go` `CleanAnnotationsForExport`): `"true"` keeps the bundle on a cluster whose workloads are
+/// removed before deletion, and BeforeClusterDelete does not wait for it. For the add-ons that
+/// release what the others held (a cloud controller manager releases load balancers, a CSI
+/// driver volumes); the bundle must also keep targeting the cluster, e.g. with a target on
+/// [`TEARDOWN_LABEL`].
+pub const KEEP_DURING_TEARDOWN_LABEL: &str = "fleet.addons.cluster.x-k8s.io/keep-during-teardown";
+
+/// Annotation on a CAPI Cluster: `"true"` or `"false"` overrides
+/// `spec.runtimeExtension.beforeClusterDelete.removeWorkloads` for this Cluster.
+pub const REMOVE_WORKLOADS_ANNOTATION: &str =
+    "fleet.addons.cluster.x-k8s.io/remove-workloads-before-delete";
+
+/// Annotation on a CAPI Cluster: `"true"` lets its deletion proceed without waiting for its
+/// Fleet workloads to be removed (the operator's escape hatch; effective at the next call).
+pub const SKIP_WORKLOAD_REMOVAL_ANNOTATION: &str =
+    "fleet.addons.cluster.x-k8s.io/skip-workload-removal";
+
+/// Cluster API's annotation on a deleting Cluster once BeforeClusterDelete answered without a
+/// retry (kubernetes-sigs/cluster-api v1.11.0 `api/runtime/v1beta2/extensionconfig_types.go`
+/// `OkToDeleteAnnotation`, read by `internal/hooks/tracking.go` `IsOkToDelete`): from then on
+/// the hook is not called again and Cluster API deletes the Cluster's objects.
+pub const CAPI_OK_TO_DELETE_ANNOTATION: &str = "runtime.cluster.x-k8s.io/ok-to-delete";
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -613,6 +613,8 @@ async fn outages_and_bad_configuration_never_fail_a_cluster() {
     sandbox.shutdown().await;
     for cluster in [&plain, &disabled] {
         assert_success(&call_with(&ctx, Hook::BeforeClusterCreate, cluster).await);
+        // Defect 9 of issue #29: nothing of ours to clean up, so no error of ours holds it.
+        assert_success(&call_with(&ctx, Hook::BeforeClusterDelete, cluster).await);
     }
     for hook in [
         Hook::BeforeClusterCreate,
@@ -632,6 +634,45 @@ async fn outages_and_bad_configuration_never_fail_a_cluster() {
             assert!(retry_after(&response) > 0, "{hook:?}: {response:?}");
         }
     }
+}
+
+/// Defect 9 of issue #29: BeforeClusterDelete answers a Cluster the hooks prepared nothing for
+/// (its class does not use the bootstrap, or disables it; its workloads are not removed first)
+/// from the request alone, without one request to the API server; a Cluster whose class uses
+/// the bootstrap is cleaned up as before.
+#[tokio::test]
+async fn before_cluster_delete_reads_nothing_for_clusters_it_prepared_nothing_for() {
+    let env = Env::start(Some("cluster: {}")).await;
+    let plain = env.plain_cluster("plain").await;
+    let mut disabled = env
+        .capi_cluster("disabled", json!({}), "fleet-class", true)
+        .await;
+    disabled["spec"]["topology"]["variables"] =
+        json!([{"name": "fleetAgent", "value": {"enabled": false}}]);
+    let enabled = env
+        .capi_cluster("enabled", json!({}), "fleet-class", false)
+        .await;
+    for cluster in [&plain, &disabled] {
+        env.sandbox.requests().reset();
+        let answer = env.call(Hook::BeforeClusterDelete, cluster).await;
+        assert_success(&answer);
+        assert!(
+            answer.message.starts_with("nothing to clean up"),
+            "{answer:?}"
+        );
+        assert_eq!(
+            env.sandbox.requests().count(|_| true),
+            0,
+            "{:?}",
+            env.sandbox.requests().all()
+        );
+    }
+    env.sandbox.requests().reset();
+    assert_success(&env.call(Hook::BeforeClusterDelete, &enabled).await);
+    assert!(
+        env.sandbox.requests().count(|_| true) > 0,
+        "the bootstrap's objects are looked for"
+    );
 }
 
 /// A Cluster created before its class used the bootstrap (it never went through

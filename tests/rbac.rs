@@ -581,7 +581,7 @@ async fn hooks_scenario(rbac: Vec<Value>) -> Vec<RequestRecord> {
     h.flags.helm_binary = fleet_common::helm_bin().display().to_string();
     h.config(&format!(
         "cluster: {{agentInitiated: true, setOwnerReferences: true}}\n\
-         runtimeExtension: {{beforeClusterUpgrade: {{waitForBundlesReady: true}}, agentChartRepository: \"{}\"}}",
+         runtimeExtension: {{beforeClusterUpgrade: {{waitForBundlesReady: true}}, beforeClusterDelete: {{removeWorkloads: true}}, agentChartRepository: \"{}\"}}",
         charts.url()
     ))
     .await;
@@ -783,6 +783,91 @@ async fn hooks_scenario(rbac: Vec<Value>) -> Vec<RequestRecord> {
     .expect("registered");
     call(Hook::BeforeClusterUpgrade).await;
     call(Hook::BeforeClusterDelete).await;
+
+    // Teardown before deletion (docs/lifecycle.md): the agent checked in (the Fleet Cluster the
+    // call above deleted was created again by the import controller), a bundle targets the
+    // cluster by name; the Cluster is deleted. The first call marks the Fleet Cluster and
+    // writes the condition and an Event; once the import controller drained it, the next call
+    // reads the Bundle to say why it is still there.
+    let fleet_clusters: Api<DynamicObject> = Api::namespaced_with(
+        h.client.clone(),
+        "team-a",
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "fleet.cattle.io",
+            "v1alpha1",
+            "Cluster",
+        )),
+    );
+    eventually(
+        "the import controller created the Fleet Cluster again",
+        || async { fleet_clusters.get_opt("c1").await.expect("get").map(|_| ()) },
+    )
+    .await;
+    fleet_clusters
+        .patch_status(
+            "c1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"namespace": "cluster-team-a-c1",
+                "agent": {"lastSeen": "2026-11-23T10:00:00Z"}}})),
+        )
+        .await
+        .expect("agent checked in");
+    let fleet_api = |kind: &str, ns: &str| -> Api<DynamicObject> {
+        Api::namespaced_with(
+            h.client.clone(),
+            ns,
+            &ApiResource::from_gvk(&GroupVersionKind::gvk("fleet.cattle.io", "v1alpha1", kind)),
+        )
+    };
+    let bundle: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "Bundle",
+        "metadata": {"name": "backup", "namespace": "team-a"},
+        "spec": {"targets": [{"clusterName": "c1"}]}}))
+    .expect("bundle");
+    fleet_api("Bundle", "team-a")
+        .create(&PostParams::default(), &bundle)
+        .await
+        .expect("bundle");
+    let deployment: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "BundleDeployment",
+        "metadata": {"name": "backup", "namespace": "cluster-team-a-c1", "labels": {
+            "fleet.cattle.io/bundle-name": "backup", "fleet.cattle.io/bundle-namespace": "team-a"}},
+        "spec": {}}))
+    .expect("bundle deployment");
+    fleet_api("BundleDeployment", "cluster-team-a-c1")
+        .create(&PostParams::default(), &deployment)
+        .await
+        .expect("bundle deployment");
+    h.delete_cluster("team-a", "c1").await;
+    let deleting = |cluster: &Value| {
+        let mut cluster = cluster.clone();
+        cluster["metadata"]["deletionTimestamp"] = json!("2099-01-01T00:00:00Z");
+        let body = serde_json::to_vec(&json!({
+            "apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1",
+            "kind": "BeforeClusterDeleteRequest", "settings": {}, "cluster": cluster,
+        }))
+        .expect("json");
+        let ctx = manager.hooks.clone();
+        async move { handlers::handle(&ctx, Hook::BeforeClusterDelete, &body).await }
+    };
+    let started = deleting(&cluster).await;
+    assert!(
+        started.message.contains("removing Fleet workloads"),
+        "{started:?}"
+    );
+    eventually("the import controller drains the Fleet Cluster", || async {
+        let fleet = fleet_clusters.get("c1").await.expect("Fleet Cluster");
+        let labels = fleet.metadata.labels.unwrap_or_default();
+        (labels.contains_key(names::TEARDOWN_LABEL)
+            && !labels.contains_key(names::CLUSTERCLASS_NAME_LABEL))
+        .then_some(())
+    })
+    .await;
+    let explained = deleting(&cluster).await;
+    assert!(
+        explained.message.contains("targets this cluster by name"),
+        "{explained:?}"
+    );
     h.stop().await;
     h.sandbox.requests().all()
 }

@@ -77,6 +77,10 @@ pub struct RuntimeExtensionConfig {
     /// says. Added by this provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade_steps: Option<UpgradeStepsConfig>,
+    /// The BeforeClusterDelete hook: remove a Cluster's Fleet workloads before Cluster API
+    /// deletes its infrastructure (docs/lifecycle.md). Added by this provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_cluster_delete: Option<BeforeClusterDeleteConfig>,
 
     /// Chart repository holding Fleet's `fleet-agent` chart, rendered into the agent bootstrap
     /// of new clusters at the installed Fleet version: `https://…` or `oci://…` (plain
@@ -121,6 +125,29 @@ pub struct UpgradeStepsConfig {
     /// Default: `10s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settle: Option<String>,
+}
+
+/// BeforeClusterDelete settings.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BeforeClusterDeleteConfig {
+    /// Before Cluster API deletes a Cluster's infrastructure, remove the workloads Fleet deployed
+    /// to it (load balancers and volumes they created would otherwise leak): the Cluster's Fleet
+    /// Cluster loses the labels bundles select it by and gains
+    /// `fleet.addons.cluster.x-k8s.io/teardown: "true"`, Fleet removes the BundleDeployments
+    /// that no longer target it and its agent uninstalls them, and the deletion waits (at most
+    /// `timeout`) until they are gone. The Cluster annotation
+    /// `fleet.addons.cluster.x-k8s.io/remove-workloads-before-delete` (`"true"`/`"false"`)
+    /// overrides this per Cluster. Default: false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remove_workloads: Option<bool>,
+
+    /// How long after a Cluster's deletion started its deletion may wait for its Fleet
+    /// workloads to be removed (Go duration, e.g. `30m`, `1h`); then it proceeds anyway, with a
+    /// Warning Event. Default: `30m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    pub timeout: Option<String>,
 }
 
 /// ClusterClass → ClusterGroup settings.

@@ -8,7 +8,8 @@
 //!   without a request to the API server at steady state;
 //! - [`tls`]: the serving certificate, reloaded when cert-manager rotates it;
 //! - [`limits`]: the body budget, body reader and idle tracking that bound memory under abuse;
-//! - [`server`]: routing, limits, timeouts, metrics.
+//! - [`server`]: routing, limits, timeouts, metrics;
+//! - [`workload_cluster`]: what BeforeClusterDelete asks a workload cluster during a teardown.
 
 pub mod bootstrap_secrets;
 pub mod cluster;
@@ -18,3 +19,4 @@ pub mod limits;
 pub mod server;
 pub mod tls;
 pub mod types;
+pub mod workload_cluster;

@@ -79,6 +79,8 @@ pub struct ClusterView {
     pub annotations: StringMap,
     pub finalizers: Vec<String>,
     pub deleting: bool,
+    /// `metadata.deletionTimestamp`, when it is set and reads as a time.
+    pub deleted_at: Option<k8s_openapi::jiff::Timestamp>,
     /// `spec.paused` or the `cluster.x-k8s.io/paused` annotation.
     pub paused: bool,
     /// `status.initialization.controlPlaneInitialized` (`v1beta2`).
@@ -178,6 +180,10 @@ impl ClusterView {
             labels: string_map(metadata.get("labels")),
             finalizers: finalizers(metadata),
             deleting: is_deleting(metadata),
+            deleted_at: metadata
+                .get("deletionTimestamp")
+                .and_then(Value::as_str)
+                .and_then(|time| time.parse().ok()),
             paused: spec.get("paused").and_then(Value::as_bool) == Some(true)
                 || annotations.contains_key(names::CAPI_PAUSED_ANNOTATION),
             control_plane_initialized: status
@@ -484,6 +490,72 @@ fn finalizers(metadata: &Value) -> Vec<String> {
         .collect()
 }
 
+/// One condition of a Cluster's `status.conditions` (Cluster API v1beta2 shape:
+/// `api/core/v1beta2/cluster_types.go`, a list map keyed by `type`), as this provider writes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Condition<'a> {
+    pub type_: &'a str,
+    /// `True` (else `False`).
+    pub status: bool,
+    pub reason: &'a str,
+    pub message: &'a str,
+}
+
+/// The condition of type `type_` in a Cluster's `status`, if any.
+pub fn live_condition<'a>(status: Option<&'a Value>, type_: &str) -> Option<&'a Value> {
+    status?
+        .get("conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some(type_))
+}
+
+/// The condition to apply, or `None` when the live one already says exactly this (same status,
+/// reason, message and observedGeneration). `lastTransitionTime` is kept while the status stays
+/// the same, and is `now` when it changes.
+pub fn condition_to_apply(
+    live: Option<&Value>,
+    wanted: &Condition<'_>,
+    generation: Option<i64>,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Option<Value> {
+    let status = if wanted.status { "True" } else { "False" };
+    let field = |name: &str| live.and_then(|c| c.get(name));
+    let live_status = field("status").and_then(Value::as_str);
+    let unchanged = live_status == Some(status)
+        && field("reason").and_then(Value::as_str) == Some(wanted.reason)
+        && field("message").and_then(Value::as_str) == Some(wanted.message)
+        && field("observedGeneration").and_then(Value::as_i64) == generation;
+    if unchanged {
+        return None;
+    }
+    let transition = match field("lastTransitionTime").and_then(Value::as_str) {
+        Some(time) if live_status == Some(status) => time.to_string(),
+        _ => now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    };
+    let mut condition = serde_json::json!({
+        "type": wanted.type_,
+        "status": status,
+        "reason": wanted.reason,
+        "message": wanted.message,
+        "lastTransitionTime": transition,
+    });
+    if let Some(generation) = generation {
+        condition["observedGeneration"] = serde_json::json!(generation);
+    }
+    Some(condition)
+}
+
+/// Whether writing a condition of status `status` changes the live one's status (an Event is
+/// due): a new condition changes it only when it is True.
+pub fn status_changes(live: Option<&Value>, status: bool) -> bool {
+    let wanted = if status { "True" } else { "False" };
+    match live.and_then(|c| c.get("status")).and_then(Value::as_str) {
+        Some(live) => live != wanted,
+        None => status,
+    }
+}
+
 fn is_deleting(metadata: &Value) -> bool {
     metadata
         .get("deletionTimestamp")
@@ -762,6 +834,10 @@ mod tests {
         }});
         let view = ClusterView::from_json(&cluster).expect("view");
         assert!(view.paused && view.deleting);
+        assert_eq!(
+            view.deleted_at.map(|t| t.to_string()),
+            Some("2026-01-01T00:00:00Z".to_string())
+        );
         assert!(view.class.is_none() && view.control_plane_ref.is_none());
         assert!(ClusterView::from_json(&json!({"metadata": {"name": "x"}})).is_none());
     }

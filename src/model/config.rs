@@ -13,7 +13,10 @@ use std::time::Duration;
 use fleet_api_rs::fleet_cluster::{ClusterAgentEnvVars, ClusterAgentTolerations};
 use k8s_openapi::api::core::v1::ObjectReference;
 
-use crate::api::{ClusterConfig, FleetAddonConfig, FleetAddonConfigSpec, FleetInstall, Server};
+use crate::api::{
+    BeforeClusterDeleteConfig, ClusterConfig, FleetAddonConfig, FleetAddonConfigSpec, FleetInstall,
+    Server,
+};
 use crate::model::selection::{AgentInitiated, ClusterSelection};
 use crate::model::validation::{FieldError, validate};
 use crate::model::version::ChartVersion;
@@ -102,6 +105,9 @@ pub struct RuntimeExtensionSettings {
     pub step_timeout: Duration,
     /// How long Fleet gets to re-target after a step's labels were applied.
     pub step_settle: Duration,
+    /// BeforeClusterDelete removes a Cluster's Fleet workloads first
+    /// (`spec.runtimeExtension.beforeClusterDelete`; [`crate::model::teardown`]).
+    pub teardown: TeardownSettings,
     /// Where Fleet's `fleet-agent` chart comes from, if set (`spec.runtimeExtension.
     /// agentChartRepository`); see [`EffectiveConfig::agent_chart_repository`].
     pub agent_chart_repository: Option<String>,
@@ -121,10 +127,38 @@ impl Default for RuntimeExtensionSettings {
             step_wait_for_bundles_ready: false,
             step_timeout: DEFAULT_STEP_TIMEOUT,
             step_settle: DEFAULT_STEP_SETTLE,
+            teardown: TeardownSettings::default(),
             agent_chart_repository: None,
         }
     }
 }
+
+/// `spec.runtimeExtension.beforeClusterDelete`: whether a deleting Cluster's Fleet workloads
+/// are removed before Cluster API deletes its infrastructure, and for how long its deletion may
+/// wait for that.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TeardownSettings {
+    /// `removeWorkloads` (default false); a Cluster's annotation overrides it.
+    pub remove_workloads: bool,
+    /// `timeout` (default [`DEFAULT_TEARDOWN_TIMEOUT`]), counted from the Cluster's
+    /// `metadata.deletionTimestamp`.
+    pub timeout: Duration,
+}
+
+impl Default for TeardownSettings {
+    fn default() -> Self {
+        Self {
+            remove_workloads: false,
+            timeout: DEFAULT_TEARDOWN_TIMEOUT,
+        }
+    }
+}
+
+/// Default of `spec.runtimeExtension.beforeClusterDelete.timeout`: long enough for Fleet to
+/// remove the BundleDeployments (one controller reconcile each) and for a cloud to release
+/// load balancers and volumes (minutes), short enough that a stuck removal does not keep a
+/// deleted Cluster's machines for long.
+pub const DEFAULT_TEARDOWN_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// How ClusterClasses become ClusterGroups.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -290,6 +324,11 @@ impl EffectiveConfig {
                     .and_then(|u| u.settle.as_deref())
                     .and_then(|t| crate::api::duration::parse_duration(t).ok())
                     .unwrap_or(DEFAULT_STEP_SETTLE),
+                teardown: teardown_settings(
+                    spec.runtime_extension
+                        .as_ref()
+                        .and_then(|r| r.before_cluster_delete.as_ref()),
+                ),
                 agent_chart_repository: spec
                     .runtime_extension
                     .as_ref()
@@ -319,6 +358,19 @@ impl EffectiveConfig {
                     .strip_prefix(prefix)
                     .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('['))
         })
+    }
+}
+
+/// `spec.runtimeExtension.beforeClusterDelete`; an unparseable or zero `timeout` is reported by
+/// validation and the default applies.
+fn teardown_settings(config: Option<&BeforeClusterDeleteConfig>) -> TeardownSettings {
+    TeardownSettings {
+        remove_workloads: config.and_then(|c| c.remove_workloads).unwrap_or(false),
+        timeout: config
+            .and_then(|c| c.timeout.as_deref())
+            .and_then(|text| crate::api::duration::parse_duration(text).ok())
+            .filter(|d| !d.is_zero())
+            .unwrap_or(DEFAULT_TEARDOWN_TIMEOUT),
     }
 }
 
@@ -799,6 +851,64 @@ clusterClass: {patchResource: true}
                 config.problems
             );
             (row.check)(&config);
+        }
+    }
+
+    #[test]
+    fn teardown_is_off_unless_enabled_and_its_timeout_defaults_to_30m() {
+        let thirty = Duration::from_secs(30 * 60);
+        let rows = [
+            ("object absent", None, false, thirty),
+            ("no runtimeExtension", Some("{}"), false, thirty),
+            (
+                "empty section",
+                Some("runtimeExtension: {beforeClusterDelete: {}}"),
+                false,
+                thirty,
+            ),
+            (
+                "on",
+                Some("runtimeExtension: {beforeClusterDelete: {removeWorkloads: true}}"),
+                true,
+                thirty,
+            ),
+            (
+                "on with a timeout",
+                Some(
+                    "runtimeExtension: {beforeClusterDelete: {removeWorkloads: true, timeout: 1h30m}}",
+                ),
+                true,
+                Duration::from_secs(90 * 60),
+            ),
+            (
+                "an unparseable timeout is reported and the default applies",
+                Some(
+                    "runtimeExtension: {beforeClusterDelete: {removeWorkloads: true, timeout: soon}}",
+                ),
+                true,
+                thirty,
+            ),
+            (
+                "a zero timeout is reported and the default applies",
+                Some(
+                    "runtimeExtension: {beforeClusterDelete: {removeWorkloads: true, timeout: 0s}}",
+                ),
+                true,
+                thirty,
+            ),
+        ];
+        for (name, yaml, on, timeout) in rows {
+            let config = match yaml {
+                None => EffectiveConfig::default(),
+                Some(yaml) => EffectiveConfig::from_spec(&spec(yaml)),
+            };
+            let teardown = &config.runtime_extension.teardown;
+            assert_eq!(teardown.remove_workloads, on, "{name}");
+            assert_eq!(teardown.timeout, timeout, "{name}");
+            let reported = config
+                .problems_under("spec.runtimeExtension.beforeClusterDelete.timeout")
+                .count();
+            assert_eq!(reported, usize::from(name.contains("reported")), "{name}");
         }
     }
 

@@ -29,9 +29,9 @@ use std::time::Duration;
 
 use fleet_api_rs::fleet_cluster::{Cluster as FleetCluster, ClusterStatus};
 use k8s_openapi::jiff::Timestamp;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::model::capi::ClusterView;
+use crate::model::capi::{self, ClusterView};
 use crate::model::config::EffectiveConfig;
 use crate::model::import::Decision;
 use crate::names;
@@ -163,9 +163,11 @@ pub fn desired(
         return Desired::Keep;
     }
     match decision {
-        Decision::Paused { .. } | Decision::Hold | Decision::Cleanup | Decision::Moved => {
-            Desired::Keep
-        }
+        Decision::Paused { .. }
+        | Decision::Hold
+        | Decision::Cleanup
+        | Decision::Teardown { .. }
+        | Decision::Moved => Desired::Keep,
         Decision::Release { .. } | Decision::Ignore => Desired::Remove,
         Decision::Wait | Decision::Import { .. } => {
             let enabled = config
@@ -366,13 +368,9 @@ fn bundles(status: Option<&ClusterStatus>) -> Health {
     }
 }
 
-/// Our condition in a Cluster's `status` (`status.conditions[type=FleetReady]`).
+/// The live `FleetReady` condition in a Cluster's `status`, if any.
 pub fn live_condition(status: Option<&Value>) -> Option<&Value> {
-    status?
-        .get("conditions")?
-        .as_array()?
-        .iter()
-        .find(|c| c.get("type").and_then(Value::as_str) == Some(CONDITION_TYPE))
+    capi::live_condition(status, CONDITION_TYPE)
 }
 
 /// The condition to apply, or `None` when the live one already says exactly this (same status,
@@ -384,42 +382,23 @@ pub fn condition_to_apply(
     generation: Option<i64>,
     now: Timestamp,
 ) -> Option<Value> {
-    let status = if health.ready { "True" } else { "False" };
-    let field = |name: &str| live.and_then(|c| c.get(name));
-    let live_status = field("status").and_then(Value::as_str);
-    let unchanged = live_status == Some(status)
-        && field("reason").and_then(Value::as_str) == Some(health.reason)
-        && field("message").and_then(Value::as_str) == Some(health.message.as_str())
-        && field("observedGeneration").and_then(Value::as_i64) == generation;
-    if unchanged {
-        return None;
-    }
-    let transition = match field("lastTransitionTime").and_then(Value::as_str) {
-        Some(time) if live_status == Some(status) => time.to_string(),
-        _ => now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-    };
-    let mut condition = json!({
-        "type": CONDITION_TYPE,
-        "status": status,
-        "reason": health.reason,
-        "message": health.message,
-        "lastTransitionTime": transition,
-    });
-    if let Some(generation) = generation {
-        condition["observedGeneration"] = json!(generation);
-    }
-    Some(condition)
+    capi::condition_to_apply(
+        live,
+        &capi::Condition {
+            type_: CONDITION_TYPE,
+            status: health.ready,
+            reason: health.reason,
+            message: &health.message,
+        },
+        generation,
+        now,
+    )
 }
 
-/// Whether writing `health` is worth an Event: the condition's status changes, or it appears
-/// True. (A new Cluster's first, False, condition is not news: it would double the requests of
-/// an import.)
+/// Whether writing `health` changes the condition's status (an Event is due): a new condition
+/// changes it only when it is True.
 pub fn status_changes(live: Option<&Value>, health: &Health) -> bool {
-    let status = if health.ready { "True" } else { "False" };
-    match live.and_then(|c| c.get("status")).and_then(Value::as_str) {
-        Some(live) => live != status,
-        None => health.ready,
-    }
+    capi::status_changes(live, health.ready)
 }
 
 /// `text` cut to at most `max` characters (on a character boundary), marked with `…`.
@@ -464,6 +443,7 @@ mod one_line_tests {
 mod tests {
     use super::*;
     use crate::api::FleetAddonConfigSpec;
+    use serde_json::json;
 
     fn status(yaml: &str) -> ClusterStatus {
         serde_yaml::from_str(yaml).expect("fixture is a Fleet ClusterStatus")

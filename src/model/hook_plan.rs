@@ -27,7 +27,9 @@ use crate::model::config::{ClusterImport, EffectiveConfig};
 use crate::model::fleet;
 use crate::model::fleet_agent_bundle::{FleetVersion, OLDEST_SUPPORTED};
 use crate::model::selection::{ClusterFacts, WatchScope};
+use crate::model::teardown::{self, Mode};
 use crate::names;
+use k8s_openapi::jiff::Timestamp;
 
 /// Retry interval while Fleet issues the token or writes its Secret.
 pub const RETRY_FLEET: i32 = 5;
@@ -504,6 +506,95 @@ pub fn deletes_fleet_cluster(cluster: &ClusterView, fleet_cluster: &FleetCluster
             .any(|owner| owner.uid == cluster.uid);
     let prepared = fleet::prepared_by_runtime_extension(Some(&fleet_cluster.metadata));
     fleet_cluster.metadata.deletion_timestamp.is_none() && (owned || prepared)
+}
+
+/// How BeforeClusterDelete goes on for a Cluster, decided from the request alone (its
+/// annotations and `deletionTimestamp`: [`teardown::mode`]; its `fleetAgent` variable) and the
+/// hooks' view of the bootstrap Secrets.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DeleteStart {
+    /// Answer without a request to the API server.
+    Answer(HookOutcome),
+    /// Delete what the hooks prepared (bootstrap Secret, token, the Fleet Cluster when ours)
+    /// and proceed. `hold_on_error`: an error of ours answers "retry" (only for a Cluster the
+    /// hooks may have prepared something for; for any other it answers Success).
+    Cleanup { hold_on_error: bool },
+    /// The removal was skipped or timed out: say so (condition, Warning Event), then as
+    /// [`DeleteStart::Cleanup`].
+    TeardownEnded { hold_on_error: bool },
+    /// Remove the Cluster's Fleet workloads first, until `deadline`.
+    Teardown { deadline: Timestamp },
+}
+
+/// The start of BeforeClusterDelete (defect 9 of issue #29: Cluster API's `FailurePolicy
+/// Ignore` covers only transport errors — kubernetes-sigs/cluster-api v1.11.0
+/// `internal/runtime/client/client.go` `CallExtension` ignores `errCallingExtensionHandler`
+/// only — so a "retry" answer always holds the deletion, and must only come for Clusters this
+/// provider has something to do for). The hooks prepared something only for a Cluster whose
+/// control plane uses the agent bootstrap (`fleetAgent` enabled) or whose bootstrap Secret is
+/// known to exist; what the import controller created for any other (Fleet Cluster, token) it
+/// removes itself, or the garbage collector does with the Cluster.
+pub fn delete_start(
+    mode: &Mode,
+    fleet_agent: FleetAgentSetting,
+    secret_known_present: bool,
+) -> DeleteStart {
+    let prepared = prepared_by_hooks(fleet_agent, secret_known_present);
+    match mode {
+        Mode::Unknown => DeleteStart::Answer(config_not_read()),
+        Mode::On { deadline } => DeleteStart::Teardown {
+            deadline: *deadline,
+        },
+        Mode::Skipped | Mode::Expired { .. } => DeleteStart::TeardownEnded {
+            hold_on_error: prepared,
+        },
+        Mode::Off | Mode::NotDeleting if prepared => DeleteStart::Cleanup {
+            hold_on_error: true,
+        },
+        Mode::Off | Mode::NotDeleting => DeleteStart::Answer(HookOutcome::success(format!(
+            "nothing to clean up: the Cluster does not use the Fleet agent bootstrap ({FLEET_AGENT_VARIABLE}), and its Fleet workloads are not removed before deletion (spec.runtimeExtension.beforeClusterDelete.removeWorkloads, annotation {})",
+            names::REMOVE_WORKLOADS_ANNOTATION
+        ))),
+    }
+}
+
+/// Whether the hooks may have prepared something for a Cluster (bootstrap Secret, token, Fleet
+/// Cluster): its control plane uses the bootstrap, or its bootstrap Secret is known to exist.
+pub fn prepared_by_hooks(fleet_agent: FleetAgentSetting, secret_known_present: bool) -> bool {
+    fleet_agent == FleetAgentSetting::Enabled || secret_known_present
+}
+
+/// BeforeClusterDelete's answer when an error of ours stopped the cleanup of a Cluster it does
+/// not hold on errors ([`DeleteStart`]): proceed, saying what was not cleaned up.
+pub fn proceed_despite(outcome: HookOutcome) -> HookOutcome {
+    match outcome {
+        HookOutcome::Retry { message, .. } => HookOutcome::success(format!(
+            "proceeding without cleaning up (nothing of this provider's needs it): {message}"
+        )),
+        other => other,
+    }
+}
+
+/// `outcome` with the problems of the Cluster's annotations appended to its message.
+pub fn with_problems(outcome: HookOutcome, problems: &[String]) -> HookOutcome {
+    if problems.is_empty() {
+        return outcome;
+    }
+    match outcome {
+        HookOutcome::Success { message } => HookOutcome::Success {
+            message: teardown::with_problems(&message, problems),
+        },
+        HookOutcome::Retry {
+            after_seconds,
+            message,
+        } => HookOutcome::Retry {
+            after_seconds,
+            message: teardown::with_problems(&message, problems),
+        },
+        HookOutcome::Failure { message } => HookOutcome::Failure {
+            message: teardown::with_problems(&message, problems),
+        },
+    }
 }
 
 /// BeforeClusterDelete's answer: proceed once the bootstrap Secret and the token are gone

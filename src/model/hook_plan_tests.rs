@@ -471,6 +471,99 @@ fn before_cluster_delete_deletes_only_fleet_clusters_it_prepared_or_the_cluster_
     );
 }
 
+/// Defect 9 of issue #29: a Cluster the hooks prepared nothing for, whose workloads are not
+/// removed first, is answered from the request alone (no read, so no error of ours can hold
+/// it); errors of ours hold only Clusters the hooks prepared something for, or whose removal
+/// the user asked for.
+#[test]
+fn before_cluster_delete_reads_only_for_clusters_it_has_something_to_do_for() {
+    let deadline: Timestamp = "2026-11-23T10:30:00Z".parse().expect("time");
+    let gone: Timestamp = "2026-11-23T10:05:00Z".parse().expect("time");
+    use FleetAgentSetting::{Disabled, Enabled, NotUsed};
+    let answer = |d: &DeleteStart| match d {
+        DeleteStart::Answer(outcome) => shape(outcome).0,
+        DeleteStart::Cleanup {
+            hold_on_error: true,
+        } => "cleanup, holds on errors",
+        DeleteStart::Cleanup {
+            hold_on_error: false,
+        } => "cleanup, proceeds on errors",
+        DeleteStart::TeardownEnded {
+            hold_on_error: true,
+        } => "ended, holds on errors",
+        DeleteStart::TeardownEnded {
+            hold_on_error: false,
+        } => "ended, proceeds on errors",
+        DeleteStart::Teardown { .. } => "teardown",
+    };
+    let rows: [(Mode, FleetAgentSetting, bool, &str); 14] = [
+        (Mode::Off, NotUsed, false, "Success"),
+        (Mode::Off, Disabled, false, "Success"),
+        (Mode::NotDeleting, NotUsed, false, "Success"),
+        // The bootstrap Secret is known to exist: delete it.
+        (Mode::Off, NotUsed, true, "cleanup, holds on errors"),
+        // The class uses the bootstrap: the hooks may have prepared it.
+        (Mode::Off, Enabled, false, "cleanup, holds on errors"),
+        (
+            Mode::NotDeleting,
+            Enabled,
+            false,
+            "cleanup, holds on errors",
+        ),
+        (Mode::On { deadline }, NotUsed, false, "teardown"),
+        (Mode::On { deadline }, Enabled, true, "teardown"),
+        (Mode::Skipped, NotUsed, false, "ended, proceeds on errors"),
+        (Mode::Skipped, Enabled, false, "ended, holds on errors"),
+        (
+            Mode::Expired { deadline: gone },
+            NotUsed,
+            false,
+            "ended, proceeds on errors",
+        ),
+        (
+            Mode::Expired { deadline: gone },
+            Disabled,
+            true,
+            "ended, holds on errors",
+        ),
+        (Mode::Unknown, NotUsed, false, "Retry"),
+        (Mode::Unknown, Enabled, true, "Retry"),
+    ];
+    for (mode, agent, known, want) in rows {
+        assert_eq!(
+            answer(&delete_start(&mode, agent, known)),
+            want,
+            "{mode:?} {agent:?} secret known: {known}"
+        );
+    }
+    let DeleteStart::Answer(HookOutcome::Success { message }) =
+        delete_start(&Mode::Off, NotUsed, false)
+    else {
+        panic!("answered at once");
+    };
+    assert!(message.starts_with("nothing to clean up"), "{message}");
+
+    // An error of ours on a Cluster that is not held on errors: proceed, saying so.
+    let error = HookOutcome::retry(
+        RETRY_API,
+        "reading Fleet Cluster team-a/c1: forbidden (403)",
+    );
+    assert_eq!(
+        proceed_despite(error),
+        HookOutcome::success(
+            "proceeding without cleaning up (nothing of this provider's needs it): reading Fleet Cluster team-a/c1: forbidden (403)"
+        )
+    );
+    assert_eq!(proceed_despite(HookOutcome::ok()), HookOutcome::ok());
+    // The annotation problems are appended to any answer.
+    let problems = ["annotation x: \"yes\" is neither".to_string()];
+    assert_eq!(
+        with_problems(HookOutcome::retry(15, "holding"), &problems),
+        HookOutcome::retry(15, "holding; annotation x: \"yes\" is neither")
+    );
+    assert_eq!(with_problems(HookOutcome::ok(), &[]), HookOutcome::ok());
+}
+
 #[test]
 fn the_fleet_cluster_name_follows_the_configuration() {
     let c = cluster(json!({}));

@@ -18,6 +18,17 @@ pub enum Decision {
     Hold,
     /// Being deleted while carrying our finalizer: remove what we created, then the finalizer.
     Cleanup,
+    /// Being deleted while carrying our finalizer, and its Fleet workloads are removed first
+    /// (`spec.runtimeExtension.beforeClusterDelete`, [`crate::model::teardown::holds_cleanup`]):
+    /// keep the Fleet Cluster (drained once BeforeClusterDelete started the removal) and our
+    /// finalizer until Cluster API lets the deletion proceed, the operator skips, or `deadline`.
+    /// Its namespace keeps what the Cluster used (workspace annotation, cross-namespace group
+    /// and mapping): a BundleNamespaceMapping deleted first would take the class namespace's
+    /// bundles out of the Fleet Cluster's scope before Fleet removed their BundleDeployments
+    /// (rancher/fleet v0.16.1 `bundle_controller.go` does not watch mappings).
+    Teardown {
+        deadline: k8s_openapi::jiff::Timestamp,
+    },
     /// Being deleted without our finalizer, or not selected and never managed: nothing to do.
     Ignore,
     /// Was managed (carries our finalizer) but is no longer selected, or import was disabled:
@@ -56,12 +67,14 @@ impl Decision {
 
 /// Decides for one Cluster. `namespace_labels` are the labels of its namespace (empty when
 /// unknown); `live` is its Fleet Cluster's metadata, when one exists (the decision reads nothing
-/// else of it, so deciding needs no decode of the cached spec and status).
+/// else of it, so deciding needs no decode of the cached spec and status); `now` places a
+/// deleting Cluster's teardown deadline.
 pub fn import_decision(
     cluster: &ClusterView,
     config: &EffectiveConfig,
     namespace_labels: &StringMap,
     live: Option<&ObjectMeta>,
+    now: k8s_openapi::jiff::Timestamp,
 ) -> Decision {
     // Before anything else: a moved Cluster stays paused, and the decisions below (Paused,
     // Cleanup, Release) would act on what is now the workload cluster's own Fleet Cluster.
@@ -81,12 +94,20 @@ pub fn import_decision(
             selected: selected && !cluster.deleting,
         };
     }
-    // Deletion is never held, not even by an invalid configuration.
+    // Deletion is never held, not even by an invalid configuration, unless the Cluster's
+    // workloads are removed first (opt-in, with a deadline).
     if cluster.deleting {
-        return if cluster.has_finalizer() {
-            Decision::Cleanup
-        } else {
-            Decision::Ignore
+        if !cluster.has_finalizer() {
+            return Decision::Ignore;
+        }
+        return match crate::model::teardown::holds_cleanup(
+            cluster,
+            &config.runtime_extension.teardown,
+            live,
+            now,
+        ) {
+            Some(deadline) => Decision::Teardown { deadline },
+            None => Decision::Cleanup,
         };
     }
     if config.problems_under("spec.cluster").next().is_some() {
@@ -171,6 +192,10 @@ mod tests {
     fn config(spec: &str) -> EffectiveConfig {
         let spec: FleetAddonConfigSpec = serde_yaml::from_str(spec).expect("spec");
         EffectiveConfig::from_spec(&spec)
+    }
+
+    fn now() -> k8s_openapi::jiff::Timestamp {
+        "2026-01-01T00:10:00Z".parse().expect("time")
     }
 
     fn cluster(metadata: Value, spec: Value, initialized: bool) -> ClusterView {
@@ -367,12 +392,160 @@ mod tests {
         ];
         for row in rows {
             assert_eq!(
-                import_decision(&row.cluster, &row.config, &StringMap::new(), None),
+                import_decision(&row.cluster, &row.config, &StringMap::new(), None, now()),
                 row.want,
                 "{}",
                 row.name
             );
         }
+    }
+
+    /// A deleting Cluster whose workloads are removed first keeps its Fleet Cluster and our
+    /// finalizer until Cluster API lets its deletion proceed (`ok-to-delete`), the operator
+    /// skips, or the deadline; everything else cleans up at once as before.
+    #[test]
+    fn deleting_clusters_wait_for_their_teardown() {
+        let on =
+            config("runtimeExtension: {beforeClusterDelete: {removeWorkloads: true}}\ncluster: {}");
+        let off = config("cluster: {}");
+        let live = ObjectMeta {
+            name: Some("c1".into()),
+            namespace: Some("ns".into()),
+            ..Default::default()
+        };
+        let live_deleting = ObjectMeta {
+            deletion_timestamp: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now())),
+            ..live.clone()
+        };
+        let topology =
+            json!({"topology": {"classRef": {"name": "quick-start"}, "version": "v1.33.1"}});
+        // Deleted at 00:00; now is 00:10; the default timeout is 30m.
+        let deleting = |annotations: Value| {
+            json!({"deletionTimestamp": "2026-01-01T00:00:00Z",
+                   "finalizers": ["fleet.addons.cluster.x-k8s.io"], "annotations": annotations})
+        };
+        let deadline: k8s_openapi::jiff::Timestamp = "2026-01-01T00:30:00Z".parse().expect("time");
+        let teardown = Decision::Teardown { deadline };
+        type Row<'a> = (
+            &'a str,
+            &'a EffectiveConfig,
+            Value,
+            Value,
+            Option<&'a ObjectMeta>,
+            Decision,
+        );
+        let rows: Vec<Row<'_>> = vec![
+            (
+                "on: held until the deadline",
+                &on,
+                deleting(json!({})),
+                topology.clone(),
+                Some(&live),
+                teardown.clone(),
+            ),
+            (
+                "off: cleaned up at once",
+                &off,
+                deleting(json!({})),
+                topology.clone(),
+                Some(&live),
+                Decision::Cleanup,
+            ),
+            (
+                "off, the Cluster asks for it",
+                &off,
+                deleting(
+                    json!({"fleet.addons.cluster.x-k8s.io/remove-workloads-before-delete": "true"}),
+                ),
+                topology.clone(),
+                Some(&live),
+                teardown.clone(),
+            ),
+            (
+                "on, the Cluster opts out",
+                &on,
+                deleting(
+                    json!({"fleet.addons.cluster.x-k8s.io/remove-workloads-before-delete": "false"}),
+                ),
+                topology.clone(),
+                Some(&live),
+                Decision::Cleanup,
+            ),
+            (
+                "an invalid annotation is ignored",
+                &on,
+                deleting(
+                    json!({"fleet.addons.cluster.x-k8s.io/remove-workloads-before-delete": "yes"}),
+                ),
+                topology.clone(),
+                Some(&live),
+                teardown.clone(),
+            ),
+            (
+                "skipped by the operator",
+                &on,
+                deleting(json!({"fleet.addons.cluster.x-k8s.io/skip-workload-removal": "true"})),
+                topology.clone(),
+                Some(&live),
+                Decision::Cleanup,
+            ),
+            (
+                "Cluster API was told to proceed",
+                &on,
+                deleting(json!({"runtime.cluster.x-k8s.io/ok-to-delete": ""})),
+                topology.clone(),
+                Some(&live),
+                Decision::Cleanup,
+            ),
+            (
+                "no topology: Cluster API never calls BeforeClusterDelete",
+                &on,
+                deleting(json!({})),
+                json!({}),
+                Some(&live),
+                Decision::Cleanup,
+            ),
+            (
+                "no Fleet Cluster to keep",
+                &on,
+                deleting(json!({})),
+                topology.clone(),
+                None,
+                Decision::Cleanup,
+            ),
+            (
+                "the Fleet Cluster is being deleted already",
+                &on,
+                deleting(json!({})),
+                topology.clone(),
+                Some(&live_deleting),
+                Decision::Cleanup,
+            ),
+            (
+                "without our finalizer",
+                &on,
+                json!({"deletionTimestamp": "2026-01-01T00:00:00Z"}),
+                topology.clone(),
+                Some(&live),
+                Decision::Ignore,
+            ),
+        ];
+        for (name, config, metadata, spec, live, want) in rows {
+            let view = cluster(metadata, spec, true);
+            assert_eq!(
+                import_decision(&view, config, &StringMap::new(), live, now()),
+                want,
+                "{name}"
+            );
+        }
+        // Past the deadline: cleaned up.
+        let view = cluster(deleting(json!({})), topology, true);
+        let later = "2026-01-01T00:30:00Z".parse().expect("time");
+        assert_eq!(
+            import_decision(&view, &on, &StringMap::new(), Some(&live), later),
+            Decision::Cleanup
+        );
+        assert!(!teardown.is_selected() && !teardown.is_imported());
     }
 
     #[test]
@@ -407,9 +580,9 @@ mod tests {
         let config = config("cluster: {namespaceSelector: {matchLabels: {fleet: \"on\"}}}");
         let view = cluster(json!({}), json!({}), true);
         let on = StringMap::from([("fleet".to_string(), "on".to_string())]);
-        assert!(import_decision(&view, &config, &on, None).is_imported());
+        assert!(import_decision(&view, &config, &on, None, now()).is_imported());
         assert_eq!(
-            import_decision(&view, &config, &StringMap::new(), None),
+            import_decision(&view, &config, &StringMap::new(), None, now()),
             Decision::Ignore
         );
     }

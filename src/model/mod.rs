@@ -26,6 +26,7 @@ pub mod namespace;
 pub mod registration_token;
 pub mod retry;
 pub mod selection;
+pub mod teardown;
 pub mod upgrade_steps;
 pub mod validation;
 pub mod version;

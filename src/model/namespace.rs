@@ -111,14 +111,16 @@ pub struct Contribution {
 }
 
 pub fn contribution(cluster: &ClusterView, decision: &Decision) -> Contribution {
+    // A Cluster whose workloads are being removed keeps what it used until it goes.
+    let tearing_down = matches!(decision, Decision::Teardown { .. });
     Contribution {
         workspace: decision.is_imported()
+            || tearing_down
             || matches!(
                 decision,
                 Decision::Paused { selected: true } | Decision::Moved
             ),
-        foreign_class: decision
-            .is_selected()
+        foreign_class: (decision.is_selected() || tearing_down)
             .then(|| cluster.cross_namespace_class().cloned())
             .flatten(),
     }
@@ -434,8 +436,14 @@ mod tests {
             name: "qs".into(),
             namespace: "classes".into(),
         };
-        let rows: [(&ClusterView, Decision, bool, Option<&ClassRef>); 10] = [
+        let teardown = Decision::Teardown {
+            deadline: "2026-01-01T00:30:00Z".parse().expect("time"),
+        };
+        let rows: [(&ClusterView, Decision, bool, Option<&ClassRef>); 12] = [
             (&foreign, IMPORT, true, Some(&qs)),
+            // Keeps its workspace, group and mapping while its workloads are removed.
+            (&foreign, teardown.clone(), true, Some(&qs)),
+            (&local, teardown, true, None),
             (&foreign, Decision::Wait, false, Some(&qs)),
             (
                 &foreign,

@@ -64,6 +64,26 @@ pub fn validate(spec: &FleetAddonConfigSpec) -> Vec<FieldError> {
             }
         }
     }
+    if let Some(timeout) = spec
+        .runtime_extension
+        .as_ref()
+        .and_then(|r| r.before_cluster_delete.as_ref())
+        .and_then(|d| d.timeout.as_ref())
+    {
+        match crate::api::duration::parse_duration(timeout) {
+            Ok(duration) if !duration.is_zero() => {}
+            Ok(_) => errors.push(FieldError::new(
+                "spec.runtimeExtension.beforeClusterDelete.timeout",
+                format!("{timeout:?} must be longer than zero (the default, 30m, applies)"),
+            )),
+            Err(_) => errors.push(FieldError::new(
+                "spec.runtimeExtension.beforeClusterDelete.timeout",
+                format!(
+                    "{timeout:?} is not a duration such as 30m or 1h (the default, 30m, applies)"
+                ),
+            )),
+        }
+    }
     if let Some(cluster) = &spec.cluster {
         if let Some(selector) = &cluster.selector {
             validate_label_selector(selector, "spec.cluster.selector", &mut errors);
@@ -427,6 +447,7 @@ install: {followLatest: true}
             "install: {version: 0.14.0-rc.1, repository: \"oci://ghcr.io/rancher/fleet-charts\"}",
             "config: {server: {custom: {apiServerUrl: \"https://1.2.3.4:6443\", apiServerCaConfigRef: {kind: Secret, name: ca, namespace: default}}}}",
             "config: {featureGates: {configMap: {ref: {name: rancher-config, namespace: cattle-system}}}}",
+            "runtimeExtension: {beforeClusterDelete: {removeWorkloads: true, timeout: 45m}}",
         ] {
             assert_eq!(problems(yaml), Vec::<String>::new(), "{yaml}");
         }
@@ -509,6 +530,18 @@ install: {followLatest: true}
                 "runtimeExtension: {agentChartRepository: \"ftp://charts.example.com\"}",
                 &[
                     "spec.runtimeExtension.agentChartRepository: \"ftp://charts.example.com\" must start with https:// or oci:// (http:// only for 127.0.0.1, localhost or [::1])",
+                ],
+            ),
+            (
+                "runtimeExtension: {beforeClusterDelete: {removeWorkloads: true, timeout: soon}}",
+                &[
+                    "spec.runtimeExtension.beforeClusterDelete.timeout: \"soon\" is not a duration such as 30m or 1h (the default, 30m, applies)",
+                ],
+            ),
+            (
+                "runtimeExtension: {beforeClusterDelete: {timeout: 0m}}",
+                &[
+                    "spec.runtimeExtension.beforeClusterDelete.timeout: \"0m\" must be longer than zero (the default, 30m, applies)",
                 ],
             ),
             (

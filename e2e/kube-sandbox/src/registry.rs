@@ -185,6 +185,16 @@ pub fn builtins() -> Vec<ResourceDef> {
             &[],
             false,
         ),
+        builtin(
+            "",
+            "v1",
+            "PersistentVolumeClaim",
+            "persistentvolumeclaims",
+            true,
+            &["pvc"],
+            &[],
+            true,
+        ),
         builtin("", "v1", "Event", "events", true, &["ev"], &[], false),
         builtin(
             "discovery.k8s.io",

@@ -27,6 +27,7 @@ use crate::model::agent_manifest::{TokenValues, with_token_values};
 use crate::model::agent_patch::{SCRIPT_KEY, SecretFormat};
 use crate::model::capi::{ClusterView, ProviderRef};
 use crate::model::config::ClusterImport;
+use crate::model::config::EffectiveConfig;
 use crate::model::diff::digest_subtree;
 use crate::model::fleet::{
     FleetClusterWrite, Registration, client_id, desired_fleet_cluster, desired_registration_token,
@@ -35,6 +36,7 @@ use crate::model::fleet::{
 use crate::model::import::{Decision, disowned_after_move, waits_for_terminating_namespace};
 use crate::model::namespace::NamespaceState;
 use crate::model::registration_token::{Renewal, extension_patch, renewal};
+use crate::model::teardown;
 use crate::names;
 use crate::{Error, Result};
 
@@ -89,6 +91,9 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
         Decision::Paused { .. } | Decision::Hold | Decision::Ignore => {}
         Decision::Moved => writes.moved(&decided).await?,
         Decision::Cleanup => writes.cleanup(&decided).await?,
+        Decision::Teardown { deadline } => {
+            return writes.teardown(&decided, &config, deadline).await;
+        }
         Decision::Release {
             delete_fleet_cluster,
         } => writes.release(&decided, delete_fleet_cluster).await?,
@@ -167,6 +172,61 @@ impl ClusterWrites<'_> {
         .await?;
         remove_finalizer(&self.clusters, self.cluster).await?;
         Ok(())
+    }
+
+    /// Deleted, its Fleet workloads removed first (docs/lifecycle.md): the Fleet Cluster and
+    /// our finalizer stay, so Fleet does not delete the cluster's namespace and abandon the
+    /// workloads; once BeforeClusterDelete started the removal (the teardown label), the labels
+    /// bundles select the cluster by come off, so Fleet removes their BundleDeployments and the
+    /// agent uninstalls them. A Fleet Cluster whose agent never registered has nothing to
+    /// remove: cleaned up at once. Runs again at the deadline; Cluster API's `ok-to-delete`,
+    /// the skip annotation or the deadline end it (then the decision is [`Decision::Cleanup`]).
+    async fn teardown(
+        &self,
+        decided: &Decided,
+        config: &EffectiveConfig,
+        deadline: Timestamp,
+    ) -> Result<Action> {
+        let left =
+            Duration::try_from(deadline.duration_since(Timestamp::now())).unwrap_or_default();
+        let until_deadline = Action::requeue(left.max(Duration::from_secs(1)));
+        // The decision saw the Fleet Cluster's metadata: no object means it did not decode
+        // (logged by the cache). Keep it rather than clean up and abandon its workloads.
+        let Some(live) = decided.live.as_deref() else {
+            return Ok(until_deadline);
+        };
+        if !teardown::is_registered(live) {
+            self.cleanup(decided).await?;
+            return Ok(Action::await_change());
+        }
+        let labels = teardown::labels_of(live);
+        if teardown::started(&labels) {
+            let keys = teardown::selection_label_keys(&decided.view, config.cluster.as_ref(), live);
+            if let Some(patch) = teardown::drain_patch(&keys, &labels) {
+                let name = &decided.fleet_name;
+                self.ctx
+                    .expectations
+                    .on(
+                        &self.keys.fleet_cluster,
+                        live.metadata.resource_version.as_deref(),
+                    )
+                    .record(async {
+                        crate::apply::merge_patch(
+                            &self.fleet_clusters,
+                            name,
+                            &patch,
+                            names::FIELD_MANAGER,
+                        )
+                        .await
+                        .map(|drained| drained.metadata.resource_version)
+                    })
+                    .await?;
+                tracing::info!(fleet_cluster = %name, namespace = %decided.view.namespace,
+                    removed = ?keys.iter().filter(|k| labels.contains_key(*k)).collect::<Vec<_>>(),
+                    "Fleet Cluster drained: the labels bundles select it by are removed");
+            }
+        }
+        Ok(until_deadline)
     }
 
     /// No longer selected: delete the Fleet Cluster when the decision says so, then let go.

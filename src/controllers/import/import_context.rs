@@ -140,6 +140,7 @@ impl ImportContext {
             config,
             &namespace_labels,
             cached.as_deref().map(|c| &c.metadata),
+            k8s_openapi::jiff::Timestamp::now(),
         );
         Some((view, fleet_name, cached, decision))
     }
