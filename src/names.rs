@@ -109,6 +109,11 @@ pub const AUTHORIZATION_STATUS_FIELD_MANAGER: &str = "addon-provider-fleet-autho
 /// Field manager for `FleetAddonConfig` status (CAAPF's name).
 pub const STATUS_FIELD_MANAGER: &str = "fleet-addon-controller";
 
+/// The namespace label the Kubernetes PodSecurity admission plugin enforces
+/// (kubernetes.io/docs/concepts/security/pod-security-admission); the Fleet agent's namespace
+/// gets it in the bootstrap.
+pub const POD_SECURITY_ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
+
 /// Default namespace of the Fleet agent on workload clusters.
 pub const DEFAULT_AGENT_NAMESPACE: &str = "fleet-addon-agent";
 
@@ -144,6 +149,22 @@ pub const EXPERIMENTAL_HELM_OPS: &str = "EXPERIMENTAL_HELM_OPS";
 pub fn bootstrap_secret_name(cluster_name: &str) -> String {
     format!("{cluster_name}-fleet-agent-bootstrap")
 }
+
+/// Annotation on a bootstrap Secret saying what it holds (its keys), which GeneratePatches names:
+/// `2` for the boot script (`crate::model::agent_patch::SecretFormat::Script`); absent on Secrets
+/// an earlier release wrote (the plain manifest only).
+pub const BOOTSTRAP_FORMAT_ANNOTATION: &str = "fleet.addons.cluster.x-k8s.io/bootstrap-format";
+
+/// Annotation on a bootstrap Secret: the UID of the ClusterRegistrationToken whose values it
+/// holds. The import controller rewrites the Secret's token values when the token was replaced.
+pub const REGISTRATION_TOKEN_UID_ANNOTATION: &str =
+    "fleet.addons.cluster.x-k8s.io/registration-token-uid";
+
+/// Annotation on a ClusterRegistrationToken this provider creates or extends: when Fleet deletes
+/// it (`creationTimestamp + spec.ttl`, RFC 3339), written with `spec.ttl`; the token watch keeps
+/// only metadata ([`crate::model::registration_token`]).
+pub const REGISTRATION_TOKEN_EXPIRES_ANNOTATION: &str =
+    "fleet.addons.cluster.x-k8s.io/registration-token-expires";
 
 /// Suffix of the kubeconfig Secret CAPI creates for a Cluster (`<cluster>-kubeconfig`).
 pub fn kubeconfig_secret_name(capi_cluster_name: &str) -> String {

@@ -85,9 +85,13 @@ async fn prepare(dir: &Path, clusters: usize, namespaces: usize) {
                     Api::namespaced(client, &ns);
                 let secret = serde_json::from_value(json!({
                     "metadata": {"name": caapf::names::bootstrap_secret_name(&name), "namespace": ns,
-                        "labels": {caapf::names::CAPI_CLUSTER_NAME_LABEL: name}},
+                        "labels": {caapf::names::CAPI_CLUSTER_NAME_LABEL: name},
+                        "annotations": {caapf::names::BOOTSTRAP_FORMAT_ANNOTATION: caapf::model::agent_patch::SCRIPT_FORMAT}},
                     "type": "Opaque",
-                    "stringData": {caapf::model::agent_patch::MANIFEST_KEY: "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: cattle-fleet-system\n"},
+                    "stringData": {
+                        caapf::model::agent_patch::SCRIPT_KEY: "#!/bin/sh\n",
+                        caapf::model::agent_patch::SCRIPT_GZIP_KEY: "H4sIAAAAAAACA1NW1E/KzNMvzuACAB2d+wQKAAAA",
+                    },
                 }))
                 .expect("secret");
                 secrets

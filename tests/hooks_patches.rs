@@ -13,7 +13,8 @@ use caapf::hooks::types::{
     ResponseBody, ResponseStatus, Variable,
 };
 use caapf::model::agent_patch::{
-    MANIFEST_KEY, MANIFEST_PATH, kubeadm_create_command, rke2_create_command,
+    LEGACY_MANIFEST_KEY, LEGACY_MANIFEST_PATH, SCRIPT_GZIP_KEY, SCRIPT_KEY, SCRIPT_PATH,
+    SecretFormat, Template, boot_command, legacy_command,
 };
 use serde_json::{Value, json};
 
@@ -135,20 +136,11 @@ fn list<'a>(object: &'a Value, pointer: &str) -> &'a Vec<Value> {
 }
 
 /// The list of files at `files` has one entry more than the `before` of the original, the
-/// last one the bootstrap manifest read from the Secret.
-fn assert_manifest_file_added(fixture: &str, patched: &Value, files: &str, before: usize) {
+/// last one the boot script read from the Secret, `gzip+base64` (cloud-init templates).
+fn assert_script_file_added(fixture: &str, patched: &Value, files: &str, before: usize) {
     let files = list(patched, files);
     assert_eq!(files.len(), before + 1, "{fixture}");
-    assert_eq!(
-        files.last(),
-        Some(&json!({
-            "path": MANIFEST_PATH,
-            "owner": "root:root",
-            "permissions": "0600",
-            "contentFrom": {"secret": {"name": "c1-fleet-agent-bootstrap", "key": MANIFEST_KEY}},
-        })),
-        "{fixture}"
-    );
+    assert_eq!(files.last(), Some(&cloud_init_entry()), "{fixture}");
 }
 
 /// Nothing but the bootstrap entries of `lists` changed, existing entries kept in order; and
@@ -170,9 +162,13 @@ fn without_bootstrap(mut object: Value, list_pointers: &[&str]) -> Value {
     for pointer in list_pointers {
         if let Some(Value::Array(list)) = object.pointer_mut(pointer) {
             list.retain(|entry| {
-                entry["path"] != MANIFEST_PATH
-                    && entry != &json!(kubeadm_create_command())
-                    && entry != &json!(rke2_create_command())
+                entry["path"] != SCRIPT_PATH
+                    && entry["path"] != LEGACY_MANIFEST_PATH
+                    && [Template::KubeadmControlPlane, Template::Rke2ControlPlane]
+                        .iter()
+                        .all(|t| {
+                            entry != &json!(boot_command(*t)) && entry != &json!(legacy_command(*t))
+                        })
             });
         }
     }
@@ -192,8 +188,19 @@ fn drop_empty_lists(mut object: Value, original: &Value, list_pointers: &[&str])
     object
 }
 
+/// The `files` entry a cloud-init template gets: the boot script, `gzip+base64` (issue #29,
+/// defect 4: the plain manifest added about 7.5 KB to every control-plane machine's user data).
+fn cloud_init_entry() -> Value {
+    json!({
+        "path": SCRIPT_PATH,
+        "permissions": "0600",
+        "encoding": "gzip+base64",
+        "contentFrom": {"secret": {"name": "c1-fleet-agent-bootstrap", "key": SCRIPT_GZIP_KEY}},
+    })
+}
+
 #[test]
-fn kubeadm_control_plane_templates_get_the_manifest_file_and_the_create_command() {
+fn kubeadm_control_plane_templates_get_the_script_file_and_the_boot_command() {
     const FILES: &str = "/spec/template/spec/kubeadmConfigSpec/files";
     const COMMANDS: &str = "/spec/template/spec/kubeadmConfigSpec/postKubeadmCommands";
     for (fixture, files_before, commands_before) in [
@@ -202,12 +209,12 @@ fn kubeadm_control_plane_templates_get_the_manifest_file_and_the_create_command(
     ] {
         let fixed = patch_fixture(fixture);
         let patched = &fixed.2;
-        assert_manifest_file_added(fixture, patched, FILES, files_before);
+        assert_script_file_added(fixture, patched, FILES, files_before);
         let commands = list(patched, COMMANDS);
         assert_eq!(commands.len(), commands_before + 1, "{fixture}");
         assert_eq!(
             commands.last(),
-            Some(&json!(kubeadm_create_command())),
+            Some(&json!(boot_command(Template::KubeadmControlPlane))),
             "{fixture}"
         );
         assert_rest_unchanged_and_idempotent(fixture, &fixed, &[FILES, COMMANDS]);
@@ -215,7 +222,7 @@ fn kubeadm_control_plane_templates_get_the_manifest_file_and_the_create_command(
 }
 
 #[test]
-fn rke2_control_plane_templates_get_the_manifest_file_and_the_create_command() {
+fn rke2_control_plane_templates_get_the_script_file_and_the_boot_command() {
     const FILES: &str = "/spec/template/spec/files";
     const COMMANDS: &str = "/spec/template/spec/postRKE2Commands";
     for (fixture, files_before) in [
@@ -224,11 +231,15 @@ fn rke2_control_plane_templates_get_the_manifest_file_and_the_create_command() {
     ] {
         let fixed = patch_fixture(fixture);
         let patched = &fixed.2;
-        assert_manifest_file_added(fixture, patched, FILES, files_before);
+        assert_script_file_added(fixture, patched, FILES, files_before);
         // Not in RKE2's auto-deploy directory: nothing re-applies the agent objects later.
-        assert!(!MANIFEST_PATH.starts_with("/var/lib/rancher/rke2/server/manifests"));
+        assert!(!SCRIPT_PATH.starts_with("/var/lib/rancher/rke2/server/manifests"));
         let commands = list(patched, COMMANDS);
-        assert_eq!(commands, &[json!(rke2_create_command())], "{fixture}");
+        assert_eq!(
+            commands,
+            &[json!(boot_command(Template::Rke2ControlPlane))],
+            "{fixture}"
+        );
         assert_rest_unchanged_and_idempotent(fixture, &fixed, &[FILES, COMMANDS]);
     }
 }
@@ -254,13 +265,83 @@ fn no_bootstrap_secret_or_no_fleet_agent_variable_means_no_patch() {
     }
 }
 
-/// The kubeadm command is the one earlier releases wrote: upgrading the provider must not change
-/// the patch of existing kubeadm Clusters (a changed patch rolls their control planes).
+/// Ignition templates (`format: ignition`) get the plain script: their webhooks forbid `gzip` and
+/// `gzip+base64` (cluster-api v1.11 `api/bootstrap/kubeadm/v1beta2/kubeadmconfig_types.go`
+/// `validateIgnition`; CAPRKE2 v0.25.0 `bootstrap/api/v1beta2/rke2config_webhook.go`
+/// `validateIgnition`). The patch depends on the template's format only, so it stays the same for
+/// a template.
 #[test]
-fn the_kubeadm_command_is_unchanged_since_the_first_release() {
+fn ignition_templates_get_the_plain_script() {
+    for (fixture, format_pointer, files) in [
+        (
+            "kubeadmcontrolplanetemplate-v1beta2.yaml",
+            "/spec/template/spec/kubeadmConfigSpec",
+            "/spec/template/spec/kubeadmConfigSpec/files",
+        ),
+        (
+            "rke2controlplanetemplate-v1beta2.yaml",
+            "/spec/template/spec/agentConfig",
+            "/spec/template/spec/files",
+        ),
+    ] {
+        let mut original = template(fixture);
+        original
+            .pointer_mut(format_pointer)
+            .and_then(Value::as_object_mut)
+            .expect("spec")
+            .insert("format".into(), json!("ignition"));
+        let patch = single_patch(&original);
+        let patched = apply(&original, &patch);
+        let entry = patched
+            .pointer(files)
+            .and_then(Value::as_array)
+            .and_then(|files| files.last())
+            .cloned()
+            .expect("file");
+        assert_eq!(
+            entry,
+            json!({
+                "path": SCRIPT_PATH,
+                "permissions": "0600",
+                "contentFrom": {"secret": {"name": "c1-fleet-agent-bootstrap", "key": SCRIPT_KEY}},
+            }),
+            "{fixture}"
+        );
+        assert_eq!(single_patch(&original), patch, "{fixture}: deterministic");
+    }
+}
+
+/// A bootstrap Secret written by an earlier release (no format annotation: the plain manifest
+/// under `fleet-agent.yaml` only) keeps the earlier patch byte for byte: a patch naming the new
+/// keys would leave its machines without bootstrap data, and a changed patch rolls the control
+/// plane.
+#[test]
+fn a_secret_of_an_earlier_release_keeps_its_earlier_patch() {
     assert_eq!(
-        kubeadm_create_command(),
+        legacy_command(Template::KubeadmControlPlane),
         "/bin/sh -c 'F=/etc/caapf/fleet-agent.yaml; K=\"kubectl --kubeconfig=/etc/kubernetes/admin.conf\"; for i in $(seq 1 60); do $K get -f \"$F\" >/dev/null 2>&1 && exit 0; $K create -f \"$F\" >/dev/null 2>&1; sleep 5; done; echo \"caapf: the Fleet agent bootstrap objects were not created\" >&2'"
+    );
+    let original = template("kubeadmcontrolplanetemplate-v1beta2.yaml");
+    let response = topology::generate_patches_for(
+        &request(vec![("u1", control_plane_holder(), original.clone())], None),
+        Some(SecretFormat::Manifest),
+    );
+    let patched = apply(&original, &patches(&response)[0].1);
+    let spec = &patched["spec"]["template"]["spec"]["kubeadmConfigSpec"];
+    assert_eq!(
+        spec["files"].as_array().and_then(|f| f.last()),
+        Some(&json!({
+            "path": LEGACY_MANIFEST_PATH,
+            "owner": "root:root",
+            "permissions": "0600",
+            "contentFrom": {"secret": {"name": "c1-fleet-agent-bootstrap", "key": LEGACY_MANIFEST_KEY}},
+        }))
+    );
+    assert_eq!(
+        spec["postKubeadmCommands"]
+            .as_array()
+            .and_then(|c| c.last()),
+        Some(&json!(legacy_command(Template::KubeadmControlPlane)))
     );
 }
 
@@ -518,4 +599,169 @@ fn bad_inputs_are_failures_with_a_message() {
     let response = generate_patches(&no_builtin);
     assert_eq!(response.status, ResponseStatus::Failure);
     assert!(response.message.contains("builtin"), "{}", response.message);
+}
+
+/// A stand-in for `kubectl` on a control-plane machine: a shell script answering from the files
+/// of `$STATE` as the API server would (`down`: that many calls fail as if it did not answer;
+/// `registered`: Secret `fleet-agent` exists; `created`: every object of the manifest exists),
+/// recording each call in `$STATE/calls` and what `create -f -` read in `$STATE/created.yaml`;
+/// and a `sleep` that returns at once, so the retries take no time.
+const FAKE_KUBECTL: &str = r#"#!/bin/sh
+echo "$*" >> "$STATE/calls"
+if [ -e "$STATE/down" ]; then
+  n=$(cat "$STATE/down")
+  if [ "$n" -gt 0 ]; then echo $((n-1)) > "$STATE/down"; cat >/dev/null; exit 1; fi
+fi
+case "$*" in
+  *"get secret fleet-agent --ignore-not-found -o name") [ -e "$STATE/registered" ] && echo secret/fleet-agent; exit 0 ;;
+  *"get -f -") cat >/dev/null; [ -e "$STATE/created" ]; exit ;;
+  *"create -f -") cat > "$STATE/created.yaml"; touch "$STATE/created"; exit 0 ;;
+esac
+echo "unexpected call: $*" >&2
+exit 2
+"#;
+
+/// How a control-plane machine got the boot script.
+#[derive(Clone, Copy, Debug)]
+enum Written {
+    /// cloud-init: the `gzip+base64` key decoded and gunzipped; Ignition: the plain key.
+    Plain,
+    /// Cluster API's Docker provider: base64-decoded but not gunzipped (cluster-api
+    /// `test/infrastructure/docker/internal/provisioning/cloudinit/writefiles.go` `fixContent`).
+    Gzipped,
+}
+
+struct Boot {
+    dir: tempfile::TempDir,
+    script: String,
+}
+
+impl Boot {
+    /// The bootstrap Secret's files for a small agent manifest (the boot logic does not depend
+    /// on what the objects are).
+    fn new() -> Boot {
+        let objects = vec![
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "fleet-addon-agent"}}),
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "fleet-agent-bootstrap", "namespace": "fleet-addon-agent"},
+                   "data": {"token": "dG9rZW4="}}),
+        ];
+        let files = caapf::model::agent_manifest::bootstrap_files(&objects).expect("files");
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("bin")).expect("bin");
+        std::fs::create_dir_all(dir.path().join("state")).expect("state");
+        for (name, body) in [("kubectl", FAKE_KUBECTL), ("sleep", "#!/bin/sh\nexit 0\n")] {
+            let path = dir.path().join("bin").join(name);
+            std::fs::write(&path, body).expect("write");
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        let packed = base64::engine::general_purpose::STANDARD
+            .decode(&files[SCRIPT_GZIP_KEY])
+            .expect("base64");
+        std::fs::write(dir.path().join("plain.sh"), &files[SCRIPT_KEY]).expect("plain");
+        std::fs::write(dir.path().join("gzipped.sh"), packed).expect("gzipped");
+        Boot {
+            dir,
+            script: files[SCRIPT_KEY].clone(),
+        }
+    }
+
+    fn state(&self, name: &str) -> std::path::PathBuf {
+        self.dir.path().join("state").join(name)
+    }
+
+    /// Runs the kubeadm boot command as the machine would (`/bin/sh -c`, `kubectl` from `PATH`),
+    /// with the script at this test's path; returns the calls `kubectl` got and the stderr.
+    fn run(&self, written: Written) -> (Vec<String>, String) {
+        let file = match written {
+            Written::Plain => "plain.sh",
+            Written::Gzipped => "gzipped.sh",
+        };
+        let command = boot_command(Template::KubeadmControlPlane).replace(
+            SCRIPT_PATH,
+            self.dir.path().join(file).to_str().expect("path"),
+        );
+        let path = format!(
+            "{}:{}",
+            self.dir.path().join("bin").display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let output = std::process::Command::new("/bin/sh")
+            .args(["-c", &command])
+            .env("PATH", path)
+            .env("STATE", self.dir.path().join("state"))
+            .output()
+            .expect("sh");
+        assert!(
+            output.status.success(),
+            "the boot never fails the node: {output:?}"
+        );
+        let calls = std::fs::read_to_string(self.state("calls")).unwrap_or_default();
+        let _ = std::fs::remove_file(self.state("calls"));
+        (
+            calls.lines().map(str::to_string).collect(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    }
+}
+
+fn creates(calls: &[String]) -> usize {
+    calls.iter().filter(|c| c.ends_with("create -f -")).count()
+}
+
+/// The boot step does nothing on a cluster whose agent registered (issue #29, defect 7: every
+/// later control-plane machine re-created `fleet-agent-bootstrap` and a ClusterRoleBinding),
+/// creates the objects once on a fresh cluster, leaves them alone when another machine created
+/// them, waits for an API server that does not answer yet, and never fails the node; with the
+/// script written plain (cloud-init, Ignition) or gzipped (CAPD).
+#[test]
+fn the_boot_script_creates_the_agent_only_on_a_cluster_where_it_did_not_register() {
+    for written in [Written::Plain, Written::Gzipped] {
+        // Registered: Fleet's agent keeps its credential in Secret fleet-agent (rancher/fleet
+        // internal/cmd/agent/register/register.go): one look, nothing created.
+        let boot = Boot::new();
+        std::fs::write(boot.state("registered"), "").expect("state");
+        let (calls, _) = boot.run(written);
+        assert_eq!(
+            calls,
+            [
+                "--kubeconfig=/etc/kubernetes/admin.conf -n fleet-addon-agent get secret fleet-agent --ignore-not-found -o name"
+            ],
+            "{written:?}"
+        );
+
+        // A fresh cluster: created once, exactly the objects the script carries.
+        let boot = Boot::new();
+        let (calls, _) = boot.run(written);
+        assert_eq!(creates(&calls), 1, "{written:?}: {calls:?}");
+        let created = std::fs::read_to_string(boot.state("created.yaml")).expect("created");
+        let carried = caapf::model::agent_manifest::script_objects(&boot.script).expect("objects");
+        let documents: Vec<Value> = serde_yaml::Deserializer::from_str(&created)
+            .map(|d| <Value as serde::Deserialize>::deserialize(d).expect("yaml"))
+            .filter(|d| !d.is_null())
+            .collect();
+        assert_eq!(documents, carried, "{written:?}");
+        assert_eq!(documents[1]["stringData"]["token"], "token");
+
+        // Another machine created them, the agent has not registered yet: nothing created.
+        let boot = Boot::new();
+        std::fs::write(boot.state("created"), "").expect("state");
+        let (calls, _) = boot.run(written);
+        assert_eq!(creates(&calls), 0, "{written:?}: {calls:?}");
+
+        // The API server does not answer at first: the script waits, then creates.
+        let boot = Boot::new();
+        std::fs::write(boot.state("down"), "3").expect("state");
+        let (calls, _) = boot.run(written);
+        assert_eq!(creates(&calls), 1, "{written:?}: {calls:?}");
+
+        // It never answers: 60 tries, a message, exit 0 (Ignition runs post commands under
+        // `set -e`).
+        let boot = Boot::new();
+        std::fs::write(boot.state("down"), "1000").expect("state");
+        let (calls, stderr) = boot.run(written);
+        assert_eq!(calls.len(), 60, "{written:?}");
+        assert_eq!(creates(&calls), 0);
+        assert!(stderr.contains("were not created"), "{stderr}");
+    }
 }

@@ -9,15 +9,23 @@
 mod common;
 mod fleet_common;
 
+use common::pod_security::Admission;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use caapf::hooks::handlers;
 use caapf::hooks::hook_context::HookContext;
 use caapf::hooks::types::{Hook, Response, ResponseBody, ResponseStatus};
-use caapf::model::agent_patch::MANIFEST_KEY;
+use caapf::model::agent_manifest::script_objects;
+use caapf::model::agent_manifest::{
+    AgentSettings, BootstrapInput, FleetAgentDefaults, TokenValues, chart_values, finish,
+};
+use caapf::model::agent_patch::{
+    LEGACY_MANIFEST_KEY, SCRIPT_GZIP_KEY, SCRIPT_KEY, SCRIPT_PATH, Template, boot_command,
+};
 use caapf::model::config::EffectiveConfig;
-use caapf::model::pod_security::Admission;
+use caapf::model::fleet_agent_bundle::FleetVersion;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -207,8 +215,17 @@ impl Env {
             .expect("token status");
     }
 
-    /// Plays the Fleet chart: the fleet-controller ConfigMap.
+    /// Plays the Fleet chart: the fleet-controller ConfigMap (once; again is a no-op).
     async fn install_fleet(&self) {
+        let namespaces: Api<Namespace> = Api::all(self.client());
+        if namespaces
+            .get_opt("cattle-fleet-system")
+            .await
+            .expect("get")
+            .is_some()
+        {
+            return;
+        }
         self.create_namespace("cattle-fleet-system", json!({}))
             .await;
         let api: Api<ConfigMap> = Api::namespaced(self.client(), "cattle-fleet-system");
@@ -306,6 +323,16 @@ async fn before_cluster_create_prepares_agent_initiated_registration_then_succee
             .capi_cluster("c1", json!({"env": "dev"}), "quick-start", v1beta1)
             .await;
 
+        // Fleet is not installed yet (no fleet-controller ConfigMap): retry, and nothing is
+        // prepared before the hook knows which Fleet it prepares for.
+        env.sandbox.requests().reset();
+        assert_retry(
+            &env.call(Hook::BeforeClusterCreate, &cluster).await,
+            "ConfigMap cattle-fleet-system/fleet-controller",
+        );
+        assert_eq!(env.writes(), 0, "{:?}", env.sandbox.requests().all());
+        env.install_fleet().await;
+
         // Fleet has not issued the token yet: retry.
         let first = env.call(Hook::BeforeClusterCreate, &cluster).await;
         assert_retry(
@@ -339,13 +366,8 @@ async fn before_cluster_create_prepares_agent_initiated_registration_then_succee
             "ClusterRegistrationToken team-a/c1",
         );
 
-        // The test plays Fleet: status and Secret. Fleet's controller ConfigMap is missing.
+        // The test plays Fleet: status and Secret.
         env.issue_token("c1").await;
-        assert_retry(
-            &env.call(Hook::BeforeClusterCreate, &cluster).await,
-            "ConfigMap cattle-fleet-system/fleet-controller",
-        );
-        env.install_fleet().await;
         let done = env.call(Hook::BeforeClusterCreate, &cluster).await;
         assert_success(&done);
         assert!(
@@ -361,11 +383,11 @@ async fn before_cluster_create_prepares_agent_initiated_registration_then_succee
             "c1"
         );
         assert_eq!(secret["metadata"]["ownerReferences"][0]["kind"], "Cluster");
-        let manifest = secret_text(&secret, MANIFEST_KEY);
+        let manifest = secret_text(&secret, SCRIPT_KEY);
         assert!(manifest.contains(&id), "the manifest carries the client ID");
         assert!(manifest.contains(AGENT_IMAGE));
         // Fleet 0.12+'s agent: one container running `fleetagent`, nothing else.
-        let deployment = documents(&manifest)
+        let deployment = bootstrap_objects(&secret)
             .into_iter()
             .find(|o| o["kind"] == "Deployment")
             .expect("Deployment");
@@ -374,7 +396,24 @@ async fn before_cluster_create_prepares_agent_initiated_registration_then_succee
         assert_eq!(pod["containers"].as_array().map(Vec::len), Some(1));
         assert_eq!(pod["containers"][0]["name"], "fleet-agent");
         assert_eq!(pod["containers"][0]["command"], json!(["fleetagent"]));
-        assert_eq!(secret["data"].as_object().map(|d| d.len()), Some(1));
+        // The boot script, plain (Ignition) and gzip+base64 (cloud-init); what it holds and
+        // which token it was rendered from, for GeneratePatches and the import controller.
+        assert_eq!(
+            secret["data"]
+                .as_object()
+                .map(|d| d.keys().cloned().collect::<Vec<_>>()),
+            Some(vec![SCRIPT_KEY.to_string(), SCRIPT_GZIP_KEY.to_string()])
+        );
+        assert_eq!(
+            secret["metadata"]["annotations"]["fleet.addons.cluster.x-k8s.io/bootstrap-format"],
+            "2"
+        );
+        let token_uid =
+            env.get(&token(), NS, "c1").await.expect("token")["metadata"]["uid"].clone();
+        assert_eq!(
+            secret["metadata"]["annotations"]["fleet.addons.cluster.x-k8s.io/registration-token-uid"],
+            token_uid
+        );
 
         // A second call creates nothing and writes nothing; the client ID is unchanged.
         env.sandbox.requests().reset();
@@ -435,7 +474,7 @@ async fn an_existing_client_id_is_kept_and_fleet_clusters_not_owned_survive_dele
         .expect("Fleet Cluster");
     assert_eq!(client_id(&fleet), "kept-forever");
     let secret = env.bootstrap_secret("c2").await.expect("bootstrap secret");
-    assert!(secret_text(&secret, MANIFEST_KEY).contains("kept-forever"));
+    assert!(secret_text(&secret, SCRIPT_KEY).contains("kept-forever"));
 
     assert_success(&env.call(Hook::BeforeClusterDelete, &cluster).await);
     assert!(env.get(&token(), NS, "c2").await.is_none());
@@ -447,12 +486,12 @@ async fn an_existing_client_id_is_kept_and_fleet_clusters_not_owned_survive_dele
 
 impl Env {
     async fn issue_token_later_and_finish(&self, cluster: &Value, name: &str) {
+        self.install_fleet().await;
         assert_retry(
             &self.call(Hook::BeforeClusterCreate, cluster).await,
             "ClusterRegistrationToken",
         );
         self.issue_token(name).await;
-        self.install_fleet().await;
         assert_success(&self.call(Hook::BeforeClusterCreate, cluster).await);
     }
 }
@@ -477,6 +516,7 @@ async fn the_bootstrap_makes_imported_clusters_agent_initiated_and_holds_no_othe
 
     // The bootstrap asks for agent-initiated registration even though the configuration says
     // manager-initiated for this Cluster: prepared and marked for the import controller.
+    env.install_fleet().await;
     let booted = env
         .capi_cluster("booted", json!({}), "fleet-class", true)
         .await;
@@ -664,7 +704,11 @@ async fn a_cluster_that_never_went_through_before_cluster_create_gets_a_working_
         .bootstrap_secret("old")
         .await
         .expect("the Secret the patch names exists");
-    assert!(secret_text(&secret, MANIFEST_KEY).contains("kind: Deployment"));
+    assert!(
+        bootstrap_objects(&secret)
+            .iter()
+            .any(|o| o["kind"] == "Deployment")
+    );
     // The same answer every time from now on.
     assert_eq!(
         serde_json::to_value(env.call_raw(Hook::GeneratePatches, &request).await).expect("json"),
@@ -710,6 +754,11 @@ fn generate_patches_request(cluster: &str) -> Value {
         "items": [{"uid": "cp", "holderReference": {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
             "namespace": NS, "name": cluster, "fieldPath": "spec.controlPlaneRef"}, "object": template}]
     })
+}
+
+/// The agent objects a bootstrap Secret's boot script carries.
+fn bootstrap_objects(secret: &Value) -> Vec<Value> {
+    script_objects(&secret_text(secret, SCRIPT_KEY)).expect("boot script")
 }
 
 fn documents(yaml: &str) -> Vec<Value> {
@@ -801,98 +850,24 @@ async fn before_cluster_upgrade_waits_for_ready_bundles_only_when_configured() {
     assert_success(&off.call(Hook::BeforeClusterUpgrade, &cluster).await);
 }
 
-/// The agent objects are exactly what Fleet's `fleet-agent` chart renders for the Cluster's
-/// values (placed in the agent namespace, which is added and labelled), every one is accepted
-/// by the API server, and the agent pod is admitted under Cluster API's quick-start Pod Security
-/// configuration.
+/// The agent objects the hooks write are accepted by the API server, in order, and the agent
+/// pod is admitted under Cluster API's quick-start Pod Security configuration (what they are is
+/// pinned against Fleet's own agent by `the_agent_is_what_fleet_deploys_at_every_supported_minor`).
 #[tokio::test]
-async fn the_agent_is_fleet_s_chart_accepted_by_the_api_server_and_pod_security() {
+async fn the_agent_is_accepted_by_the_api_server_and_pod_security() {
     let env = Env::start(Some("cluster: {agentInitiated: true, hostNetwork: true}")).await;
     let cluster = env
         .capi_cluster("c4", json!({}), "quick-start", false)
         .await;
     env.issue_token_later_and_finish(&cluster, "c4").await;
     let secret = env.bootstrap_secret("c4").await.expect("bootstrap secret");
-    let ours = documents(&secret_text(&secret, MANIFEST_KEY));
-    let fleet = env
-        .get(&fleet_cluster(), NS, "c4")
-        .await
-        .expect("Fleet Cluster");
-
-    // What the chart renders, with values the test writes from what it played (the token's
-    // values, the client ID, the configuration's agent settings and Fleet's agent image).
-    let mut values: serde_json::Map<String, Value> =
-        serde_yaml::from_str(TOKEN_VALUES).expect("token values");
-    for (key, value) in [
-        ("clientID", json!(client_id(&fleet))),
-        ("agentTLSMode", json!("system-store")),
-        (
-            "fleetAgent",
-            json!({"hostNetwork": true, "tolerations": [
-                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoSchedule"},
-                {"key": "node.cluster.x-k8s.io/uninitialized", "operator": "Exists", "effect": "NoSchedule"},
-                {"key": "node.cloudprovider.kubernetes.io/uninitialized", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
-                {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
-            ]}),
-        ),
-        (
-            "internal",
-            json!({"systemNamespace": "fleet-addon-agent", "managedReleaseName": "fleet-agent"}),
-        ),
-        (
-            "image",
-            json!({"repository": "rancher/fleet-agent", "tag": "v0.13.1"}),
-        ),
-    ] {
-        values.insert(key.to_string(), value);
-    }
-    let values_file = tempfile::NamedTempFile::new().expect("values file");
-    std::fs::write(
-        values_file.path(),
-        serde_json::to_vec(&values).expect("json"),
-    )
-    .expect("write");
-    let archive = fleet_common::package_agent_chart(AGENT_CHART_VERSION);
-    let rendered = fleet_common::helm(
-        &tempfile::tempdir().expect("home").keep(),
-        None,
-        &[
-            "template",
-            "fleet-agent",
-            archive.to_str().expect("path"),
-            "--namespace",
-            "fleet-addon-agent",
-            "--no-hooks",
-            "--values",
-            values_file.path().to_str().expect("path"),
-        ],
-    );
-    let chart = documents(&rendered);
-    assert!(
-        !chart.iter().any(|o| o["kind"] == "Job"),
-        "hooks are not rendered"
-    );
-    assert_eq!(
-        ours.len(),
-        chart.len() + 1,
-        "the chart's objects and the Namespace"
-    );
+    let ours = bootstrap_objects(&secret);
     assert_eq!(ours[0]["kind"], "Namespace");
     assert_eq!(ours[0]["metadata"]["name"], "fleet-addon-agent");
-    for (mine, theirs) in ours[1..].iter().zip(&chart) {
-        let mut expected = theirs.clone();
-        if !["ClusterRole", "ClusterRoleBinding"]
-            .contains(&theirs["kind"].as_str().unwrap_or_default())
-        {
-            expected["metadata"]["namespace"] = json!("fleet-addon-agent");
-        }
-        if theirs["kind"] == "Deployment" {
-            // The one agent setting the chart has no value for.
-            expected["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] =
-                json!("IfNotPresent");
-        }
-        assert_eq!(mine, &expected, "{}", theirs["kind"]);
-    }
+    assert!(
+        !ours.iter().any(|o| o["kind"] == "Job"),
+        "hooks are not rendered"
+    );
 
     // Accepted by the API server, in order.
     let discovery = Discovery::new(env.client()).run().await.expect("discovery");
@@ -959,7 +934,340 @@ async fn the_agent_is_fleet_s_chart_accepted_by_the_api_server_and_pod_security(
     );
 }
 
-/// The supported Fleet releases differ in their `fleet-agent` chart: before 0.16.0 a hook Job
+/// What the bootstrap deliberately does differently from Fleet's own agent bundle, object by
+/// object (docs/runtime-extension.md, "What differs from the agent Fleet deploys"): objects only
+/// the bootstrap creates, and objects only Fleet's bundle has.
+const BOOTSTRAP_ONLY: [(&str, &str); 3] = [
+    // Fleet's bundle has no Namespace (Helm creates it at takeover); ours carries the Pod
+    // Security label.
+    ("Namespace", "fleet-addon-agent"),
+    // The agent registers with these (Fleet's chart renders them; the agent deletes the Secret
+    // once registered).
+    ("ConfigMap", "fleet-agent"),
+    ("Secret", "fleet-agent-bootstrap"),
+];
+const FLEET_ONLY: [(&str, &str); 1] = [
+    // Kubernetes creates `default` in every namespace, so `kubectl create` cannot set its
+    // automountServiceAccountToken: false; Fleet's takeover does.
+    ("ServiceAccount", "default"),
+];
+
+/// The Fleet Cluster and fleet-controller configuration the fixtures of
+/// `tests/fixtures/fleet-agent-bundle/` were derived for, at Fleet `version`.
+fn fleet_agent_bundle_input(version: &str) -> BootstrapInput {
+    let v016 = version.starts_with("0.16.");
+    let mut config = json!({
+        "systemDefaultRegistry": "mirror.example/",
+        "agentImage": format!("mirror.example/rancher/fleet-agent:v{version}"),
+        "agentImagePullPolicy": "IfNotPresent",
+        "apiServerURL": "https://fleet.example.com:6443",
+        "apiServerCA": "",
+        "agentCheckinInterval": "15m",
+        "agentTLSMode": "system-store",
+        "agentWorkers": {"bundledeployment": "50", "drift": "50"},
+    });
+    if v016 {
+        // charts/fleet writes imagePullSecrets into the configuration from v0.16.0.
+        config["imagePullSecrets"] = json!([{"name": "fleet-pull"}]);
+    }
+    let token_values = if v016 {
+        format!("{TOKEN_VALUES}tokenName: c1\n")
+    } else {
+        TOKEN_VALUES.to_string()
+    };
+    let spec = json!({
+        "agentNamespace": "fleet-addon-agent",
+        "hostNetwork": true,
+        "privateRepoURL": "registry.example.com:5000",
+        "agentTolerations": serde_json::to_value(caapf::model::config::default_agent_tolerations()).expect("json"),
+        "agentEnvVars": [
+            {"name": "HTTPS_PROXY", "value": "http://proxy.example.com:3128"},
+            {"name": "NO_PROXY", "value": ".svc,.cluster.local"}
+        ],
+        "agentResources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+    });
+    BootstrapInput {
+        token: TokenValues::parse(&token_values).expect("token values"),
+        client_id: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef".into(),
+        agent: AgentSettings::from_fleet_cluster_spec(&spec),
+        fleet: FleetAgentDefaults::from_controller_config(&config.to_string()).expect("config"),
+        version: FleetVersion::parse(version).expect("version"),
+    }
+}
+
+/// The agent the bootstrap renders from Fleet's `fleet-agent` chart (the test double at that
+/// version, with the real helm) is what Fleet's own agent bundle deploys for the same Fleet
+/// Cluster at every supported minor (hand-derived fixtures of `manifest.go` at the latest tag of
+/// each; 0.12.0 too, whose chart still has a hook Job), but for [`BOOTSTRAP_ONLY`] and
+/// [`FLEET_ONLY`]. Issue #29 defect 1: before, the agent ran without `AGENT_SCOPE` and
+/// `CHECKIN_INTERVAL`, with the chart's tolerations, RBAC names and environment.
+#[test]
+fn the_agent_is_what_fleet_deploys_at_every_supported_minor() {
+    let home = tempfile::tempdir().expect("helm home");
+    for (minor, version) in [
+        ("0.12", "0.12.0"),
+        ("0.12", "0.12.19"),
+        ("0.13", "0.13.15"),
+        ("0.14", "0.14.10"),
+        ("0.15", "0.15.6"),
+        ("0.16", "0.16.1"),
+    ] {
+        let input = fleet_agent_bundle_input(version);
+        let values = chart_values(&input).expect("values");
+        let values_file = tempfile::NamedTempFile::new().expect("values file");
+        std::fs::write(
+            values_file.path(),
+            serde_json::to_vec(&values).expect("json"),
+        )
+        .expect("write");
+        let archive = fleet_common::package_agent_chart(version);
+        let rendered = fleet_common::helm(
+            home.path(),
+            None,
+            &[
+                "template",
+                "fleet-agent",
+                archive.to_str().expect("path"),
+                "--namespace",
+                "fleet-addon-agent",
+                "--no-hooks",
+                "--values",
+                values_file.path().to_str().expect("path"),
+            ],
+        );
+        let ours = finish(&rendered, &input).expect("finished");
+        let fixture = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join(format!("tests/fixtures/fleet-agent-bundle/v{minor}.yaml")),
+        )
+        .expect("fixture");
+        // manifest.go is the same at every 0.12 tag (git diff v0.12.0 v0.12.19): only the image
+        // tag differs.
+        let fixture = fixture.replace("fleet-agent:v0.12.19", &format!("fleet-agent:v{version}"));
+        let fleet = documents(&fixture);
+        let key = |o: &Value| {
+            (
+                o["kind"].as_str().unwrap_or_default().to_string(),
+                o["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        };
+        let listed = |list: &[(&str, &str)], (kind, name): &(String, String)| {
+            list.iter().any(|(k, n)| k == kind && n == name)
+        };
+        for theirs in &fleet {
+            let k = key(theirs);
+            match ours.iter().find(|o| key(o) == k) {
+                Some(mine) => assert_eq!(mine, theirs, "Fleet {version}: {k:?} differs"),
+                None => assert!(
+                    listed(&FLEET_ONLY, &k),
+                    "Fleet {version}: {k:?} is missing from the bootstrap"
+                ),
+            }
+        }
+        for mine in &ours {
+            let k = key(mine);
+            assert!(
+                fleet.iter().any(|o| key(o) == k) || listed(&BOOTSTRAP_ONLY, &k),
+                "Fleet {version}: the bootstrap has {k:?}, which Fleet does not deploy"
+            );
+        }
+        assert_eq!(ours[0]["kind"], "Namespace", "created first");
+        assert_eq!(ours.last().map(|o| &o["kind"]), Some(&json!("Deployment")));
+    }
+}
+
+/// `templateYAMLIndent` of cluster-api v1.11 `bootstrap/kubeadm/internal/cloudinit/utils.go`
+/// (CAPRKE2 v0.25.0 has the same): every line of `text` indented by `spaces`.
+fn indent(spaces: usize, text: &str) -> String {
+    let pad = " ".repeat(spaces);
+    format!(
+        "{pad}{}",
+        text.split('\n')
+            .collect::<Vec<_>>()
+            .join(&format!("\n{pad}"))
+    )
+}
+
+/// RFC 2397 escaping as `github.com/vincent-petithory/dataurl` `EscapeString` does it (what
+/// Flatcar's container-linux-config-transpiler uses for inline file contents).
+fn data_url_escape(text: &[u8]) -> String {
+    text.iter()
+        .map(|&b| {
+            if b.is_ascii_alphanumeric() || b"-_.!~*'()".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// The user data the bootstrap adds to a control-plane machine, per template kind, rendered the
+/// way the bootstrap providers render a `files` entry and a post command (issue #29, defect 4):
+/// - cloud-init: cluster-api v1.11 `bootstrap/kubeadm/internal/cloudinit/files.go`
+///   `filesTemplate` and `commands.go` `commandsTemplate` (a `%q`-quoted `runcmd` item); CAPRKE2
+///   v0.25.0 `bootstrap/internal/cloudinit/cloudinit.go` has the same two templates (no `append`);
+/// - kubeadm Ignition: `bootstrap/kubeadm/internal/ignition/clc/clc.go` puts the file and the
+///   command (a line of `/etc/kubeadm.sh`) into a Container Linux Config, which the
+///   container-linux-config-transpiler turns into Ignition 2.3 JSON with `data:,` URLs escaped by
+///   `dataurl.EscapeString`: the script's escaped text plus a file entry;
+/// - RKE2 Ignition: `bootstrap/internal/ignition/butane/butane.go` does the same with Butane
+///   (coreos/butane v0.28.0 `base/util/url.go` `MakeDataURL` picks the smallest of URL-escaped,
+///   base64 and gzip+base64): the smallest encoding plus a file entry, and the escaped command.
+///
+/// The Ignition figures approximate the JSON entry's fields; the contents are exact.
+fn added_user_data(files: &BTreeMap<String, String>) -> Vec<(&'static str, usize)> {
+    let packed = &files[SCRIPT_GZIP_KEY];
+    let plain = &files[SCRIPT_KEY];
+    let cloud_init = |template: Template| {
+        let entry = format!(
+            "\n-   path: {SCRIPT_PATH}\n    encoding: \"gzip+base64\"\n    permissions: '0600'\n    content: |\n{}",
+            indent(6, packed)
+        );
+        let command = format!("\n  - \"{}\"", boot_command(template));
+        entry.len() + command.len()
+    };
+    let kubeadm_ignition = {
+        let entry = json!({"filesystem": "root", "path": SCRIPT_PATH, "mode": 384,
+            "contents": {"source": format!("data:,{}", data_url_escape(plain.as_bytes())), "verification": {}}});
+        let command = data_url_escape(
+            format!("{}\n", boot_command(Template::KubeadmControlPlane)).as_bytes(),
+        );
+        entry.to_string().len() + 1 + command.len()
+    };
+    let rke2_ignition = {
+        let escaped = format!(",{}", data_url_escape(plain.as_bytes()));
+        let base64 = format!(
+            ";base64,{}",
+            base64::Engine::encode(&base64::engine::general_purpose::STANDARD, plain)
+        );
+        let gzip = format!(";base64,{packed}");
+        let (source, compression) = [(escaped, None), (base64, None), (gzip, Some("gzip"))]
+            .into_iter()
+            .min_by_key(|(s, c)| s.len() + c.map_or(0, str::len))
+            .expect("three");
+        let mut contents = json!({"source": format!("data:{source}")});
+        if let Some(compression) = compression {
+            contents["compression"] = json!(compression);
+        }
+        let entry =
+            json!({"path": SCRIPT_PATH, "mode": 384, "overwrite": true, "contents": contents});
+        let command =
+            data_url_escape(format!("{}\n", boot_command(Template::Rke2ControlPlane)).as_bytes());
+        entry.to_string().len() + 1 + command.len()
+    };
+    vec![
+        (
+            "kubeadm cloud-init",
+            cloud_init(Template::KubeadmControlPlane),
+        ),
+        ("kubeadm Ignition", kubeadm_ignition),
+        ("RKE2 cloud-init", cloud_init(Template::Rke2ControlPlane)),
+        ("RKE2 Ignition", rke2_ignition),
+    ]
+}
+
+/// What the bootstrap adds to a control-plane machine's user data, per template kind (issue #29,
+/// defect 4: the plain manifest in `write_files` added about 7.9 KB), with Fleet 0.16.1's agent,
+/// this provider's default agent settings and real-shaped registration values: a ServiceAccount
+/// token and a 2048-bit RSA CA, or an ECDSA P-256 CA (`tests/fixtures/fleet/registration-values-*`).
+/// Prints the figures docs/runtime-extension.md quotes, and holds them: the goal of 3 KB is met
+/// only by everything but the token and the CA (see the docs).
+#[test]
+fn what_the_bootstrap_adds_to_a_control_plane_machine_s_user_data() {
+    let import = EffectiveConfig::default().cluster.expect("import");
+    let spec = json!({
+        "agentNamespace": import.agent_namespace,
+        "agentTolerations": serde_json::to_value(&import.agent_tolerations).expect("json"),
+        "hostNetwork": import.host_network,
+    });
+    let archive = fleet_common::package_agent_chart("0.16.1");
+    let home = tempfile::tempdir().expect("home");
+    // (fixture, at most for cloud-init, at most for kubeadm Ignition)
+    for (fixture, cloud_init_bound, ignition_bound) in [
+        ("registration-values-rsa2048.yaml", 4_500, 10_500),
+        ("registration-values-ecdsa.yaml", 3_950, 9_800),
+    ] {
+        let values = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/fleet")
+                .join(fixture),
+        )
+        .expect("fixture");
+        let input = BootstrapInput {
+            token: TokenValues::parse(&values).expect("values"),
+            client_id: "4b2f0c6d3e8a1f5b7c9d0e2f4a6b8c1d3e5f7a9b0c2d4e6f8a1b3c5d7e9f0a2b".into(),
+            agent: AgentSettings::from_fleet_cluster_spec(&spec),
+            fleet: FleetAgentDefaults::from_controller_config(
+                r#"{"systemDefaultRegistry":"","agentImage":"rancher/fleet-agent:v0.16.1","agentImagePullPolicy":"IfNotPresent",
+                    "agentCheckinInterval":"15m","agentTLSMode":"system-store","agentWorkers":{"bundledeployment":"50","drift":"50"}}"#,
+            )
+            .expect("config"),
+            version: FleetVersion::parse("0.16.1").expect("version"),
+        };
+        let chart_values = chart_values(&input).expect("values");
+        let values_file = tempfile::NamedTempFile::new().expect("values file");
+        std::fs::write(
+            values_file.path(),
+            serde_json::to_vec(&chart_values).expect("json"),
+        )
+        .expect("write");
+        let rendered = fleet_common::helm(
+            home.path(),
+            None,
+            &[
+                "template",
+                "fleet-agent",
+                archive.to_str().expect("path"),
+                "--namespace",
+                "fleet-addon-agent",
+                "--no-hooks",
+                "--values",
+                values_file.path().to_str().expect("path"),
+            ],
+        );
+        let objects = finish(&rendered, &input).expect("finished");
+        let files = caapf::model::agent_manifest::bootstrap_files(&objects).expect("files");
+        if let Ok(dir) = std::env::var("CAAPF_DUMP_BOOT_SCRIPT") {
+            std::fs::write(std::path::Path::new(&dir).join(fixture), &files[SCRIPT_KEY])
+                .expect("dump");
+        }
+        // What an earlier release added: the plain manifest, indented, and its command.
+        let manifest = caapf::model::agent_manifest::script_objects(&files[SCRIPT_KEY])
+            .expect("objects")
+            .iter()
+            .map(|o| format!("---\n{}", serde_yaml::to_string(o).expect("yaml")))
+            .collect::<String>();
+        let before = format!(
+            "\n-   path: /etc/caapf/fleet-agent.yaml\n    owner: root:root\n    permissions: '0600'\n    content: |\n{}\n  - \"{}\"",
+            indent(6, &manifest),
+            caapf::model::agent_patch::legacy_command(Template::KubeadmControlPlane).replace('"', "\\\"")
+        )
+        .len();
+        let figures = added_user_data(&files);
+        eprintln!(
+            "{fixture}: boot script {} B plain, {} B gzip+base64; added user data {figures:?}; an earlier release added {before} B (kubeadm cloud-init)",
+            files[SCRIPT_KEY].len(),
+            files[SCRIPT_GZIP_KEY].len(),
+        );
+        for (kind, bytes) in &figures {
+            let bound = match *kind {
+                "kubeadm Ignition" => ignition_bound,
+                _ => cloud_init_bound,
+            };
+            assert!(*bytes <= bound, "{fixture}: {kind}: {bytes} B > {bound} B");
+        }
+        assert!(
+            figures[0].1 * 100 <= before * 60,
+            "{fixture}: at most 60% of what it was"
+        );
+    }
+}
+
+/// The supported Fleet releases differ in their `fleet-agent` chart: in 0.12.0–0.12.2 a hook Job
 /// (not rendered), from 0.16.0 `tokenName` required (Fleet 0.16 writes it into the token values;
 /// a value set without it is refused by the chart, and the hook says so and retries).
 #[tokio::test]
@@ -988,15 +1296,15 @@ async fn the_chart_of_the_installed_fleet_version_is_rendered() {
     let cluster = env
         .capi_cluster("c6", json!({}), "quick-start", false)
         .await;
+    env.install_fleet().await;
     assert_retry(
         &env.call(Hook::BeforeClusterCreate, &cluster).await,
         "ClusterRegistrationToken",
     );
     env.issue_token("c6").await;
-    env.install_fleet().await;
     // Fleet 0.13-style values (no tokenName) against the 0.16 chart: refused, retried.
     let refused = env.call(Hook::BeforeClusterCreate, &cluster).await;
-    assert_retry(&refused, "tokenName must be set");
+    assert_retry(&refused, "tokenName is required");
     assert!(
         refused.message.contains("fleet-agent chart 0.16.1"),
         "{}",
@@ -1023,14 +1331,15 @@ async fn the_chart_of_the_installed_fleet_version_is_rendered() {
         done.message
     );
     let secret = env.bootstrap_secret("c6").await.expect("bootstrap secret");
-    let objects = documents(&secret_text(&secret, MANIFEST_KEY));
+    let objects = bootstrap_objects(&secret);
     let bootstrap = objects
         .iter()
         .find(|o| o["kind"] == "Secret")
         .expect("fleet-agent-bootstrap");
-    assert!(bootstrap["data"]["tokenName"].is_string());
+    assert_eq!(bootstrap["stringData"]["tokenName"], "c6");
 
-    // Before 0.16: the hook Job patching the default ServiceAccount is not rendered.
+    // 0.12.0–0.12.2: the hook Job patching the default ServiceAccount is not rendered.
+    env.charts.add_agent_version("0.12.0");
     let before = env
         .capi_cluster("c7", json!({}), "quick-start", false)
         .await;
@@ -1038,7 +1347,7 @@ async fn the_chart_of_the_installed_fleet_version_is_rendered() {
         .patch_status(
             "fleet-addon-config",
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"installedVersion": AGENT_CHART_VERSION}})),
+            &Patch::Merge(json!({"status": {"installedVersion": "0.12.0"}})),
         )
         .await
         .expect("status");
@@ -1049,9 +1358,80 @@ async fn the_chart_of_the_installed_fleet_version_is_rendered() {
     env.issue_token("c7").await;
     assert_success(&env.call(Hook::BeforeClusterCreate, &before).await);
     let secret = env.bootstrap_secret("c7").await.expect("bootstrap secret");
-    let objects = documents(&secret_text(&secret, MANIFEST_KEY));
+    let objects = bootstrap_objects(&secret);
     assert!(!objects.iter().any(|o| o["kind"] == "Job"));
     assert!(objects.iter().any(|o| o["kind"] == "Deployment"));
+}
+
+/// Fleet 0.11 (a StatefulSet agent the bootstrap does not render): BeforeClusterCreate answers
+/// Success naming the version, records a Warning Event on the Cluster, and prepares nothing, so
+/// the Cluster is created without the bootstrap (issue #29 defect 8: it used to retry forever).
+#[tokio::test]
+async fn fleet_0_11_is_answered_with_success_an_event_and_nothing_prepared() {
+    let env = Env::start(Some("cluster: {agentInitiated: true}")).await;
+    env.install_fleet().await;
+    let configs: Api<caapf::api::FleetAddonConfig> = Api::all(env.client());
+    let config: caapf::api::FleetAddonConfig = serde_json::from_value(json!({
+        "apiVersion": "addons.cluster.x-k8s.io/v1alpha1", "kind": "FleetAddonConfig",
+        "metadata": {"name": "fleet-addon-config"}, "spec": {}
+    }))
+    .expect("config");
+    configs
+        .create(&PostParams::default(), &config)
+        .await
+        .expect("create");
+    configs
+        .patch_status(
+            "fleet-addon-config",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"installedVersion": "0.11.14"}})),
+        )
+        .await
+        .expect("status");
+    let cluster = env
+        .capi_cluster("old-fleet", json!({}), "quick-start", false)
+        .await;
+    let answer = env.call(Hook::BeforeClusterCreate, &cluster).await;
+    assert_success(&answer);
+    assert!(
+        answer.message.contains("Fleet 0.11.14") && answer.message.contains("0.12"),
+        "{}",
+        answer.message
+    );
+    assert!(env.get(&fleet_cluster(), NS, "old-fleet").await.is_none());
+    assert!(env.get(&token(), NS, "old-fleet").await.is_none());
+    assert!(env.bootstrap_secret("old-fleet").await.is_none());
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.client(), NS);
+    let listed = common::eventually("the Warning Event on the Cluster", || async {
+        let list = events.list(&Default::default()).await.expect("events");
+        list.items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("FleetVersionUnsupported"))
+    })
+    .await;
+    assert_eq!(listed.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        listed.regarding.as_ref().and_then(|r| r.kind.as_deref()),
+        Some("Cluster")
+    );
+    assert_eq!(
+        listed.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("old-fleet")
+    );
+    assert!(
+        listed
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("0.11.14")
+    );
+
+    // GeneratePatches changes nothing for it (no Secret).
+    let request = generate_patches_request("old-fleet");
+    assert_eq!(
+        patch_len(&env.call_raw(Hook::GeneratePatches, &request).await),
+        0
+    );
 }
 
 /// Golden request/response pairs in `tests/fixtures/hooks/`, answered through the server's
@@ -1070,8 +1450,9 @@ async fn golden_requests_and_responses() {
         .await
         .expect("namespace");
     let bootstrap_secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "dev-2-fleet-agent-bootstrap"},
-        "stringData": {"fleet-agent.yaml": "---\n"}}))
+        "metadata": {"name": "dev-2-fleet-agent-bootstrap",
+            "annotations": {"fleet.addons.cluster.x-k8s.io/bootstrap-format": "2"}},
+        "stringData": {SCRIPT_KEY: "#!/bin/sh\n", SCRIPT_GZIP_KEY: "H4sIAAAAAAACA1NW1E/KzNMvzuACAB2d+wQKAAAA"}}))
     .expect("secret");
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hooks");
     let update = std::env::var_os("UPDATE_GOLDEN").is_some();
@@ -1174,7 +1555,8 @@ async fn hooks_answer_from_the_bootstrap_secret_watch_without_listing() {
     let secret: Secret = serde_json::from_value(json!({
         "metadata": {"name": "c1-fleet-agent-bootstrap", "namespace": NS,
             "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
-        "stringData": {MANIFEST_KEY: "kind: Namespace\n"},
+        // As an earlier release wrote it (no format annotation): its patch stays the earlier one.
+        "stringData": {LEGACY_MANIFEST_KEY: "kind: Namespace\n"},
     }))
     .expect("secret");
     secrets
@@ -1317,7 +1699,7 @@ async fn the_agent_chart_is_pulled_from_an_oci_registry() {
     };
     let rendered = |name: &'static str| async move {
         let secret = env.bootstrap_secret(name).await.expect("bootstrap secret");
-        let objects = documents(&secret_text(&secret, MANIFEST_KEY));
+        let objects = bootstrap_objects(&secret);
         assert!(
             objects.iter().any(|o| o["kind"] == "Deployment"),
             "{objects:?}"
@@ -1471,4 +1853,99 @@ fn auth(user: &str, password: &str) -> String {
         &base64::engine::general_purpose::STANDARD,
         format!("{user}:{password}"),
     )
+}
+
+/// The Pod Security check the agent tests rely on (`tests/common/pod_security.rs`).
+mod pod_security_support {
+    use std::collections::BTreeMap;
+
+    use crate::common::pod_security::*;
+    use serde_json::{Value, json};
+
+    fn hardened_container() -> Value {
+        json!({"name": "app", "image": "x",
+               "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]},
+                                   "seccompProfile": {"type": "RuntimeDefault"}}})
+    }
+
+    #[test]
+    fn levels_of_typical_pods() {
+        let restricted = json!({"securityContext": {"runAsNonRoot": true}, "containers": [hardened_container()],
+                                "volumes": [{"name": "tmp", "emptyDir": {}}]});
+        let rows: [(&str, Value, Level); 9] = [
+            ("hardened", restricted.clone(), Level::Restricted),
+            (
+                "no seccomp",
+                json!({"securityContext": {"runAsNonRoot": true},
+                "containers": [{"name": "a", "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]}),
+                Level::Baseline,
+            ),
+            (
+                "plain",
+                json!({"containers": [{"name": "a"}]}),
+                Level::Baseline,
+            ),
+            (
+                "host network",
+                json!({"hostNetwork": true, "containers": [{"name": "a"}]}),
+                Level::Privileged,
+            ),
+            (
+                "hostPath",
+                json!({"containers": [{"name": "a"}], "volumes": [{"name": "h", "hostPath": {"path": "/"}}]}),
+                Level::Privileged,
+            ),
+            (
+                "privileged",
+                json!({"containers": [{"name": "a", "securityContext": {"privileged": true}}]}),
+                Level::Privileged,
+            ),
+            (
+                "NET_ADMIN",
+                json!({"initContainers": [{"name": "a", "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}]}),
+                Level::Privileged,
+            ),
+            (
+                "hostPort",
+                json!({"containers": [{"name": "a", "ports": [{"containerPort": 80, "hostPort": 80}]}]}),
+                Level::Privileged,
+            ),
+            (
+                "unconfined seccomp",
+                json!({"securityContext": {"seccompProfile": {"type": "Unconfined"}}, "containers": [{"name": "a"}]}),
+                Level::Privileged,
+            ),
+        ];
+        for (name, pod, level) in rows {
+            assert_eq!(required_level(&pod), level, "{name}: {pod}");
+        }
+        let mut root = restricted.clone();
+        root["securityContext"]["runAsUser"] = json!(0);
+        assert_eq!(required_level(&root), Level::Baseline);
+        let mut hostpath_free_but_nfs = restricted;
+        hostpath_free_but_nfs["volumes"] =
+            json!([{"name": "n", "nfs": {"server": "s", "path": "/"}}]);
+        assert_eq!(required_level(&hostpath_free_but_nfs), Level::Baseline);
+    }
+
+    #[test]
+    fn admission_uses_the_namespace_label_then_the_default_and_exemptions() {
+        let admission = Admission::from_configuration(&json!({
+            "apiVersion": "pod-security.admission.config.k8s.io/v1", "kind": "PodSecurityConfiguration",
+            "defaults": {"enforce": "baseline", "audit": "restricted", "warn": "restricted"},
+            "exemptions": {"namespaces": ["kube-system"]}
+        }))
+        .expect("configuration");
+        let host = json!({"hostNetwork": true, "containers": [{"name": "a"}]});
+        let none = BTreeMap::new();
+        assert!(admission.admits("fleet", &none, &host).is_err());
+        assert!(admission.admits("kube-system", &none, &host).is_ok());
+        let privileged = BTreeMap::from([(ENFORCE_LABEL.to_string(), "privileged".to_string())]);
+        assert!(admission.admits("fleet", &privileged, &host).is_ok());
+        let err = admission
+            .admits("fleet", &none, &host)
+            .expect_err("baseline refuses host network");
+        assert_eq!(err, ["host namespaces: hostNetwork=true"]);
+        assert!(Admission::from_configuration(&json!({"defaults": {"enforce": "nope"}})).is_err());
+    }
 }

@@ -12,6 +12,7 @@ use common::{Harness, eventually, has_finalizer, has_label};
 use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
 use fleet_api_rs::fleet_cluster_registration_token::ClusterRegistrationToken;
 use fleet_api_rs::fleet_clustergroup::ClusterGroup;
+use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -1091,4 +1092,273 @@ async fn create_hook_stub(h: &Harness, namespace: &str, name: &str) {
         )
         .await
         .expect("stub created");
+}
+
+/// Plays Fleet issuing the registration token `name` (as its clusterregistrationtoken handler
+/// does: the values Secret, then `status.secretName`) with `token` as its value.
+async fn issue_token(h: &Harness, namespace: &str, name: &str, token: &str) {
+    let secrets: Api<Secret> = Api::namespaced(h.client.clone(), namespace);
+    let _ = secrets.delete(name, &DeleteParams::default()).await;
+    let values = format!(
+        "clusterNamespace: {namespace}\napiServerURL: https://fleet.example.com:6443\napiServerCA: |\n  -----BEGIN CERTIFICATE-----\n  MIIB\n  -----END CERTIFICATE-----\ntoken: {token}\nsystemRegistrationNamespace: cattle-fleet-clusters-system\ntokenName: {name}\n"
+    );
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": namespace},
+        "type": "fleet.cattle.io/cluster-registration-values",
+        "stringData": {"values": values},
+    }))
+    .expect("values secret");
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("values secret");
+    Api::<ClusterRegistrationToken>::namespaced(h.client.clone(), namespace)
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"secretName": name}})),
+        )
+        .await
+        .expect("token status");
+}
+
+/// The token of an agent-initiated Cluster that has not registered is extended before it
+/// expires, so a Cluster whose first control-plane machine boots after the TTL still registers
+/// (issue #29, defect 3: the token was created once and Fleet deleted it at expiry). The time is
+/// the fixture's: the token is made to expire a minute after its creation (`spec.ttl: 1m` and
+/// its expiry record, as a token created with a one-minute TTL has them), with 24 h configured.
+/// Once the Cluster registered (`status.agent.lastSeen`), the token is left to expire.
+#[tokio::test]
+async fn the_token_is_extended_until_the_cluster_registered() {
+    let mut h = Harness::new().await;
+    h.namespace("edge", json!({})).await;
+    h.config("cluster: {agentInitiated: true, registrationTokenTTL: 24h}")
+        .await;
+    h.cluster("edge", plain_cluster("c1", json!({}))).await;
+    h.start().await;
+    let tokens: Api<ClusterRegistrationToken> = Api::namespaced(h.client.clone(), "edge");
+    let created = eventually("the token", || {
+        h.get::<ClusterRegistrationToken>("edge", "c1")
+    })
+    .await;
+    let creation = created
+        .metadata
+        .creation_timestamp
+        .clone()
+        .expect("creationTimestamp")
+        .0;
+    let expires = |token: &ClusterRegistrationToken| -> Option<k8s_openapi::jiff::Timestamp> {
+        token
+            .annotations()
+            .get(names::REGISTRATION_TOKEN_EXPIRES_ANNOTATION)?
+            .parse()
+            .ok()
+    };
+    // Created with the configured TTL and when it expires.
+    assert_eq!(created.spec.ttl.as_deref(), Some("24h"));
+    let recorded = expires(&created).expect("expiry recorded");
+    assert!(
+        (recorded - creation).get_seconds().abs() <= 24 * 3600 + 5,
+        "{recorded} {creation}"
+    );
+
+    let about_to_expire = || async {
+        let in_a_minute = creation
+            .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(60))
+            .expect("time");
+        tokens
+            .patch(
+                "c1",
+                &PatchParams::default(),
+                &Patch::Merge(json!({
+                    "metadata": {"annotations": {names::REGISTRATION_TOKEN_EXPIRES_ANNOTATION: in_a_minute.to_string()}},
+                    "spec": {"ttl": "1m"}
+                })),
+            )
+            .await
+            .expect("token")
+    };
+    about_to_expire().await;
+    let extended = eventually("the token extended", || async {
+        let token = h.get::<ClusterRegistrationToken>("edge", "c1").await?;
+        let ttl = caapf::api::duration::parse_duration(token.spec.ttl.as_deref()?).ok()?;
+        (ttl >= Duration::from_secs(24 * 3600)).then_some((token, ttl))
+    })
+    .await;
+    let (token, ttl) = extended;
+    // The same token (its value is unchanged), its expiry recorded from its creation, as Fleet
+    // counts (handler.go deleteExpired: creationTimestamp + spec.ttl).
+    assert_eq!(token.uid(), created.uid());
+    let expected = creation
+        .checked_add(k8s_openapi::jiff::SignedDuration::try_from(ttl).expect("ttl"))
+        .expect("time");
+    assert_eq!(expires(&token), Some(expected));
+
+    // Registered: the token is left alone.
+    Api::<FleetCluster>::namespaced(h.client.clone(), "edge")
+        .patch_status(
+            "c1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"agent": {"lastSeen": "2026-11-25T10:00:00Z"}}})),
+        )
+        .await
+        .expect("lastSeen");
+    eventually("the registration seen", || async {
+        h.fleet_cluster("edge", "c1").await.filter(|c| {
+            c.status
+                .as_ref()
+                .and_then(|s| s.agent.as_ref())
+                .is_some_and(|a| a.last_seen.is_some())
+        })
+    })
+    .await;
+    let reconciles = h.reconciles("cluster");
+    about_to_expire().await;
+    eventually("the change reconciled", || async {
+        (h.reconciles("cluster") > reconciles).then_some(())
+    })
+    .await;
+    let token = h
+        .get::<ClusterRegistrationToken>("edge", "c1")
+        .await
+        .expect("token");
+    assert_eq!(
+        token.spec.ttl.as_deref(),
+        Some("1m"),
+        "not extended once registered"
+    );
+    h.stop().await;
+}
+
+/// When the token is gone before the Cluster registered (expired while the provider was down, or
+/// deleted), the import controller creates a new one, and once Fleet issued it, the bootstrap
+/// Secret BeforeClusterCreate wrote gets the new token's values (the script's
+/// `fleet-agent-bootstrap` Secret, both encodings) and the new token's UID: machines created from
+/// then on register (issue #29, defect 3). The patch, which names the Secret, does not change.
+#[tokio::test]
+async fn a_replaced_token_s_values_reach_the_bootstrap_secret() {
+    use caapf::model::agent_manifest::{bootstrap_files, script_objects};
+    use caapf::model::agent_patch::{SCRIPT_GZIP_KEY, SCRIPT_KEY};
+
+    // Prepared by BeforeClusterCreate (its mark on the Fleet Cluster), or agent-initiated by the
+    // configuration with a class using the extension (the `fleetAgent` variable).
+    for marked in [true, false] {
+        let mut h = Harness::new().await;
+        h.namespace("edge", json!({})).await;
+        h.config("cluster: {agentInitiated: true}").await;
+        let mut body = plain_cluster("c1", json!({}));
+        if !marked {
+            body["spec"]["topology"] = json!({"classRef": {"name": "quick-start"}, "version": "v1.35.0",
+            "variables": [{"name": "fleetAgent", "value": {"enabled": true}}]});
+        }
+        let cluster = h.cluster("edge", body).await;
+        if marked {
+            create_hook_stub(&h, "edge", "c1").await;
+        }
+        h.start().await;
+        let first = eventually("the token", || {
+            h.get::<ClusterRegistrationToken>("edge", "c1")
+        })
+        .await;
+        issue_token(&h, "edge", "c1", "first-token").await;
+
+        // The bootstrap Secret as BeforeClusterCreate writes it, rendered from the first token.
+        let objects = vec![
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "fleet-addon-agent"}}),
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "fleet-agent-bootstrap", "namespace": "fleet-addon-agent"},
+               "stringData": {"token": "first-token", "tokenName": "c1", "apiServerURL": "https://fleet.example.com:6443",
+                              "clusterNamespace": "edge", "systemRegistrationNamespace": "cattle-fleet-clusters-system"}}),
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "fleet-agent", "namespace": "fleet-addon-agent"}}),
+        ];
+        let view = caapf::model::capi::ClusterView::from_json(
+            &serde_json::to_value(&cluster).expect("json"),
+        )
+        .expect("view");
+        let secret = caapf::model::hook_plan::desired_bootstrap_secret(
+            &view,
+            bootstrap_files(&objects).expect("files"),
+            &first.uid().expect("uid"),
+        );
+        let secrets: Api<Secret> = Api::namespaced(h.client.clone(), "edge");
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("bootstrap secret");
+
+        // Fleet deletes the expired token (and wrangler its values Secret).
+        Api::<ClusterRegistrationToken>::namespaced(h.client.clone(), "edge")
+            .delete("c1", &DeleteParams::default())
+            .await
+            .expect("delete token");
+        secrets
+            .delete("c1", &DeleteParams::default())
+            .await
+            .expect("delete values");
+        let second = eventually("a new token", || async {
+            h.get::<ClusterRegistrationToken>("edge", "c1")
+                .await
+                .filter(|t| t.uid() != first.uid())
+        })
+        .await;
+        issue_token(&h, "edge", "c1", "second-token").await;
+
+        let refreshed = eventually("the bootstrap Secret follows the new token", || async {
+            let secret = secrets.get_opt("c1-fleet-agent-bootstrap").await.ok()??;
+            (secret
+                .annotations()
+                .get(names::REGISTRATION_TOKEN_UID_ANNOTATION)
+                == second.uid().as_ref())
+            .then_some(secret)
+        })
+        .await;
+        let data = refreshed.data.clone().expect("data");
+        let script = String::from_utf8(data[SCRIPT_KEY].0.clone()).expect("utf-8");
+        let carried = script_objects(&script).expect("objects");
+        assert_eq!(carried[1]["stringData"]["token"], "second-token");
+        assert_eq!(carried[0], objects[0]);
+        assert_eq!(carried[2], objects[2]);
+        let packed = base64::Engine::decode(
+            &base64::engine::general_purpose::STANDARD,
+            &data[SCRIPT_GZIP_KEY].0,
+        )
+        .expect("base64");
+        let mut unpacked = String::new();
+        std::io::Read::read_to_string(
+            &mut std::process::Command::new("gzip")
+                .args(["-dc"])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .map(|mut child| {
+                    use std::io::Write;
+                    child
+                        .stdin
+                        .take()
+                        .expect("stdin")
+                        .write_all(&packed)
+                        .expect("write");
+                    child.stdout.take().expect("stdout")
+                })
+                .expect("gzip"),
+            &mut unpacked,
+        )
+        .expect("gunzip");
+        assert_eq!(unpacked, script, "both encodings hold the same script");
+        // Still what the patch names: labels, owner and format are kept.
+        assert_eq!(
+            refreshed
+                .annotations()
+                .get(names::BOOTSTRAP_FORMAT_ANNOTATION)
+                .map(String::as_str),
+            Some("2")
+        );
+        assert_eq!(
+            refreshed
+                .labels()
+                .get(names::CAPI_CLUSTER_NAME_LABEL)
+                .map(String::as_str),
+            Some("c1")
+        );
+        h.stop().await;
+    }
 }

@@ -755,6 +755,64 @@ async fn hooks_scenario(rbac: Vec<Value>) -> Vec<RequestRecord> {
             .map(|_| ())
     })
     .await;
+    // The import controller keeps the token valid until the Cluster registered: one about to
+    // expire is extended (patch); a replaced one, once issued (get), reaches the bootstrap
+    // Secret (patch).
+    let token_uid = |t: &DynamicObject| t.metadata.uid.clone();
+    let first = tokens.get("c1").await.expect("token");
+    tokens
+        .patch(
+            "c1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {names::REGISTRATION_TOKEN_EXPIRES_ANNOTATION: "2000-01-01T00:00:00Z"}}})),
+        )
+        .await
+        .expect("about to expire");
+    eventually("the token extended", || async {
+        let token = tokens.get("c1").await.ok()?;
+        (token
+            .annotations()
+            .get(names::REGISTRATION_TOKEN_EXPIRES_ANNOTATION)
+            != Some(&"2000-01-01T00:00:00Z".to_string()))
+        .then_some(())
+    })
+    .await;
+    tokens
+        .delete("c1", &Default::default())
+        .await
+        .expect("token deleted");
+    let secrets: Api<Secret> = Api::namespaced(h.client.clone(), "team-a");
+    secrets
+        .delete("c1", &Default::default())
+        .await
+        .expect("values deleted");
+    let second = eventually("a new token", || async {
+        let token = tokens.get_opt("c1").await.expect("get")?;
+        (token_uid(&token) != token_uid(&first)).then_some(token)
+    })
+    .await;
+    secrets
+        .create(&PostParams::default(), &token_secret)
+        .await
+        .expect("new token secret");
+    tokens
+        .patch_status(
+            "c1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"secretName": "c1"}})),
+        )
+        .await
+        .expect("new token status");
+    eventually("the bootstrap Secret follows the new token", || async {
+        let secret = secrets.get_opt("c1-fleet-agent-bootstrap").await.ok()??;
+        (secret
+            .annotations()
+            .get(names::REGISTRATION_TOKEN_UID_ANNOTATION)
+            .cloned()
+            == token_uid(&second))
+        .then_some(())
+    })
+    .await;
     // GeneratePatches for a Cluster without a Secret reads it and prepares its bootstrap.
     h.cluster(
         "team-a",

@@ -255,14 +255,15 @@ pub struct ClusterConfig {
     )]
     pub agent_namespace: Option<String>,
 
-    /// Tolerations of the Fleet agent. Default: tolerate `node.kubernetes.io/not-ready`,
-    /// `node.cluster.x-k8s.io/uninitialized`, `node.cloudprovider.kubernetes.io/uninitialized`
-    /// and `node-role.kubernetes.io/control-plane`, so the agent runs on a fresh control plane
-    /// and on clusters of control-plane nodes only.
+    /// Tolerations of the Fleet agent. Default: tolerate `node.kubernetes.io/not-ready` (every
+    /// effect), `node.cluster.x-k8s.io/uninitialized`,
+    /// `node.cloudprovider.kubernetes.io/uninitialized` and `node-role.kubernetes.io/control-plane`,
+    /// so the agent runs on a fresh control plane and on clusters of control-plane nodes only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_tolerations: Option<Vec<ClusterAgentTolerations>>,
 
     /// Run the Fleet agent with `hostNetwork: true`, so it works before a CNI is installed.
+    /// Default `true`, with or without a FleetAddonConfig.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_network: Option<bool>,
 

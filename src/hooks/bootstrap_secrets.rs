@@ -12,8 +12,9 @@
 //!   watch behind this replica's own write or another replica's): answering without the patch
 //!   from that would drop the patch of a Cluster that already had it. So a miss is never an
 //!   answer: the handler confirms it with a live GET, as it did before this cache existed.
-//! - **It says present while the Secret is gone**: a bootstrap Secret is written once and never
-//!   rewritten; it goes away only with its Cluster (BeforeClusterDelete, garbage collection) or
+//! - **It says present while the Secret is gone**: a bootstrap Secret is written once (only a
+//!   replaced registration token's values are rewritten, which changes no patch); it goes away
+//!   only with its Cluster (BeforeClusterDelete, garbage collection) or
 //!   by hand. For a Cluster being deleted the patch no longer matters; a Secret deleted by hand
 //!   changes the patch (the docs say so) a watch latency later instead of at once. The patch
 //!   names the Secret, never its content, so a stale "present" never puts stale data on a node.
@@ -28,6 +29,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, metadata_watcher, watcher};
 use tokio_util::sync::CancellationToken;
 
+use crate::model::agent_patch::SecretFormat;
 use crate::names;
 
 /// The suffix of every bootstrap Secret's name ([`names::bootstrap_secret_name`]).
@@ -66,8 +68,25 @@ impl BootstrapSecrets {
     /// Whether the bootstrap Secret of Cluster `namespace/cluster` is known to exist. `false`
     /// means "not known", never "absent" (see the module documentation).
     pub fn known_present(&self, namespace: &str, cluster: &str) -> bool {
+        self.known_secret(namespace, cluster).is_some()
+    }
+
+    /// What the bootstrap Secret of Cluster `namespace/cluster` holds, when it is known to exist
+    /// (`None`: not known, never "absent").
+    pub fn known(&self, namespace: &str, cluster: &str) -> Option<SecretFormat> {
+        self.known_secret(namespace, cluster)
+            .map(|secret| SecretFormat::of(secret.metadata.annotations.as_ref()))
+    }
+
+    /// The cached metadata of the bootstrap Secret of Cluster `namespace/cluster` (only this
+    /// provider's annotations are kept).
+    pub fn known_secret(
+        &self,
+        namespace: &str,
+        cluster: &str,
+    ) -> Option<std::sync::Arc<PartialObjectMeta<Secret>>> {
         let key = ObjectRef::new(&names::bootstrap_secret_name(cluster)).within(namespace);
-        self.store.get(&key).is_some()
+        self.store.get(&key)
     }
 
     /// How many bootstrap Secrets the view holds (0 until it has listed once).
@@ -105,8 +124,14 @@ impl BootstrapSecretsFeed {
             .try_filter(|event| future::ready(keeps(event)))
             .modify(|secret| {
                 secret.metadata.managed_fields = None;
-                secret.metadata.annotations = None;
                 secret.metadata.labels = None;
+                // Ours only: what the Secret holds and which token it was rendered from.
+                if let Some(annotations) = secret.metadata.annotations.as_mut() {
+                    annotations.retain(|key, _| {
+                        key == names::BOOTSTRAP_FORMAT_ANNOTATION
+                            || key == names::REGISTRATION_TOKEN_UID_ANNOTATION
+                    });
+                }
             });
         let applied = reflector::reflector(self.writer, stream).for_each(|event| {
             if let Err(err) = event {

@@ -5,32 +5,50 @@
 //! `helm template` by [`crate::helm::agent_chart`]. This module is the pure part around it:
 //! - the chart values, from what Fleet itself provides: the ClusterRegistrationToken's Secret
 //!   (`values`: API server URL and CA, token, namespaces, and from Fleet 0.16 `tokenName`), the
-//!   `fleet-controller` ConfigMap (`config`: agent image, pull policy, TLS mode), and the Fleet
-//!   Cluster's agent settings (namespace, tolerations, host network, environment);
+//!   `fleet-controller` ConfigMap (`config`: agent image, pull policy, TLS mode, check-in
+//!   interval, workers, registry, pull secrets), and the Fleet Cluster's agent settings;
 //! - [`finish`]: what `kubectl create -f` needs that the chart leaves to helm (a namespace on
-//!   every namespaced object, the Namespace itself with the Pod Security level the agent needs),
-//!   and the two agent settings the chart has no value for (the exact image reference with its
-//!   pull policy, and the Fleet Cluster's `agentEnvVars`), so the bootstrap agent is the agent
-//!   Fleet deploys when it takes over.
+//!   every namespaced object, the Namespace itself with its Pod Security level), and what Fleet's
+//!   own agent bundle deploys differently from the chart ([`crate::model::fleet_agent_bundle`]),
+//!   so the agent a cluster boots with is the agent Fleet deploys when it takes over: the same
+//!   `AGENT_SCOPE` (part of the ownership ID of everything the agent applies), the same objects.
 //!
 //! Chart facts follow rancher/fleet `charts/fleet-agent` v0.12.0–v0.16.1 (values.yaml,
-//! templates/deployment.yaml, validate.yaml): one Deployment `fleet-agent` with one container
-//! `fleet-agent` (v0.11 had a StatefulSet with a `fleetagent register` init container); the chart
-//! refuses a release that is not `internal.managedReleaseName` in `internal.systemNamespace`,
-//! and from v0.16.0 one without `tokenName`; chart objects carry no namespace (helm adds it at
-//! install). Before v0.16.0 the chart also has a post-install hook Job patching the `default`
-//! ServiceAccount with a `rancher/kubectl` image; hooks are not rendered (no registry pull is
-//! needed to register, and Fleet's agent bundle manages that ServiceAccount once it takes over).
+//! templates/deployment.yaml, rbac.yaml, validate.yaml): one Deployment `fleet-agent` with one
+//! container `fleet-agent` (v0.11 had a StatefulSet with a `fleetagent register` init container,
+//! and is not rendered); the chart refuses a release that is not `internal.managedReleaseName` in
+//! `internal.systemNamespace`, and from v0.16.0 one without `tokenName`; chart objects carry no
+//! namespace but the NetworkPolicy (helm adds it at install). The 0.12.0–0.12.2 chart also has a
+//! post-install hook Job patching the `default` ServiceAccount with a `rancher/kubectl` image;
+//! hooks are not rendered (no registry pull is needed to register, and Fleet's agent bundle
+//! manages that ServiceAccount once it takes over).
 
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
+
+use base64::Engine;
+
+use crate::api::duration::{go_duration_string, parse_duration};
+use crate::model::agent_patch::{SCRIPT_GZIP_KEY, SCRIPT_KEY};
+use crate::model::fleet_agent_bundle::{self as bundle, FleetVersion};
+use crate::names;
 
 /// Name of Fleet's agent chart, its Helm release, and its Deployment (fixed by Fleet).
 pub const AGENT_NAME: &str = "fleet-agent";
 
 /// Name of the Secret the agent registers with (fixed by Fleet).
 pub const AGENT_BOOTSTRAP_SECRET: &str = "fleet-agent-bootstrap";
+
+/// The Pod Security level the agent namespace enforces, whatever the agent pod: `privileged`.
+/// Fleet's agent bundle never carries the Namespace (rancher/fleet v0.12.0–v0.16.1
+/// `manifest.go` `Manifest`), so a stricter label set at bootstrap is never corrected; with
+/// `hostNetwork: true` (which `baseline` forbids) Fleet deploys the agent with the `Recreate`
+/// strategy (from v0.14.2), so switching a cluster to host network later would delete the running
+/// agent and have its replacement refused, with nothing left to repair it. The agent's
+/// ServiceAccount is bound to a ClusterRole allowing everything, so a stricter level would
+/// protect nothing.
+pub const POD_SECURITY_LEVEL: &str = "privileged";
 
 /// Fleet's default agent namespace, where an unset `agentScope` points.
 pub const FLEET_SYSTEM_NAMESPACE: &str = "cattle-fleet-system";
@@ -93,15 +111,26 @@ impl TokenValues {
     }
 }
 
-/// Agent settings Fleet publishes in its `fleet-controller` ConfigMap (`config` JSON).
-#[derive(Clone, Debug, PartialEq)]
+/// Agent settings Fleet publishes in its `fleet-controller` ConfigMap (`config` JSON, written by
+/// rancher/fleet `charts/fleet/templates/configmap.yaml`, read by `internal/config/config.go`).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct FleetAgentDefaults {
     /// Full image reference, registry included (Fleet's chart renders it so).
     pub image: String,
     pub pull_policy: Option<String>,
     /// `system-store` or `strict`.
     pub tls_mode: String,
-    pub checkin_interval: Option<String>,
+    /// `agentCheckinInterval` as Go's `Duration.String()` writes it (`15m0s`; `0s` when absent):
+    /// Fleet's `CHECKIN_INTERVAL`.
+    pub checkin_interval: String,
+    /// `systemDefaultRegistry` (with its trailing `/`, as `charts/fleet` writes it).
+    pub system_default_registry: String,
+    /// `agentWorkers.bundledeployment` ("" when absent, as Fleet then writes it).
+    pub bundle_deployment_workers: String,
+    /// `agentWorkers.drift` ("" when absent).
+    pub drift_workers: String,
+    /// `imagePullSecrets` (Fleet 0.16: used for the agent unless the Fleet Cluster has its own).
+    pub image_pull_secrets: Vec<Value>,
 }
 
 impl FleetAgentDefaults {
@@ -109,17 +138,26 @@ impl FleetAgentDefaults {
     pub fn from_controller_config(config: &str) -> Result<FleetAgentDefaults, String> {
         let value: Value =
             serde_json::from_str(config).map_err(|err| format!("its config is not JSON: {err}"))?;
-        let text = |key: &str| {
-            value[key]
-                .as_str()
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
+        let text = |value: &Value| value.as_str().filter(|s| !s.is_empty()).map(str::to_string);
+        let checkin_interval = match text(&value["agentCheckinInterval"]) {
+            None => "0s".to_string(),
+            Some(written) => go_duration_string(parse_duration(&written).map_err(|err| {
+                format!("its config's agentCheckinInterval is not a duration: {err}")
+            })?),
         };
         Ok(FleetAgentDefaults {
-            image: text("agentImage").ok_or("its config has no agentImage")?,
-            pull_policy: text("agentImagePullPolicy"),
-            tls_mode: text("agentTLSMode").unwrap_or_else(|| "system-store".to_string()),
-            checkin_interval: text("agentCheckinInterval"),
+            image: text(&value["agentImage"]).ok_or("its config has no agentImage")?,
+            pull_policy: text(&value["agentImagePullPolicy"]),
+            tls_mode: text(&value["agentTLSMode"]).unwrap_or_else(|| "system-store".to_string()),
+            checkin_interval,
+            system_default_registry: text(&value["systemDefaultRegistry"]).unwrap_or_default(),
+            bundle_deployment_workers: text(&value["agentWorkers"]["bundledeployment"])
+                .unwrap_or_default(),
+            drift_workers: text(&value["agentWorkers"]["drift"]).unwrap_or_default(),
+            image_pull_secrets: value["imagePullSecrets"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default(),
         })
     }
 
@@ -149,7 +187,8 @@ fn split_image(image: &str) -> (String, Option<String>) {
     }
 }
 
-/// The agent settings of a Fleet Cluster (`spec.agent*`, `hostNetwork`), as JSON.
+/// The agent settings of a Fleet Cluster (`spec.agent*`, `hostNetwork`, `privateRepoURL`), as
+/// JSON.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct AgentSettings {
     /// Where the agent runs.
@@ -159,6 +198,14 @@ pub struct AgentSettings {
     pub tolerations: Vec<Value>,
     pub host_network: bool,
     pub env: Vec<Value>,
+    /// `privateRepoURL` ("" when unset).
+    pub private_repo_url: String,
+    pub affinity: Option<Value>,
+    pub resources: Option<Value>,
+    /// `agentSchedulingCustomization.priorityClass` is set.
+    pub priority_class: bool,
+    /// `agentPullSecrets` (`None` when unset; an empty list means none).
+    pub pull_secrets: Option<Vec<Value>>,
 }
 
 impl AgentSettings {
@@ -168,6 +215,7 @@ impl AgentSettings {
             .as_str()
             .unwrap_or_default()
             .to_string();
+        let object = |key: &str| Some(spec[key].clone()).filter(Value::is_object);
         AgentSettings {
             namespace: if scope.is_empty() {
                 FLEET_SYSTEM_NAMESPACE.to_string()
@@ -181,6 +229,14 @@ impl AgentSettings {
                 .unwrap_or_default(),
             host_network: spec["hostNetwork"].as_bool().unwrap_or(false),
             env: spec["agentEnvVars"].as_array().cloned().unwrap_or_default(),
+            private_repo_url: spec["privateRepoURL"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            affinity: object("agentAffinity"),
+            resources: object("agentResources"),
+            priority_class: spec["agentSchedulingCustomization"]["priorityClass"].is_object(),
+            pull_secrets: spec["agentPullSecrets"].as_array().cloned(),
         }
     }
 }
@@ -192,6 +248,8 @@ pub struct BootstrapInput {
     pub client_id: String,
     pub agent: AgentSettings,
     pub fleet: FleetAgentDefaults,
+    /// The Fleet release whose chart is rendered (the rules that changed between minors).
+    pub version: FleetVersion,
 }
 
 /// The values of Fleet's `fleet-agent` chart for this cluster: every key Fleet put in the
@@ -225,10 +283,46 @@ pub fn chart_values(input: &BootstrapInput) -> Result<Map<String, Value>, String
 /// Kinds in the chart that are cluster-scoped; every other object gets the agent namespace.
 const CLUSTER_SCOPED_KINDS: [&str; 3] = ["Namespace", "ClusterRole", "ClusterRoleBinding"];
 
+/// The names the chart gives its ClusterRole and ClusterRoleBinding (rancher/fleet
+/// `charts/fleet-agent/templates/rbac.yaml`, v0.12.0–v0.16.1), which Fleet's agent bundle does
+/// not use: left as they are, they would survive Fleet's takeover as an orphaned pair allowing
+/// everything.
+pub const CHART_CLUSTER_ROLE: &str = "fleet-agent-system-fleet-agent-role";
+/// See [`CHART_CLUSTER_ROLE`].
+pub const CHART_CLUSTER_ROLE_BINDING: &str = "fleet-agent-system-fleet-agent-role-binding";
+
+/// The order `kubectl create -f` creates the objects in: the Namespace, what the agent's pod
+/// needs (RBAC, ServiceAccount, its configuration and registration Secret), the NetworkPolicy,
+/// then the Deployment; kinds the chart may add later go before the Deployment.
+const CREATION_ORDER: [&str; 8] = [
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ServiceAccount",
+    "ConfigMap",
+    "Secret",
+    "NetworkPolicy",
+    "Deployment",
+];
+
 /// The objects `kubectl create -f` runs on the new cluster, in creation order, from the chart's
-/// rendering: the agent Namespace first (labelled with the Pod Security level the agent pod
-/// needs), then the chart's objects in the agent namespace, with the exact agent image, its pull
-/// policy and the Fleet Cluster's `agentEnvVars` on the agent containers.
+/// rendering, brought to what Fleet's agent bundle deploys for the same Fleet Cluster at that
+/// Fleet version ([`crate::model::fleet_agent_bundle`]):
+/// - the agent Namespace first, labelled [`POD_SECURITY_LEVEL`] (Fleet's bundle has none; Helm
+///   creates it);
+/// - every namespaced object in the agent namespace (the chart leaves that to helm);
+/// - the ClusterRole and ClusterRoleBinding under Fleet's names;
+/// - the Deployment as `manifest.go` `agentApp` builds it: environment (with `AGENT_SCOPE` and
+///   `CHECKIN_INTERVAL`, the Fleet Cluster's `agentEnvVars` last), tolerations, affinity, image
+///   (`Resolve`), pull policy, resources, strategy, pull secrets, priority class, volume order;
+/// - the chart's ConfigMap `fleet-agent` and Secret `fleet-agent-bootstrap`, which the agent
+///   registers with (not in Fleet's bundle);
+///
+/// and without: the hook Job of the 0.12.0–0.12.2 chart (rendered with `--no-hooks`), and the
+/// `default` ServiceAccount Fleet's bundle sets `automountServiceAccountToken: false` on
+/// (Kubernetes creates `default` in every new namespace, so `kubectl create` of it fails or races;
+/// the bootstrap agent runs as `fleet-agent`, and Fleet's takeover sets the field). Empty and null
+/// values of the rendering (`args:` of the 0.16 chart) are left out.
 pub fn finish(rendered: &str, input: &BootstrapInput) -> Result<Vec<Value>, String> {
     let namespace = input.agent.namespace.as_str();
     let mut objects = Vec::new();
@@ -244,47 +338,58 @@ pub fn finish(rendered: &str, input: &BootstrapInput) -> Result<Vec<Value>, Stri
         }
         objects.push(object);
     }
-    let mut pod_level = None;
+    if !objects
+        .iter()
+        .any(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == AGENT_NAME)
+    {
+        let found = if objects.iter().any(|o| o["kind"] == "StatefulSet") {
+            " (it rendered a StatefulSet, as Fleet 0.11's chart does)"
+        } else {
+            ""
+        };
+        return Err(format!(
+            "the fleet-agent chart rendered no Deployment {AGENT_NAME}{found}: is this Fleet's fleet-agent chart of Fleet 0.12 or later?"
+        ));
+    }
+    objects.retain(|object| {
+        !(object["kind"] == "Namespace" && object["metadata"]["name"] == namespace)
+    });
     for object in &mut objects {
         let kind = object["kind"].as_str().unwrap_or_default().to_string();
         if !CLUSTER_SCOPED_KINDS.contains(&kind.as_str()) {
             object["metadata"]["namespace"] = json!(namespace);
         }
-        if kind == "Deployment" && object["metadata"]["name"] == AGENT_NAME {
-            let pod = &mut object["spec"]["template"]["spec"];
-            for container in pod["containers"].as_array_mut().into_iter().flatten() {
-                if container["name"] != AGENT_NAME {
-                    continue;
-                }
-                container["image"] = json!(input.fleet.image);
-                if let Some(policy) = &input.fleet.pull_policy {
-                    container["imagePullPolicy"] = json!(policy);
-                }
-                if !input.agent.env.is_empty() {
-                    let env = container["env"].as_array().cloned().unwrap_or_default();
-                    let mut env: Vec<Value> = env
-                        .into_iter()
-                        .filter(|e| !input.agent.env.iter().any(|a| a["name"] == e["name"]))
-                        .collect();
-                    env.extend(input.agent.env.iter().cloned());
-                    container["env"] = json!(env);
+        match kind.as_str() {
+            "ClusterRole" if object["metadata"]["name"] == CHART_CLUSTER_ROLE => {
+                object["metadata"]["name"] = json!(bundle::cluster_role_name(namespace));
+            }
+            "ClusterRoleBinding" if object["metadata"]["name"] == CHART_CLUSTER_ROLE_BINDING => {
+                object["metadata"]["name"] = json!(bundle::cluster_role_binding_name(namespace));
+                if object["roleRef"]["name"] == CHART_CLUSTER_ROLE {
+                    object["roleRef"]["name"] = json!(bundle::cluster_role_name(namespace));
                 }
             }
-            pod_level = Some(crate::model::pod_security::required_level(pod));
+            "Deployment" if object["metadata"]["name"] == AGENT_NAME => {
+                agent_deployment(object, input);
+            }
+            _ => {}
         }
+        drop_empty(object);
     }
-    let Some(level) = pod_level else {
-        return Err(format!(
-            "the fleet-agent chart rendered no Deployment {AGENT_NAME}: is this Fleet's fleet-agent chart?"
-        ));
+    // Kinds not listed go just before the Deployment.
+    let rank = |object: &Value| {
+        let kind = object["kind"].as_str().unwrap_or_default();
+        match CREATION_ORDER.iter().position(|k| *k == kind) {
+            Some(index) => 2 * index,
+            None => 2 * CREATION_ORDER.len() - 3,
+        }
     };
-    objects.retain(|object| {
-        !(object["kind"] == "Namespace" && object["metadata"]["name"] == namespace)
-    });
+    // Stable: objects of one kind keep the chart's order.
+    objects.sort_by_key(|object| rank(object));
     let mut labels = Map::new();
     labels.insert(
-        crate::model::pod_security::ENFORCE_LABEL.to_string(),
-        json!(level.as_str()),
+        names::POD_SECURITY_ENFORCE_LABEL.to_string(),
+        json!(POD_SECURITY_LEVEL),
     );
     objects.insert(
         0,
@@ -293,28 +398,305 @@ pub fn finish(rendered: &str, input: &BootstrapInput) -> Result<Vec<Value>, Stri
     Ok(objects)
 }
 
-/// The bootstrap Secret's data: the agent objects as one YAML stream (both control-plane
-/// providers create them with `kubectl create -f`).
+/// The agent Deployment as `manifest.go` `agentApp` builds it, from the chart's.
+fn agent_deployment(deployment: &mut Value, input: &BootstrapInput) {
+    let (agent, fleet, version) = (&input.agent, &input.fleet, input.version);
+    match bundle::strategy(agent.host_network, version) {
+        Some(strategy) => deployment["spec"]["strategy"] = strategy,
+        None => remove(&mut deployment["spec"], "strategy"),
+    }
+    let pod = &mut deployment["spec"]["template"]["spec"];
+    pod["tolerations"] = json!(bundle::tolerations(&agent.tolerations, version));
+    pod["affinity"] = bundle::affinity(agent.affinity.as_ref());
+    if agent.host_network {
+        pod["hostNetwork"] = json!(true);
+    } else {
+        remove(pod, "hostNetwork");
+    }
+    match bundle::priority_class_name(agent.priority_class, version) {
+        Some(name) => pod["priorityClassName"] = json!(name),
+        None => remove(pod, "priorityClassName"),
+    }
+    let secrets = bundle::image_pull_secrets(
+        agent.pull_secrets.as_deref(),
+        &fleet.image_pull_secrets,
+        version,
+    );
+    if secrets.is_empty() {
+        remove(pod, "imagePullSecrets");
+    } else {
+        pod["imagePullSecrets"] = json!(secrets);
+    }
+    order_by_name(&mut pod["volumes"], &bundle::VOLUME_ORDER);
+    let env = bundle::env(
+        &bundle::EnvOptions {
+            bundle_deployment_workers: &fleet.bundle_deployment_workers,
+            drift_workers: &fleet.drift_workers,
+            agent_scope: &agent.scope,
+            checkin_interval: &fleet.checkin_interval,
+            agent_env: &agent.env,
+        },
+        version,
+    );
+    for container in pod["containers"].as_array_mut().into_iter().flatten() {
+        if container["name"] != AGENT_NAME {
+            continue;
+        }
+        container["image"] = json!(bundle::resolve_image(
+            &fleet.system_default_registry,
+            &agent.private_repo_url,
+            &fleet.image
+        ));
+        match &fleet.pull_policy {
+            Some(policy) => container["imagePullPolicy"] = json!(policy),
+            None => remove(container, "imagePullPolicy"),
+        }
+        container["env"] = json!(env);
+        match &agent.resources {
+            Some(resources) => container["resources"] = resources.clone(),
+            None => remove(container, "resources"),
+        }
+        order_by_name(&mut container["volumeMounts"], &bundle::VOLUME_ORDER);
+    }
+}
+
+/// Removes `key` from `object` (nothing when it is not an object).
+fn remove(object: &mut Value, key: &str) {
+    if let Some(map) = object.as_object_mut() {
+        map.remove(key);
+    }
+}
+
+/// Orders the items of a list by their `name` as `order` has them (others after, as they were).
+fn order_by_name(list: &mut Value, order: &[&str]) {
+    if let Some(items) = list.as_array_mut() {
+        items.sort_by_key(|item| {
+            let name = item["name"].as_str().unwrap_or_default();
+            order.iter().position(|n| *n == name).unwrap_or(order.len())
+        });
+    }
+}
+
+/// Leaves out null values and empty lists and maps below the top level of an object's fields
+/// (the 0.16 chart's `args:` renders as null), except where an empty value means something:
+/// `emptyDir: {}`, `podSelector: {}` and the NetworkPolicy's `ingress: [{}]` / `egress: [{}]`
+/// items are kept (an empty map inside a list, or under those keys).
+fn drop_empty(value: &mut Value) {
+    const MEANINGFUL_EMPTY: [&str; 2] = ["emptyDir", "podSelector"];
+    match value {
+        Value::Object(map) => {
+            map.retain(|key, child| {
+                drop_empty(child);
+                !(child.is_null()
+                    || (child.as_array().is_some_and(Vec::is_empty))
+                    || (child.as_object().is_some_and(Map::is_empty)
+                        && !MEANINGFUL_EMPTY.contains(&key.as_str())))
+            });
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_empty),
+        _ => {}
+    }
+}
+
+/// The bootstrap Secret's data: the boot script ([`boot_script`]) plain ([`SCRIPT_KEY`], for
+/// Ignition) and as `base64(gzip(script))` text ([`SCRIPT_GZIP_KEY`], for cloud-init's
+/// `encoding: gzip+base64`). The same objects always give the same data.
 pub fn bootstrap_files(objects: &[Value]) -> Result<BTreeMap<String, String>, String> {
-    Ok(BTreeMap::from([(
-        crate::model::agent_patch::MANIFEST_KEY.to_string(),
-        to_yaml_stream(objects)?,
-    )]))
+    let namespace = objects
+        .first()
+        .filter(|o| o["kind"] == "Namespace")
+        .and_then(|o| o["metadata"]["name"].as_str())
+        .ok_or("the agent objects do not start with their Namespace")?;
+    let script = boot_script(namespace, &to_yaml_stream(&compact(objects))?)?;
+    let packed = base64::engine::general_purpose::STANDARD.encode(gzip(script.as_bytes()));
+    Ok(BTreeMap::from([
+        (SCRIPT_KEY.to_string(), script),
+        (SCRIPT_GZIP_KEY.to_string(), packed),
+    ]))
+}
+
+/// The objects as the boot script carries them, without what only costs user data: the
+/// registration Secret's values as `stringData` (plain text, which the API server stores as
+/// `data`; base64 of base64-like tokens and certificates gzips poorly) and the agent
+/// ConfigMap's JSON written compactly.
+fn compact(objects: &[Value]) -> Vec<Value> {
+    objects
+        .iter()
+        .map(|object| {
+            let mut object = object.clone();
+            if object["kind"] == "Secret"
+                && let Some(data) = object.get("data").and_then(Value::as_object)
+            {
+                let mut plain = Map::new();
+                let mut binary = Map::new();
+                for (key, value) in data {
+                    let text = value
+                        .as_str()
+                        .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v).ok())
+                        .and_then(|bytes| String::from_utf8(bytes).ok());
+                    match text {
+                        Some(text) => plain.insert(key.clone(), json!(text)),
+                        None => binary.insert(key.clone(), value.clone()),
+                    };
+                }
+                remove(&mut object, "data");
+                if !binary.is_empty() {
+                    object["data"] = Value::Object(binary);
+                }
+                if !plain.is_empty() {
+                    object["stringData"] = Value::Object(plain);
+                }
+            }
+            if object["kind"] == "ConfigMap"
+                && let Some(config) = object["data"]["config"].as_str()
+                && let Ok(parsed) = serde_json::from_str::<Value>(config)
+            {
+                object["data"]["config"] = json!(parsed.to_string());
+            }
+            object
+        })
+        .collect()
+}
+
+/// The line that ends the objects inside the boot script (a here-document delimiter; no line of
+/// a YAML stream can be it).
+const MANIFEST_END: &str = "CAAPF";
+
+/// The boot script of a control-plane machine (POSIX `sh`; `$@` is the distribution's `kubectl`
+/// with the admin kubeconfig): unless the agent registered already, creates `manifest`'s objects
+/// with `kubectl create` until they all exist, at most 60 tries 5 s apart; always exits 0. Terse
+/// on purpose: every byte of it is in the user data of every control-plane machine.
+///
+/// - **Registered means: Secret `fleet-agent` exists in the agent namespace.** Fleet's agent keeps
+///   its credential there and deletes `fleet-agent-bootstrap` once registered (rancher/fleet
+///   v0.12.0–v0.16.1 `internal/cmd/agent/register/register.go` `tryRegister`), so a machine that
+///   joins later must not create anything: it would bring back the registration Secret.
+///   `--ignore-not-found` tells "absent" (empty output, exit 0) from "cannot tell" (non-zero:
+///   the API server is not answering yet; try again).
+/// - `kubectl create`, never `apply`: once Fleet manages the agent (its bundle takes over these
+///   objects), a machine must not put the bootstrap version back. Objects that exist are left
+///   alone; the loop ends as soon as every object exists (`kubectl get -f`). Unlike a manifest in
+///   RKE2's auto-deploy directory or a helm-controller `HelmChart`, nothing re-applies it later.
+pub fn boot_script(namespace: &str, manifest: &str) -> Result<String, String> {
+    if manifest.lines().any(|line| line == MANIFEST_END) {
+        return Err(format!("the agent objects contain a line {MANIFEST_END}"));
+    }
+    let manifest = manifest.trim_end_matches('\n');
+    Ok(format!(
+        r#"#!/bin/sh
+# caapf: Fleet agent bootstrap. $@: kubectl
+n={namespace}
+m(){{ cat<<'{MANIFEST_END}'
+{manifest}
+{MANIFEST_END}
+}}
+for i in $(seq 60);do
+if r=$("$@" -n $n get secret fleet-agent --ignore-not-found -o name 2>/dev/null);then
+[ "$r" ]&&exit
+m|"$@" get -f - >/dev/null 2>&1&&exit
+m|"$@" create -f - >/dev/null 2>&1
+fi
+sleep 5
+done
+echo caapf: the Fleet agent objects were not created>&2
+"#
+    ))
+}
+
+/// The bootstrap Secret's files of `script` (a boot script [`bootstrap_files`] wrote) with the
+/// registration values of another token: Secret `fleet-agent-bootstrap` gets its token, token
+/// name, API server URL and CA and namespaces (the keys of rancher/fleet
+/// `charts/fleet-agent/templates/secret.yaml`, v0.12.0–v0.16.1); nothing else changes.
+pub fn with_token_values(
+    script: &str,
+    values: &TokenValues,
+) -> Result<BTreeMap<String, String>, String> {
+    let mut objects = script_objects(script)?;
+    let secret = objects
+        .iter_mut()
+        .find(|o| o["kind"] == "Secret" && o["metadata"]["name"] == AGENT_BOOTSTRAP_SECRET)
+        .ok_or_else(|| format!("the boot script carries no Secret {AGENT_BOOTSTRAP_SECRET}"))?;
+    for (key, value) in [
+        ("token", Some(&values.token)),
+        ("tokenName", values.token_name.as_ref()),
+        ("apiServerURL", Some(&values.api_server_url)),
+        ("apiServerCA", Some(&values.api_server_ca)),
+        ("clusterNamespace", Some(&values.cluster_namespace)),
+        (
+            "systemRegistrationNamespace",
+            Some(&values.system_registration_namespace),
+        ),
+    ] {
+        if let Some(value) = value {
+            if let Some(data) = secret["data"].as_object_mut() {
+                data.remove(key);
+            }
+            secret["stringData"][key] = json!(value);
+        }
+    }
+    bootstrap_files(&objects)
+}
+
+/// The objects a boot script carries (what [`bootstrap_files`] wrote), for rewriting them.
+pub fn script_objects(script: &str) -> Result<Vec<Value>, String> {
+    let start = format!("<<'{MANIFEST_END}'\n");
+    let manifest = script
+        .split_once(&start)
+        .and_then(|(_, rest)| rest.split_once(&format!("\n{MANIFEST_END}\n")))
+        .map(|(manifest, _)| manifest)
+        .ok_or("not a boot script of this provider")?;
+    let mut objects = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(manifest) {
+        let object = <Value as serde::Deserialize>::deserialize(document)
+            .map_err(|err| format!("the boot script's objects are not YAML: {err}"))?;
+        if !object.is_null() {
+            objects.push(object);
+        }
+    }
+    Ok(objects)
 }
 
 fn to_yaml_stream(objects: &[Value]) -> Result<String, String> {
     let mut out = String::new();
     for object in objects {
-        out.push_str("---\n");
+        if !out.is_empty() {
+            out.push_str("---\n");
+        }
         out.push_str(&serde_yaml::to_string(object).map_err(|err| err.to_string())?);
     }
     Ok(out)
 }
 
+/// gzip (RFC 1952) of `data` at the best compression, deterministic (no name, modification time
+/// 0, operating system "unknown"): what cloud-init's `gzip+base64` gunzips.
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut out = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 2, 255];
+    out.extend(miniz_oxide::deflate::compress_to_vec(data, 10));
+    out.extend(crc32(data).to_le_bytes());
+    out.extend((data.len() as u32).to_le_bytes());
+    out
+}
+
+/// CRC-32 (IEEE 802.3, reflected, as gzip's trailer has it).
+fn crc32(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for byte in data {
+        crc ^= u32::from(*byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::pod_security::{ENFORCE_LABEL, Level};
+    use crate::names::POD_SECURITY_ENFORCE_LABEL as ENFORCE_LABEL;
 
     pub(crate) const TOKEN_VALUES: &str = "clusterNamespace: fleet-default\napiServerURL: https://fleet.example.com:6443\napiServerCA: |\n  -----BEGIN CERTIFICATE-----\n  MIIB\n  -----END CERTIFICATE-----\ntoken: eyJhbGciOi.secret-token\nsystemRegistrationNamespace: cattle-fleet-clusters-system\ntokenName: c1-token\n";
 
@@ -332,6 +714,7 @@ mod tests {
                 r#"{"agentImage":"registry.local:5000/rancher/fleet-agent:v0.16.1","agentImagePullPolicy":"IfNotPresent","agentTLSMode":"strict","agentCheckinInterval":"15m","apiServerURL":"https://x"}"#,
             )
             .expect("controller config"),
+            version: FleetVersion::parse("0.16.1").expect("version"),
         }
     }
 
@@ -444,24 +827,23 @@ spec:
     }
 
     #[test]
-    fn finish_namespaces_the_objects_and_labels_the_namespace_for_the_pod() {
+    fn finish_namespaces_the_objects_and_labels_the_namespace() {
         let objects = finish(RENDERED, &input()).expect("finished");
         let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
         assert_eq!(
             kinds,
             [
                 "Namespace",
-                "NetworkPolicy",
-                "ServiceAccount",
                 "ClusterRole",
+                "ServiceAccount",
+                "NetworkPolicy",
                 "Deployment"
             ]
         );
         assert_eq!(objects[0]["metadata"]["name"], "fleet-addon-agent");
-        // Host network needs `privileged` (baseline forbids host namespaces).
         assert_eq!(
             objects[0]["metadata"]["labels"][ENFORCE_LABEL],
-            Level::Privileged.as_str()
+            "privileged"
         );
         for object in &objects[1..] {
             let namespace = &object["metadata"]["namespace"];
@@ -471,7 +853,23 @@ spec:
                 assert_eq!(namespace, "fleet-addon-agent", "{object}");
             }
         }
-        let container = &objects[4]["spec"]["template"]["spec"]["containers"][0];
+        // Fleet's name, not the chart's (the chart's pair would survive Fleet's takeover).
+        assert_eq!(
+            objects[1]["metadata"]["name"],
+            "fleet-addon-agent-fleet-agent-role"
+        );
+    }
+
+    /// The agent as Fleet's `manifest.go` deploys it for this Fleet Cluster (issue #29, defect
+    /// 1: the chart has no `AGENT_SCOPE` nor `CHECKIN_INTERVAL`, so every bundle the bootstrap
+    /// agent deployed was owned under another ID than the agent Fleet deploys).
+    #[test]
+    fn finish_gives_the_agent_fleet_s_scope_interval_and_settings() {
+        let objects = finish(RENDERED, &input()).expect("finished");
+        let deployment = &objects[4];
+        assert_eq!(deployment["spec"]["strategy"], json!({"type": "Recreate"}));
+        let pod = &deployment["spec"]["template"]["spec"];
+        let container = &pod["containers"][0];
         assert_eq!(
             container["image"],
             "registry.local:5000/rancher/fleet-agent:v0.16.1"
@@ -486,21 +884,100 @@ spec:
         assert_eq!(
             env,
             [
+                ("BUNDLEDEPLOYMENT_RECONCILER_WORKERS", &json!("")),
+                ("DRIFT_RECONCILER_WORKERS", &json!("")),
+                ("NAMESPACE", &Value::Null),
+                ("AGENT_SCOPE", &json!("fleet-addon-agent")),
+                ("CHECKIN_INTERVAL", &json!("15m0s")),
+                ("CATTLE_ELECTION_LEASE_DURATION", &json!("30s")),
+                ("CATTLE_ELECTION_RETRY_PERIOD", &json!("10s")),
+                ("CATTLE_ELECTION_RENEW_DEADLINE", &json!("25s")),
                 ("KUBERNETES_SERVICE_HOST", &json!("10.0.0.1")),
-                ("NAMESPACE", &json!("overridden"))
+                ("NAMESPACE", &json!("overridden")),
             ]
         );
+        let tolerations: Vec<&str> = pod["tolerations"]
+            .as_array()
+            .expect("tolerations")
+            .iter()
+            .filter_map(|t| t["key"].as_str())
+            .collect();
+        assert_eq!(
+            tolerations,
+            [
+                "node.cloudprovider.kubernetes.io/uninitialized",
+                "cattle.io/os",
+                "node.kubernetes.io/not-ready"
+            ]
+        );
+        assert_eq!(
+            pod["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["weight"],
+            1
+        );
+        let volumes: Vec<&str> = pod["volumes"]
+            .as_array()
+            .expect("volumes")
+            .iter()
+            .filter_map(|v| v["name"].as_str())
+            .collect();
+        assert_eq!(volumes, ["kube", "tmp"]);
+        assert_eq!(container["volumeMounts"][0]["name"], "kube");
+
+        // A Fleet Cluster without agentNamespace: AGENT_SCOPE "" (Fleet writes the field as is),
+        // the agent in Fleet's system namespace.
+        let mut input = input();
+        input.agent = AgentSettings::from_fleet_cluster_spec(&json!({}));
+        let objects = finish(RENDERED, &input).expect("finished");
+        let container = &objects[4]["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(
+            container["env"][3],
+            json!({"name": "AGENT_SCOPE", "value": ""})
+        );
+        assert_eq!(objects[4]["metadata"]["namespace"], "cattle-fleet-system");
+        assert!(objects[4]["spec"].get("strategy").is_none());
     }
 
     #[test]
-    fn without_host_network_the_namespace_enforces_baseline() {
+    fn the_controller_config_gives_interval_workers_registry_and_pull_secrets() {
+        let defaults = FleetAgentDefaults::from_controller_config(
+            r#"{"agentImage":"mirror.example/rancher/fleet-agent:v0.16.1","systemDefaultRegistry":"mirror.example/",
+                "agentCheckinInterval":"1h30m","agentWorkers":{"bundledeployment":"50","drift":"25"},
+                "imagePullSecrets":[{"name":"pull"}]}"#,
+        )
+        .expect("config");
+        assert_eq!(defaults.checkin_interval, "1h30m0s");
+        assert_eq!(defaults.system_default_registry, "mirror.example/");
+        assert_eq!(
+            (
+                defaults.bundle_deployment_workers.as_str(),
+                defaults.drift_workers.as_str()
+            ),
+            ("50", "25")
+        );
+        assert_eq!(defaults.image_pull_secrets, [json!({"name": "pull"})]);
+        let bare = FleetAgentDefaults::from_controller_config(
+            r#"{"agentImage":"rancher/fleet-agent:v0.12.0"}"#,
+        )
+        .expect("config");
+        assert_eq!(bare.checkin_interval, "0s");
+        let err = FleetAgentDefaults::from_controller_config(
+            r#"{"agentImage":"x","agentCheckinInterval":"soon"}"#,
+        )
+        .expect_err("not a duration");
+        assert!(err.contains("agentCheckinInterval"), "{err}");
+    }
+
+    /// `privileged` whatever the pod (issue #29): a `baseline` label set for an agent without
+    /// host network would refuse it for good once Fleet switches it to host network.
+    #[test]
+    fn without_host_network_the_namespace_still_enforces_privileged() {
         let mut input = input();
         input.agent.host_network = false;
         let rendered = RENDERED.replace("      hostNetwork: true\n", "");
         let objects = finish(&rendered, &input).expect("finished");
         assert_eq!(
             objects[0]["metadata"]["labels"][ENFORCE_LABEL],
-            Level::Baseline.as_str()
+            "privileged"
         );
     }
 
@@ -528,13 +1005,109 @@ spec:
     }
 
     #[test]
-    fn bootstrap_files_are_one_yaml_stream() {
-        let objects = finish(RENDERED, &input()).expect("finished");
+    fn bootstrap_files_are_the_boot_script_plain_and_gzip_base64() {
+        let mut objects = finish(RENDERED, &input()).expect("finished");
+        objects.insert(
+            1,
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "fleet-agent-bootstrap", "namespace": "fleet-addon-agent"},
+                   "data": {"token": "c2VjcmV0", "binary": "/w=="}}),
+        );
+        objects.insert(
+            1,
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fleet-agent", "namespace": "fleet-addon-agent"},
+                   "data": {"config": "{\n  \"clientID\": \"c\",\n\n  \"agentTLSMode\": \"strict\"\n}"}}),
+        );
         let files = bootstrap_files(&objects).expect("files");
-        assert_eq!(files.len(), 1);
-        let text = &files[crate::model::agent_patch::MANIFEST_KEY];
-        assert_eq!(text.matches("\n---\n").count() + 1, objects.len());
+        assert_eq!(
+            files.keys().collect::<Vec<_>>(),
+            [SCRIPT_KEY, SCRIPT_GZIP_KEY]
+        );
+        let script = &files[SCRIPT_KEY];
+        assert!(script.starts_with("#!/bin/sh\n"));
+        assert!(script.contains("\nn=fleet-addon-agent\n"));
+        assert!(script.contains("\nkind: Namespace\n"));
+        // The gzip+base64 text is the script (cloud-init: base64-decode, then gunzip).
+        let packed = base64::engine::general_purpose::STANDARD
+            .decode(&files[SCRIPT_GZIP_KEY])
+            .expect("base64");
+        assert_eq!(&packed[..3], &[0x1f, 0x8b, 8]);
+        let body = &packed[10..packed.len() - 8];
+        let unpacked = miniz_oxide::inflate::decompress_to_vec(body).expect("deflate");
+        assert_eq!(unpacked, script.as_bytes());
+        assert_eq!(
+            packed[packed.len() - 8..packed.len() - 4],
+            crc32(script.as_bytes()).to_le_bytes()
+        );
+        // What it carries: the objects, with the Secret's text values as stringData and the
+        // ConfigMap's JSON compact.
+        let carried = script_objects(script).expect("objects");
+        assert_eq!(carried.len(), objects.len());
+        let secret = carried
+            .iter()
+            .find(|o| o["kind"] == "Secret")
+            .expect("Secret");
+        assert_eq!(secret["stringData"], json!({"token": "secret"}));
+        assert_eq!(secret["data"], json!({"binary": "/w=="}));
+        let configmap = carried
+            .iter()
+            .find(|o| o["kind"] == "ConfigMap")
+            .expect("ConfigMap");
+        assert_eq!(
+            configmap["data"]["config"],
+            r#"{"agentTLSMode":"strict","clientID":"c"}"#
+        );
+        assert_eq!(carried.last(), objects.last());
         assert_eq!(bootstrap_files(&objects), bootstrap_files(&objects));
+        assert!(boot_script("ns", "a: 1\nCAAPF\n").is_err());
+    }
+
+    /// Another token's values replace the registration Secret's, and nothing else.
+    #[test]
+    fn token_values_are_replaced_in_the_boot_script() {
+        let mut objects = finish(RENDERED, &input()).expect("finished");
+        objects.insert(
+            1,
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "fleet-agent-bootstrap", "namespace": "fleet-addon-agent"},
+                   "data": {"token": "b2xk", "tokenName": "b2xk", "apiServerURL": "aHR0cHM6Ly9vbGQ=", "extra": "a2VwdA=="}}),
+        );
+        let files = bootstrap_files(&objects).expect("files");
+        let fresh = TokenValues::parse(
+            "clusterNamespace: team-a\napiServerURL: https://fleet.example.com:6443\napiServerCA: ca\ntoken: new-token\ntokenName: c1\n",
+        )
+        .expect("values");
+        let refreshed = with_token_values(&files[SCRIPT_KEY], &fresh).expect("refreshed");
+        let before = script_objects(&files[SCRIPT_KEY]).expect("objects");
+        let after = script_objects(&refreshed[SCRIPT_KEY]).expect("objects");
+        assert_eq!(before.len(), after.len());
+        for (old, new) in before.iter().zip(&after) {
+            if old["kind"] != "Secret" {
+                assert_eq!(old, new);
+            }
+        }
+        let secret = after
+            .iter()
+            .find(|o| o["kind"] == "Secret")
+            .expect("Secret");
+        assert_eq!(
+            secret["stringData"],
+            json!({"token": "new-token", "tokenName": "c1", "apiServerURL": "https://fleet.example.com:6443",
+                   "apiServerCA": "ca", "clusterNamespace": "team-a",
+                   "systemRegistrationNamespace": "cattle-fleet-clusters-system", "extra": "kept"})
+        );
+        // The gzip+base64 copy follows.
+        let packed = base64::engine::general_purpose::STANDARD
+            .decode(&refreshed[SCRIPT_GZIP_KEY])
+            .expect("base64");
+        let unpacked =
+            miniz_oxide::inflate::decompress_to_vec(&packed[10..packed.len() - 8]).expect("gzip");
+        assert_eq!(unpacked, refreshed[SCRIPT_KEY].as_bytes());
+        assert!(with_token_values("#!/bin/sh\n", &fresh).is_err());
+    }
+
+    /// The check value of the CRC-32 gzip uses (RFC 1952; "123456789" gives 0xCBF43926).
+    #[test]
+    fn crc32_check_value() {
+        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
     }
 
     #[test]
@@ -553,9 +1126,8 @@ spec:
     fn image_parts_and_chart_versions() {
         let defaults = |image: &str| FleetAgentDefaults {
             image: image.into(),
-            pull_policy: None,
             tls_mode: "system-store".into(),
-            checkin_interval: None,
+            ..FleetAgentDefaults::default()
         };
         assert_eq!(
             defaults("registry.local:5000/rancher/fleet-agent:v0.14.0-rc.1").image_parts(),

@@ -5,8 +5,8 @@
 //!   on, cross-namespace class groups on, host network on) and keep a ClusterGroup per
 //!   ClusterClass; feature gates on; Fleet is not installed.
 //! - **object present**: a missing section disables that part; inside a present section a
-//!   missing boolean is `false` (and a missing `hostNetwork` leaves the Fleet field unset), except
-//!   the agent namespace, the agent tolerations and the feature gates, which keep their defaults.
+//!   missing boolean is `false`, except `hostNetwork` (one default, `true`, in both regimes), the
+//!   agent namespace, the agent tolerations and the feature gates, which keep their defaults.
 
 use std::time::Duration;
 
@@ -54,8 +54,9 @@ pub struct ClusterImport {
     pub name_suffix: String,
     pub agent_namespace: String,
     pub agent_tolerations: Vec<ClusterAgentTolerations>,
-    /// `None` leaves the Fleet field unset.
-    pub host_network: Option<bool>,
+    /// The agent's host network: what `spec.cluster.hostNetwork` says, [`DEFAULT_HOST_NETWORK`]
+    /// when absent, with or without a FleetAddonConfig.
+    pub host_network: bool,
     pub agent_env_vars: Option<Vec<ClusterAgentEnvVars>>,
     /// TTL of registration tokens (Go duration).
     pub registration_token_ttl: String,
@@ -270,7 +271,7 @@ impl Default for EffectiveConfig {
                 name_suffix: String::new(),
                 agent_namespace: names::DEFAULT_AGENT_NAMESPACE.to_string(),
                 agent_tolerations: default_agent_tolerations(),
-                host_network: Some(true),
+                host_network: DEFAULT_HOST_NETWORK,
                 agent_env_vars: None,
                 registration_token_ttl: DEFAULT_REGISTRATION_TOKEN_TTL.to_string(),
                 delete_deselected: false,
@@ -446,7 +447,7 @@ fn cluster_import(config: &ClusterConfig, install: Option<&FleetInstall>) -> Clu
             .agent_tolerations
             .clone()
             .unwrap_or_else(default_agent_tolerations),
-        host_network: config.host_network,
+        host_network: config.host_network.unwrap_or(DEFAULT_HOST_NETWORK),
         agent_env_vars: config.agent_env_vars.clone(),
         registration_token_ttl: config
             .registration_token_ttl
@@ -459,6 +460,14 @@ fn cluster_import(config: &ClusterConfig, install: Option<&FleetInstall>) -> Clu
         self_managed_selector: config.self_managed_selector.clone(),
     }
 }
+
+/// The agent's host network when `spec.cluster.hostNetwork` is absent, with or without a
+/// FleetAddonConfig: `true`, because the agent a new cluster boots with must run before a CNI
+/// exists (Fleet can then deploy the CNI). rancher/fleet `charts/fleet-agent/values.yaml`
+/// (v0.12.0–v0.16.1, `fleetAgent.hostNetwork`): "When set allows for provisioning of network
+/// related bundles (CNI configuration) in a cluster without CNI". CAAPF left the Fleet field unset
+/// (so `false`, Fleet's default) when a FleetAddonConfig existed: docs/migration.md.
+pub const DEFAULT_HOST_NETWORK: bool = true;
 
 /// Fleet's default `agentCheckinInterval` (rancher/fleet v0.16: `charts/fleet/values.yaml`
 /// `agentCheckinInterval: "15m"`, and `pkg/durations` `DefaultClusterCheckInterval`, which
@@ -536,23 +545,45 @@ fn install_settings(install: &FleetInstall) -> Option<InstallSettings> {
 /// not initialized by Cluster API or the cloud provider, and kubeadm's control-plane taint
 /// (`node-role.kubernetes.io/control-plane:NoSchedule`, kubeadm `init`'s default), so a cluster
 /// of control-plane nodes only registers too.
+///
+/// `node.kubernetes.io/not-ready` is tolerated with every effect (no `effect`): the node
+/// lifecycle controller taints a NotReady node `NoSchedule` and also `NoExecute`, and a pod
+/// without its own `NoExecute` toleration gets the DefaultTolerationSeconds admission plugin's
+/// (300 s), so it would be evicted every 5 minutes while the node waits for its CNI
+/// (kubernetes.io/docs/concepts/scheduling-eviction/taint-and-toleration, "Taint based
+/// Evictions"). Neither Fleet's `fleet-agent` chart nor its agent bundle
+/// (rancher/fleet v0.12.0–v0.16.1 `manifest.go`) tolerates `not-ready`; the Fleet Cluster's
+/// `agentTolerations` carry it to both.
 pub fn default_agent_tolerations() -> Vec<ClusterAgentTolerations> {
-    let toleration = |key: &str, operator: &str, value: Option<&str>| ClusterAgentTolerations {
-        key: Some(key.to_string()),
-        operator: Some(operator.to_string()),
-        value: value.map(str::to_string),
-        effect: Some("NoSchedule".to_string()),
-        ..Default::default()
+    let toleration = |key: &str, operator: &str, value: Option<&str>, effect: Option<&str>| {
+        ClusterAgentTolerations {
+            key: Some(key.to_string()),
+            operator: Some(operator.to_string()),
+            value: value.map(str::to_string),
+            effect: effect.map(str::to_string),
+            ..Default::default()
+        }
     };
     vec![
-        toleration("node.kubernetes.io/not-ready", "Exists", None),
-        toleration("node.cluster.x-k8s.io/uninitialized", "Exists", None),
+        toleration("node.kubernetes.io/not-ready", "Exists", None, None),
+        toleration(
+            "node.cluster.x-k8s.io/uninitialized",
+            "Exists",
+            None,
+            Some("NoSchedule"),
+        ),
         toleration(
             "node.cloudprovider.kubernetes.io/uninitialized",
             "Equal",
             Some("true"),
+            Some("NoSchedule"),
         ),
-        toleration("node-role.kubernetes.io/control-plane", "Exists", None),
+        toleration(
+            "node-role.kubernetes.io/control-plane",
+            "Exists",
+            None,
+            Some("NoSchedule"),
+        ),
     ]
 }
 
@@ -583,7 +614,7 @@ mod tests {
         assert!(cluster.apply_class_group);
         assert!(cluster.patch_resource);
         assert!(cluster.set_owner_references);
-        assert_eq!(cluster.host_network, Some(true));
+        assert!(cluster.host_network);
         assert_eq!(cluster.agent_namespace, "fleet-addon-agent");
         assert_eq!(cluster.agent_tolerations, default_agent_tolerations());
         assert_eq!(cluster.fleet_cluster_name("c1"), "c1");
@@ -629,11 +660,57 @@ mod tests {
                 ),
             ]
         );
-        assert!(
-            default_agent_tolerations()
-                .iter()
-                .all(|t| t.effect.as_deref() == Some("NoSchedule"))
+        let effects: Vec<Option<&str>> = tolerations.iter().map(|t| t.effect.as_deref()).collect();
+        assert_eq!(
+            effects,
+            [
+                None,
+                Some("NoSchedule"),
+                Some("NoSchedule"),
+                Some("NoSchedule")
+            ]
         );
+    }
+
+    /// Kubernetes' toleration match (k8s.io/api `core/v1/toleration.go` `ToleratesTaint`): an
+    /// empty effect matches every effect, an empty key with `Exists` every key, `Exists` any
+    /// value, `Equal` (or no operator) the same value.
+    fn tolerates(tolerations: &[ClusterAgentTolerations], key: &str, effect: &str) -> bool {
+        tolerations.iter().any(|t| {
+            let effect_ok = t
+                .effect
+                .as_deref()
+                .is_none_or(|e| e.is_empty() || e == effect);
+            let exists = t.operator.as_deref() == Some("Exists");
+            let key_ok = t.key.as_deref() == Some(key)
+                || (exists && t.key.as_deref().unwrap_or_default().is_empty());
+            let value_ok = exists || t.value.as_deref().unwrap_or_default().is_empty();
+            effect_ok && key_ok && value_ok
+        })
+    }
+
+    /// The node lifecycle controller taints a NotReady node with both effects; the agent must
+    /// stay while the node waits for its CNI (issue #29: NoExecute evicted it every 300 s).
+    #[test]
+    fn the_agent_tolerates_a_not_ready_node_with_every_effect() {
+        let tolerations = default_agent_tolerations();
+        for effect in ["NoSchedule", "NoExecute"] {
+            assert!(
+                tolerates(&tolerations, "node.kubernetes.io/not-ready", effect),
+                "{effect}"
+            );
+        }
+        assert!(tolerates(
+            &tolerations,
+            "node-role.kubernetes.io/control-plane",
+            "NoSchedule"
+        ));
+        assert!(!tolerates(
+            &tolerations,
+            "node-role.kubernetes.io/control-plane",
+            "NoExecute"
+        ));
+        assert!(!tolerates(&tolerations, "example.com/other", "NoSchedule"));
     }
 
     /// "Object present" semantics, one row per rule of research §1.4.
@@ -657,14 +734,15 @@ mod tests {
                 },
             },
             Row {
-                name: "present cluster section with no booleans: all false, hostNetwork unset",
+                name: "present cluster section with no booleans: all false, hostNetwork true",
                 spec: "cluster: {}",
                 check: |c| {
                     let cl = c.cluster.as_ref().expect("enabled");
                     assert!(
                         !cl.apply_class_group && !cl.patch_resource && !cl.set_owner_references
                     );
-                    assert_eq!(cl.host_network, None);
+                    // One default whether or not a FleetAddonConfig exists (issue #29).
+                    assert!(cl.host_network);
                     assert!(cl.selection.selects_everything());
                 },
             },
@@ -675,7 +753,8 @@ mod tests {
                     let cl = c.cluster.as_ref().expect("enabled");
                     assert_eq!(cl.agent_namespace, "fleet-addon-agent");
                     assert_eq!(cl.agent_tolerations, default_agent_tolerations());
-                    assert_eq!(cl.host_network, Some(false));
+                    // A value the user sets is kept.
+                    assert!(!cl.host_network);
                 },
             },
             Row {

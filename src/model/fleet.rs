@@ -13,6 +13,7 @@ use fleet_api_rs::fleet_cluster_registration_token::{
 };
 use fleet_api_rs::fleet_clustergroup::{ClusterGroup, ClusterGroupSelector, ClusterGroupSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
 use crate::api::BundleNamespaceMapping;
@@ -184,7 +185,7 @@ pub fn desired_fleet_cluster(
         FleetClusterSpec {
             agent_namespace: Some(import.agent_namespace.clone()),
             agent_tolerations: Some(import.agent_tolerations.clone()),
-            host_network: import.host_network,
+            host_network: Some(import.host_network),
             agent_env_vars: import.agent_env_vars.clone(),
             kube_config_secret,
             client_id,
@@ -227,10 +228,13 @@ pub fn registration_stub(
     stub
 }
 
-/// The registration token of an agent-initiated Cluster (named after the CAPI Cluster, as CAAPF).
+/// The registration token of an agent-initiated Cluster (named after the CAPI Cluster, as CAAPF),
+/// created `now`: with the configured TTL, and when it expires recorded for its renewal
+/// ([`crate::model::registration_token`]).
 pub fn desired_registration_token(
     cluster: &ClusterView,
     import: &ClusterImport,
+    now: Timestamp,
 ) -> ClusterRegistrationToken {
     let mut token = ClusterRegistrationToken::new(
         &cluster.name,
@@ -239,6 +243,12 @@ pub fn desired_registration_token(
         },
     );
     token.metadata.namespace = Some(cluster.namespace.clone());
+    if let Ok(ttl) = crate::api::duration::parse_duration(&import.registration_token_ttl) {
+        token.metadata.annotations = Some(BTreeMap::from([(
+            names::REGISTRATION_TOKEN_EXPIRES_ANNOTATION.to_string(),
+            crate::model::registration_token::expires_annotation(now, ttl),
+        )]));
+    }
     token.metadata.owner_references = import
         .set_owner_references
         .then(|| vec![cluster_owner_reference(cluster)]);
@@ -559,7 +569,7 @@ mod tests {
                 "spec": {
                     "agentNamespace": "fleet-addon-agent",
                     "agentTolerations": [
-                        {"effect": "NoSchedule", "key": "node.kubernetes.io/not-ready", "operator": "Exists"},
+                        {"key": "node.kubernetes.io/not-ready", "operator": "Exists"},
                         {"effect": "NoSchedule", "key": "node.cluster.x-k8s.io/uninitialized", "operator": "Exists"},
                         {"effect": "NoSchedule", "key": "node.cloudprovider.kubernetes.io/uninitialized", "operator": "Equal", "value": "true"},
                         {"effect": "NoSchedule", "key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}
@@ -577,7 +587,7 @@ mod tests {
         import.name_prefix = "fleet-".into();
         import.name_suffix = "-x".into();
         import.set_owner_references = false;
-        import.host_network = None;
+        import.host_network = false;
         let view = cluster(
             json!({"topology": {"classRef": {"name": "quick-start", "namespace": "classes"}, "version": "v1"}}),
         );
@@ -599,7 +609,35 @@ mod tests {
             })
         );
         assert!(fleet["metadata"].get("ownerReferences").is_none());
-        assert!(fleet["spec"].get("hostNetwork").is_none());
+        assert_eq!(fleet["spec"]["hostNetwork"], false);
+    }
+
+    /// One default (`true`), whether or not a FleetAddonConfig exists; a value the user sets is
+    /// kept (issue #29: with a FleetAddonConfig the field used to be left unset, so `false`).
+    #[test]
+    fn host_network_is_true_unless_set_with_or_without_a_fleet_addon_config() {
+        let view = cluster(json!({"topology": {"classRef": {"name": "qs"}, "version": "v1"}}));
+        for (spec, expected) in [
+            (None, true),
+            (Some("cluster: {}"), true),
+            (Some("cluster: {hostNetwork: true}"), true),
+            (Some("cluster: {hostNetwork: false}"), false),
+        ] {
+            let config = match spec {
+                None => EffectiveConfig::default(),
+                Some(yaml) => {
+                    EffectiveConfig::from_spec(&serde_yaml::from_str(yaml).expect("spec"))
+                }
+            };
+            let import = config.cluster.expect("import");
+            let fleet = to_json(&desired_fleet_cluster(
+                &view,
+                &import,
+                &Registration::ManagerInitiated,
+                None,
+            ));
+            assert_eq!(fleet["spec"]["hostNetwork"], json!(expected), "{spec:?}");
+        }
     }
 
     #[test]
@@ -633,7 +671,8 @@ mod tests {
         ));
         assert_eq!(fleet["spec"]["clientID"], "id-1");
         assert!(fleet["spec"].get("kubeConfigSecret").is_none());
-        let token = to_json(&desired_registration_token(&view, &import));
+        let now: k8s_openapi::jiff::Timestamp = "2026-11-20T08:00:00Z".parse().expect("time");
+        let token = to_json(&desired_registration_token(&view, &import, now));
         assert_eq!(
             token,
             json!({
@@ -641,6 +680,8 @@ mod tests {
                 "kind": "ClusterRegistrationToken",
                 "metadata": {
                     "name": "c1", "namespace": "ns",
+                    // When Fleet deletes it, for its renewal (the token watch keeps metadata only).
+                    "annotations": {"fleet.addons.cluster.x-k8s.io/registration-token-expires": "2026-11-21T08:00:00Z"},
                     "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c1", "uid": "uid-1"}]
                 },
                 "spec": {"ttl": "24h"}

@@ -21,9 +21,11 @@ use crate::model::agent_manifest::ChartLocation;
 use crate::model::agent_manifest::{
     AgentSettings, BootstrapInput, FleetAgentDefaults, TokenValues,
 };
+use crate::model::agent_patch::SCRIPT_FORMAT;
 use crate::model::capi::ClusterView;
 use crate::model::config::{ClusterImport, EffectiveConfig};
 use crate::model::fleet;
+use crate::model::fleet_agent_bundle::{FleetVersion, OLDEST_SUPPORTED};
 use crate::model::selection::{ClusterFacts, WatchScope};
 use crate::model::teardown::{self, Mode};
 use crate::names;
@@ -199,8 +201,9 @@ pub fn known_prepared(
     Some(bootstrap_secret_exists(cluster))
 }
 
-/// The bootstrap Secret exists: it is written once (a later token or chart must not change what
-/// joining machines create, and the patch only names it), so the preparation is done.
+/// The bootstrap Secret exists: it is written once (a later chart must not change what joining
+/// machines create, and the patch only names it; the import controller rewrites only a replaced
+/// token's values), so the preparation is done.
 pub fn bootstrap_secret_exists(cluster: &ClusterView) -> HookOutcome {
     HookOutcome::success(format!(
         "bootstrap Secret {}/{} exists",
@@ -358,15 +361,54 @@ pub fn agent_chart(
     })
 }
 
+/// The Fleet release whose agent the bootstrap renders; `Err`: the answer instead. A Fleet older
+/// than [`crate::model::fleet_agent_bundle::OLDEST_SUPPORTED`] (0.11, whose `fleet-agent` chart
+/// deploys a StatefulSet with a `fleetagent register` init container, rancher/fleet v0.11.14) is
+/// not waited for: Success naming the version, so the Cluster is created without the bootstrap
+/// (no Secret, so GeneratePatches changes nothing) instead of being held forever.
+pub fn supported_fleet(
+    cluster: &ClusterView,
+    location: &ChartLocation,
+) -> Result<FleetVersion, HookOutcome> {
+    let Some(version) = FleetVersion::parse(&location.version) else {
+        return Err(HookOutcome::retry(
+            RETRY_CONFIG,
+            format!(
+                "cannot tell which Fleet release {} is: not a semantic version",
+                location.version
+            ),
+        ));
+    };
+    if version.supported() {
+        return Ok(version);
+    }
+    Err(HookOutcome::success(unsupported_fleet_message(
+        cluster, version,
+    )))
+}
+
+/// Why a Cluster boots without the Fleet agent when the installed Fleet is too old (the answer's
+/// message and the Event's note).
+pub fn unsupported_fleet_message(cluster: &ClusterView, version: FleetVersion) -> String {
+    format!(
+        "Fleet {version} is installed, and the Fleet agent bootstrap supports Fleet {}.{} and later: Cluster {}/{} is created without the Fleet agent at boot (no bootstrap Secret, so GeneratePatches leaves its control plane alone); upgrade Fleet, or let the Cluster register the usual way once it is running",
+        OLDEST_SUPPORTED.major, OLDEST_SUPPORTED.minor, cluster.namespace, cluster.name
+    )
+}
+
+/// The Event reason on a Cluster created without the bootstrap because of the Fleet version.
+pub const UNSUPPORTED_FLEET_REASON: &str = "FleetVersionUnsupported";
+
 /// What the `fleet-agent` chart is rendered with: the agent settings the import controller
 /// applies to the Fleet Cluster (the live object may still be the minimal first version), so
-/// the bootstrap agent is the agent Fleet manages afterwards.
+/// the bootstrap agent is the agent Fleet manages afterwards, and the Fleet release's rules.
 pub fn bootstrap_input(
     cluster: &ClusterView,
     import: &ClusterImport,
     client_id: String,
     token: TokenValues,
     fleet: FleetAgentDefaults,
+    version: FleetVersion,
 ) -> Result<BootstrapInput, HookOutcome> {
     let full = fleet::desired_fleet_cluster(
         cluster,
@@ -387,12 +429,19 @@ pub fn bootstrap_input(
         client_id,
         agent: AgentSettings::from_fleet_cluster_spec(&spec),
         fleet,
+        version,
     })
 }
 
 /// The bootstrap Secret holding `files`: labelled with the Cluster name and owned by the
-/// Cluster, so `clusterctl move` and garbage collection follow it.
-pub fn desired_bootstrap_secret(cluster: &ClusterView, files: BTreeMap<String, String>) -> Secret {
+/// Cluster, so `clusterctl move` and garbage collection follow it; annotated with what it holds
+/// (GeneratePatches names its keys) and the UID of the ClusterRegistrationToken whose values it
+/// holds (the import controller rewrites them when the token is replaced).
+pub fn desired_bootstrap_secret(
+    cluster: &ClusterView,
+    files: BTreeMap<String, String>,
+    token_uid: &str,
+) -> Secret {
     let data: BTreeMap<String, ByteString> = files
         .into_iter()
         .map(|(key, text)| (key, ByteString(text.into_bytes())))
@@ -405,6 +454,16 @@ pub fn desired_bootstrap_secret(cluster: &ClusterView, files: BTreeMap<String, S
                 names::CAPI_CLUSTER_NAME_LABEL.to_string(),
                 cluster.name.clone(),
             )])),
+            annotations: Some(BTreeMap::from([
+                (
+                    names::BOOTSTRAP_FORMAT_ANNOTATION.to_string(),
+                    SCRIPT_FORMAT.to_string(),
+                ),
+                (
+                    names::REGISTRATION_TOKEN_UID_ANNOTATION.to_string(),
+                    token_uid.to_string(),
+                ),
+            ])),
             owner_references: fleet::bootstrap_secret_owner(cluster).map(|owner| vec![owner]),
             ..Default::default()
         },

@@ -346,12 +346,41 @@ fn fleet_agent_defaults_and_the_chart_version() {
     );
 }
 
+/// Fleet 0.11's agent is not rendered: Success naming the version (issue #29, defect 8: the
+/// hook retried forever); 0.12 and later go on; a version that is not semantic waits.
+#[test]
+fn an_unsupported_fleet_is_answered_with_success_naming_it() {
+    let c = cluster(json!({}));
+    let location = |version: &str| ChartLocation {
+        repository: "https://charts.example.com/".into(),
+        version: version.into(),
+    };
+    match supported_fleet(&c, &location("0.11.14")) {
+        Err(HookOutcome::Success { message }) => {
+            assert!(
+                message.contains("Fleet 0.11.14") && message.contains("0.12"),
+                "{message}"
+            );
+            assert!(message.contains("team-a/c1"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    for version in ["0.12.0", "0.13.1", "0.16.1", "0.17.0-rc.1"] {
+        assert!(supported_fleet(&c, &location(version)).is_ok(), "{version}");
+    }
+    assert!(matches!(
+        supported_fleet(&c, &location("latest")),
+        Err(HookOutcome::Retry { .. })
+    ));
+}
+
 #[test]
 fn the_bootstrap_secret_is_labelled_and_owned_by_the_cluster() {
     let c = cluster(json!({}));
     let secret = desired_bootstrap_secret(
         &c,
         BTreeMap::from([("fleet-agent.yaml".to_string(), "---\n".to_string())]),
+        "token-uid-1",
     );
     assert_eq!(
         secret.metadata.name.as_deref(),
@@ -367,6 +396,20 @@ fn the_bootstrap_secret_is_labelled_and_owned_by_the_cluster() {
             .map(String::as_str),
         Some("c1")
     );
+    // What it holds (GeneratePatches names its keys) and which token it was rendered from.
+    let annotations = secret.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations
+            .get(names::BOOTSTRAP_FORMAT_ANNOTATION)
+            .map(String::as_str),
+        Some("2")
+    );
+    assert_eq!(
+        annotations
+            .get(names::REGISTRATION_TOKEN_UID_ANNOTATION)
+            .map(String::as_str),
+        Some("token-uid-1")
+    );
     let owners = secret.metadata.owner_references.unwrap_or_default();
     assert_eq!(owners.len(), 1);
     assert_eq!(owners[0].uid, "u-1");
@@ -379,7 +422,7 @@ fn the_bootstrap_secret_is_labelled_and_owned_by_the_cluster() {
         ClusterView::from_json(&json!({"metadata": {"name": "c2", "namespace": "team-a"}}))
             .expect("cluster");
     assert!(
-        desired_bootstrap_secret(&anonymous, BTreeMap::new())
+        desired_bootstrap_secret(&anonymous, BTreeMap::new(), "u")
             .metadata
             .owner_references
             .is_none()

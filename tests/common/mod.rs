@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod guide;
+pub mod pod_security;
 pub mod process;
 pub mod render;
 pub mod tls;

@@ -131,8 +131,9 @@ fn packaged_charts() -> &'static Path {
     .path()
 }
 
-/// The test double of Fleet's `fleet-agent` chart packaged at `version` (its `before-0.16/`
-/// or `from-0.16/` templates added by version, as Fleet's chart changed at 0.16.0).
+/// The test double of Fleet's `fleet-agent` chart packaged at `version`
+/// (`tests/fixtures/charts/fleet-agent`; its templates follow the packaged version, as Fleet's
+/// chart changed between minors: see its README).
 pub fn package_agent_chart(version: &str) -> PathBuf {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
     let dir = DIR
@@ -146,19 +147,15 @@ pub fn package_agent_chart(version: &str) -> PathBuf {
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/charts/fleet-agent");
     let chart = dir.join(format!("src/{version}/fleet-agent"));
     std::fs::create_dir_all(chart.join("templates")).expect("mkdir");
-    let modern = semver::Version::parse(version).expect("semver") >= semver::Version::new(0, 16, 0);
-    let extra = if modern { "from-0.16" } else { "before-0.16" };
-    for source in [fixture.join("templates"), fixture.join(extra)] {
-        for entry in std::fs::read_dir(&source).expect("templates") {
-            let path = entry.expect("entry").path();
-            std::fs::copy(
-                &path,
-                chart
-                    .join("templates")
-                    .join(path.file_name().expect("name")),
-            )
-            .expect("copy template");
-        }
+    for entry in std::fs::read_dir(fixture.join("templates")).expect("templates") {
+        let path = entry.expect("entry").path();
+        std::fs::copy(
+            &path,
+            chart
+                .join("templates")
+                .join(path.file_name().expect("name")),
+        )
+        .expect("copy template");
     }
     std::fs::copy(fixture.join("values.yaml"), chart.join("values.yaml")).expect("values");
     std::fs::write(

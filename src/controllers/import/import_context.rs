@@ -40,6 +40,10 @@ pub struct ImportContext {
     reported: Mutex<HashMap<String, BTreeSet<&'static str>>>,
     /// True once every cache holds its first full list.
     caches_ready: tokio::sync::watch::Receiver<bool>,
+    /// Clusters (by uid) whose bootstrap Secret was seen to hold the values of their current
+    /// registration token (its uid), so it is not read again until the token changes. Entries
+    /// of Clusters that are gone are dropped with the reports.
+    bootstrap_tokens: Mutex<HashMap<String, String>>,
 }
 
 impl ImportContext {
@@ -58,6 +62,7 @@ impl ImportContext {
             counts_changed: Notify::new(),
             reported: Mutex::new(HashMap::new()),
             caches_ready,
+            bootstrap_tokens: Mutex::new(HashMap::new()),
         }
     }
 
@@ -162,8 +167,7 @@ impl ImportContext {
     /// Drops the reports of Clusters no longer in the cache (by uid, so a Cluster re-created
     /// under the same name is reported afresh).
     pub fn forget_gone_reports(&self) {
-        let mut reported = self.reports();
-        if reported.is_empty() {
+        if self.reports().is_empty() && self.bootstrap_tokens().is_empty() {
             return;
         }
         let live: HashSet<String> = self
@@ -173,7 +177,27 @@ impl ImportContext {
             .iter()
             .filter_map(|c| c.metadata.uid.clone())
             .collect();
-        reported.retain(|uid, _| live.contains(uid));
+        self.reports().retain(|uid, _| live.contains(uid));
+        self.bootstrap_tokens().retain(|uid, _| live.contains(uid));
+    }
+
+    /// Whether the bootstrap Secret of the Cluster `uid` was seen to follow token `token_uid`.
+    pub(super) fn bootstrap_follows(&self, uid: &str, token_uid: &str) -> bool {
+        self.bootstrap_tokens()
+            .get(uid)
+            .is_some_and(|seen| seen == token_uid)
+    }
+
+    /// The bootstrap Secret of the Cluster `uid` follows token `token_uid`.
+    pub(super) fn bootstrap_followed(&self, uid: &str, token_uid: &str) {
+        self.bootstrap_tokens()
+            .insert(uid.to_string(), token_uid.to_string());
+    }
+
+    fn bootstrap_tokens(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.bootstrap_tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// How many Clusters have a reported missing reference.

@@ -13,7 +13,11 @@
 //!    `--namespace` and `--watch-filter`, and selected by the selection rule. A Cluster that is
 //!    not imported gets Success and no Secret: GeneratePatches leaves its templates alone (the
 //!    patch follows the Secret, [`crate::model::agent_bootstrap`]).
-//! 4. An imported Cluster using the bootstrap registers agent-initiated: the hook creates, if
+//! 4. The installed Fleet must be 0.12 or later (read from its `fleet-controller` ConfigMap and
+//!    the FleetAddonConfig's `status.installedVersion`; until the ConfigMap exists: retry). With
+//!    an older Fleet the hook answers Success naming the version, records a Warning Event on the
+//!    Cluster, and prepares nothing: the Cluster is created without the bootstrap.
+//! 5. An imported Cluster using the bootstrap registers agent-initiated: the hook creates, if
 //!    absent, the Fleet Cluster (client ID generated once, annotated
 //!    `fleet.addons.cluster.x-k8s.io/registration: runtime-extension` so the import controller
 //!    keeps it agent-initiated) and the ClusterRegistrationToken, waits ("retry") until Fleet has
@@ -30,13 +34,14 @@ use std::time::Duration;
 
 use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
 use fleet_api_rs::fleet_cluster_registration_token::ClusterRegistrationToken;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
 use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::events::EventType;
 use serde_json::json;
 
 use crate::api::FleetAddonConfig;
-use crate::hooks::cluster::ClusterInfo;
+use crate::hooks::cluster::{ClusterInfo, ClusterShape};
 use crate::hooks::handlers::api::{create_or_get, get_opt, merge_patch, namespace_labels};
 use crate::hooks::hook_context::HookContext;
 use crate::model::agent_manifest::bootstrap_files;
@@ -62,8 +67,18 @@ pub async fn before_cluster_create(ctx: &HookContext, cluster: &ClusterInfo) -> 
         .known_present(&cluster.namespace, &cluster.name);
     match plan::known_prepared(ctx.base.config().as_deref(), known, cluster) {
         Some(done) => done,
-        None => prepare_in_background(ctx, cluster, PREPARE_WAIT).await,
+        None => prepare_in_background(ctx, cluster, Asker::BeforeClusterCreate, PREPARE_WAIT).await,
     }
+}
+
+/// Which hook asked for a preparation: what it reports besides its answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Asker {
+    /// Called once per Cluster (until Success): an unsupported Fleet is also told as an Event on
+    /// the Cluster.
+    BeforeClusterCreate,
+    /// Called at every topology reconcile of a Cluster without a Secret: answers only.
+    GeneratePatches,
 }
 
 /// Removes a Cluster from [`Context::preparing`] when its preparation ends, however it ends.
@@ -87,6 +102,7 @@ impl Drop for Preparing {
 pub async fn prepare_in_background(
     ctx: &HookContext,
     cluster: &ClusterInfo,
+    asker: Asker,
     wait: Duration,
 ) -> HookOutcome {
     let key = cluster.key();
@@ -107,7 +123,7 @@ pub async fn prepare_in_background(
     let cluster = cluster.clone();
     let task = tokio::spawn(async move {
         let _guard = guard;
-        let outcome = match prepare_bootstrap(&owned, &cluster).await {
+        let outcome = match prepare_bootstrap(&owned, &cluster, asker).await {
             Ok(outcome) | Err(outcome) => outcome,
         };
         tracing::debug!(cluster = %cluster.name, namespace = %cluster.namespace, ?outcome, "bootstrap preparation ended");
@@ -144,7 +160,9 @@ pub fn prepare_existing(ctx: &HookContext, namespace: &str, name: &str) {
     tokio::spawn(async move {
         match read_cluster(&owned, &namespace, &name).await {
             Ok(Some(cluster)) if cluster.fleet_agent.enabled() => {
-                let outcome = prepare_in_background(&owned, &cluster, Duration::ZERO).await;
+                let outcome =
+                    prepare_in_background(&owned, &cluster, Asker::GeneratePatches, Duration::ZERO)
+                        .await;
                 tracing::debug!(cluster = %name, %namespace, ?outcome, "bootstrap preparation started");
             }
             Ok(_) => {}
@@ -191,6 +209,7 @@ async fn read_cluster(
 pub async fn prepare_bootstrap(
     ctx: &HookContext,
     cluster: &ClusterInfo,
+    asker: Asker,
 ) -> Result<HookOutcome, HookOutcome> {
     let Some(config) = ctx.base.config() else {
         return Ok(plan::config_not_read());
@@ -205,7 +224,7 @@ pub async fn prepare_bootstrap(
     .map_err(|message| HookOutcome::retry(RETRY_CONFIG, message))?;
     match decision {
         HookImport::AgentInitiated(import) | HookImport::ManagerInitiated(import) => {
-            prepare_agent_initiated(ctx, &config, import, cluster).await
+            prepare_agent_initiated(ctx, &config, import, cluster, asker).await
         }
         HookImport::NotImported(reason) => Ok(plan::not_imported(&reason)),
     }
@@ -216,6 +235,7 @@ async fn prepare_agent_initiated(
     config: &EffectiveConfig,
     import: &ClusterImport,
     cluster: &ClusterInfo,
+    asker: Asker,
 ) -> Result<HookOutcome, HookOutcome> {
     let ns = cluster.namespace.as_str();
     let secrets: Api<Secret> = Api::namespaced(ctx.base.client.clone(), ns);
@@ -226,6 +246,34 @@ async fn prepare_agent_initiated(
     {
         return Ok(plan::bootstrap_secret_exists(cluster));
     }
+
+    // Which Fleet, first: nothing is prepared for a Fleet whose agent the bootstrap cannot
+    // render (a Fleet Cluster marked for the bootstrap would wait for an agent that never comes).
+    let fleet_ns = plan::fleet_namespace(config);
+    let configmaps: Api<ConfigMap> = Api::namespaced(ctx.base.client.clone(), fleet_ns);
+    let controller_config = get_opt(
+        &configmaps,
+        names::FLEET_CONTROLLER_CONFIGMAP,
+        "ConfigMap",
+        fleet_ns,
+    )
+    .await?;
+    let defaults = plan::fleet_agent_defaults(controller_config.as_ref(), fleet_ns)?;
+    let addon_configs: Api<FleetAddonConfig> = Api::all(ctx.base.client.clone());
+    let installed = get_opt(&addon_configs, names::CONFIG_NAME, "FleetAddonConfig", "")
+        .await?
+        .and_then(|config| config.status)
+        .and_then(|status| status.installed_version);
+    let location = plan::agent_chart(config, installed.as_deref(), &defaults)?;
+    let version = match plan::supported_fleet(cluster, &location) {
+        Ok(version) => version,
+        Err(answer) => {
+            if asker == Asker::BeforeClusterCreate {
+                report_unsupported(ctx, cluster, &answer).await;
+            }
+            return Err(answer);
+        }
+    };
 
     let fleet_clusters: Api<FleetCluster> = Api::namespaced(ctx.base.client.clone(), ns);
     let fleet_name = import.fleet_cluster_name(&cluster.name);
@@ -258,7 +306,11 @@ async fn prepare_agent_initiated(
     let token = match get_opt(&tokens, &token_name, "ClusterRegistrationToken", ns).await? {
         Some(token) => token,
         None => {
-            let desired = fleet::desired_registration_token(cluster, import);
+            let desired = fleet::desired_registration_token(
+                cluster,
+                import,
+                k8s_openapi::jiff::Timestamp::now(),
+            );
             create_or_get(&tokens, &desired, "ClusterRegistrationToken", ns).await?
         }
     };
@@ -266,24 +318,7 @@ async fn prepare_agent_initiated(
     let values = get_opt(&secrets, &values_secret, "Secret", ns).await?;
     let token_values = plan::registration_values(values.as_ref(), ns, &values_secret)?;
 
-    let fleet_ns = plan::fleet_namespace(config);
-    let configmaps: Api<ConfigMap> = Api::namespaced(ctx.base.client.clone(), fleet_ns);
-    let controller_config = get_opt(
-        &configmaps,
-        names::FLEET_CONTROLLER_CONFIGMAP,
-        "ConfigMap",
-        fleet_ns,
-    )
-    .await?;
-    let defaults = plan::fleet_agent_defaults(controller_config.as_ref(), fleet_ns)?;
-    let addon_configs: Api<FleetAddonConfig> = Api::all(ctx.base.client.clone());
-    let installed = get_opt(&addon_configs, names::CONFIG_NAME, "FleetAddonConfig", "")
-        .await?
-        .and_then(|config| config.status)
-        .and_then(|status| status.installed_version);
-    let location = plan::agent_chart(config, installed.as_deref(), &defaults)?;
-
-    let input = plan::bootstrap_input(cluster, import, client_id, token_values, defaults)?;
+    let input = plan::bootstrap_input(cluster, import, client_id, token_values, defaults, version)?;
     let objects = ctx
         .agent_chart
         .render(
@@ -300,10 +335,41 @@ async fn prepare_agent_initiated(
             format!("encoding the Fleet agent bootstrap: {err}"),
         )
     })?;
-    // Another replica's copy wins: the Secret is written once.
-    let secret = plan::desired_bootstrap_secret(cluster, files);
+    // Another replica's copy wins: the Secret is written once (the import controller rewrites
+    // only a replaced token's values).
+    let token_uid = token.metadata.uid.clone().unwrap_or_default();
+    let secret = plan::desired_bootstrap_secret(cluster, files, &token_uid);
     create_or_get(&secrets, &secret, "Secret", ns).await?;
     Ok(plan::prepared(cluster, &fleet_name, &location.version))
+}
+
+/// A Warning Event on the Cluster saying why it boots without the Fleet agent.
+async fn report_unsupported(ctx: &HookContext, cluster: &ClusterInfo, answer: &HookOutcome) {
+    let HookOutcome::Success { message } = answer else {
+        return;
+    };
+    let api_version = match cluster.shape {
+        ClusterShape::V1Beta1 => "cluster.x-k8s.io/v1beta1",
+        ClusterShape::V1Beta2 | ClusterShape::Unknown => "cluster.x-k8s.io/v1beta2",
+    };
+    let regarding = ObjectReference {
+        api_version: Some(api_version.to_string()),
+        kind: Some("Cluster".to_string()),
+        name: Some(cluster.name.clone()),
+        namespace: Some(cluster.namespace.clone()),
+        uid: Some(cluster.uid.clone()).filter(|uid| !uid.is_empty()),
+        ..ObjectReference::default()
+    };
+    tracing::warn!(cluster = %cluster.name, namespace = %cluster.namespace, %message, "Fleet agent bootstrap not prepared");
+    ctx.base
+        .event(
+            &regarding,
+            EventType::Warning,
+            plan::UNSUPPORTED_FLEET_REASON,
+            "PreparingBootstrap",
+            message.clone(),
+        )
+        .await;
 }
 
 /// What this manager watches, for the model.

@@ -22,7 +22,7 @@ use crate::hooks::types::{
 use crate::model::agent_bootstrap::{
     FLEET_AGENT_VARIABLE, FleetAgentSetting, PatchPlan, patch_plan,
 };
-use crate::model::agent_patch::{Template, bootstrap_patch, classify_template};
+use crate::model::agent_patch::{SecretFormat, Template, bootstrap_patch, classify_template};
 use crate::names;
 
 /// The `fleetAgent` variable: a static schema, valid for the v1beta1 and v1beta2 variable types.
@@ -79,7 +79,7 @@ pub async fn serve_generate_patches(
         .iter()
         .any(|item| matches!(item.template, Ok(Some(_))) && item.setting.enabled());
     if !wanted {
-        return answer(request, &items, false);
+        return answer(request, &items, None);
     }
     let global = merged_variables(&request.variables, &[]);
     let (Some(name), Some(namespace)) = (
@@ -94,16 +94,20 @@ pub async fn serve_generate_patches(
     // "Present" may come from the watch; "absent" only from the API server: a stale miss would
     // drop the patch of a Cluster that has it and roll its control plane
     // ([`crate::hooks::bootstrap_secrets`]).
-    if ctx.bootstrap_secrets.known_present(namespace, name) {
-        return answer(request, &items, true);
+    if let Some(format) = ctx.bootstrap_secrets.known(namespace, name) {
+        return answer(request, &items, Some(format));
     }
     let secrets: Api<Secret> = Api::namespaced(ctx.base.client.clone(), namespace);
     let secret = names::bootstrap_secret_name(name);
     match secrets.get_metadata_opt(&secret).await {
-        Ok(Some(_)) => answer(request, &items, true),
+        Ok(Some(found)) => answer(
+            request,
+            &items,
+            Some(SecretFormat::of(found.metadata.annotations.as_ref())),
+        ),
         Ok(None) => {
             create::prepare_existing(ctx, namespace, name);
-            answer(request, &items, false)
+            answer(request, &items, None)
         }
         Err(err) => Response::failure(
             Some(Hook::GeneratePatches),
@@ -113,10 +117,18 @@ pub async fn serve_generate_patches(
 }
 
 /// GeneratePatches: one item per request item; control-plane templates get the bootstrap when
-/// the control plane uses it and its Secret exists (`secret_exists`), the others an empty JSON
-/// patch.
+/// the control plane uses it and its Secret exists (`secret_exists`, written by this release),
+/// the others an empty JSON patch.
 pub fn generate_patches(request: &GeneratePatchesRequest, secret_exists: bool) -> Response {
-    answer(request, &classified(request), secret_exists)
+    generate_patches_for(request, secret_exists.then_some(SecretFormat::CURRENT))
+}
+
+/// [`generate_patches`] for a bootstrap Secret of a given format (`None`: no Secret).
+pub fn generate_patches_for(
+    request: &GeneratePatchesRequest,
+    secret: Option<SecretFormat>,
+) -> Response {
+    answer(request, &classified(request), secret)
 }
 
 /// A request item as this extension reads it: which template, and the variables it sees.
@@ -145,11 +157,11 @@ fn classified(request: &GeneratePatchesRequest) -> Vec<Classified> {
 fn answer(
     request: &GeneratePatchesRequest,
     classified: &[Classified],
-    secret_exists: bool,
+    secret: Option<SecretFormat>,
 ) -> Response {
     let mut items = Vec::with_capacity(request.items.len());
     for (item, seen) in request.items.iter().zip(classified) {
-        let patch = match item_patch(&item.object, seen, secret_exists) {
+        let patch = match item_patch(&item.object, seen, secret) {
             Ok(patch) => patch,
             Err(message) => {
                 let kind = item.object["kind"].as_str().unwrap_or("template");
@@ -181,12 +193,15 @@ fn answer(
 fn item_patch(
     object: &Value,
     seen: &Classified,
-    secret_exists: bool,
+    secret: Option<SecretFormat>,
 ) -> Result<json_patch::Patch, String> {
     let Some(template) = seen.template.clone()? else {
         return Ok(json_patch::Patch::default());
     };
-    if patch_plan(seen.setting, secret_exists) != PatchPlan::Patch {
+    let Some(format) = secret else {
+        return Ok(json_patch::Patch::default());
+    };
+    if patch_plan(seen.setting, true) != PatchPlan::Patch {
         return Ok(json_patch::Patch::default());
     }
     let cluster_name = seen.variables.builtin["cluster"]["name"]
@@ -197,6 +212,7 @@ fn item_patch(
         object,
         template,
         &names::bootstrap_secret_name(cluster_name),
+        format,
     )
 }
 

@@ -4,9 +4,9 @@
 //! Written from the Pod Security Standards page (kubernetes.io/docs/concepts/security/
 //! pod-security-standards, policy version `latest` as of Kubernetes 1.34) and the admission
 //! page (namespace labels `pod-security.kubernetes.io/enforce`; the `PodSecurityConfiguration`
-//! `defaults` and `exemptions.namespaces`). Used to label the Fleet agent's namespace with the
-//! least level its pod needs, and by tests to prove the pod is admitted where Cluster API's
-//! quick-start enforces `baseline`.
+//! `defaults` and `exemptions.namespaces`). Test support: the tests prove the Fleet agent's pod is
+//! admitted where Cluster API's quick-start enforces `baseline` (the provider labels the agent
+//! namespace `privileged` whatever the pod, so it needs no such check itself).
 
 use std::collections::BTreeMap;
 
@@ -332,98 +332,5 @@ impl Admission {
         } else {
             Err(violations)
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn hardened_container() -> Value {
-        json!({"name": "app", "image": "x",
-               "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]},
-                                   "seccompProfile": {"type": "RuntimeDefault"}}})
-    }
-
-    #[test]
-    fn levels_of_typical_pods() {
-        let restricted = json!({"securityContext": {"runAsNonRoot": true}, "containers": [hardened_container()],
-                                "volumes": [{"name": "tmp", "emptyDir": {}}]});
-        let rows: [(&str, Value, Level); 9] = [
-            ("hardened", restricted.clone(), Level::Restricted),
-            (
-                "no seccomp",
-                json!({"securityContext": {"runAsNonRoot": true},
-                "containers": [{"name": "a", "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]}),
-                Level::Baseline,
-            ),
-            (
-                "plain",
-                json!({"containers": [{"name": "a"}]}),
-                Level::Baseline,
-            ),
-            (
-                "host network",
-                json!({"hostNetwork": true, "containers": [{"name": "a"}]}),
-                Level::Privileged,
-            ),
-            (
-                "hostPath",
-                json!({"containers": [{"name": "a"}], "volumes": [{"name": "h", "hostPath": {"path": "/"}}]}),
-                Level::Privileged,
-            ),
-            (
-                "privileged",
-                json!({"containers": [{"name": "a", "securityContext": {"privileged": true}}]}),
-                Level::Privileged,
-            ),
-            (
-                "NET_ADMIN",
-                json!({"initContainers": [{"name": "a", "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}]}),
-                Level::Privileged,
-            ),
-            (
-                "hostPort",
-                json!({"containers": [{"name": "a", "ports": [{"containerPort": 80, "hostPort": 80}]}]}),
-                Level::Privileged,
-            ),
-            (
-                "unconfined seccomp",
-                json!({"securityContext": {"seccompProfile": {"type": "Unconfined"}}, "containers": [{"name": "a"}]}),
-                Level::Privileged,
-            ),
-        ];
-        for (name, pod, level) in rows {
-            assert_eq!(required_level(&pod), level, "{name}: {pod}");
-        }
-        let mut root = restricted.clone();
-        root["securityContext"]["runAsUser"] = json!(0);
-        assert_eq!(required_level(&root), Level::Baseline);
-        let mut hostpath_free_but_nfs = restricted;
-        hostpath_free_but_nfs["volumes"] =
-            json!([{"name": "n", "nfs": {"server": "s", "path": "/"}}]);
-        assert_eq!(required_level(&hostpath_free_but_nfs), Level::Baseline);
-    }
-
-    #[test]
-    fn admission_uses_the_namespace_label_then_the_default_and_exemptions() {
-        let admission = Admission::from_configuration(&json!({
-            "apiVersion": "pod-security.admission.config.k8s.io/v1", "kind": "PodSecurityConfiguration",
-            "defaults": {"enforce": "baseline", "audit": "restricted", "warn": "restricted"},
-            "exemptions": {"namespaces": ["kube-system"]}
-        }))
-        .expect("configuration");
-        let host = json!({"hostNetwork": true, "containers": [{"name": "a"}]});
-        let none = BTreeMap::new();
-        assert!(admission.admits("fleet", &none, &host).is_err());
-        assert!(admission.admits("kube-system", &none, &host).is_ok());
-        let privileged = BTreeMap::from([(ENFORCE_LABEL.to_string(), "privileged".to_string())]);
-        assert!(admission.admits("fleet", &privileged, &host).is_ok());
-        let err = admission
-            .admits("fleet", &none, &host)
-            .expect_err("baseline refuses host network");
-        assert_eq!(err, ["host namespaces: hostNetwork=true"]);
-        assert!(Admission::from_configuration(&json!({"defaults": {"enforce": "nope"}})).is_err());
     }
 }
