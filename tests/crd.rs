@@ -270,6 +270,8 @@ fn collect_paths(node: &Value, path: &str, out: &mut Vec<String>) {
         "caSecret",
         "agentEnvVars",
         "agentTolerations",
+        "agentAffinity",
+        "agentResources",
         "conditions",
         "values",
     ];

@@ -19,7 +19,7 @@ use caapf::hooks::hook_context::HookContext;
 use caapf::hooks::types::{Hook, Response, ResponseBody, ResponseStatus};
 use caapf::model::agent_manifest::script_objects;
 use caapf::model::agent_manifest::{
-    AgentSettings, BootstrapInput, FleetAgentDefaults, TokenValues, chart_values, finish,
+    BootstrapInput, FleetAgentDefaults, FleetClusterAgent, TokenValues, chart_values, finish,
 };
 use caapf::model::agent_patch::{
     LEGACY_MANIFEST_KEY, SCRIPT_GZIP_KEY, SCRIPT_KEY, SCRIPT_PATH, Template, boot_command,
@@ -989,7 +989,7 @@ fn fleet_agent_bundle_input(version: &str) -> BootstrapInput {
     BootstrapInput {
         token: TokenValues::parse(&token_values).expect("token values"),
         client_id: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef".into(),
-        agent: AgentSettings::from_fleet_cluster_spec(&spec),
+        agent: FleetClusterAgent::from_fleet_cluster_spec(&spec),
         fleet: FleetAgentDefaults::from_controller_config(&config.to_string()).expect("config"),
         version: FleetVersion::parse(version).expect("version"),
     }
@@ -1180,9 +1180,9 @@ fn added_user_data(files: &BTreeMap<String, String>) -> Vec<(&'static str, usize
 fn what_the_bootstrap_adds_to_a_control_plane_machine_s_user_data() {
     let import = EffectiveConfig::default().cluster.expect("import");
     let spec = json!({
-        "agentNamespace": import.agent_namespace,
-        "agentTolerations": serde_json::to_value(&import.agent_tolerations).expect("json"),
-        "hostNetwork": import.host_network,
+        "agentNamespace": import.agent.agent_namespace,
+        "agentTolerations": serde_json::to_value(&import.agent.agent_tolerations).expect("json"),
+        "hostNetwork": import.agent.host_network,
     });
     let archive = fleet_common::package_agent_chart("0.16.1");
     let home = tempfile::tempdir().expect("home");
@@ -1200,7 +1200,7 @@ fn what_the_bootstrap_adds_to_a_control_plane_machine_s_user_data() {
         let input = BootstrapInput {
             token: TokenValues::parse(&values).expect("values"),
             client_id: "4b2f0c6d3e8a1f5b7c9d0e2f4a6b8c1d3e5f7a9b0c2d4e6f8a1b3c5d7e9f0a2b".into(),
-            agent: AgentSettings::from_fleet_cluster_spec(&spec),
+            agent: FleetClusterAgent::from_fleet_cluster_spec(&spec),
             fleet: FleetAgentDefaults::from_controller_config(
                 r#"{"systemDefaultRegistry":"","agentImage":"rancher/fleet-agent:v0.16.1","agentImagePullPolicy":"IfNotPresent",
                     "agentCheckinInterval":"15m","agentTLSMode":"system-store","agentWorkers":{"bundledeployment":"50","drift":"50"}}"#,

@@ -295,11 +295,6 @@ pub struct ClusterConfig {
     )]
     pub private_repo_url: Option<String>,
 
-    /// Image pull Secrets of the Fleet agent (Fleet Cluster `spec.agentPullSecrets`, Fleet 0.16
-    /// and later). Added by this provider.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent_pull_secrets: Option<Vec<AgentPullSecret>>,
-
     /// Agent settings for the Clusters matching a label selector, applied over the settings
     /// above and a ClusterClass's `fleet.addons.cluster.x-k8s.io/agent-settings` annotation, in
     /// list order; a Cluster's own annotation applies last (docs/agent-settings.md). Added by
@@ -405,14 +400,6 @@ pub struct AgentSettings {
         skip_serializing_if = "Option::is_none"
     )]
     pub private_repo_url: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent_pull_secrets: Option<Vec<AgentPullSecret>>,
-}
-
-/// An image pull Secret of the agent, in the agent's namespace on the workload cluster.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-pub struct AgentPullSecret {
-    pub name: String,
 }
 
 /// Agent settings for the Clusters a label selector matches.

@@ -190,7 +190,7 @@ fn split_image(image: &str) -> (String, Option<String>) {
 /// The agent settings of a Fleet Cluster (`spec.agent*`, `hostNetwork`, `privateRepoURL`), as
 /// JSON.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct AgentSettings {
+pub struct FleetClusterAgent {
     /// Where the agent runs.
     pub namespace: String,
     /// The Fleet Cluster's `spec.agentNamespace` as written ("" when unset): Fleet's `AGENT_SCOPE`.
@@ -208,15 +208,15 @@ pub struct AgentSettings {
     pub pull_secrets: Option<Vec<Value>>,
 }
 
-impl AgentSettings {
+impl FleetClusterAgent {
     /// From a Fleet Cluster's `spec`.
-    pub fn from_fleet_cluster_spec(spec: &Value) -> AgentSettings {
+    pub fn from_fleet_cluster_spec(spec: &Value) -> FleetClusterAgent {
         let scope = spec["agentNamespace"]
             .as_str()
             .unwrap_or_default()
             .to_string();
         let object = |key: &str| Some(spec[key].clone()).filter(Value::is_object);
-        AgentSettings {
+        FleetClusterAgent {
             namespace: if scope.is_empty() {
                 FLEET_SYSTEM_NAMESPACE.to_string()
             } else {
@@ -246,7 +246,7 @@ impl AgentSettings {
 pub struct BootstrapInput {
     pub token: TokenValues,
     pub client_id: String,
-    pub agent: AgentSettings,
+    pub agent: FleetClusterAgent,
     pub fleet: FleetAgentDefaults,
     /// The Fleet release whose chart is rendered (the rules that changed between minors).
     pub version: FleetVersion,
@@ -704,7 +704,7 @@ mod tests {
         BootstrapInput {
             token: TokenValues::parse(TOKEN_VALUES).expect("token values"),
             client_id: "client-123".into(),
-            agent: AgentSettings::from_fleet_cluster_spec(&json!({
+            agent: FleetClusterAgent::from_fleet_cluster_spec(&json!({
                 "agentNamespace": "fleet-addon-agent",
                 "agentTolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoSchedule"}],
                 "hostNetwork": true,
@@ -926,7 +926,7 @@ spec:
         // A Fleet Cluster without agentNamespace: AGENT_SCOPE "" (Fleet writes the field as is),
         // the agent in Fleet's system namespace.
         let mut input = input();
-        input.agent = AgentSettings::from_fleet_cluster_spec(&json!({}));
+        input.agent = FleetClusterAgent::from_fleet_cluster_spec(&json!({}));
         let objects = finish(RENDERED, &input).expect("finished");
         let container = &objects[4]["spec"]["template"]["spec"]["containers"][0];
         assert_eq!(

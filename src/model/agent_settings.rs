@@ -17,8 +17,9 @@
 //!
 //! The fields are Fleet's `Cluster` spec fields of the same name (rancher/fleet
 //! `pkg/apis/fleet.cattle.io/v1alpha1/cluster_types.go`): all of them exist in v0.12–v0.16
-//! except `agentSchedulingCustomization` (v0.14.0 and later) and `agentPullSecrets` (v0.16.0
-//! and later).
+//! except `agentSchedulingCustomization` (v0.14.0 and later). Fleet 0.16's `agentPullSecrets` is
+//! not offered: the Fleet types this provider reads and writes Fleet Clusters with
+//! (`fleet-api-rs` 0.15.2) lack it, so it would be dropped from every cached Fleet Cluster.
 
 use std::collections::BTreeMap;
 
@@ -26,8 +27,10 @@ use fleet_api_rs::fleet_cluster::{ClusterAgentEnvVars, ClusterAgentTolerations};
 use kube::core::{Selector, SelectorExt};
 use serde_json::Value;
 
-use crate::api::{AgentOverride, AgentSettings};
-use crate::model::validation::{FieldError, is_dns1123_label, is_dns1123_subdomain};
+use crate::api::{AgentOverride, AgentSettings, ClusterConfig};
+use crate::model::capi::ClusterView;
+use crate::model::config::ClusterImport;
+use crate::model::validation::{FieldError, is_dns1123_label};
 use crate::names::AGENT_SETTINGS_ANNOTATION;
 
 /// The field path of the annotation's value, prefix of every problem found in it.
@@ -94,8 +97,7 @@ fn merge_fields(mut base: AgentSettings, over: AgentSettings) -> AgentSettings {
         agent_affinity,
         agent_resources,
         agent_scheduling_customization,
-        private_repo_url,
-        agent_pull_secrets
+        private_repo_url
     );
     base
 }
@@ -110,7 +112,7 @@ fn unknown_fields(input: &Value, known: &Value, path: &str, errors: &mut Vec<Fie
                 match known.get(key) {
                     None if !value.is_null() => errors.push(FieldError::new(
                         field,
-                        "unknown field (the Fleet Cluster agent fields are agentNamespace, agentTolerations, agentEnvVars, hostNetwork, agentAffinity, agentResources, agentSchedulingCustomization, privateRepoURL and agentPullSecrets, with their Kubernetes field names)",
+                        "unknown field (the Fleet Cluster agent fields are agentNamespace, agentTolerations, agentEnvVars, hostNetwork, agentAffinity, agentResources, agentSchedulingCustomization and privateRepoURL, with their Kubernetes field names)",
                     )),
                     None => {}
                     Some(known) => unknown_fields(value, known, &field, errors),
@@ -143,7 +145,7 @@ pub fn validate(settings: &AgentSettings, path: &str) -> Vec<FieldError> {
     {
         errors.push(FieldError::new(
             format!("{path}.agentNamespace"),
-            format!("{namespace:?} must be a DNS-1123 label (lower-case alphanumerics and '-', at most 63)"),
+            format!("{namespace:?} is not a valid namespace name (DNS-1123 label)"),
         ));
     }
     for (i, toleration) in settings.agent_tolerations.iter().flatten().enumerate() {
@@ -191,17 +193,6 @@ pub fn validate(settings: &AgentSettings, path: &str) -> Vec<FieldError> {
             format!("{path}.privateRepoURL"),
             format!("{url:?} must be a registry host with an optional port and path, without a scheme (e.g. registry.example.com:5000/mirror)"),
         ));
-    }
-    for (i, secret) in settings.agent_pull_secrets.iter().flatten().enumerate() {
-        if !is_dns1123_subdomain(&secret.name) {
-            errors.push(FieldError::new(
-                format!("{path}.agentPullSecrets[{i}].name"),
-                format!(
-                    "{:?} must be a Secret name (a DNS-1123 subdomain)",
-                    secret.name
-                ),
-            ));
-        }
     }
     if let Some(resources) = &settings.agent_resources {
         validate_resources(resources, &format!("{path}.agentResources"), &mut errors);
@@ -443,6 +434,23 @@ fn merge_by<T: Clone, K: PartialEq>(base: &[T], over: &[T], identity: impl Fn(&T
     merged
 }
 
+/// `spec.cluster`'s agent fields as written (no defaults).
+pub fn written_in(config: &ClusterConfig) -> AgentSettings {
+    AgentSettings {
+        agent_namespace: config.agent_namespace.clone(),
+        agent_tolerations: config.agent_tolerations.clone(),
+        agent_env_vars: config.agent_env_vars.clone(),
+        host_network: config.host_network,
+        agent_affinity: config.agent_affinity.clone(),
+        agent_resources: config.agent_resources.clone(),
+        agent_scheduling_customization: config.agent_scheduling_customization.clone(),
+        private_repo_url: config.private_repo_url.clone(),
+    }
+}
+
+/// The reason of the Warning Events that report invalid agent settings.
+pub const INVALID_REASON: &str = "InvalidAgentSettings";
+
 /// Where a layer of a Cluster's agent settings comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Carrier {
@@ -563,6 +571,31 @@ pub fn resolve(layers: Layers<'_>) -> Result<AgentSettings, Vec<LayerProblem>> {
     Ok(settings)
 }
 
+/// The agent settings of `cluster` under `import`, its ClusterClass's annotation being
+/// `class_annotation` (as read from the class, `None` when it has none or no class).
+pub fn for_cluster(
+    import: &ClusterImport,
+    cluster: &ClusterView,
+    class_annotation: Option<&str>,
+) -> Result<AgentSettings, Vec<LayerProblem>> {
+    resolve(Layers {
+        defaults: &import.agent,
+        class: cluster.class.as_ref().map(|class| {
+            (
+                class.namespace.as_str(),
+                class.name.as_str(),
+                class_annotation,
+            )
+        }),
+        overrides: &import.agent_overrides,
+        cluster_labels: &cluster.labels,
+        cluster_annotation: cluster
+            .annotations
+            .get(AGENT_SETTINGS_ANNOTATION)
+            .map(String::as_str),
+    })
+}
+
 /// The Fleet features a resolved setting needs, by the installed Fleet's minor: the fields Fleet's
 /// `Cluster` CRD lacks before that minor (the API server would drop them, and every reconcile
 /// would try to write them again). Returns the field names that the installed minor lacks.
@@ -573,9 +606,6 @@ pub fn unsupported_fields(settings: &AgentSettings, fleet_minor: Option<u64>) ->
     let mut fields = Vec::new();
     if settings.agent_scheduling_customization.is_some() && minor < 14 {
         fields.push("agentSchedulingCustomization (Fleet 0.14 and later)");
-    }
-    if settings.agent_pull_secrets.is_some() && minor < 16 {
-        fields.push("agentPullSecrets (Fleet 0.16 and later)");
     }
     fields
 }

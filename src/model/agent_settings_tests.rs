@@ -107,7 +107,6 @@ agentSchedulingCustomization:
   priorityClass: {value: 1000, preemptionPolicy: Never}
   podDisruptionBudget: {maxUnavailable: "50%"}
 privateRepoURL: registry.example.com:5000/mirror
-agentPullSecrets: [{name: mirror-credentials}]
 "#;
     let parsed = parse_annotation(text).unwrap_or_else(|e| panic!("{e:?}"));
     let written = serde_json::to_value(&parsed).unwrap();
@@ -182,11 +181,6 @@ fn value_rules() {
             "repo empty",
             json!({"privateRepoURL": ""}),
             &["p.privateRepoURL"],
-        ),
-        (
-            "pull secret name",
-            json!({"agentPullSecrets": [{"name": "Bad_Name"}]}),
-            &["p.agentPullSecrets[0].name"],
         ),
         (
             "quantity",
@@ -370,94 +364,104 @@ fn precedence_config_class_overrides_cluster() {
             })
             .expect("valid layers")
         };
-    // (what, class annotation, labels, cluster annotation, agentNamespace, privateRepoURL, hostNetwork, LAYER)
-    let cases: &[(
-        &str,
-        Option<&str>,
-        &BTreeMap<String, String>,
-        Option<&str>,
-        &str,
-        &str,
-        bool,
-        &str,
-    )] = &[
-        (
-            "config only",
-            None,
-            &none,
-            None,
-            "from-config",
-            "config.example.com",
-            true,
-            "config",
-        ),
-        (
-            "class over config",
-            Some(class_text),
-            &none,
-            None,
-            "from-class",
-            "class.example.com",
-            true,
-            "class",
-        ),
-        (
-            "override over class",
-            Some(class_text),
-            &gke,
-            None,
-            "from-gke",
-            "class.example.com",
-            true,
-            "gke",
-        ),
-        (
-            "later override over earlier",
-            Some(class_text),
-            &gke_edge,
-            None,
-            "from-edge",
-            "class.example.com",
-            false,
-            "gke",
-        ),
-        (
-            "cluster over everything",
-            Some(class_text),
-            &gke_edge,
-            Some(cluster_text),
-            "from-edge",
-            "class.example.com",
-            false,
-            "cluster",
-        ),
-        (
-            "cluster without class",
-            None,
-            &none,
-            Some(cluster_text),
-            "from-config",
-            "config.example.com",
-            true,
-            "cluster",
-        ),
+    struct Case<'a> {
+        name: &'a str,
+        class: Option<&'a str>,
+        labels: &'a BTreeMap<String, String>,
+        own: Option<&'a str>,
+        namespace: &'a str,
+        repo: &'a str,
+        host_network: bool,
+        layer: &'a str,
+    }
+    let cases = [
+        Case {
+            name: "config only",
+            class: None,
+            labels: &none,
+            own: None,
+            namespace: "from-config",
+            repo: "config.example.com",
+            host_network: true,
+            layer: "config",
+        },
+        Case {
+            name: "class over config",
+            class: Some(class_text),
+            labels: &none,
+            own: None,
+            namespace: "from-class",
+            repo: "class.example.com",
+            host_network: true,
+            layer: "class",
+        },
+        Case {
+            name: "override over class",
+            class: Some(class_text),
+            labels: &gke,
+            own: None,
+            namespace: "from-gke",
+            repo: "class.example.com",
+            host_network: true,
+            layer: "gke",
+        },
+        Case {
+            name: "later override over earlier",
+            class: Some(class_text),
+            labels: &gke_edge,
+            own: None,
+            namespace: "from-edge",
+            repo: "class.example.com",
+            host_network: false,
+            layer: "gke",
+        },
+        Case {
+            name: "cluster over everything",
+            class: Some(class_text),
+            labels: &gke_edge,
+            own: Some(cluster_text),
+            namespace: "from-edge",
+            repo: "class.example.com",
+            host_network: false,
+            layer: "cluster",
+        },
+        Case {
+            name: "cluster without class",
+            class: None,
+            labels: &none,
+            own: Some(cluster_text),
+            namespace: "from-config",
+            repo: "config.example.com",
+            host_network: true,
+            layer: "cluster",
+        },
     ];
-    for (name, class, labels, own, namespace, repo, host_network, layer) in cases {
-        let resolved = resolve_with(*class, labels, *own);
+    for Case {
+        name,
+        class,
+        labels,
+        own,
+        namespace,
+        repo,
+        host_network,
+        layer,
+    } in cases
+    {
+        let resolved = resolve_with(class, labels, own);
         assert_eq!(
             resolved.agent_namespace.as_deref(),
-            Some(*namespace),
+            Some(namespace),
             "{name}"
         );
-        assert_eq!(resolved.private_repo_url.as_deref(), Some(*repo), "{name}");
-        assert_eq!(resolved.host_network, Some(*host_network), "{name}");
+        assert_eq!(resolved.private_repo_url.as_deref(), Some(repo), "{name}");
+        assert_eq!(resolved.host_network, Some(host_network), "{name}");
         let vars = resolved.agent_env_vars.clone().unwrap_or_default();
         let value = |n: &str| {
             vars.iter()
                 .find(|v| v.name == n)
                 .and_then(|v| v.value.clone())
         };
-        assert_eq!(value("LAYER").as_deref(), Some(*layer), "{name}");
+        assert_eq!(value("LAYER").as_deref(), Some(layer), "{name}");
         assert_eq!(
             value("CONFIG").as_deref(),
             Some("1"),
@@ -534,21 +538,18 @@ fn overrides_are_validated_with_their_paths() {
 
 #[test]
 fn fields_newer_than_the_installed_fleet() {
-    let both = settings(json!({
+    let scheduling = settings(json!({
         "agentSchedulingCustomization": {"priorityClass": {"value": 1}},
-        "agentPullSecrets": [{"name": "s"}],
     }));
-    assert_eq!(
-        unsupported_fields(&both, None),
-        Vec::<&str>::new(),
+    assert!(
+        unsupported_fields(&scheduling, None).is_empty(),
         "unknown Fleet: no claim"
     );
-    assert_eq!(unsupported_fields(&both, Some(13)).len(), 2);
     assert_eq!(
-        unsupported_fields(&both, Some(14)),
-        ["agentPullSecrets (Fleet 0.16 and later)"]
+        unsupported_fields(&scheduling, Some(13)),
+        ["agentSchedulingCustomization (Fleet 0.14 and later)"]
     );
-    assert!(unsupported_fields(&both, Some(16)).is_empty());
+    assert!(unsupported_fields(&scheduling, Some(14)).is_empty());
     assert!(unsupported_fields(&AgentSettings::default(), Some(12)).is_empty());
 }
 

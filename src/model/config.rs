@@ -10,13 +10,14 @@
 
 use std::time::Duration;
 
-use fleet_api_rs::fleet_cluster::{ClusterAgentEnvVars, ClusterAgentTolerations};
+use fleet_api_rs::fleet_cluster::ClusterAgentTolerations;
 use k8s_openapi::api::core::v1::ObjectReference;
 
 use crate::api::{
-    BeforeClusterDeleteConfig, ClusterConfig, FleetAddonConfig, FleetAddonConfigSpec, FleetInstall,
-    Server,
+    AgentSettings, BeforeClusterDeleteConfig, ClusterConfig, FleetAddonConfig,
+    FleetAddonConfigSpec, FleetInstall, Server,
 };
+use crate::model::agent_settings::CompiledOverride;
 use crate::model::chart_access::{self, ChartAccess};
 use crate::model::selection::{AgentInitiated, ClusterSelection};
 use crate::model::validation::{FieldError, validate};
@@ -52,12 +53,13 @@ pub struct ClusterImport {
     pub set_owner_references: bool,
     pub name_prefix: String,
     pub name_suffix: String,
-    pub agent_namespace: String,
-    pub agent_tolerations: Vec<ClusterAgentTolerations>,
-    /// The agent's host network: what `spec.cluster.hostNetwork` says, [`DEFAULT_HOST_NETWORK`]
-    /// when absent, with or without a FleetAddonConfig.
-    pub host_network: bool,
-    pub agent_env_vars: Option<Vec<ClusterAgentEnvVars>>,
+    /// The agent settings of every Cluster before its class, `agentOverrides` and own annotation
+    /// apply ([`crate::model::agent_settings`]): `spec.cluster`'s agent fields with the defaults
+    /// filled in (agent namespace, tolerations, [`DEFAULT_HOST_NETWORK`]), so `agentNamespace`,
+    /// `agentTolerations` and `hostNetwork` are always set.
+    pub agent: AgentSettings,
+    /// `spec.cluster.agentOverrides`, selectors compiled.
+    pub agent_overrides: Vec<CompiledOverride>,
     /// TTL of registration tokens (Go duration).
     pub registration_token_ttl: String,
     /// Delete the Fleet Cluster of a Cluster that stops being selected.
@@ -269,10 +271,8 @@ impl Default for EffectiveConfig {
                 set_owner_references: true,
                 name_prefix: String::new(),
                 name_suffix: String::new(),
-                agent_namespace: names::DEFAULT_AGENT_NAMESPACE.to_string(),
-                agent_tolerations: default_agent_tolerations(),
-                host_network: DEFAULT_HOST_NETWORK,
-                agent_env_vars: None,
+                agent: default_agent_settings(&ClusterConfig::default()),
+                agent_overrides: Vec::new(),
                 registration_token_ttl: DEFAULT_REGISTRATION_TOKEN_TTL.to_string(),
                 delete_deselected: false,
                 fleet_ready_condition: true,
@@ -438,17 +438,13 @@ fn cluster_import(config: &ClusterConfig, install: Option<&FleetInstall>) -> Clu
         set_owner_references: config.set_owner_references == Some(true),
         name_prefix: naming.prefix.unwrap_or_default(),
         name_suffix: naming.suffix.unwrap_or_default(),
-        agent_namespace: config
-            .agent_namespace
-            .clone()
-            .filter(|ns| !ns.is_empty())
-            .unwrap_or_else(|| names::DEFAULT_AGENT_NAMESPACE.to_string()),
-        agent_tolerations: config
-            .agent_tolerations
-            .clone()
-            .unwrap_or_else(default_agent_tolerations),
-        host_network: config.host_network.unwrap_or(DEFAULT_HOST_NETWORK),
-        agent_env_vars: config.agent_env_vars.clone(),
+        agent: default_agent_settings(config),
+        agent_overrides: config
+            .agent_overrides
+            .iter()
+            .flatten()
+            .map(CompiledOverride::compile)
+            .collect(),
         registration_token_ttl: config
             .registration_token_ttl
             .clone()
@@ -459,6 +455,25 @@ fn cluster_import(config: &ClusterConfig, install: Option<&FleetInstall>) -> Clu
         agent_checkin_interval: agent_checkin_interval(config, install),
         self_managed_selector: config.self_managed_selector.clone(),
     }
+}
+
+/// `spec.cluster`'s agent fields, defaults filled in: the lowest layer of every Cluster's agent
+/// settings.
+fn default_agent_settings(config: &ClusterConfig) -> AgentSettings {
+    let mut settings = crate::model::agent_settings::written_in(config);
+    settings.agent_namespace = Some(
+        settings
+            .agent_namespace
+            .filter(|ns| !ns.is_empty())
+            .unwrap_or_else(|| names::DEFAULT_AGENT_NAMESPACE.to_string()),
+    );
+    settings.agent_tolerations = Some(
+        settings
+            .agent_tolerations
+            .unwrap_or_else(default_agent_tolerations),
+    );
+    settings.host_network = Some(settings.host_network.unwrap_or(DEFAULT_HOST_NETWORK));
+    settings
 }
 
 /// The agent's host network when `spec.cluster.hostNetwork` is absent, with or without a
@@ -614,9 +629,15 @@ mod tests {
         assert!(cluster.apply_class_group);
         assert!(cluster.patch_resource);
         assert!(cluster.set_owner_references);
-        assert!(cluster.host_network);
-        assert_eq!(cluster.agent_namespace, "fleet-addon-agent");
-        assert_eq!(cluster.agent_tolerations, default_agent_tolerations());
+        assert_eq!(cluster.agent.host_network, Some(true));
+        assert_eq!(
+            cluster.agent.agent_namespace.as_deref().unwrap_or_default(),
+            "fleet-addon-agent"
+        );
+        assert_eq!(
+            cluster.agent.agent_tolerations,
+            Some(default_agent_tolerations())
+        );
         assert_eq!(cluster.fleet_cluster_name("c1"), "c1");
         assert_eq!(
             config.cluster_class,
@@ -742,7 +763,7 @@ mod tests {
                         !cl.apply_class_group && !cl.patch_resource && !cl.set_owner_references
                     );
                     // One default whether or not a FleetAddonConfig exists (issue #29).
-                    assert!(cl.host_network);
+                    assert_eq!(cl.agent.host_network, Some(true));
                     assert!(cl.selection.selects_everything());
                 },
             },
@@ -751,10 +772,16 @@ mod tests {
                 spec: "cluster: {hostNetwork: false}",
                 check: |c| {
                     let cl = c.cluster.as_ref().expect("enabled");
-                    assert_eq!(cl.agent_namespace, "fleet-addon-agent");
-                    assert_eq!(cl.agent_tolerations, default_agent_tolerations());
+                    assert_eq!(
+                        cl.agent.agent_namespace.as_deref().unwrap_or_default(),
+                        "fleet-addon-agent"
+                    );
+                    assert_eq!(
+                        cl.agent.agent_tolerations,
+                        Some(default_agent_tolerations())
+                    );
                     // A value the user sets is kept.
-                    assert!(!cl.host_network);
+                    assert_eq!(cl.agent.host_network, Some(false));
                 },
             },
             Row {
@@ -774,9 +801,12 @@ clusterClass: {patchResource: true}
                     let cl = c.cluster.as_ref().expect("enabled");
                     assert!(cl.apply_class_group && cl.patch_resource && cl.set_owner_references);
                     assert_eq!(cl.fleet_cluster_name("c1"), "fleet-c1-x");
-                    assert_eq!(cl.agent_namespace, "agents");
-                    assert_eq!(cl.agent_tolerations.len(), 1);
-                    assert_eq!(cl.agent_env_vars.as_ref().map(Vec::len), Some(1));
+                    assert_eq!(
+                        cl.agent.agent_namespace.as_deref().unwrap_or_default(),
+                        "agents"
+                    );
+                    assert_eq!(cl.agent.agent_tolerations.as_ref().map(Vec::len), Some(1));
+                    assert_eq!(cl.agent.agent_env_vars.as_ref().map(Vec::len), Some(1));
                     let cc = c.cluster_class.as_ref().expect("enabled");
                     assert!(cc.patch_resource && !cc.set_owner_references);
                 },

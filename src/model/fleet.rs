@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
-use crate::api::BundleNamespaceMapping;
+use crate::api::{AgentSettings, BundleNamespaceMapping};
 use crate::model::capi::{ClassRef, ClassView, ClusterView, StringMap, template_object};
 use crate::model::config::{ClassGroups, ClusterImport};
 use crate::names;
@@ -161,10 +161,12 @@ pub fn class_labels(class: &ClassRef) -> StringMap {
     ])
 }
 
-/// The Fleet Cluster of a CAPI Cluster.
+/// The Fleet Cluster of a CAPI Cluster, with its agent settings resolved from every layer
+/// ([`crate::model::agent_settings::resolve`]).
 pub fn desired_fleet_cluster(
     cluster: &ClusterView,
     import: &ClusterImport,
+    agent: &AgentSettings,
     registration: &Registration,
     template_values: Option<BTreeMap<String, Value>>,
 ) -> FleetCluster {
@@ -174,6 +176,8 @@ pub fn desired_fleet_cluster(
     }
     let mut annotations = cluster.annotations.clone();
     annotations.remove(names::LAST_APPLIED_ANNOTATION);
+    // Read by this provider, meaningless to Fleet.
+    annotations.remove(names::AGENT_SETTINGS_ANNOTATION);
     let (kube_config_secret, client_id) = match registration {
         Registration::ManagerInitiated => {
             (Some(names::kubeconfig_secret_name(&cluster.name)), None)
@@ -183,10 +187,14 @@ pub fn desired_fleet_cluster(
     let mut fleet = FleetCluster::new(
         &import.fleet_cluster_name(&cluster.name),
         FleetClusterSpec {
-            agent_namespace: Some(import.agent_namespace.clone()),
-            agent_tolerations: Some(import.agent_tolerations.clone()),
-            host_network: Some(import.host_network),
-            agent_env_vars: import.agent_env_vars.clone(),
+            agent_namespace: agent.agent_namespace.clone(),
+            agent_tolerations: agent.agent_tolerations.clone(),
+            host_network: agent.host_network,
+            agent_env_vars: agent.agent_env_vars.clone(),
+            agent_affinity: agent.agent_affinity.clone(),
+            agent_resources: agent.agent_resources.clone(),
+            agent_scheduling_customization: agent.agent_scheduling_customization.clone(),
+            private_repo_url: agent.private_repo_url.clone(),
             kube_config_secret,
             client_id,
             template_values,
@@ -552,6 +560,7 @@ mod tests {
         let fleet = desired_fleet_cluster(
             &cluster(json!({})),
             &default_import(),
+            &default_import().agent,
             &Registration::ManagerInitiated,
             None,
         );
@@ -587,13 +596,14 @@ mod tests {
         import.name_prefix = "fleet-".into();
         import.name_suffix = "-x".into();
         import.set_owner_references = false;
-        import.host_network = false;
+        import.agent.host_network = Some(false);
         let view = cluster(
             json!({"topology": {"classRef": {"name": "quick-start", "namespace": "classes"}, "version": "v1"}}),
         );
         let fleet = to_json(&desired_fleet_cluster(
             &view,
             &import,
+            &import.agent,
             &Registration::ManagerInitiated,
             None,
         ));
@@ -633,6 +643,7 @@ mod tests {
             let fleet = to_json(&desired_fleet_cluster(
                 &view,
                 &import,
+                &import.agent,
                 &Registration::ManagerInitiated,
                 None,
             ));
@@ -646,6 +657,7 @@ mod tests {
         let fleet = to_json(&desired_fleet_cluster(
             &view,
             &default_import(),
+            &default_import().agent,
             &Registration::ManagerInitiated,
             None,
         ));
@@ -664,6 +676,7 @@ mod tests {
         let fleet = to_json(&desired_fleet_cluster(
             &view,
             &import,
+            &import.agent,
             &Registration::AgentInitiated {
                 client_id: "id-1".into(),
             },

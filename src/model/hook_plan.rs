@@ -19,7 +19,7 @@ use serde_json::Value;
 use crate::model::agent_bootstrap::{FLEET_AGENT_VARIABLE, FleetAgentSetting};
 use crate::model::agent_manifest::ChartLocation;
 use crate::model::agent_manifest::{
-    AgentSettings, BootstrapInput, FleetAgentDefaults, TokenValues,
+    BootstrapInput, FleetAgentDefaults, FleetClusterAgent, TokenValues,
 };
 use crate::model::agent_patch::SCRIPT_FORMAT;
 use crate::model::capi::ClusterView;
@@ -396,15 +396,29 @@ pub fn unsupported_fleet_message(cluster: &ClusterView, version: FleetVersion) -
     )
 }
 
+/// The hook's answer while a Cluster's agent settings are invalid: every problem, with the
+/// object and field path to fix.
+pub fn invalid_agent_settings(problems: &[crate::model::agent_settings::LayerProblem]) -> String {
+    let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    format!(
+        "the Fleet agent settings of this Cluster are invalid, nothing is prepared until they are fixed: {}",
+        problems.join("; ")
+    )
+}
+
+/// The Event reason on a Cluster whose agent settings use a field the installed Fleet lacks.
+pub const UNSUPPORTED_AGENT_SETTINGS_REASON: &str = "AgentSettingsUnsupported";
+
 /// The Event reason on a Cluster created without the bootstrap because of the Fleet version.
 pub const UNSUPPORTED_FLEET_REASON: &str = "FleetVersionUnsupported";
 
 /// What the `fleet-agent` chart is rendered with: the agent settings the import controller
-/// applies to the Fleet Cluster (the live object may still be the minimal first version), so
+/// applies to the Fleet Cluster (`agent`: resolved from every layer, as the import does) (the live object may still be the minimal first version), so
 /// the bootstrap agent is the agent Fleet manages afterwards, and the Fleet release's rules.
 pub fn bootstrap_input(
     cluster: &ClusterView,
     import: &ClusterImport,
+    agent: &crate::api::AgentSettings,
     client_id: String,
     token: TokenValues,
     fleet: FleetAgentDefaults,
@@ -413,6 +427,7 @@ pub fn bootstrap_input(
     let full = fleet::desired_fleet_cluster(
         cluster,
         import,
+        agent,
         &fleet::Registration::AgentInitiated {
             client_id: client_id.clone(),
         },
@@ -427,7 +442,7 @@ pub fn bootstrap_input(
     Ok(BootstrapInput {
         token,
         client_id,
-        agent: AgentSettings::from_fleet_cluster_spec(&spec),
+        agent: FleetClusterAgent::from_fleet_cluster_spec(&spec),
         fleet,
         version,
     })

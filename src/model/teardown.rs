@@ -240,12 +240,19 @@ pub fn selection_label_keys(
     live: &FleetCluster,
 ) -> BTreeSet<String> {
     let mut keys: BTreeSet<String> = match import {
-        Some(import) => desired_fleet_cluster(view, import, &Registration::ManagerInitiated, None)
-            .metadata
-            .labels
-            .unwrap_or_default()
-            .into_keys()
-            .collect(),
+        // Labels do not depend on the agent settings: the defaults do.
+        Some(import) => desired_fleet_cluster(
+            view,
+            import,
+            &import.agent,
+            &Registration::ManagerInitiated,
+            None,
+        )
+        .metadata
+        .labels
+        .unwrap_or_default()
+        .into_keys()
+        .collect(),
         None => {
             let mut labels = view.labels.clone();
             if let Some(class) = &view.class {

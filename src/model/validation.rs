@@ -167,12 +167,14 @@ pub fn validate(spec: &FleetAddonConfigSpec) -> Vec<FieldError> {
                 format!("{policy:?} is not Retain or Delete"),
             ));
         }
-        if let Some(ns) = &cluster.agent_namespace
-            && !is_dns1123_label(ns)
-        {
-            errors.push(FieldError::new(
-                "spec.cluster.agentNamespace",
-                format!("{ns:?} is not a valid namespace name (DNS-1123 label)"),
+        errors.extend(crate::model::agent_settings::validate(
+            &crate::model::agent_settings::written_in(cluster),
+            "spec.cluster",
+        ));
+        if let Some(overrides) = &cluster.agent_overrides {
+            errors.extend(crate::model::agent_settings::validate_overrides(
+                overrides,
+                "spec.cluster.agentOverrides",
             ));
         }
     }

@@ -25,6 +25,7 @@ use crate::controllers::import::stores::TEMPLATE_VALUES;
 use crate::model::agent_bootstrap::FLEET_AGENT_VARIABLE;
 use crate::model::agent_manifest::{TokenValues, with_token_values};
 use crate::model::agent_patch::{SCRIPT_KEY, SecretFormat};
+use crate::model::agent_settings;
 use crate::model::capi::{ClusterView, ProviderRef};
 use crate::model::config::ClusterImport;
 use crate::model::config::EffectiveConfig;
@@ -264,6 +265,19 @@ impl ClusterWrites<'_> {
     ) -> Result<Option<Duration>> {
         let (view, ctx) = (&decided.view, self.ctx);
         self.ensure_finalizer(view).await?;
+        // Invalid agent settings hold the Fleet Cluster as it is (or uncreated): its agent keeps
+        // running as it does until the annotation is fixed, which reconciles this Cluster again.
+        let agent = match agent_settings::for_cluster(
+            import,
+            view,
+            class_agent_settings(view, ctx).as_deref(),
+        ) {
+            Ok(agent) => agent,
+            Err(problems) => {
+                self.report_invalid_agent_settings(view, &problems).await;
+                return Ok(None);
+            }
+        };
         let values =
             template_values_for(&self.cluster.to_json()?, view, &self.regarding, ctx).await;
         let cached_rv = decided
@@ -285,7 +299,7 @@ impl ClusterWrites<'_> {
         } else {
             Registration::ManagerInitiated
         };
-        let mut desired = desired_fleet_cluster(view, import, &registration, Some(values));
+        let mut desired = desired_fleet_cluster(view, import, &agent, &registration, Some(values));
         crate::model::upgrade_steps::show(&mut desired, view, live.as_deref());
         let write = async {
             match fleet_cluster_write(import.patch_resource, live.as_deref()) {
@@ -320,6 +334,62 @@ impl ClusterWrites<'_> {
             return self.keep_token(view, import, live.as_deref()).await;
         }
         Ok(None)
+    }
+
+    /// A Warning Event on each object carrying a problem: the ClusterClass for its annotation's,
+    /// the Cluster for its own; the Cluster's Event names all of them (it is what is held).
+    async fn report_invalid_agent_settings(
+        &self,
+        view: &ClusterView,
+        problems: &[agent_settings::LayerProblem],
+    ) {
+        let all: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        tracing::warn!(cluster = %view.name, namespace = %view.namespace, problems = ?all,
+            "invalid Fleet agent settings: the Fleet Cluster is left as it is");
+        let held = format!(
+            "Fleet agent settings invalid, the Fleet Cluster is left as it is until they are fixed: {}",
+            all.join("; ")
+        );
+        self.ctx
+            .base
+            .event(
+                &self.regarding,
+                EventType::Warning,
+                agent_settings::INVALID_REASON,
+                "Importing",
+                held,
+            )
+            .await;
+        let mut classes: Vec<(&str, &str, Vec<String>)> = Vec::new();
+        for problem in problems {
+            if let agent_settings::Carrier::ClusterClass { namespace, name } = &problem.carrier {
+                match classes
+                    .iter_mut()
+                    .find(|(ns, n, _)| ns == namespace && n == name)
+                {
+                    Some((_, _, errors)) => errors.push(problem.error.to_string()),
+                    None => classes.push((namespace, name, vec![problem.error.to_string()])),
+                }
+            }
+        }
+        for (namespace, name, errors) in classes {
+            let Some(class) = self.ctx.stores.class(namespace, name) else {
+                continue;
+            };
+            self.ctx
+                .base
+                .event(
+                    &class.object_ref(&()),
+                    EventType::Warning,
+                    agent_settings::INVALID_REASON,
+                    "Importing",
+                    format!(
+                        "Fleet agent settings invalid, the Fleet Clusters of this class are left as they are until they are fixed: {}",
+                        errors.join("; ")
+                    ),
+                )
+                .await;
+        }
     }
 
     /// The registration token of an agent-initiated Cluster whose agent has not registered yet
@@ -548,6 +618,18 @@ async fn create_registration_stub(
     let found = create_or_get(api, &stub, names::REGISTRATION_FIELD_MANAGER).await?;
     let created = found.created();
     Ok((found.into_object().map(Arc::new), created))
+}
+
+/// The `agent-settings` annotation of the Cluster's ClusterClass, from the cache.
+fn class_agent_settings(view: &ClusterView, ctx: &ImportContext) -> Option<String> {
+    let class = view.class.as_ref()?;
+    ctx.stores
+        .class(&class.namespace, &class.name)?
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(names::AGENT_SETTINGS_ANNOTATION)
+        .cloned()
 }
 
 async fn report(

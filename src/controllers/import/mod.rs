@@ -132,6 +132,13 @@ pub async fn run(base: Arc<Context>) {
             )
         },
     )
+    .watches_shared_stream(hubs.classes.subscribe(), {
+        let (stores, classes) = (
+            stores.clone(),
+            namespace_triggers::ClassAgentSettings::default(),
+        );
+        move |class: Arc<CapiClusterClass>| classes.clusters_to_reconcile(&stores, &class)
+    })
     .reconcile_on(UnboundedReceiverStream::new(cluster_rx))
     .graceful_shutdown_on(cancelled(&base))
     .run(

@@ -1,7 +1,8 @@
 //! Which watched changes reconcile what, between Clusters and their namespaces: a Cluster change
 //! reconciles its namespace only when what it contributes to the namespace's plan changed
 //! ([`NamespaceTriggers`]); a namespace change reconciles its Clusters only when what their
-//! decisions read of it changed ([`ClusterInputs`]).
+//! decisions read of it changed ([`ClusterInputs`]); a ClusterClass change reconciles the Clusters
+//! of the class only when its `agent-settings` annotation changed ([`ClassAgentSettings`]).
 
 use std::sync::Arc;
 
@@ -10,10 +11,10 @@ use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::api::CapiCluster;
+use crate::api::{CapiCluster, CapiClusterClass};
 use crate::controllers::import::import_context::ImportContext;
 use crate::controllers::import::stores::{Origin, Stores};
-use crate::model::capi::StringMap;
+use crate::model::capi::{ClassRef, ClusterView, StringMap};
 use crate::model::namespace::{Contributions, TriggeredInList, contribution};
 
 type NamespaceMeta = PartialObjectMeta<Namespace>;
@@ -114,6 +115,61 @@ impl ClusterInputs {
             .clusters_in(&namespace.name_any())
             .iter()
             .map(|c| ObjectRef::from_obj(&**c))
+            .collect()
+    }
+}
+
+/// What a Cluster reconcile reads of its ClusterClass: the `agent-settings` annotation
+/// ([`crate::model::agent_settings`]). Cluster API writes a class's status on every change of
+/// the class; only a change of the annotation reconciles the Clusters of the class.
+#[derive(Default)]
+pub struct ClassAgentSettings(
+    std::sync::Mutex<std::collections::HashMap<(String, String), Option<String>>>,
+);
+
+impl ClassAgentSettings {
+    /// Records the class's annotation; whether it changed. A class seen for the first time
+    /// changed only when it has the annotation (every Cluster reconciles at start anyway, and a
+    /// class created after its Clusters must reach them).
+    pub fn changed(&self, class: &CapiClusterClass) -> bool {
+        let key = (class.namespace().unwrap_or_default(), class.name_any());
+        let now = class
+            .annotations()
+            .get(crate::names::AGENT_SETTINGS_ANNOTATION)
+            .cloned();
+        let mut last = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let had = now.is_some();
+        match last.insert(key, now.clone()) {
+            None => had,
+            Some(before) => before != now,
+        }
+    }
+
+    /// The Clusters to reconcile after `class` changed: those using it (from its namespace and
+    /// from the namespaces using it across namespaces), when its annotation [`Self::changed`].
+    pub fn clusters_to_reconcile(
+        &self,
+        stores: &Stores,
+        class: &CapiClusterClass,
+    ) -> Vec<ObjectRef<CapiCluster>> {
+        if !self.changed(class) {
+            return Vec::new();
+        }
+        let class = ClassRef {
+            name: class.name_any(),
+            namespace: class.namespace().unwrap_or_default(),
+        };
+        let mut namespaces = stores.namespaces_using_class(&class);
+        namespaces.push(class.namespace.clone());
+        namespaces.sort();
+        namespaces.dedup();
+        namespaces
+            .iter()
+            .flat_map(|namespace| stores.clusters_in(namespace))
+            .filter(|cluster| {
+                ClusterView::of(cluster).is_some_and(|view| view.class.as_ref() == Some(&class))
+            })
+            .map(|cluster| ObjectRef::from_obj(&*cluster))
             .collect()
     }
 }

@@ -45,6 +45,7 @@ use crate::hooks::cluster::{ClusterInfo, ClusterShape};
 use crate::hooks::handlers::api::{create_or_get, get_opt, merge_patch, namespace_labels};
 use crate::hooks::hook_context::HookContext;
 use crate::model::agent_manifest::bootstrap_files;
+use crate::model::agent_settings;
 use crate::model::config::{ClusterImport, EffectiveConfig};
 use crate::model::fleet;
 use crate::model::hook_plan::{
@@ -203,6 +204,47 @@ async fn read_cluster(
     Ok(None)
 }
 
+/// The `agent-settings` annotation of the Cluster's ClusterClass (`None`: no class, or no
+/// annotation). A class that does not exist yet holds nothing: Cluster API creates no machine
+/// for a Cluster whose class it cannot read either.
+async fn class_agent_settings(
+    ctx: &HookContext,
+    cluster: &ClusterInfo,
+) -> Result<Option<String>, HookOutcome> {
+    let Some(class) = &cluster.class else {
+        return Ok(None);
+    };
+    for version in ["v1beta2", "v1beta1"] {
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("cluster.x-k8s.io", version, "ClusterClass"),
+            "clusterclasses",
+        );
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(ctx.base.client.clone(), &class.namespace, &resource);
+        match api.get_opt(&class.name).await {
+            Ok(Some(object)) => {
+                return Ok(object
+                    .metadata
+                    .annotations
+                    .and_then(|mut a| a.remove(names::AGENT_SETTINGS_ANNOTATION)));
+            }
+            // Absent, or this API version is not served (Cluster API v1.10 has no v1beta2).
+            Ok(None) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(err) => {
+                return Err(HookOutcome::retry(
+                    RETRY_CONFIG,
+                    format!(
+                        "reading ClusterClass {}/{}: {err}",
+                        class.namespace, class.name
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(None)
+}
+
 /// Prepares the bootstrap Secret of a Cluster whose control plane uses the bootstrap (for
 /// BeforeClusterCreate, and for existing Clusters when GeneratePatches finds no Secret).
 /// Success when the Secret exists or the Cluster will not get one; retry while waiting.
@@ -247,6 +289,14 @@ async fn prepare_agent_initiated(
         return Ok(plan::bootstrap_secret_exists(cluster));
     }
 
+    // The agent settings the import controller will give the Fleet Cluster: the first-boot
+    // agent must be the agent Fleet keeps. Invalid settings hold the Cluster's creation (the
+    // import controller reports them on the objects that carry them).
+    let class_annotation = class_agent_settings(ctx, cluster).await?;
+    let agent = agent_settings::for_cluster(import, cluster, class_annotation.as_deref()).map_err(
+        |problems| HookOutcome::retry(RETRY_CONFIG, plan::invalid_agent_settings(&problems)),
+    )?;
+
     // Which Fleet, first: nothing is prepared for a Fleet whose agent the bootstrap cannot
     // render (a Fleet Cluster marked for the bootstrap would wait for an agent that never comes).
     let fleet_ns = plan::fleet_namespace(config);
@@ -274,6 +324,21 @@ async fn prepare_agent_initiated(
             return Err(answer);
         }
     };
+
+    let unsupported = agent_settings::unsupported_fields(&agent, Some(version.minor));
+    if !unsupported.is_empty() && asker == Asker::BeforeClusterCreate {
+        let message = format!(
+            "Fleet {version} is installed: its Fleet Cluster resource has no {}, so Fleet and the first-boot agent ignore it",
+            unsupported.join(", ")
+        );
+        report(
+            ctx,
+            cluster,
+            plan::UNSUPPORTED_AGENT_SETTINGS_REASON,
+            message,
+        )
+        .await;
+    }
 
     let fleet_clusters: Api<FleetCluster> = Api::namespaced(ctx.base.client.clone(), ns);
     let fleet_name = import.fleet_cluster_name(&cluster.name);
@@ -318,7 +383,15 @@ async fn prepare_agent_initiated(
     let values = get_opt(&secrets, &values_secret, "Secret", ns).await?;
     let token_values = plan::registration_values(values.as_ref(), ns, &values_secret)?;
 
-    let input = plan::bootstrap_input(cluster, import, client_id, token_values, defaults, version)?;
+    let input = plan::bootstrap_input(
+        cluster,
+        import,
+        &agent,
+        client_id,
+        token_values,
+        defaults,
+        version,
+    )?;
     let objects = ctx
         .agent_chart
         .render(
@@ -348,6 +421,18 @@ async fn report_unsupported(ctx: &HookContext, cluster: &ClusterInfo, answer: &H
     let HookOutcome::Success { message } = answer else {
         return;
     };
+    tracing::warn!(cluster = %cluster.name, namespace = %cluster.namespace, %message, "Fleet agent bootstrap not prepared");
+    report(
+        ctx,
+        cluster,
+        plan::UNSUPPORTED_FLEET_REASON,
+        message.clone(),
+    )
+    .await;
+}
+
+/// A Warning Event on the Cluster.
+async fn report(ctx: &HookContext, cluster: &ClusterInfo, reason: &str, message: String) {
     let api_version = match cluster.shape {
         ClusterShape::V1Beta1 => "cluster.x-k8s.io/v1beta1",
         ClusterShape::V1Beta2 | ClusterShape::Unknown => "cluster.x-k8s.io/v1beta2",
@@ -360,14 +445,13 @@ async fn report_unsupported(ctx: &HookContext, cluster: &ClusterInfo, answer: &H
         uid: Some(cluster.uid.clone()).filter(|uid| !uid.is_empty()),
         ..ObjectReference::default()
     };
-    tracing::warn!(cluster = %cluster.name, namespace = %cluster.namespace, %message, "Fleet agent bootstrap not prepared");
     ctx.base
         .event(
             &regarding,
             EventType::Warning,
-            plan::UNSUPPORTED_FLEET_REASON,
+            reason,
             "PreparingBootstrap",
-            message.clone(),
+            message,
         )
         .await;
 }
