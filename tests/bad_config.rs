@@ -59,6 +59,22 @@ const ROWS: &[(&str, &str)] = &[
         "spec.cluster.agentNamespace",
     ),
     (
+        "cluster: {agentTolerations: [{key: k, operator: Exists, effect: NoSchedul}]}",
+        "spec.cluster.agentTolerations[0].effect",
+    ),
+    (
+        "cluster: {privateRepoURL: \"https://registry.example.com\"}",
+        "spec.cluster.privateRepoURL",
+    ),
+    (
+        "cluster: {agentOverrides: [{selector: {matchLabels: {cloud: gke}}, settings: {agentEnvVars: [{name: \"A=B\", value: x}]}}]}",
+        "spec.cluster.agentOverrides[0].settings.agentEnvVars[0].name",
+    ),
+    (
+        "cluster: {agentOverrides: [{selector: {matchExpressions: [{key: a, operator: Like}]}, settings: {}}]}",
+        "spec.cluster.agentOverrides[0].selector.matchExpressions[0].operator",
+    ),
+    (
         "install: {followLatest: true, version: 0.13.1}",
         "spec.install",
     ),
@@ -176,7 +192,7 @@ fn deletes(h: &Harness) -> Vec<String> {
 async fn every_invalid_config_is_reported_with_its_path_and_deletes_nothing() {
     assert_eq!(
         ROWS.len(),
-        17,
+        21,
         "one row per kind of problem in validation.rs"
     );
     let mut h = Harness::new().await;

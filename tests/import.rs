@@ -887,6 +887,84 @@ async fn caapf_objects_are_adopted_in_place() {
     h.stop().await;
 }
 
+/// CAAPF's default agent tolerations (research caapf-spec.md §2.4): `not-ready` with
+/// `NoSchedule`, and no control-plane toleration.
+fn caapf_tolerations() -> Value {
+    json!([
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "node.cluster.x-k8s.io/uninitialized", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "node.cloudprovider.kubernetes.io/uninitialized", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+    ])
+}
+
+/// What a CAAPF user's Fleet Clusters go through when this provider takes over (docs/migration.md
+/// "What changes on adopted Fleet Clusters"): with CAAPF's FleetAddonConfig as it was, the agent
+/// fields change (the new default tolerations, `hostNetwork: true`), which Fleet answers with one
+/// agent redeploy (rancher/fleet v0.16.1 `manageagent.go` `updateClusterStatus` hashes them);
+/// with the settings the migration guide pins, they stay what Fleet hashed (an absent
+/// `hostNetwork` and `false` are one value to Fleet: `cmp.Or(spec.HostNetwork, false)`).
+#[tokio::test]
+async fn adopted_agent_settings_change_once_unless_pinned() {
+    let pinned = format!(
+        "cluster: {{patchResource: true, hostNetwork: false, agentTolerations: {}}}",
+        caapf_tolerations()
+    );
+    let new_defaults = json!([
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists"},
+        {"effect": "NoSchedule", "key": "node.cluster.x-k8s.io/uninitialized", "operator": "Exists"},
+        {"effect": "NoSchedule", "key": "node.cloudprovider.kubernetes.io/uninitialized", "operator": "Equal", "value": "true"},
+        {"effect": "NoSchedule", "key": "node-role.kubernetes.io/control-plane", "operator": "Exists"},
+    ]);
+    // (FleetAddonConfig spec, tolerations after the takeover, effective hostNetwork after it)
+    let cases = [
+        (
+            "cluster: {patchResource: true}".to_string(),
+            new_defaults,
+            true,
+        ),
+        (pinned, caapf_tolerations(), false),
+    ];
+    for (config, tolerations, host_network) in cases {
+        let mut h = Harness::new().await;
+        h.namespace("apps", json!({})).await;
+        h.config(&config).await;
+        h.importable_cluster("apps", "c1").await;
+        // What CAAPF wrote with a FleetAddonConfig without hostNetwork and agentTolerations.
+        let caapf_fleet: FleetCluster = apply_as(
+            &h,
+            names::FIELD_MANAGER,
+            &json!({
+                "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "Cluster",
+                "metadata": {"name": "c1", "namespace": "apps"},
+                "spec": {"kubeConfigSecret": "c1-kubeconfig", "agentNamespace": "fleet-addon-agent",
+                         "agentTolerations": caapf_tolerations(),
+                         "templateValues": {"Cluster": {"metadata": {"uid": "stale"}}}}
+            }),
+        )
+        .await;
+        h.start().await;
+        let fleet = h
+            .wait_fleet_cluster("taken over", "apps", "c1", |c| {
+                c.spec
+                    .template_values
+                    .as_ref()
+                    .is_some_and(|v| v["Cluster"]["metadata"].get("uid").is_none())
+            })
+            .await;
+        assert_eq!(fleet.uid(), caapf_fleet.uid(), "{config}");
+        let spec = serde_json::to_value(&fleet.spec).expect("json");
+        assert_eq!(spec["agentTolerations"], tolerations, "{config}");
+        assert_eq!(
+            spec["hostNetwork"].as_bool().unwrap_or(false),
+            host_network,
+            "{config}"
+        );
+        assert_eq!(spec["agentNamespace"], "fleet-addon-agent", "{config}");
+        assert!(spec.get("agentEnvVars").is_none(), "{config}");
+        h.stop().await;
+    }
+}
+
 /// `caapf cleanup` removes every finalizer of ours, so uninstalling never leaves a hang.
 #[tokio::test]
 async fn cleanup_subcommand_removes_every_finalizer() {

@@ -204,6 +204,8 @@ pub struct FleetClusterAgent {
     pub resources: Option<Value>,
     /// `agentSchedulingCustomization.priorityClass` is set.
     pub priority_class: bool,
+    /// `agentSchedulingCustomization` as written, if set.
+    pub scheduling: Option<Value>,
     /// `agentPullSecrets` (`None` when unset; an empty list means none).
     pub pull_secrets: Option<Vec<Value>>,
 }
@@ -236,6 +238,7 @@ impl FleetClusterAgent {
             affinity: object("agentAffinity"),
             resources: object("agentResources"),
             priority_class: spec["agentSchedulingCustomization"]["priorityClass"].is_object(),
+            scheduling: object("agentSchedulingCustomization"),
             pull_secrets: spec["agentPullSecrets"].as_array().cloned(),
         }
     }
@@ -281,7 +284,12 @@ pub fn chart_values(input: &BootstrapInput) -> Result<Map<String, Value>, String
 }
 
 /// Kinds in the chart that are cluster-scoped; every other object gets the agent namespace.
-const CLUSTER_SCOPED_KINDS: [&str; 3] = ["Namespace", "ClusterRole", "ClusterRoleBinding"];
+const CLUSTER_SCOPED_KINDS: [&str; 4] = [
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "PriorityClass",
+];
 
 /// The names the chart gives its ClusterRole and ClusterRoleBinding (rancher/fleet
 /// `charts/fleet-agent/templates/rbac.yaml`, v0.12.0–v0.16.1), which Fleet's agent bundle does
@@ -317,6 +325,9 @@ const CREATION_ORDER: [&str; 8] = [
 ///   (`Resolve`), pull policy, resources, strategy, pull secrets, priority class, volume order;
 /// - the chart's ConfigMap `fleet-agent` and Secret `fleet-agent-bootstrap`, which the agent
 ///   registers with (not in Fleet's bundle);
+/// - the PriorityClass and PodDisruptionBudget of `agentSchedulingCustomization` (from Fleet
+///   0.14), which Fleet creates only for clusters it imports itself
+///   ([`bundle::scheduling_objects`]);
 ///
 /// and without: the hook Job of the 0.12.0–0.12.2 chart (rendered with `--no-hooks`), and the
 /// `default` ServiceAccount Fleet's bundle sets `automountServiceAccountToken: false` on
@@ -354,6 +365,11 @@ pub fn finish(rendered: &str, input: &BootstrapInput) -> Result<Vec<Value>, Stri
     objects.retain(|object| {
         !(object["kind"] == "Namespace" && object["metadata"]["name"] == namespace)
     });
+    objects.extend(bundle::scheduling_objects(
+        input.agent.scheduling.as_ref(),
+        namespace,
+        input.version,
+    ));
     for object in &mut objects {
         let kind = object["kind"].as_str().unwrap_or_default().to_string();
         if !CLUSTER_SCOPED_KINDS.contains(&kind.as_str()) {

@@ -290,9 +290,10 @@ fn validate_scheduling(
     errors: &mut Vec<FieldError>,
 ) {
     if let Some(budget) = &scheduling.pod_disruption_budget {
-        // Fleet refuses both at once (internal/cmd/controller/agentmanagement/scheduling/
-        // scheduling.go, v0.14.0-v0.16.1), as policy/v1 does.
-        if budget.min_available.is_some() && budget.max_unavailable.is_some() {
+        // Fleet refuses both at once unless one is "0" (internal/cmd/controller/agentmanagement/
+        // scheduling/scheduling.go PodDisruptionBudget, v0.14.0-v0.16.1): it creates no budget.
+        let set = |v: &Option<String>| v.as_deref().is_some_and(|v| !v.is_empty() && v != "0");
+        if set(&budget.min_available) && set(&budget.max_unavailable) {
             errors.push(FieldError::new(
                 format!("{p}.podDisruptionBudget"),
                 "set minAvailable or maxUnavailable, not both",

@@ -50,6 +50,13 @@ fn annotation_problems_carry_their_field_path() {
             &["metadata.annotations[fleet.addons.cluster.x-k8s.io/agent-settings].agentToleration"],
         ),
         (
+            "Fleet 0.16's agentPullSecrets is not offered",
+            "agentPullSecrets: [{name: s}]",
+            &[
+                "metadata.annotations[fleet.addons.cluster.x-k8s.io/agent-settings].agentPullSecrets",
+            ],
+        ),
+        (
             "unknown nested field",
             "agentTolerations: [{key: a, operator: Exists, efect: NoSchedule}]",
             &[
@@ -196,6 +203,11 @@ fn value_rules() {
             "pdb both",
             json!({"agentSchedulingCustomization": {"podDisruptionBudget": {"minAvailable": "1", "maxUnavailable": "1"}}}),
             &["p.agentSchedulingCustomization.podDisruptionBudget"],
+        ),
+        (
+            "pdb both, one of them 0 (Fleet takes the other)",
+            json!({"agentSchedulingCustomization": {"podDisruptionBudget": {"minAvailable": "0", "maxUnavailable": "1"}}}),
+            &[],
         ),
         (
             "pdb not a count",

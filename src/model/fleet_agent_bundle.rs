@@ -202,7 +202,75 @@ pub fn strategy(host_network: bool, version: FleetVersion) -> Option<Value> {
 /// `agentSchedulingCustomization.priorityClass` (`manageagent.go`; Fleet creates that
 /// PriorityClass only for clusters it imports itself, `controllers/cluster/import.go`).
 pub fn priority_class_name(priority_class: bool, version: FleetVersion) -> Option<&'static str> {
-    (priority_class && version.since(14, 0)).then_some("fleet-agent-priority-class")
+    (priority_class && version.since(14, 0)).then_some(PRIORITY_CLASS_NAME)
+}
+
+/// The PriorityClass and PodDisruptionBudget of `agentSchedulingCustomization` (from v0.14.0),
+/// as Fleet builds them (`internal/cmd/controller/agentmanagement/scheduling/scheduling.go`
+/// `PriorityClass`, `PodDisruptionBudget`, v0.14.0-v0.16.1). Fleet creates them only for the
+/// clusters it imports itself (`controllers/cluster/import.go` `importCluster`), never for an
+/// agent-initiated one, whose agent Deployment then names a PriorityClass nobody created and its
+/// pods are refused: the bootstrap creates them, and they stay after Fleet's takeover (its agent
+/// bundle does not hold them). A budget with both `minAvailable` and `maxUnavailable` set (neither
+/// `"0"`) is not created, as Fleet refuses it.
+pub fn scheduling_objects(
+    scheduling: Option<&Value>,
+    namespace: &str,
+    version: FleetVersion,
+) -> Vec<Value> {
+    let Some(scheduling) = scheduling.filter(|_| version.since(14, 0)) else {
+        return Vec::new();
+    };
+    let mut objects = Vec::new();
+    if let Some(class) = scheduling.get("priorityClass").filter(|c| c.is_object()) {
+        let mut object = json!({
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": PRIORITY_CLASS_NAME},
+            "value": class["value"].as_i64().unwrap_or(0),
+            "description": "Priority class for Fleet Agent",
+        });
+        if let Some(policy) = class.get("preemptionPolicy").filter(|p| p.is_string()) {
+            object["preemptionPolicy"] = policy.clone();
+        }
+        objects.push(object);
+    }
+    if let Some(budget) = scheduling
+        .get("podDisruptionBudget")
+        .filter(|b| b.is_object())
+    {
+        let field = |key: &str| budget[key].as_str().unwrap_or_default();
+        let (min, max) = (field("minAvailable"), field("maxUnavailable"));
+        let limit = match (min, max) {
+            ("", "") => Some(("maxUnavailable", json!(0))),
+            (min, max) if !max.is_empty() && (min.is_empty() || min == "0") => {
+                Some(("maxUnavailable", int_or_string(max)))
+            }
+            (min, max) if !min.is_empty() && (max.is_empty() || max == "0") => {
+                Some(("minAvailable", int_or_string(min)))
+            }
+            _ => None,
+        };
+        if let Some((key, value)) = limit {
+            let mut spec = json!({"selector": {"matchLabels": {"app": "fleet-agent"}}});
+            spec[key] = value;
+            objects.push(json!({
+                "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": PDB_NAME, "namespace": namespace},
+                "spec": spec,
+            }));
+        }
+    }
+    objects
+}
+
+/// Fleet's names for them (`scheduling.go`).
+pub const PRIORITY_CLASS_NAME: &str = "fleet-agent-priority-class";
+const PDB_NAME: &str = "fleet-agent-pod-disruption-budget";
+
+/// `intstr.Parse`: an integer when the text is one, else the text.
+fn int_or_string(text: &str) -> Value {
+    text.parse::<i64>()
+        .map_or_else(|_| json!(text), |n| json!(n))
 }
 
 /// `imagePullSecrets` from v0.16.0: the Fleet Cluster's `agentPullSecrets` when set (even empty),
@@ -486,5 +554,74 @@ mod tests {
                 ["matchExpressions"][0]["key"],
             "fleet.cattle.io/agent"
         );
+    }
+
+    /// rancher/fleet v0.16.1 `scheduling.go`: the PriorityClass, and the budget's switch.
+    #[test]
+    fn scheduling_objects_are_fleet_s() {
+        let class = scheduling_objects(
+            Some(&json!({"priorityClass": {"value": 1000, "preemptionPolicy": "Never"}})),
+            "agents",
+            v("0.16.1"),
+        );
+        assert_eq!(
+            class,
+            [
+                json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                "metadata": {"name": "fleet-agent-priority-class"}, "value": 1000,
+                "description": "Priority class for Fleet Agent", "preemptionPolicy": "Never"})
+            ]
+        );
+        // (minAvailable, maxUnavailable) -> the budget's limit, or none.
+        let rows = [
+            (None, None, Some(("maxUnavailable", json!(0)))),
+            (None, Some("1"), Some(("maxUnavailable", json!(1)))),
+            (
+                Some("0"),
+                Some("50%"),
+                Some(("maxUnavailable", json!("50%"))),
+            ),
+            (Some("2"), None, Some(("minAvailable", json!(2)))),
+            (Some("2"), Some("0"), Some(("minAvailable", json!(2)))),
+            (Some("1"), Some("1"), None),
+        ];
+        for (min, max, expected) in rows {
+            let mut budget = json!({});
+            if let Some(min) = min {
+                budget["minAvailable"] = json!(min);
+            }
+            if let Some(max) = max {
+                budget["maxUnavailable"] = json!(max);
+            }
+            let objects = scheduling_objects(
+                Some(&json!({"podDisruptionBudget": budget})),
+                "agents",
+                v("0.14.0"),
+            );
+            match expected {
+                None => assert!(objects.is_empty(), "{min:?} {max:?}: {objects:?}"),
+                Some((key, value)) => {
+                    let mut spec = json!({"selector": {"matchLabels": {"app": "fleet-agent"}}});
+                    spec[key] = value;
+                    assert_eq!(
+                        objects,
+                        [
+                            json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                            "metadata": {"name": "fleet-agent-pod-disruption-budget", "namespace": "agents"},
+                            "spec": spec})
+                        ],
+                        "{min:?} {max:?}"
+                    );
+                }
+            }
+        }
+        // Before 0.14 the field does not exist; without it, nothing.
+        let both = json!({"priorityClass": {"value": 1}, "podDisruptionBudget": {}});
+        assert!(scheduling_objects(Some(&both), "agents", v("0.13.15")).is_empty());
+        assert_eq!(
+            scheduling_objects(Some(&both), "agents", v("0.14.0")).len(),
+            2
+        );
+        assert!(scheduling_objects(None, "agents", v("0.16.1")).is_empty());
     }
 }

@@ -242,4 +242,50 @@ mod tests {
             "forgotten when gone"
         );
     }
+
+    #[test]
+    fn only_an_agent_settings_change_of_a_class_reconciles_its_clusters() {
+        let class = |annotation: Option<&str>, generation: i64| -> CapiClusterClass {
+            let mut meta =
+                json!({"name": "quick-start", "namespace": "classes", "generation": generation});
+            if let Some(text) = annotation {
+                meta["annotations"] = json!({crate::names::AGENT_SETTINGS_ANNOTATION: text});
+            }
+            serde_json::from_value(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "ClusterClass",
+                "metadata": meta, "status": {"observedGeneration": generation},
+            }))
+            .expect("class")
+        };
+        let seen = ClassAgentSettings::default();
+        // (what happened, the class now, reconciles its Clusters)
+        let steps = [
+            ("first seen without the annotation", class(None, 1), false),
+            ("status written", class(None, 2), false),
+            (
+                "annotation added",
+                class(Some("hostNetwork: false"), 2),
+                true,
+            ),
+            (
+                "status written again",
+                class(Some("hostNetwork: false"), 3),
+                false,
+            ),
+            (
+                "annotation changed",
+                class(Some("hostNetwork: true"), 3),
+                true,
+            ),
+            ("annotation removed", class(None, 3), true),
+        ];
+        for (what, class, reconciles) in steps {
+            assert_eq!(seen.changed(&class), reconciles, "{what}");
+        }
+        let other = ClassAgentSettings::default();
+        assert!(
+            other.changed(&class(Some("hostNetwork: false"), 1)),
+            "first seen with the annotation: its Clusters may predate it"
+        );
+    }
 }
