@@ -46,7 +46,8 @@ pub fn validate(spec: &FleetAddonConfigSpec) -> Vec<FieldError> {
         errors.push(FieldError::new(
             "spec.runtimeExtension.agentChartRepository",
             format!(
-                "{repository:?} must start with https:// or oci:// (http:// only for 127.0.0.1, localhost or [::1])"
+                "{:?} must start with https:// or oci:// (http:// only for 127.0.0.1, localhost or [::1])",
+                without_credentials(repository)
             ),
         ));
     }
@@ -226,7 +227,7 @@ fn validate_server(server: &Server, errors: &mut Vec<FieldError>) {
         {
             errors.push(FieldError::new(
                 format!("{path}.custom.apiServerUrl"),
-                format!("{url:?} must be an http(s) URL"),
+                format!("{:?} must be an http(s) URL", without_credentials(url)),
             ));
         }
         if let Some(reference) = &custom.api_server_ca_config_ref {
@@ -280,7 +281,8 @@ fn validate_install(install: &FleetInstall, errors: &mut Vec<FieldError>) {
         errors.push(FieldError::new(
             format!("{path}.repository"),
             format!(
-                "{repository:?} must start with https:// or oci:// (http:// only for 127.0.0.1, localhost or [::1])"
+                "{:?} must start with https:// or oci:// (http:// only for 127.0.0.1, localhost or [::1])",
+                without_credentials(repository)
             ),
         ));
     }
@@ -407,6 +409,19 @@ fn regex_error_summary(err: &regex::Error) -> String {
         .to_string()
 }
 
+/// `url` with the user information of its authority (`user:password@`) replaced, so a problem
+/// message (written into conditions and Events) never shows a credential.
+pub fn without_credentials(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://<redacted>@{}", &rest[at + 1..]),
+        None => url.to_string(),
+    }
+}
+
 /// Validates a label selector as the API server does for `metav1.LabelSelector`.
 pub fn validate_label_selector(selector: &LabelSelector, path: &str, errors: &mut Vec<FieldError>) {
     for (key, value) in selector.match_labels.iter().flatten() {
@@ -519,6 +534,33 @@ mod tests {
         let spec: FleetAddonConfigSpec =
             serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("test spec {yaml:?}: {e}"));
         validate(&spec).iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn problems_never_show_a_url_s_credentials() {
+        for (url, shown) in [
+            (
+                "http://user:secret@charts.example.com/x",
+                "http://<redacted>@charts.example.com/x",
+            ),
+            ("ftp://token@host", "ftp://<redacted>@host"),
+            (
+                "https://charts.example.com/a@b",
+                "https://charts.example.com/a@b",
+            ),
+            ("no scheme", "no scheme"),
+        ] {
+            assert_eq!(without_credentials(url), shown);
+        }
+        let spec: FleetAddonConfigSpec = serde_yaml::from_str(
+            "install: {followLatest: true, repository: \"http://user:secret@charts.example.com\"}\nruntimeExtension: {agentChartRepository: \"ftp://u:secret@x\"}\nconfig: {server: {custom: {apiServerUrl: \"tcp://u:secret@api:6443\"}}}",
+        )
+        .expect("spec");
+        let problems = validate(&spec);
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        for problem in problems {
+            assert!(!problem.to_string().contains("secret"), "{problem}");
+        }
     }
 
     #[test]
