@@ -601,6 +601,23 @@ fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     })
 }
 
+impl ClusterConfig {
+    /// The agent fields of this section as written (no defaults): the lowest of a Cluster's
+    /// agent settings layers (`crate::model::agent_settings`).
+    pub fn agent_settings(&self) -> AgentSettings {
+        AgentSettings {
+            agent_namespace: self.agent_namespace.clone(),
+            agent_tolerations: self.agent_tolerations.clone(),
+            agent_env_vars: self.agent_env_vars.clone(),
+            host_network: self.host_network,
+            agent_affinity: self.agent_affinity.clone(),
+            agent_resources: self.agent_resources.clone(),
+            agent_scheduling_customization: self.agent_scheduling_customization.clone(),
+            private_repo_url: self.private_repo_url.clone(),
+        }
+    }
+}
+
 impl FleetAddonConfig {
     /// The only name the API accepts for this singleton.
     pub const NAME: &'static str = names::CONFIG_NAME;

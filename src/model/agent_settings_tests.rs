@@ -3,6 +3,10 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use super::*;
+use crate::model::validation::{
+    is_quantity, validate_agent_overrides as validate_overrides,
+    validate_agent_settings as validate,
+};
 
 fn settings(value: serde_json::Value) -> AgentSettings {
     serde_json::from_value(value).expect("test settings decode")

@@ -17,7 +17,8 @@ use crate::api::{
     AgentSettings, BeforeClusterDeleteConfig, ClusterConfig, FleetAddonConfig,
     FleetAddonConfigSpec, FleetInstall, Server,
 };
-use crate::model::agent_settings::CompiledOverride;
+use crate::model::agent_settings::{self, CompiledOverride, LayerProblem, Layers};
+use crate::model::capi::ClusterView;
 use crate::model::chart_access::{self, ChartAccess};
 use crate::model::selection::{AgentInitiated, ClusterSelection};
 use crate::model::validation::{FieldError, validate};
@@ -122,6 +123,33 @@ impl EffectiveConfig {
 }
 
 impl ClusterImport {
+    /// The agent settings of `cluster`, its ClusterClass's `agent-settings` annotation being
+    /// `class_annotation` (as read from the class, `None` when it has none or no class): this
+    /// configuration's, the class's, the matching `agentOverrides` and the Cluster's own
+    /// ([`agent_settings::resolve`]).
+    pub fn agent_settings(
+        &self,
+        cluster: &ClusterView,
+        class_annotation: Option<&str>,
+    ) -> Result<AgentSettings, Vec<LayerProblem>> {
+        agent_settings::resolve(Layers {
+            defaults: &self.agent,
+            class: cluster.class.as_ref().map(|class| {
+                (
+                    class.namespace.as_str(),
+                    class.name.as_str(),
+                    class_annotation,
+                )
+            }),
+            overrides: &self.agent_overrides,
+            cluster_labels: &cluster.labels,
+            cluster_annotation: cluster
+                .annotations
+                .get(names::AGENT_SETTINGS_ANNOTATION)
+                .map(String::as_str),
+        })
+    }
+
     /// Name of the Fleet Cluster for a CAPI Cluster.
     pub fn fleet_cluster_name(&self, capi_name: &str) -> String {
         format!("{}{capi_name}{}", self.name_prefix, self.name_suffix)
@@ -460,7 +488,7 @@ fn cluster_import(config: &ClusterConfig, install: Option<&FleetInstall>) -> Clu
 /// `spec.cluster`'s agent fields, defaults filled in: the lowest layer of every Cluster's agent
 /// settings.
 fn default_agent_settings(config: &ClusterConfig) -> AgentSettings {
-    let mut settings = crate::model::agent_settings::written_in(config);
+    let mut settings = config.agent_settings();
     settings.agent_namespace = Some(
         settings
             .agent_namespace

@@ -267,11 +267,7 @@ impl ClusterWrites<'_> {
         self.ensure_finalizer(view).await?;
         // Invalid agent settings hold the Fleet Cluster as it is (or uncreated): its agent keeps
         // running as it does until the annotation is fixed, which reconciles this Cluster again.
-        let agent = match agent_settings::for_cluster(
-            import,
-            view,
-            class_agent_settings(view, ctx).as_deref(),
-        ) {
+        let agent = match import.agent_settings(view, class_agent_settings(view, ctx).as_deref()) {
             Ok(agent) => agent,
             Err(problems) => {
                 self.report_invalid_agent_settings(view, &problems).await;

@@ -293,9 +293,11 @@ async fn prepare_agent_initiated(
     // agent must be the agent Fleet keeps. Invalid settings hold the Cluster's creation (the
     // import controller reports them on the objects that carry them).
     let class_annotation = class_agent_settings(ctx, cluster).await?;
-    let agent = agent_settings::for_cluster(import, cluster, class_annotation.as_deref()).map_err(
-        |problems| HookOutcome::retry(RETRY_CONFIG, plan::invalid_agent_settings(&problems)),
-    )?;
+    let agent = import
+        .agent_settings(cluster, class_annotation.as_deref())
+        .map_err(|problems| {
+            HookOutcome::retry(RETRY_CONFIG, plan::invalid_agent_settings(&problems))
+        })?;
 
     // Which Fleet, first: nothing is prepared for a Fleet whose agent the bootstrap cannot
     // render (a Fleet Cluster marked for the bootstrap would wait for an agent that never comes).
