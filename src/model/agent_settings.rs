@@ -38,7 +38,7 @@ pub fn annotation_path() -> String {
 
 /// Reads an `agent-settings` annotation: YAML or JSON, an object of [`AgentSettings`] fields.
 /// Unknown fields (a misspelt `agentToleration`, a toleration's `efect`) are errors rather than
-/// silently dropped, and every value is checked ([`validate`]). Errors carry the annotation's
+/// silently dropped, and every value is checked ([`validate_agent_settings`]). Errors carry the annotation's
 /// field path.
 pub fn parse_annotation(text: &str) -> Result<AgentSettings, Vec<FieldError>> {
     let path = annotation_path();

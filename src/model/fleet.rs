@@ -162,7 +162,7 @@ pub fn class_labels(class: &ClassRef) -> StringMap {
 }
 
 /// The Fleet Cluster of a CAPI Cluster, with its agent settings resolved from every layer
-/// ([`crate::model::agent_settings::resolve`]).
+/// ([`crate::model::config::ClusterImport::agent_settings`]).
 pub fn desired_fleet_cluster(
     cluster: &ClusterView,
     import: &ClusterImport,
