@@ -677,17 +677,36 @@ async fn clusters_with_nothing_to_remove_are_never_held() {
     })
     .await;
     // One read (the Fleet Cluster), nothing written: the hooks prepared nothing for this
-    // Cluster (its class does not use the bootstrap).
+    // Cluster (its class does not use the bootstrap). The hook is called with the test's own
+    // client, so its requests are told from the running manager's (which may still write the
+    // deleted Cluster's status in the same window).
     let body = request(&h, "v1beta1", None).await;
+    let spec: caapf::api::FleetAddonConfigSpec = serde_yaml::from_str(
+        "cluster: {}\nruntimeExtension: {beforeClusterDelete: {removeWorkloads: true}}",
+    )
+    .expect("spec");
+    let (hooks, _config) = common::hook_context(
+        h.client.clone(),
+        caapf::model::config::EffectiveConfig::from_spec(&spec),
+    );
     h.sandbox.requests().reset();
-    let answer = call(&h, &body).await;
+    let answer = handlers::handle(
+        &hooks,
+        Hook::BeforeClusterDelete,
+        &serde_json::to_vec(&body).expect("json"),
+    )
+    .await;
     assert_proceed(&answer, "not held: there is no Fleet Cluster clusters/c1");
     let requests: Vec<String> = h
         .sandbox
         .requests()
         .all()
         .into_iter()
-        .filter(|r| !matches!(r.verb, kube_sandbox::Verb::Watch) && r.resource != "leases")
+        .filter(|r| {
+            !matches!(r.verb, kube_sandbox::Verb::Watch)
+                && r.resource != "leases"
+                && !common::from_manager(r)
+        })
         .map(|r| format!("{:?} {} {}/{}", r.verb, r.resource, r.namespace, r.name))
         .collect();
     assert_eq!(requests, ["Get clusters clusters/c1"], "{requests:?}");
