@@ -332,6 +332,8 @@ fn node(
         owners,
         blocking: false,
         object,
+        exclusive: true,
+        global: false,
     }
 }
 

@@ -18,6 +18,8 @@ fn node(object: DynamicObject, owners: Vec<OwnerLink>) -> MoveNode {
         owners,
         blocking: false,
         object,
+        exclusive: true,
+        global: false,
     }
 }
 
