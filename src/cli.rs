@@ -169,6 +169,12 @@ pub struct ManagerFlags {
     #[arg(long, env = "CAAPF_MOVE_UNBLOCK_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
     pub move_unblock_timeout: Duration,
 
+    /// Self-managed Clusters: how long a move waits for Fleet to report the resumed copies
+    /// ready before it is marked Stalled (it keeps waiting; the source stays paused and fenced;
+    /// Go duration).
+    #[arg(long, env = "CAAPF_MOVE_RESUME_TIMEOUT", default_value = "30m", value_parser = parse_duration)]
+    pub move_resume_timeout: Duration,
+
     /// Only watch CAPI objects in this namespace (default: all namespaces).
     #[arg(long, env = "CAAPF_NAMESPACE")]
     pub namespace: Option<String>,
@@ -430,6 +436,7 @@ mod tests {
         assert_eq!(f.sync_period, Duration::from_secs(600));
         assert_eq!(f.move_target_timeout, Duration::from_secs(30 * 60));
         assert_eq!(f.move_unblock_timeout, Duration::from_secs(10 * 60));
+        assert_eq!(f.move_resume_timeout, Duration::from_secs(30 * 60));
         assert_eq!(f.verbosity, 0);
         assert_eq!(f.helm_timeout, Duration::from_secs(300));
         assert_eq!(f.helm_home, None);

@@ -20,6 +20,7 @@ use crate::api::FleetAddonConfig;
 use crate::model::config::EffectiveConfig;
 use crate::model::move_graph::{self, MoveGraph, MoveTypes, TypeRule};
 use crate::model::move_plan::{self, INVENTORY_API_VERSION, PlanInput, ProviderPlan};
+use crate::model::move_target;
 use crate::{Error, Result, names};
 
 /// What the preview found.
@@ -31,6 +32,10 @@ pub struct Preview {
     pub graph: MoveGraph,
     pub providers: ProviderPlan,
     pub bundles: Vec<Value>,
+    /// The Secrets the controller would write to the target itself (never in a Bundle).
+    pub secrets: Vec<Value>,
+    /// What keeps the move waiting in `Pending`.
+    pub not_provisioned: Vec<String>,
 }
 
 /// Splits `<namespace>/<cluster>`.
@@ -45,7 +50,8 @@ pub fn parse_target(target: &str) -> Result<(String, String)> {
     }
 }
 
-fn resource(rule: &TypeRule) -> ApiResource {
+/// The API resource of a move type.
+pub fn resource(rule: &TypeRule) -> ApiResource {
     ApiResource {
         group: rule.group.clone(),
         version: rule.version.clone(),
@@ -56,7 +62,7 @@ fn resource(rule: &TypeRule) -> ApiResource {
 }
 
 /// Lists a type; a type the server does not serve lists nothing.
-async fn list(
+pub async fn list(
     client: &Client,
     ar: &ApiResource,
     namespace: Option<&str>,
@@ -83,23 +89,26 @@ async fn list(
     }
 }
 
-/// What a move is built from: the graph of the Cluster and the providers to install.
+/// What a move is built from: the graph of the Cluster, the providers to install, and the move
+/// types (to read the same objects on the target).
 #[derive(Debug)]
 pub struct MoveInputs {
     pub graph: MoveGraph,
     pub providers: ProviderPlan,
+    pub types: MoveTypes,
 }
 
 /// Reads everything a move of `namespace/cluster` needs and builds the graph and the Bundles.
 pub async fn preview(client: &Client, namespace: &str, cluster: &str) -> Result<Preview> {
-    let MoveInputs { graph, providers } =
-        gather(client, namespace, cluster)
-            .await?
-            .map_err(|reason| Error::Missing {
-                kind: "Cluster",
-                name: format!("{namespace}/{cluster}"),
-                reason,
-            })?;
+    let MoveInputs {
+        graph, providers, ..
+    } = gather(client, namespace, cluster)
+        .await?
+        .map_err(|reason| Error::Missing {
+            kind: "Cluster",
+            name: format!("{namespace}/{cluster}"),
+            reason,
+        })?;
     let configs: Api<FleetAddonConfig> = Api::all(client.clone());
     let config = match configs.get_opt(names::CONFIG_NAME).await {
         Ok(config) => config,
@@ -107,15 +116,19 @@ pub async fn preview(client: &Client, namespace: &str, cluster: &str) -> Result<
         Err(err) => return Err(err.into()),
     };
     let fleet_cluster = EffectiveConfig::resolve(config.as_ref()).fleet_cluster_name(cluster);
-    let bundles = move_plan::bundles(&PlanInput {
+    let keep = Default::default();
+    let input = PlanInput {
         cluster_namespace: namespace,
         cluster_name: cluster,
         fleet_cluster_name: &fleet_cluster,
         graph: &graph,
         providers: &providers,
         target_paused: true,
-    })
-    .map_err(|e| Error::Serialization(e.to_string()))?;
+        keep_on_target: &keep,
+    };
+    let bundles = move_plan::bundles(&input).map_err(|e| Error::Serialization(e.to_string()))?;
+    let secrets = move_plan::target_secrets(&input);
+    let not_provisioned = move_target::not_provisioned(&graph);
     Ok(Preview {
         namespace: namespace.into(),
         cluster: cluster.into(),
@@ -123,6 +136,8 @@ pub async fn preview(client: &Client, namespace: &str, cluster: &str) -> Result<
         graph,
         providers,
         bundles,
+        secrets,
+        not_provisioned,
     })
 }
 
@@ -228,11 +243,15 @@ pub async fn gather(
         }
     }
     let providers = move_plan::provider_plan(&inventory, &operator, &secrets);
-    Ok(Ok(MoveInputs { graph, providers }))
+    Ok(Ok(MoveInputs {
+        graph,
+        providers,
+        types,
+    }))
 }
 
 /// Printed on stderr by `caapf move-preview` (stdout stays the report or YAML to pipe).
-pub const EXPERIMENTAL_NOTE: &str = "note: self-managed moves are experimental and off by default (--feature-gates=SelfManagedMove=true); they have run only against the sandbox API server, and a read of Fleet's agent and of clusterctl move found they would not yet move a real cluster safely (docs/self-managed.md, \"Status\")";
+pub const EXPERIMENTAL_NOTE: &str = "note: self-managed moves are experimental and off by default (--feature-gates=SelfManagedMove=true); they have run only against the sandbox API server with Fleet's agent played by the tests, never against a real Fleet and infrastructure (docs/self-managed.md, \"Status\")";
 
 /// The human-readable report: creation groups, skipped objects, provider warnings, Bundles.
 pub fn render_text(p: &Preview) -> String {
@@ -256,6 +275,24 @@ pub fn render_text(p: &Preview) -> String {
         let _ = writeln!(out, "Not moved:");
         for s in &p.graph.skipped {
             let _ = writeln!(out, "  {}: {}", s.id, s.reason);
+        }
+    }
+    if !p.graph.shared.is_empty() {
+        let _ = writeln!(
+            out,
+            "Shared with other Clusters (the move refuses to start):"
+        );
+        for s in &p.graph.shared {
+            let _ = writeln!(out, "  {}: {}", s.id, s.reason);
+        }
+    }
+    if !p.not_provisioned.is_empty() {
+        let _ = writeln!(
+            out,
+            "Not provisioned (the move waits before pausing anything):"
+        );
+        for what in &p.not_provisioned {
+            let _ = writeln!(out, "  {what}");
         }
     }
     let _ = writeln!(out, "Providers ({} objects):", p.providers.objects.len());
@@ -289,10 +326,24 @@ pub fn render_text(p: &Preview) -> String {
             b["spec"]["resources"].as_array().map_or(0, Vec::len),
         );
     }
+    if !p.secrets.is_empty() {
+        let _ = writeln!(
+            out,
+            "Secrets written to the target by the move controller (never in a Bundle):"
+        );
+        for s in &p.secrets {
+            let _ = writeln!(
+                out,
+                "  Secret {}/{}",
+                s["metadata"]["namespace"].as_str().unwrap_or(""),
+                s["metadata"]["name"].as_str().unwrap_or(""),
+            );
+        }
+    }
     out
 }
 
-/// The Bundles as a YAML stream (they contain the Cluster's Secrets).
+/// The Bundles as a YAML stream (no Secret is in them).
 pub fn render_yaml(p: &Preview) -> Result<String> {
     let mut out = String::new();
     for b in &p.bundles {

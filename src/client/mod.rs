@@ -18,6 +18,7 @@
 //! `MaxRetries` default 10, client-go v0.36.3).
 
 pub mod refusals;
+pub mod workload;
 
 use std::future::Future;
 use std::num::NonZeroU32;

@@ -24,6 +24,7 @@ pub mod move_fixtures;
 pub mod move_graph;
 pub mod move_plan;
 pub mod move_state;
+pub mod move_target;
 pub mod namespace;
 pub mod registration_token;
 pub mod retry;

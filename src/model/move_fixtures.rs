@@ -182,6 +182,17 @@ pub fn test_types() -> MoveTypes {
             force_move_hierarchy: hierarchy,
         });
     }
+    for kind in ["InClusterIPPool", "IPAddressClaim", "IPAddress"] {
+        types.insert(TypeRule {
+            group: "ipam.cluster.x-k8s.io".into(),
+            version: "v1beta2".into(),
+            kind: kind.into(),
+            plural: format!("{}es", kind.to_lowercase()),
+            namespaced: true,
+            force_move: false,
+            force_move_hierarchy: false,
+        });
+    }
     types.insert(TypeRule {
         group: "infrastructure.cluster.x-k8s.io".into(),
         version: "v1beta2".into(),
@@ -823,4 +834,81 @@ pub fn labelled_objects() -> Vec<DynamicObject> {
             json!({}),
         ),
     ]
+}
+
+pub const IPAM: &str = "ipam.cluster.x-k8s.io/v1beta2";
+
+/// Clusters `c1` and (when `shared`) `c2` in `default` whose Machines take addresses from one
+/// in-cluster pool, shaped as the in-cluster IPAM provider writes them (kubernetes-sigs/
+/// cluster-api-ipam-provider-in-cluster: an `IPAddressClaim` owned by the machine, an
+/// `IPAddress` owned by its claim (controller) and by the pool).
+pub fn ipam_objects(shared: bool) -> Vec<DynamicObject> {
+    let mut objects = Vec::new();
+    let pool: Owner = (IPAM, "InClusterIPPool", "pool", "u-pool", false);
+    let clusters: &[&str] = if shared { &["c1", "c2"] } else { &["c1"] };
+    objects.push(obj(
+        IPAM,
+        "InClusterIPPool",
+        "default",
+        "pool",
+        "u-pool",
+        &[],
+        &[],
+        json!({"spec": {"addresses": ["10.0.0.10-10.0.0.99"], "prefix": 24, "gateway": "10.0.0.1"}}),
+    ));
+    for cluster in clusters {
+        let uid = format!("u-{cluster}");
+        let machine_uid = format!("u-{cluster}-m");
+        let claim_uid = format!("u-{cluster}-claim");
+        objects.push(obj(
+            CAPI,
+            "Cluster",
+            "default",
+            cluster,
+            &uid,
+            &[],
+            &[],
+            json!({"spec": {}}),
+        ));
+        objects.push(obj(
+            CAPI,
+            "Machine",
+            "default",
+            &format!("{cluster}-m"),
+            &machine_uid,
+            &[(CAPI, "Cluster", cluster, &uid, true)],
+            &cluster_label(cluster),
+            json!({"spec": {"clusterName": cluster}}),
+        ));
+        objects.push(obj(
+            IPAM,
+            "IPAddressClaim",
+            "default",
+            &format!("{cluster}-claim"),
+            &claim_uid,
+            &[(CAPI, "Machine", &format!("{cluster}-m"), &machine_uid, true)],
+            &cluster_label(cluster),
+            json!({"spec": {"poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "pool"}}}),
+        ));
+        objects.push(obj(
+            IPAM,
+            "IPAddress",
+            "default",
+            &format!("{cluster}-claim"),
+            &format!("u-{cluster}-addr"),
+            &[
+                (
+                    IPAM,
+                    "IPAddressClaim",
+                    &format!("{cluster}-claim"),
+                    &claim_uid,
+                    true,
+                ),
+                pool,
+            ],
+            &[],
+            json!({"spec": {"address": "10.0.0.10", "prefix": 24}}),
+        ));
+    }
+    objects
 }

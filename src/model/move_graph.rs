@@ -190,6 +190,14 @@ pub struct MoveNode {
     pub blocking: bool,
     /// The object as read from the source.
     pub object: DynamicObject,
+    /// Belongs to this Cluster alone: every Cluster above it or below it through ownership is
+    /// this one (not a ClusterClass, a ClusterResourceSet or a pool other Clusters use too, not a
+    /// global object). Only these are fenced on the source once the target runs.
+    pub exclusive: bool,
+    /// Cluster-scoped, or owned (transitively) by a cluster-scoped object: clusterctl leaves
+    /// such an object alone when the target already has it (`createTargetObject`, `isGlobal` /
+    /// `isGlobalHierarchy`).
+    pub global: bool,
 }
 
 /// An object the Cluster depends on that will not be moved, and why.
@@ -204,6 +212,10 @@ pub struct Skipped {
 pub struct MoveGraph {
     pub groups: Vec<Vec<MoveNode>>,
     pub skipped: Vec<Skipped>,
+    /// Objects the move would copy that own (by owner reference) objects of other Clusters,
+    /// e.g. an in-cluster IPAM pool whose addresses serve another Cluster too: a copy would be a
+    /// second allocator over the same range. The move refuses to start while there is one.
+    pub shared: Vec<Skipped>,
 }
 
 impl MoveGraph {
@@ -333,8 +345,122 @@ pub fn move_graph(
     link_owners(&mut nodes, &by_uid);
     link_soft_owners(&mut nodes);
 
-    let included = select(&nodes, cluster, namespace);
-    Ok(order(&nodes, &included))
+    let above = clusters_above(&nodes);
+    let included = select(&nodes, cluster, namespace, &above);
+    let users = users(&nodes, &above);
+    let mut graph = order(&nodes, &included, cluster, &users);
+    graph.shared = shared_owners(&nodes, &included, cluster, &users);
+    Ok(graph)
+}
+
+/// For each node, the Clusters reached by following its owners (hard and soft) upwards; a
+/// Cluster reaches itself.
+fn clusters_above(nodes: &[Node]) -> Vec<BTreeSet<usize>> {
+    fn visit(
+        i: usize,
+        nodes: &[Node],
+        memo: &mut [Option<BTreeSet<usize>>],
+        on_path: &mut BTreeSet<usize>,
+    ) -> BTreeSet<usize> {
+        if let Some(done) = &memo[i] {
+            return done.clone();
+        }
+        let mut found = BTreeSet::new();
+        if nodes[i].is_capi_cluster() {
+            found.insert(i);
+        }
+        // An ownership cycle stops at the node already being visited.
+        if on_path.insert(i) {
+            for owner in nodes[i].all_owners().collect::<Vec<_>>() {
+                found.extend(visit(owner, nodes, memo, on_path));
+            }
+            on_path.remove(&i);
+        }
+        memo[i] = Some(found.clone());
+        found
+    }
+    let mut memo = vec![None; nodes.len()];
+    (0..nodes.len())
+        .map(|i| visit(i, nodes, &mut memo, &mut BTreeSet::new()))
+        .collect()
+}
+
+/// For each node, the Clusters it serves: those above it and those above anything below it
+/// (hard and soft ownership).
+fn users(nodes: &[Node], above: &[BTreeSet<usize>]) -> Vec<BTreeSet<usize>> {
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    for (i, node) in nodes.iter().enumerate() {
+        for owner in node.all_owners() {
+            children[owner].push(i);
+        }
+    }
+    fn visit(
+        i: usize,
+        children: &[Vec<usize>],
+        above: &[BTreeSet<usize>],
+        memo: &mut [Option<BTreeSet<usize>>],
+        on_path: &mut BTreeSet<usize>,
+    ) -> BTreeSet<usize> {
+        if let Some(done) = &memo[i] {
+            return done.clone();
+        }
+        let mut found = above[i].clone();
+        if on_path.insert(i) {
+            for &child in &children[i] {
+                found.extend(visit(child, children, above, memo, on_path));
+            }
+            on_path.remove(&i);
+        }
+        memo[i] = Some(found.clone());
+        found
+    }
+    let mut memo = vec![None; nodes.len()];
+    (0..nodes.len())
+        .map(|i| visit(i, &children, above, &mut memo, &mut BTreeSet::new()))
+        .collect()
+}
+
+/// Copied objects that own (by owner reference) an object serving another Cluster. A
+/// ClusterResourceSet is not one: it owns the bindings of every Cluster it selects, and its
+/// copy on the target only selects the Clusters there.
+fn shared_owners(
+    nodes: &[Node],
+    included: &BTreeSet<usize>,
+    cluster: usize,
+    users: &[BTreeSet<usize>],
+) -> Vec<Skipped> {
+    let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    for (i, node) in nodes.iter().enumerate() {
+        for owner in node.owners.iter().filter_map(|(o, _)| *o) {
+            dependents[owner].push(i);
+        }
+    }
+    let mut shared = Vec::new();
+    for &i in included {
+        let node = &nodes[i];
+        if node.is_capi_cluster() || node.is(ADDONS_GROUP, "ClusterResourceSet") {
+            continue;
+        }
+        let mut others: BTreeSet<String> = BTreeSet::new();
+        for &dependent in &dependents[i] {
+            for &user in &users[dependent] {
+                if user != cluster {
+                    others.insert(nodes[user].id.to_string());
+                }
+            }
+        }
+        if !others.is_empty() {
+            shared.push(Skipped {
+                id: node.id.clone(),
+                reason: format!(
+                    "it also owns objects of {}; a copy would serve this Cluster from a second place (for an IPAM pool: two allocators over one range). Give this Cluster objects of its own, or move the whole namespace with clusterctl",
+                    others.into_iter().collect::<Vec<_>>().join(", ")
+                ),
+            });
+        }
+    }
+    shared.sort_by(|a, b| a.id.cmp(&b.id));
+    shared
 }
 
 /// Hard edges from owner references, matched by UID (`processOwnerReferences`).
@@ -452,20 +578,22 @@ pub fn topology_class(data: &Value, cluster_namespace: &str) -> Option<(String, 
 /// The objects moved with Cluster `cluster`: its hierarchy, the force-move objects of its
 /// namespace and of the cluster scope, and (until nothing changes) the hierarchy of every owner
 /// of an object already chosen. Walks never enter another Cluster or what another Cluster owns.
-fn select(nodes: &[Node], cluster: usize, namespace: &str) -> BTreeSet<usize> {
+fn select(
+    nodes: &[Node],
+    cluster: usize,
+    namespace: &str,
+    above: &[BTreeSet<usize>],
+) -> BTreeSet<usize> {
     let mut children: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
     for (i, node) in nodes.iter().enumerate() {
         for owner in node.all_owners() {
             children[owner].push(i);
         }
     }
-    let foreign = |i: usize| {
-        let node = &nodes[i];
-        (node.is_capi_cluster() && i != cluster)
-            || node
-                .all_owners()
-                .any(|o| nodes[o].is_capi_cluster() && o != cluster)
-    };
+    // Anything another Cluster reaches through its owners belongs to that Cluster, however far
+    // down (a Machine of another Cluster's MachineSet, the address its claim got from a shared
+    // pool).
+    let foreign = |i: usize| above[i].iter().any(|&c| c != cluster);
     let mut included = BTreeSet::new();
     let walk = |root: usize, included: &mut BTreeSet<usize>| {
         let mut stack = vec![root];
@@ -515,7 +643,13 @@ fn select(nodes: &[Node], cluster: usize, namespace: &str) -> BTreeSet<usize> {
 
 /// Creation groups (`getMoveSequence`): each group holds the objects whose owners are all in
 /// earlier groups. Objects that can never be placed (an owner is not moved) are reported.
-fn order(nodes: &[Node], included: &BTreeSet<usize>) -> MoveGraph {
+fn order(
+    nodes: &[Node],
+    included: &BTreeSet<usize>,
+    cluster: usize,
+    users: &[BTreeSet<usize>],
+) -> MoveGraph {
+    let global = global_hierarchy(nodes);
     let mut placed = BTreeSet::new();
     let mut graph = MoveGraph::default();
     loop {
@@ -551,6 +685,8 @@ fn order(nodes: &[Node], included: &BTreeSet<usize>) -> MoveGraph {
                             .as_ref()
                             .is_some_and(|a| a.contains_key(BLOCK_MOVE_ANNOTATION)),
                         object: node.object.clone(),
+                        exclusive: !global[i] && users[i].len() == 1 && users[i].contains(&cluster),
+                        global: global[i],
                     }
                 })
                 .collect(),
@@ -585,6 +721,37 @@ fn order(nodes: &[Node], included: &BTreeSet<usize>) -> MoveGraph {
     }
     graph.skipped.sort_by(|a, b| a.id.cmp(&b.id));
     graph
+}
+
+/// Cluster-scoped nodes and everything they own, transitively (hard owners only).
+fn global_hierarchy(nodes: &[Node]) -> Vec<bool> {
+    fn visit(
+        i: usize,
+        nodes: &[Node],
+        memo: &mut [Option<bool>],
+        on_path: &mut BTreeSet<usize>,
+    ) -> bool {
+        if let Some(done) = memo[i] {
+            return done;
+        }
+        let mut global = nodes[i].id.namespace.is_none();
+        if !global && on_path.insert(i) {
+            global = nodes[i]
+                .owners
+                .iter()
+                .filter_map(|(o, _)| *o)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .any(|o| visit(o, nodes, memo, on_path));
+            on_path.remove(&i);
+        }
+        memo[i] = Some(global);
+        global
+    }
+    let mut memo = vec![None; nodes.len()];
+    (0..nodes.len())
+        .map(|i| visit(i, nodes, &mut memo, &mut BTreeSet::new()))
+        .collect()
 }
 
 #[cfg(test)]

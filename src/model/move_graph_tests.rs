@@ -345,3 +345,67 @@ fn topology_class_shapes() {
         assert_eq!(topology_class(&data, "ns"), want, "{data}");
     }
 }
+
+#[test]
+fn a_pool_serving_another_cluster_is_a_shared_owner() {
+    let shared = move_graph("default", "c1", &ipam_objects(true), &test_types()).unwrap();
+    assert_eq!(
+        shared
+            .shared
+            .iter()
+            .map(|s| s.id.to_string())
+            .collect::<Vec<_>>(),
+        ["InClusterIPPool default/pool"]
+    );
+    assert!(
+        shared.shared[0].reason.contains("Cluster default/c2"),
+        "{:?}",
+        shared.shared
+    );
+    // Nothing of c2 comes along, not even through the pool.
+    assert!(
+        shared.nodes().all(|n| !n.id.name.starts_with("c2")),
+        "{:?}",
+        shared.nodes().map(|n| n.id.to_string()).collect::<Vec<_>>()
+    );
+    assert!(shared.skipped.is_empty(), "{:?}", shared.skipped);
+    // A pool of its own moves with the Cluster and belongs to it alone.
+    let own = move_graph("default", "c1", &ipam_objects(false), &test_types()).unwrap();
+    assert!(own.shared.is_empty());
+    let pool = own
+        .nodes()
+        .find(|n| n.id.kind == "InClusterIPPool")
+        .expect("the pool moves");
+    assert!(pool.exclusive && !pool.global);
+}
+
+#[test]
+fn what_belongs_to_the_cluster_alone_and_what_is_global() {
+    let graph = move_graph("default", "c1", &kubeadm_objects(), &test_types()).unwrap();
+    let exclusive = |kind: &str, name: &str| {
+        graph
+            .nodes()
+            .find(|n| n.id.kind == kind && n.id.name == name)
+            .unwrap_or_else(|| panic!("{kind}/{name}"))
+            .exclusive
+    };
+    assert!(exclusive("Cluster", "c1"));
+    assert!(exclusive("Machine", "c1-md-x-0"));
+    assert!(exclusive("ClusterResourceSetBinding", "c1"));
+    assert!(
+        !exclusive("ClusterResourceSet", "crs"),
+        "bound to c2 as well"
+    );
+    assert!(!exclusive("ConfigMap", "moved"), "belongs to no Cluster");
+    let graph = move_graph("default", "c1", &labelled_objects(), &test_types()).unwrap();
+    let identity = graph
+        .nodes()
+        .find(|n| n.id.kind == "AWSClusterControllerIdentity")
+        .unwrap();
+    assert!(identity.global && !identity.exclusive);
+    let owned = graph
+        .nodes()
+        .find(|n| n.id.name == "identity-secret")
+        .unwrap();
+    assert!(owned.global, "owned by a global object");
+}

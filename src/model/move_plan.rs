@@ -5,11 +5,24 @@
 //!   kubernetes-sigs/cluster-api-operator `api/v1alpha2/*provider_types.go`), from the operator's
 //!   own objects when the management cluster uses it, else from clusterctl's inventory
 //!   (`providers.clusterctl.cluster.x-k8s.io`, `cmd/clusterctl/api/v1alpha3/provider_type.go`).
-//! - `<cluster>-move-NN`: creation group NN of [`super::move_graph`], `dependsOn` the previous
-//!   Bundle so owners exist before dependents. Owner references are re-linked on the target at
-//!   install time with Helm's `lookup` (Fleet's helm deployer supports it,
-//!   rancher/fleet `internal/helmdeployer/lookup.go`), as clusterctl's `buildOwnerChain` re-links
-//!   them with the owners' new UIDs.
+//! - `<cluster>-move-NN` (and `-NN-K` when a group is split, see [`MAX_BUNDLE_BYTES`]):
+//!   creation group NN of [`super::move_graph`], `dependsOn` the previous Bundle so owners exist
+//!   before dependents.
+//!
+//! **No owner references and no Secrets in a Bundle.** The copies carry no owner references:
+//! their owners' UIDs are assigned by the target's API server, and the only way a template could
+//! learn them is Helm's `lookup`, which Fleet's agent answers only in some versions and only
+//! when it detects it (rancher/fleet v0.12.0-v0.14.0 render every dry run client-side, where
+//! `lookup` returns nothing; v0.14.1-v0.16.1 run a server-side dry run only when
+//! `internal/helmdeployer/lookup.go` `hasLookupFunction` finds `lookup` in a template parsed with
+//! no other function defined, which fails for a template calling `required` or `quote`). The
+//! move controller restores them on the target once Fleet reports the copies there, as
+//! clusterctl's `buildOwnerChain` rebuilds them with the owners' new UIDs
+//! ([`super::move_target`]). Secrets (the CA, etcd and service-account keys, the kubeconfig,
+//! bootstrap data, provider credentials) never enter a Bundle: a Bundle's resources are kept in
+//! its spec and in Fleet's cluster-scoped `Content`, readable by whoever reads Bundles and not
+//! encrypted at rest as Secrets are. The controller writes them to the target itself
+//! ([`target_secrets`]).
 //!
 //! Bundle shape: rancher/fleet `pkg/apis/fleet.cattle.io/v1alpha1/bundle_types.go` (`targets`,
 //! `dependsOn`, `resources`) and `bundledeployment_types.go` (`defaultNamespace`,
@@ -22,7 +35,7 @@ use std::collections::BTreeSet;
 use kube::api::DynamicObject;
 use serde_json::{Map, Value, json};
 
-use super::move_graph::{MoveGraph, MoveNode, OwnerLink, group_of};
+use super::move_graph::{MoveGraph, MoveNode, ObjectId, group_of};
 
 /// On every move Bundle: the CAPI Cluster it moves.
 pub const MOVE_CLUSTER_LABEL: &str = "fleet.addons.cluster.x-k8s.io/move-cluster";
@@ -44,23 +57,44 @@ pub const PROVIDER_KINDS: [&str; 7] = [
     "AddonProvider",
 ];
 
+/// On every copy the move makes on the target (Bundle resources and the Secrets the controller
+/// writes), value `<namespace>/<cluster>`: tells the move's copies from objects the target had
+/// before (a global identity already there is left alone, and only copies are removed when a
+/// move fails).
+pub const MOVE_COPY_ANNOTATION: &str = "fleet.addons.cluster.x-k8s.io/move-copy";
+
+/// On a source object the move fenced with `cluster.x-k8s.io/paused` (value
+/// `<namespace>/<cluster>`): the copies drop both, so the target does not inherit the fence.
+pub const MOVE_FENCE_ANNOTATION: &str = "fleet.addons.cluster.x-k8s.io/move-fence";
+
 /// Helm release names (derived from Bundle names by Fleet) and label values stay below this.
 const MAX_NAME: usize = 53;
+
+/// The most resource text one Bundle carries; a larger creation group is split over several
+/// Bundles. Each Bundle becomes a Helm release on the target whose Secret holds the templates
+/// and the rendered manifest (twice this, before compression) and must stay under the 1 MiB a
+/// Secret may hold (Kubernetes `pkg/apis/core/types.go` `MaxSecretSize`); the Bundle itself must
+/// stay under etcd's default request limit of 1.5 MiB. A creation group of a few hundred Machines
+/// (Machines, their KubeadmConfigs and infrastructure machines) is several MiB.
+pub const MAX_BUNDLE_BYTES: usize = 512 * 1024;
 
 /// Why a plan cannot be rendered.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PlanError {
-    #[error("{0}: the object contains the reserved text {OWNER_UID_TOKEN:?}")]
-    ReservedText(String),
     #[error("{object}: serialising it failed: {error}")]
     Serialise { object: String, error: String },
+    #[error("{object}: {bytes} bytes, more than a Bundle may carry ({MAX_BUNDLE_BYTES})")]
+    TooLarge { object: String, bytes: usize },
 }
 
 /// The provider objects to install on the target, and what the inputs could not tell.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ProviderPlan {
-    /// Operator objects (and the `configSecret` Secrets they name), in install order.
+    /// Operator objects, in install order.
     pub objects: Vec<Value>,
+    /// The `configSecret` Secrets they name (provider credentials): written to the target by the
+    /// controller, never carried by a Bundle.
+    pub secrets: Vec<Value>,
     /// Providers that need a manual step, e.g. an inventory entry the operator cannot fetch
     /// without `spec.fetchConfig`.
     pub warnings: Vec<String>,
@@ -122,7 +156,7 @@ pub fn provider_plan(
                     s.metadata.name.as_deref() == Some(name)
                         && s.metadata.namespace.as_deref() == Some(ns)
                 }) {
-                    Some(s) => plan.objects.push(strip_for_target(s)),
+                    Some(s) => plan.secrets.push(strip_for_target(s)),
                     None => plan.warnings.push(format!(
                         "{} {namespace}/{}: spec.configSecret {ns}/{name} not found; create it on the target",
                         value["kind"].as_str().unwrap_or(""),
@@ -157,6 +191,16 @@ pub fn provider_plan(
                 "{kind} {namespace}/{provider}: set spec.fetchConfig on the target if the operator does not know this provider"
             ));
         }
+        // `clusterctl init` substitutes the variables of its environment (cloud credentials
+        // such as AWS_B64ENCODED_CREDENTIALS) into the provider's components; the inventory
+        // records none of them (cluster-api v1.12.0 `cmd/clusterctl/api/v1alpha3/
+        // provider_type.go`, `cmd/clusterctl/client/repository/components.go`), so the move
+        // cannot carry them. Docker's provider needs none.
+        if kind == "InfrastructureProvider" && provider != "docker" {
+            plan.warnings.push(format!(
+                "{kind} {namespace}/{provider}: the credentials clusterctl init took from its environment are not in the inventory and are not carried; create a Secret with those variables on the target and set spec.configSecret on this provider there before its Bundle is ready"
+            ));
+        }
         let mut spec = Map::new();
         if !version.is_empty() {
             spec.insert("version".into(), json!(version));
@@ -188,13 +232,22 @@ const STRIPPED_METADATA: [&str; 9] = [
 /// separately), `generateName` of named objects and `status` removed; so are this provider's
 /// own marks of the move (the move-state annotation changes at every step and would change the
 /// Bundles with it; the opt-in label would make a provider running on the target try to move
-/// the cluster again) and its finalizer (nothing on the target removes it unless this provider
-/// runs there and imports the Cluster, which adds it again).
+/// the cluster again; the source's fence, see [`MOVE_FENCE_ANNOTATION`]) and its finalizer
+/// (nothing on the target removes it unless this provider runs there and imports the Cluster,
+/// which adds it again).
 pub fn strip_for_target(object: &DynamicObject) -> Value {
     let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
     if let Some(metadata) = value.get_mut("metadata").and_then(Value::as_object_mut) {
         for field in STRIPPED_METADATA {
             metadata.remove(field);
+        }
+        if let Some(Value::Object(annotations)) = metadata.get_mut("annotations")
+            && annotations.remove(MOVE_FENCE_ANNOTATION).is_some()
+        {
+            annotations.remove(crate::names::CAPI_PAUSED_ANNOTATION);
+            if annotations.is_empty() {
+                metadata.remove("annotations");
+            }
         }
         if metadata.get("name").is_some_and(|n| n.as_str() != Some("")) {
             metadata.remove("generateName");
@@ -226,21 +279,28 @@ pub fn strip_for_target(object: &DynamicObject) -> Value {
     value
 }
 
-/// Sets the pause on a Cluster (`spec.paused`) or ClusterClass (the `cluster.x-k8s.io/paused`
-/// annotation), as clusterctl's `setClusterPause` / `setClusterClassPause` do; other kinds are
-/// left alone.
+/// Sets the pause on a Cluster (`spec.paused`), a ClusterClass or a ClusterResourceSet (the
+/// `cluster.x-k8s.io/paused` annotation); other kinds are left alone.
+///
+/// Clusters and ClusterClasses as clusterctl's `setClusterPause` / `setClusterClassPause` do
+/// (cluster-api v1.12.0 `cmd/clusterctl/client/cluster/mover.go`). ClusterResourceSets because
+/// their controller does not look at the Cluster's pause, only at the set's own annotation
+/// (v1.12.0 `internal/controllers/clusterresourceset/clusterresourceset_controller.go`:
+/// `paused.EnsurePausedCondition(ctx, r.Client, nil, clusterResourceSet)`): an unpaused copy
+/// would create the Cluster's `ClusterResourceSetBinding` on the target before the Bundle that
+/// carries the source's binding, which then fails ("exists and cannot be imported into the
+/// current release").
 pub fn set_paused(value: &mut Value, paused: bool) {
-    let is_capi = value["apiVersion"]
-        .as_str()
-        .is_some_and(|a| group_of(a) == "cluster.x-k8s.io");
-    match (is_capi, value["kind"].as_str()) {
-        (true, Some("Cluster")) => {
+    let group = value["apiVersion"].as_str().map(group_of).unwrap_or("");
+    match (group, value["kind"].as_str()) {
+        ("cluster.x-k8s.io", Some("Cluster")) => {
             if !value["spec"].is_object() {
                 value["spec"] = json!({});
             }
             value["spec"]["paused"] = json!(paused);
         }
-        (true, Some("ClusterClass")) => {
+        ("cluster.x-k8s.io", Some("ClusterClass"))
+        | ("addons.cluster.x-k8s.io", Some("ClusterResourceSet")) => {
             if !value["metadata"]["annotations"].is_object() {
                 value["metadata"]["annotations"] = json!({});
             }
@@ -263,49 +323,36 @@ pub fn set_paused(value: &mut Value, paused: bool) {
     }
 }
 
-/// Marks where an owner UID goes before the YAML is turned into a Helm template.
-const OWNER_UID_TOKEN: &str = "__caapf_move_owner_uid_";
-
-/// One object as a Helm template: literal text escaped, owner UIDs looked up on the target.
-pub fn render_node(node: &MoveNode, target_paused: bool) -> Result<String, PlanError> {
+/// The copy of `node` as written to the target: [`strip_for_target`] (no owner references:
+/// [`super::move_target`] restores them), paused or not, marked with [`MOVE_COPY_ANNOTATION`].
+pub fn target_object(node: &MoveNode, copy_of: &str, target_paused: bool) -> Value {
     let mut value = strip_for_target(&node.object);
     set_paused(&mut value, target_paused);
-    let text = serde_json::to_string(&value).unwrap_or_default();
-    if text.contains(OWNER_UID_TOKEN) {
-        return Err(PlanError::ReservedText(node.id.to_string()));
+    mark_copy(&mut value, copy_of);
+    value
+}
+
+/// Adds [`MOVE_COPY_ANNOTATION`] with value `copy_of` (`<namespace>/<cluster>`).
+pub fn mark_copy(value: &mut Value, copy_of: &str) {
+    if !value["metadata"]["annotations"].is_object() {
+        value["metadata"]["annotations"] = json!({});
     }
-    if !node.owners.is_empty() {
-        let refs: Vec<Value> = node
-            .owners
-            .iter()
-            .enumerate()
-            .map(|(i, owner)| {
-                let mut r = json!({
-                    "apiVersion": owner.api_version,
-                    "kind": owner.kind,
-                    "name": owner.name,
-                    "uid": format!("{OWNER_UID_TOKEN}{i}"),
-                });
-                if let Some(c) = owner.controller {
-                    r["controller"] = json!(c);
-                }
-                if let Some(b) = owner.block_owner_deletion {
-                    r["blockOwnerDeletion"] = json!(b);
-                }
-                r
-            })
-            .collect();
-        value["metadata"]["ownerReferences"] = Value::Array(refs);
-    }
+    value["metadata"]["annotations"][MOVE_COPY_ANNOTATION] = json!(copy_of);
+}
+
+/// One object as a Helm template that renders it verbatim: plain YAML with its literal `{{`
+/// escaped, and no template action of its own (nothing for Fleet's agent to detect or look up).
+pub fn render_node(
+    node: &MoveNode,
+    copy_of: &str,
+    target_paused: bool,
+) -> Result<String, PlanError> {
+    let value = target_object(node, copy_of, target_paused);
     let yaml = serde_yaml::to_string(&value).map_err(|e| PlanError::Serialise {
         object: node.id.to_string(),
         error: e.to_string(),
     })?;
-    let mut out = escape_template(&yaml);
-    for (i, owner) in node.owners.iter().enumerate().rev() {
-        out = out.replace(&format!("{OWNER_UID_TOKEN}{i}"), &owner_uid_lookup(owner));
-    }
-    Ok(out)
+    Ok(escape_template(&yaml))
 }
 
 /// Text Helm must output verbatim: every `{{` becomes an action printing `{{`.
@@ -313,23 +360,14 @@ pub fn escape_template(text: &str) -> String {
     text.replace("{{", "{{`{{`}}")
 }
 
-/// A template action printing the UID of `owner` on the target, failing the install with a clear
-/// message when the owner is missing (it is created by an earlier Bundle).
-fn owner_uid_lookup(owner: &OwnerLink) -> String {
-    let namespace = owner.namespace.as_deref().unwrap_or("");
-    let quoted = |s: &str| serde_json::to_string(s).unwrap_or_default();
-    let what = match &owner.namespace {
-        Some(ns) => format!("{} {ns}/{}", owner.kind, owner.name),
-        None => format!("{} {}", owner.kind, owner.name),
-    };
-    format!(
-        "{{{{ required {} (dig \"metadata\" \"uid\" \"\" (lookup {} {} {} {})) | quote }}}}",
-        quoted(&format!("owner {what} not found on the target")),
-        quoted(&owner.api_version),
-        quoted(&owner.kind),
-        quoted(namespace),
-        quoted(&owner.name),
-    )
+/// Whether an object is a core `v1` Secret (never carried by a Bundle).
+pub fn is_secret(api_version: &str, kind: &str) -> bool {
+    api_version == "v1" && kind == "Secret"
+}
+
+/// `<namespace>/<cluster>`, the value of [`MOVE_COPY_ANNOTATION`].
+pub fn copy_of(namespace: &str, cluster: &str) -> String {
+    format!("{namespace}/{cluster}")
 }
 
 /// What the Bundles are built from.
@@ -343,6 +381,35 @@ pub struct PlanInput<'a> {
     pub providers: &'a ProviderPlan,
     /// `true` while publishing (copies paused, as clusterctl creates them), `false` to resume.
     pub target_paused: bool,
+    /// Objects the target already has and keeps (a global identity): left out, as clusterctl
+    /// skips a global object that exists on the target.
+    pub keep_on_target: &'a BTreeSet<ObjectId>,
+}
+
+/// The Secrets the controller writes to the target: every Secret of the graph (but those the
+/// target keeps) and the providers' `configSecret`s, stripped and marked as copies, without
+/// owner references (restored with the others).
+pub fn target_secrets(input: &PlanInput) -> Vec<Value> {
+    let copy = copy_of(input.cluster_namespace, input.cluster_name);
+    let mut out: Vec<Value> = input
+        .providers
+        .secrets
+        .iter()
+        .cloned()
+        .map(|mut s| {
+            mark_copy(&mut s, &copy);
+            s
+        })
+        .collect();
+    out.extend(
+        input
+            .graph
+            .nodes()
+            .filter(|n| is_secret(&n.id.api_version, &n.id.kind))
+            .filter(|n| !input.keep_on_target.contains(&n.id))
+            .map(|n| target_object(n, &copy, input.target_paused)),
+    );
+    out
 }
 
 /// Name of the providers Bundle.
@@ -353,6 +420,16 @@ pub fn providers_bundle_name(cluster: &str) -> String {
 /// Name of the Bundle of creation group `index` (0-based; names count from 01).
 pub fn group_bundle_name(cluster: &str, index: usize) -> String {
     bounded(&format!("{cluster}-move-{:02}", index + 1))
+}
+
+/// Name of part `part` (0-based) of creation group `index`: the group's name for the first,
+/// `-K` (K from 2) after it for the others.
+pub fn group_part_bundle_name(cluster: &str, index: usize, part: usize) -> String {
+    if part == 0 {
+        group_bundle_name(cluster, index)
+    } else {
+        bounded(&format!("{cluster}-move-{:02}-{}", index + 1, part + 1))
+    }
 }
 
 /// Names longer than [`MAX_NAME`] keep a prefix and a stable hash of the whole name.
@@ -372,9 +449,11 @@ fn bounded(name: &str) -> String {
     format!("{prefix}{suffix}")
 }
 
-/// The Bundles, providers first, then one per creation group in order; each depends on the
-/// previous one.
+/// The Bundles, providers first, then one per creation group in order (a group larger than
+/// [`MAX_BUNDLE_BYTES`] in several); each depends on the previous one. Secrets and the objects
+/// the target keeps are left out.
 pub fn bundles(input: &PlanInput) -> Result<Vec<Value>, PlanError> {
+    let copy = copy_of(input.cluster_namespace, input.cluster_name);
     let mut out = Vec::new();
     let mut previous: Option<String> = None;
     if !input.providers.objects.is_empty() {
@@ -401,33 +480,72 @@ pub fn bundles(input: &PlanInput) -> Result<Vec<Value>, PlanError> {
         ));
         previous = Some(name);
     }
-    for (index, group) in input.graph.groups.iter().enumerate() {
-        let mut resources = Vec::new();
-        let mut namespaces = BTreeSet::new();
-        for (i, node) in group.iter().enumerate() {
+    let mut index = 0;
+    for group in &input.graph.groups {
+        let nodes: Vec<&MoveNode> = group
+            .iter()
+            .filter(|n| !is_secret(&n.id.api_version, &n.id.kind))
+            .filter(|n| !input.keep_on_target.contains(&n.id))
+            .collect();
+        if nodes.is_empty() {
+            continue;
+        }
+        let mut parts: Vec<(Vec<Value>, BTreeSet<String>, usize)> = vec![Default::default()];
+        for node in nodes {
+            let content = render_node(node, &copy, input.target_paused)?;
+            if content.len() > MAX_BUNDLE_BYTES {
+                return Err(PlanError::TooLarge {
+                    object: node.id.to_string(),
+                    bytes: content.len(),
+                });
+            }
+            let last = parts.last_mut().expect("one part at least");
+            if last.2 + content.len() > MAX_BUNDLE_BYTES {
+                parts.push(Default::default());
+            }
+            let (resources, namespaces, bytes) = parts.last_mut().expect("one part at least");
             if let Some(ns) = &node.id.namespace {
                 namespaces.insert(ns.clone());
             }
             let value = json!({"kind": node.id.kind, "metadata": {"name": node.id.name}});
-            resources.push(resource(
-                i,
-                &value,
-                &render_node(node, input.target_paused)?,
-            ));
+            *bytes += content.len();
+            resources.push(resource(resources.len(), &value, &content));
         }
-        let name = group_bundle_name(input.cluster_name, index);
-        let step = format!("{:02}", index + 1);
-        out.push(bundle(
-            input,
-            &name,
-            &step,
-            previous.as_deref(),
-            namespaces,
-            resources,
-        ));
-        previous = Some(name);
+        for (part, (resources, namespaces, _)) in parts.into_iter().enumerate() {
+            let name = group_part_bundle_name(input.cluster_name, index, part);
+            let step = if part == 0 {
+                format!("{:02}", index + 1)
+            } else {
+                format!("{:02}-{}", index + 1, part + 1)
+            };
+            out.push(bundle(
+                input,
+                &name,
+                &step,
+                previous.as_deref(),
+                namespaces,
+                resources,
+            ));
+            previous = Some(name);
+        }
+        index += 1;
     }
     Ok(out)
+}
+
+/// The names of live move Bundles that the desired set no longer has (a group that went, a
+/// split that changed, a previous attempt's): left alone they would keep deploying their old
+/// content whenever Fleet redeploys them (a new deployment ID, a missing release history:
+/// rancher/fleet v0.16.1 `internal/cmd/agent/deployer/deployer.go`).
+pub fn stale_bundles(desired: &[Value], live: &[String]) -> Vec<String> {
+    let wanted: BTreeSet<&str> = desired
+        .iter()
+        .filter_map(|b| b["metadata"]["name"].as_str())
+        .collect();
+    live.iter()
+        .filter(|name| !wanted.contains(name.as_str()))
+        .cloned()
+        .collect()
 }
 
 /// A Bundle resource under `templates/` so Helm renders it (and its owner lookups).

@@ -3,8 +3,9 @@
 
 use super::*;
 use crate::model::move_fixtures::*;
-use crate::model::move_graph::{MoveNode, ObjectId, move_graph};
+use crate::model::move_graph::{MoveNode, ObjectId, OwnerLink, move_graph};
 use serde_json::json;
+use std::collections::BTreeSet;
 
 fn node(object: DynamicObject, owners: Vec<OwnerLink>) -> MoveNode {
     let tm = object.types.clone().unwrap();
@@ -18,6 +19,8 @@ fn node(object: DynamicObject, owners: Vec<OwnerLink>) -> MoveNode {
         owners,
         blocking: false,
         object,
+        exclusive: true,
+        global: false,
     }
 }
 
@@ -120,6 +123,12 @@ fn set_paused_on_clusters_and_classes_only() {
             true,
             json!({"apiVersion": INFRA, "kind": "Cluster", "spec": {}}),
         ),
+        (
+            json!({"apiVersion": ADDONS, "kind": "ClusterResourceSet", "metadata": {"name": "crs"}}),
+            true,
+            json!({"apiVersion": ADDONS, "kind": "ClusterResourceSet",
+                "metadata": {"name": "crs", "annotations": {"cluster.x-k8s.io/paused": ""}}}),
+        ),
     ];
     for (mut input, paused, want) in cases {
         set_paused(&mut input, paused);
@@ -128,7 +137,7 @@ fn set_paused_on_clusters_and_classes_only() {
 }
 
 #[test]
-fn owners_are_looked_up_on_the_target() {
+fn copies_carry_no_owner_references_and_no_template_action() {
     let machine = node(
         obj(
             CAPI,
@@ -136,7 +145,7 @@ fn owners_are_looked_up_on_the_target() {
             "default",
             "c1-cp-0",
             "u-m0",
-            &[],
+            &[(CP, "KubeadmControlPlane", "c1-cp", "u-kcp", true)],
             &[],
             json!({"spec": {}}),
         ),
@@ -149,18 +158,16 @@ fn owners_are_looked_up_on_the_target() {
             block_owner_deletion: Some(true),
         }],
     );
-    let text = render_node(&machine, true).unwrap();
-    let lookup = r#"{{ required "owner KubeadmControlPlane default/c1-cp not found on the target" (dig "metadata" "uid" "" (lookup "controlplane.cluster.x-k8s.io/v1beta2" "KubeadmControlPlane" "default" "c1-cp")) | quote }}"#;
-    assert!(
-        text.contains(&format!("uid: {lookup}")),
-        "no lookup in:\n{text}"
-    );
-    assert!(text.contains("controller: true") && text.contains("blockOwnerDeletion: true"));
-    assert!(
-        !text.contains("u-m0"),
-        "the source UID must not travel:\n{text}"
-    );
+    let text = render_node(&machine, "default/c1", true).unwrap();
+    assert!(!text.contains("ownerReferences"), "{text}");
+    assert!(!text.contains("u-m0") && !text.contains("u-kcp"), "{text}");
     assert!(!text.contains("resourceVersion"));
+    // Nothing for Fleet's agent to run: no template action at all.
+    assert!(!text.contains("{{"), "{text}");
+    assert!(
+        text.contains(&format!("{MOVE_COPY_ANNOTATION}: default/c1")),
+        "{text}"
+    );
 }
 
 #[test]
@@ -175,7 +182,7 @@ fn template_text_is_escaped() {
         &[],
         json!({"spec": {"patches": [{"template": "{{ .builtin.cluster.name }}"}]}}),
     );
-    let text = render_node(&node(class, vec![]), false).unwrap();
+    let text = render_node(&node(class, vec![]), "default/c1", false).unwrap();
     assert!(
         text.contains("'{{`{{`}} .builtin.cluster.name }}'"),
         "unescaped:\n{text}"
@@ -187,20 +194,44 @@ fn template_text_is_escaped() {
 }
 
 #[test]
-fn reserved_text_is_refused() {
-    let secret = obj(
-        "v1",
-        "Secret",
+fn the_fence_of_the_source_does_not_travel() {
+    let mut fenced = obj(
+        CAPI,
+        "MachineDeployment",
         "default",
-        "s",
-        "u-s",
+        "md",
+        "u-md",
         &[],
         &[],
-        json!({"stringData": {"x": "__caapf_move_owner_uid_0"}}),
+        json!({"spec": {}}),
+    );
+    fenced.metadata.annotations = Some(
+        [
+            (
+                crate::names::CAPI_PAUSED_ANNOTATION.to_string(),
+                String::new(),
+            ),
+            (MOVE_FENCE_ANNOTATION.to_string(), "default/c1".to_string()),
+            ("keep".to_string(), "me".to_string()),
+        ]
+        .into(),
     );
     assert_eq!(
-        render_node(&node(secret, vec![]), true),
-        Err(PlanError::ReservedText("Secret default/s".into()))
+        strip_for_target(&fenced)["metadata"]["annotations"],
+        json!({"keep": "me"})
+    );
+    // Paused by someone before the move: the copy is paused as its source.
+    let mut paused = fenced.clone();
+    paused.metadata.annotations = Some(
+        [(
+            crate::names::CAPI_PAUSED_ANNOTATION.to_string(),
+            String::new(),
+        )]
+        .into(),
+    );
+    assert_eq!(
+        strip_for_target(&paused)["metadata"]["annotations"],
+        json!({"cluster.x-k8s.io/paused": ""})
     );
 }
 
@@ -208,11 +239,30 @@ fn reserved_text_is_refused() {
 fn cluster_copies_are_paused_while_publishing_and_resumed_after() {
     let graph = move_graph("default", "c1", &kubeadm_objects(), &test_types()).unwrap();
     let cluster = graph.nodes().find(|n| n.id.kind == "Cluster").unwrap();
-    assert!(render_node(cluster, true).unwrap().contains("paused: true"));
     assert!(
-        render_node(cluster, false)
+        render_node(cluster, "default/c1", true)
+            .unwrap()
+            .contains("paused: true")
+    );
+    assert!(
+        render_node(cluster, "default/c1", false)
             .unwrap()
             .contains("paused: false")
+    );
+    // A ClusterResourceSet's controller looks at its own annotation only.
+    let crs = graph
+        .nodes()
+        .find(|n| n.id.kind == "ClusterResourceSet")
+        .unwrap();
+    assert_eq!(
+        target_object(crs, "default/c1", true)["metadata"]["annotations"]
+            [crate::names::CAPI_PAUSED_ANNOTATION],
+        ""
+    );
+    assert!(
+        target_object(crs, "default/c1", false)["metadata"]["annotations"]
+            .get(crate::names::CAPI_PAUSED_ANNOTATION)
+            .is_none()
     );
 }
 
@@ -224,6 +274,7 @@ fn plan(graph: &MoveGraph, providers: &ProviderPlan, namespace: &str, cluster: &
         graph,
         providers,
         target_paused: true,
+        keep_on_target: &Default::default(),
     })
     .unwrap()
 }
@@ -245,8 +296,8 @@ fn bundles_chain_providers_then_groups_on_one_fleet_cluster() {
             "c1-move-02",
             "c1-move-03",
             "c1-move-04",
-            "c1-move-05"
-        ]
+        ],
+        "creation group 5 holds only a Secret: no Bundle"
     );
     for (i, bundle) in bundles.iter().enumerate() {
         assert_eq!(bundle["apiVersion"], "fleet.cattle.io/v1alpha1");
@@ -292,6 +343,145 @@ fn bundles_chain_providers_then_groups_on_one_fleet_cluster() {
     );
     assert_eq!(bundles[0]["spec"]["helm"]["takeOwnership"], true);
     assert!(bundles[1]["spec"].get("helm").is_none());
+}
+
+#[test]
+fn secrets_never_enter_a_bundle() {
+    let graph = move_graph("default", "c1", &kubeadm_objects(), &test_types()).unwrap();
+    let secret = obj(
+        "v1",
+        "Secret",
+        "capa-system",
+        "aws-variables",
+        "u-sec",
+        &[],
+        &[],
+        json!({"data": {"AWS_B64ENCODED_CREDENTIALS": "c2VjcmV0LWtleQ=="}}),
+    );
+    let aws = obj(
+        OPERATOR_API_VERSION,
+        "InfrastructureProvider",
+        "capa-system",
+        "aws",
+        "u-aws",
+        &[],
+        &[],
+        json!({"spec": {"version": "v2.8.0", "configSecret": {"name": "aws-variables"}}}),
+    );
+    let providers = provider_plan(&[], &[aws], &[secret]);
+    let bundles = plan(&graph, &providers, "default", "c1");
+    let text = serde_json::to_string(&bundles).unwrap();
+    for leak in [
+        "kind: Secret",
+        "Ym9vdA==",
+        "c2VjcmV0LWtleQ==",
+        "c1-kubeconfig",
+        "c1-etcd",
+    ] {
+        assert!(!text.contains(leak), "{leak} in a Bundle");
+    }
+    // The provider still names its configSecret; the controller writes the Secret itself.
+    assert!(text.contains("configSecret"), "{text}");
+}
+
+#[test]
+fn a_large_creation_group_is_split_under_the_release_limit() {
+    // 300 worker Machines with their KubeadmConfigs (~4 KiB each, as kubeadm writes them with
+    // files and commands) and DockerMachines.
+    let mut objects = vec![obj(
+        CAPI,
+        "Cluster",
+        "default",
+        "c1",
+        "u-c1",
+        &[],
+        &[],
+        json!({"spec": {}}),
+    )];
+    let files: Vec<Value> = (0..8)
+        .map(|i| json!({"path": format!("/etc/kubernetes/file-{i}"), "content": "x".repeat(400)}))
+        .collect();
+    for i in 0..300 {
+        let m = format!("c1-md-{i}");
+        let uid = format!("u-m{i}");
+        objects.push(obj(
+            CAPI,
+            "Machine",
+            "default",
+            &m,
+            &uid,
+            &[(CAPI, "Cluster", "c1", "u-c1", true)],
+            &[("cluster.x-k8s.io/cluster-name", "c1")],
+            json!({"spec": {"clusterName": "c1", "version": "v1.33.0"}}),
+        ));
+        objects.push(obj(
+            BOOT,
+            "KubeadmConfig",
+            "default",
+            &m,
+            &format!("u-kc{i}"),
+            &[(CAPI, "Machine", &m, &uid, true)],
+            &[],
+            json!({"spec": {"files": files, "preKubeadmCommands": ["echo hi"]}}),
+        ));
+        objects.push(obj(
+            INFRA,
+            "DockerMachine",
+            "default",
+            &m,
+            &format!("u-dm{i}"),
+            &[(CAPI, "Machine", &m, &uid, true)],
+            &[],
+            json!({"spec": {}}),
+        ));
+    }
+    let graph = move_graph("default", "c1", &objects, &test_types()).unwrap();
+    assert_eq!(graph.groups.len(), 3);
+    let bundles = plan(&graph, &ProviderPlan::default(), "default", "c1");
+    let names: Vec<&str> = bundles
+        .iter()
+        .map(|b| b["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert!(names.len() > 3, "{names:?}");
+    assert_eq!(&names[..3], ["c1-move-01", "c1-move-02", "c1-move-03"]);
+    assert!(
+        names[3..].iter().all(|n| n.starts_with("c1-move-03-")),
+        "{names:?}"
+    );
+    let mut carried = 0;
+    for (i, bundle) in bundles.iter().enumerate() {
+        let resources = bundle["spec"]["resources"].as_array().unwrap();
+        carried += resources.len();
+        let bytes: usize = resources
+            .iter()
+            .map(|r| r["content"].as_str().unwrap().len())
+            .sum();
+        assert!(bytes <= MAX_BUNDLE_BYTES, "{}: {bytes}", names[i]);
+        if i > 0 {
+            assert_eq!(bundle["spec"]["dependsOn"], json!([{"name": names[i - 1]}]));
+        }
+        // Resource names stay unique within a Bundle.
+        let unique: BTreeSet<&str> = resources
+            .iter()
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(unique.len(), resources.len());
+    }
+    assert_eq!(carried, 901, "every object carried once");
+}
+
+#[test]
+fn stale_bundles_are_the_live_ones_not_wanted() {
+    let graph = move_graph("default", "c1", &kubeadm_objects(), &test_types()).unwrap();
+    let bundles = plan(&graph, &ProviderPlan::default(), "default", "c1");
+    let live: Vec<String> = ["c1-move-01", "c1-move-05", "c1-move-02-2"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(
+        stale_bundles(&bundles, &live),
+        ["c1-move-05", "c1-move-02-2"]
+    );
 }
 
 #[test]
@@ -420,6 +610,7 @@ fn providers_from_the_inventory() {
         plan.warnings,
         vec![
             "InfrastructureProvider capx-system/custom: set spec.fetchConfig on the target if the operator does not know this provider".to_string(),
+            "InfrastructureProvider capx-system/custom: the credentials clusterctl init took from its environment are not in the inventory and are not carried; create a Secret with those variables on the target and set spec.configSecret on this provider there before its Bundle is ready".to_string(),
             "inventory entry odd-system/odd: unknown provider type \"SomethingElse\", skipped".to_string(),
         ]
     );
@@ -483,11 +674,13 @@ fn operator_objects_win_over_the_inventory_and_bring_their_config_secret() {
         got,
         [
             "CoreProvider/cluster-api",
-            "Secret/aws-variables",
             "InfrastructureProvider/aws",
             "InfrastructureProvider/azure"
         ]
     );
+    assert_eq!(plan.secrets.len(), 1);
+    assert_eq!(plan.secrets[0]["metadata"]["name"], "aws-variables");
+    assert!(plan.secrets[0]["metadata"].get("uid").is_none());
     assert!(plan.objects[0].get("status").is_none());
     assert!(plan.objects[0]["metadata"].get("uid").is_none());
     assert_eq!(

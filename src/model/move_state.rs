@@ -6,11 +6,17 @@
 //! state **before** acting, and every phase re-issues its actions until their effect is observed,
 //! so a restart at any step resumes where it stopped (docs/self-managed.md, section 4).
 //!
-//! The sequence follows clusterctl's `objectMover.move` (cluster-api `cmd/clusterctl/client/
-//! cluster/mover.go`): refuse an already paused source, pause it, wait for `block-move`
-//! annotations to go, create the copies paused, then unpause the target. Unlike clusterctl the
-//! source is never deleted; a failure before the target is ready unpauses the source (only if the
-//! move paused it) and removes the move Bundles.
+//! The sequence follows clusterctl's `objectMover.move` (cluster-api v1.12.0 `cmd/clusterctl/
+//! client/cluster/mover.go`): refuse a source that is not provisioned (`checkProvisioningCompleted`)
+//! or already paused, pause it, wait for `block-move` annotations to go, create the copies paused
+//! (Bundles for the objects, the controller for the Secrets), rebuild the owner references with
+//! the target's UIDs (`buildOwnerChain`), take the source out of play, then unpause the target.
+//! clusterctl takes the source out of play by deleting it (`deleteSourceObject`, before
+//! `setClusterPause(false)` on the target); this provider keeps it as a paused copy and fences it
+//! instead: every object of the Cluster alone gets `cluster.x-k8s.io/paused`, and the Cluster
+//! is paused again whenever someone unpauses it after the target took over. A failure before
+//! the target resumes unpauses the source (only if the move paused it), removes the move Bundles
+//! and the paused copies that reached the target.
 
 use std::time::Duration;
 
@@ -37,19 +43,27 @@ pub enum Phase {
     WaitingUnblocked,
     /// Creating the Bundles, copies paused.
     Publishing,
-    /// Waiting until Fleet reports every Bundle ready on the target.
+    /// Waiting until Fleet reports every Bundle ready on the target (and writing the Secrets).
     WaitingTarget,
+    /// The copies are on the target: restoring their owner references with the target's UIDs.
+    Linking,
+    /// Annotating every source object of the Cluster alone with `cluster.x-k8s.io/paused`.
+    FencingSource,
     /// The target is ready: republishing the copies unpaused and waiting for them.
     ResumingTarget,
-    /// Done: the source stays paused; this provider no longer acts on it.
+    /// `ResumingTarget` past its timeout: still waiting, the source stays fenced; a human should
+    /// look at the target.
+    Stalled,
+    /// Done: the source stays paused and fenced; the move Bundles are removed.
     Moved,
-    /// Stopped before the target was ready; the source is unpaused, the Bundles removed.
+    /// Stopped before the target resumed; the source is unpaused, the Bundles and the copies on
+    /// the target removed.
     Failed,
 }
 
 impl Phase {
     /// Before the target is ready: a failure here rolls back.
-    fn can_roll_back(self) -> bool {
+    pub fn can_roll_back(self) -> bool {
         matches!(
             self,
             Self::Pending
@@ -57,7 +71,27 @@ impl Phase {
                 | Self::WaitingUnblocked
                 | Self::Publishing
                 | Self::WaitingTarget
+                | Self::Linking
         )
+    }
+
+    /// Copies may be on the target.
+    fn published(self) -> bool {
+        matches!(
+            self,
+            Self::Publishing
+                | Self::WaitingTarget
+                | Self::Linking
+                | Self::FencingSource
+                | Self::ResumingTarget
+                | Self::Stalled
+                | Self::Moved
+        )
+    }
+
+    /// The target may reconcile: the source must stay out of play whatever happens.
+    pub fn target_took_over(self) -> bool {
+        matches!(self, Self::ResumingTarget | Self::Stalled | Self::Moved)
     }
 }
 
@@ -73,6 +107,9 @@ pub struct MoveState {
     /// The move set `spec.paused`, so only the move may clear it.
     #[serde(default)]
     pub paused_by_move: bool,
+    /// `Failed` only: paused copies of this move may still be on the target.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub copies_on_target: bool,
 }
 
 impl MoveState {
@@ -82,6 +119,7 @@ impl MoveState {
             since,
             message: message.into(),
             paused_by_move,
+            copies_on_target: false,
         }
     }
 }
@@ -225,15 +263,49 @@ pub struct Observed {
     pub spec_paused: bool,
     /// The `cluster.x-k8s.io/paused` annotation on the source Cluster.
     pub paused_annotation: bool,
-    /// The graph could not be built or rendered: why.
+    /// The graph could not be built or rendered, or it copies a shared owner: why.
     pub graph_error: Option<String>,
+    /// What is not provisioned yet ([`super::move_target::not_provisioned`]; read with the graph).
+    pub not_provisioned: Vec<String>,
     /// Objects of the graph carrying `clusterctl.cluster.x-k8s.io/block-move`.
     pub blocking: Vec<String>,
     /// The Bundles against their desired content for the current phase (paused copies until
     /// `ResumingTarget`, unpaused from then on).
     pub bundles: BundlesStatus,
+    /// The target could not be read or written: why (its API server through the kubeconfig
+    /// Secret).
+    pub target_error: Option<String>,
+    /// Secrets the target does not show as desired yet.
+    pub secrets_pending: usize,
+    /// Owner references the target does not show yet, and why some cannot be restored yet.
+    pub links_pending: Option<String>,
+    /// Source objects of the Cluster alone not fenced yet.
+    pub unfenced: usize,
+    /// Copies of this move still on the target (read in `Failed`).
+    pub copies_left: usize,
     /// Unix seconds.
     pub now: i64,
+}
+
+impl Default for Observed {
+    fn default() -> Self {
+        Self {
+            opted_in: false,
+            fleet_cluster_ready: false,
+            spec_paused: false,
+            paused_annotation: false,
+            graph_error: None,
+            not_provisioned: Vec::new(),
+            blocking: Vec::new(),
+            bundles: BundlesStatus::Missing,
+            target_error: None,
+            secrets_pending: 0,
+            links_pending: None,
+            unfenced: 0,
+            copies_left: 0,
+            now: 0,
+        }
+    }
 }
 
 /// Side effects, in the order to run them (after recording the state).
@@ -241,19 +313,31 @@ pub struct Observed {
 pub enum Action {
     /// Merge-patch `spec.paused` on the source Cluster.
     SetSourcePaused(bool),
-    /// Apply the Bundles with the copies paused (`true`) or not.
+    /// Apply the Bundles with the copies paused (`true`) or not; remove stale move Bundles.
     ApplyBundles { target_paused: bool },
+    /// Write the Secrets to the target (create or update; never through a Bundle).
+    WriteSecrets,
+    /// Restore the owner references of the copies on the target.
+    LinkOwners,
+    /// Annotate the source objects of the Cluster alone with `cluster.x-k8s.io/paused`.
+    FenceSource,
     /// Delete the move Bundles (their resources stay on the target: `keepResources`).
     DeleteBundles,
+    /// Remove the paused copies of this move from the target (finalizers first).
+    RemoveCopies,
+    /// A Warning Event on the source Cluster with this reason and message.
+    Warn(&'static str, String),
 }
 
-/// How long a phase may wait before the move fails.
+/// How long a phase may wait before the move fails (or, once the target took over, stalls).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timeouts {
     /// `WaitingUnblocked` (clusterctl waits about two minutes).
     pub unblock: Duration,
-    /// `WaitingTarget`: providers installed and every creation group ready.
+    /// `WaitingTarget` (providers installed and every creation group ready) and `Linking`.
     pub target: Duration,
+    /// `ResumingTarget` until the move is marked `Stalled`.
+    pub resume: Duration,
 }
 
 impl Default for Timeouts {
@@ -261,6 +345,7 @@ impl Default for Timeouts {
         Self {
             unblock: Duration::from_secs(10 * 60),
             target: Duration::from_secs(30 * 60),
+            resume: Duration::from_secs(30 * 60),
         }
     }
 }
@@ -286,7 +371,8 @@ pub fn next_check(
     let requeue = requeue?;
     let limit = match state.map(|s| s.phase) {
         Some(Phase::WaitingUnblocked) => timeouts.unblock,
-        Some(Phase::WaitingTarget) => timeouts.target,
+        Some(Phase::WaitingTarget | Phase::Linking) => timeouts.target,
+        Some(Phase::ResumingTarget) => timeouts.resume,
         _ => return Some(requeue),
     };
     let state = state?;
@@ -339,31 +425,78 @@ impl MoveDecision {
     }
 }
 
-/// Rolls back: unpause the source if the move paused it, delete the Bundles once any could exist.
+/// Rolls back: unpause the source if the move paused it, delete the Bundles once any could
+/// exist, then remove the copies that reached the target.
 fn fail(current: Option<&MoveState>, obs: &Observed, reason: String) -> MoveDecision {
     let paused_by_move = current.is_some_and(|s| s.paused_by_move);
     let mut state = MoveState::new(Phase::Failed, obs.now, paused_by_move, reason);
-    let mut actions = Vec::new();
-    if paused_by_move {
-        if obs.spec_paused {
-            actions.push(Action::SetSourcePaused(false));
-        } else {
-            state.paused_by_move = false;
-        }
-    }
-    if obs.bundles != BundlesStatus::Missing {
-        actions.push(Action::DeleteBundles);
-    }
-    let requeue = (!actions.is_empty()).then_some(RECHECK);
+    state.copies_on_target = current.is_some_and(|s| s.phase.published());
+    let (actions, record) = roll_back(&state, obs);
+    let requeue = (!actions.is_empty() || state.copies_on_target).then_some(RECHECK);
     MoveDecision {
-        record: Some(state),
+        record: Some(record.unwrap_or(state)),
         actions,
         requeue,
     }
 }
 
+/// What a failed move still has to undo, and the state once more of it is done.
+fn roll_back(state: &MoveState, obs: &Observed) -> (Vec<Action>, Option<MoveState>) {
+    let mut actions = Vec::new();
+    let mut next = state.clone();
+    if state.paused_by_move {
+        if obs.spec_paused {
+            actions.push(Action::SetSourcePaused(false));
+        } else {
+            next.paused_by_move = false;
+        }
+    }
+    if obs.bundles != BundlesStatus::Missing {
+        actions.push(Action::DeleteBundles);
+    } else if state.copies_on_target {
+        // Only once Fleet no longer deploys them: a Bundle left would bring them back.
+        match &obs.target_error {
+            Some(why) => {
+                next.message = format!(
+                    "{}; paused copies may remain on the target: {why}",
+                    first_sentence(&state.message)
+                );
+            }
+            None if obs.copies_left > 0 => actions.push(Action::RemoveCopies),
+            None => {
+                next.copies_on_target = false;
+                next.message = first_sentence(&state.message).to_string();
+            }
+        }
+    }
+    let changed = next != *state;
+    (actions, changed.then_some(next))
+}
+
+/// A failure's reason without what the rollback added to it.
+fn first_sentence(message: &str) -> &str {
+    message
+        .split_once("; paused copies may remain on the target")
+        .map_or(message, |(reason, _)| reason)
+}
+
 fn elapsed(state: &MoveState, now: i64) -> Duration {
     Duration::from_secs(u64::try_from(now.saturating_sub(state.since)).unwrap_or(0))
+}
+
+/// Once the target took over: pause the source again if someone unpaused it, and complete its
+/// fence; say so with a Warning.
+fn keep_fenced(obs: &Observed, actions: &mut Vec<Action>) {
+    if !obs.spec_paused {
+        actions.push(Action::SetSourcePaused(true));
+        actions.push(Action::Warn(
+            "MoveSourceUnpaused",
+            "spec.paused was cleared on the source of a moved Cluster; the target manages it now, so it is paused again (delete the source copy as docs/self-managed.md says, do not unpause it)".into(),
+        ));
+    }
+    if obs.unfenced > 0 {
+        actions.push(Action::FenceSource);
+    }
 }
 
 /// The next step of the hand-over.
@@ -397,8 +530,18 @@ pub fn decide_move(
         if let Some(error) = &obs.graph_error {
             return fail(current, obs, format!("object graph: {error}"));
         }
+        if state.phase != Phase::Pending && state.phase != Phase::Pausing && !obs.spec_paused {
+            return fail(
+                current,
+                obs,
+                "spec.paused was cleared during the move".into(),
+            );
+        }
     }
     let paused_by_move = true;
+    let publish = |paused: bool| Action::ApplyBundles {
+        target_paused: paused,
+    };
     match state.phase {
         Phase::Pending => {
             if !obs.fleet_cluster_ready {
@@ -415,6 +558,18 @@ pub fn decide_move(
                     current,
                     obs,
                     "the Cluster is already paused (spec.paused or cluster.x-k8s.io/paused); unpause it and remove the move-state annotation to retry".into(),
+                );
+            }
+            if !obs.not_provisioned.is_empty() {
+                // clusterctl refuses (`checkProvisioningCompleted`); a Cluster still being
+                // provisioned gets there, so wait, with nothing paused.
+                return MoveDecision::stay(
+                    state,
+                    format!(
+                        "waiting for provisioning to complete: {}",
+                        obs.not_provisioned.join(", ")
+                    ),
+                    Vec::new(),
                 );
             }
             MoveDecision::to(
@@ -436,19 +591,22 @@ pub fn decide_move(
             )
         }
         Phase::WaitingUnblocked => {
-            if !obs.spec_paused {
+            if !obs.not_provisioned.is_empty() {
+                // Paused, nothing provisions any more: what started between the check and the
+                // pause would never finish.
                 return fail(
                     current,
                     obs,
-                    "spec.paused was cleared during the move".into(),
+                    format!(
+                        "not provisioned when paused: {}",
+                        obs.not_provisioned.join(", ")
+                    ),
                 );
             }
             if obs.blocking.is_empty() {
                 return MoveDecision::to(
                     MoveState::new(Phase::Publishing, obs.now, paused_by_move, ""),
-                    vec![Action::ApplyBundles {
-                        target_paused: true,
-                    }],
+                    vec![Action::WriteSecrets, publish(true)],
                 );
             }
             let message = format!(
@@ -461,107 +619,168 @@ pub fn decide_move(
             MoveDecision::stay(state, message, Vec::new())
         }
         Phase::Publishing => {
-            if !obs.spec_paused {
-                return fail(
-                    current,
-                    obs,
-                    "spec.paused was cleared during the move".into(),
-                );
-            }
             if obs.bundles == BundlesStatus::Missing {
                 return MoveDecision::stay(
                     state,
                     String::new(),
-                    vec![Action::ApplyBundles {
-                        target_paused: true,
-                    }],
+                    vec![Action::WriteSecrets, publish(true)],
                 );
             }
             MoveDecision::to(
                 MoveState::new(Phase::WaitingTarget, obs.now, paused_by_move, ""),
-                vec![Action::ApplyBundles {
-                    target_paused: true,
-                }],
+                vec![Action::WriteSecrets, publish(true)],
             )
         }
         Phase::WaitingTarget => {
-            if !obs.spec_paused {
+            let why = match (&obs.bundles, &obs.target_error) {
+                (BundlesStatus::Missing, _) => {
+                    "the move Bundles are missing; creating them again".to_string()
+                }
+                (BundlesStatus::Waiting(why), _) => why.clone(),
+                (BundlesStatus::Ready, Some(error)) => format!("the target: {error}"),
+                (BundlesStatus::Ready, None) if obs.secrets_pending > 0 => format!(
+                    "{} Secret(s) not written to the target yet",
+                    obs.secrets_pending
+                ),
+                (BundlesStatus::Ready, None) => {
+                    return MoveDecision::to(
+                        MoveState::new(Phase::Linking, obs.now, paused_by_move, ""),
+                        vec![Action::LinkOwners],
+                    );
+                }
+            };
+            if elapsed(state, obs.now) > timeouts.target {
                 return fail(
                     current,
                     obs,
-                    "spec.paused was cleared during the move".into(),
+                    format!("timed out waiting for the target: {why}"),
                 );
             }
-            match &obs.bundles {
-                BundlesStatus::Ready => MoveDecision::to(
-                    MoveState::new(Phase::ResumingTarget, obs.now, paused_by_move, ""),
-                    vec![Action::ApplyBundles {
-                        target_paused: false,
-                    }],
+            let mut actions = vec![publish(true)];
+            if obs.target_error.is_none() && obs.secrets_pending > 0 {
+                actions.insert(0, Action::WriteSecrets);
+            }
+            MoveDecision::stay(state, why, actions)
+        }
+        Phase::Linking => {
+            let why = match (&obs.target_error, &obs.links_pending) {
+                (Some(error), _) => format!("the target: {error}"),
+                (None, Some(why)) => why.clone(),
+                (None, None) if obs.bundles != BundlesStatus::Ready => match &obs.bundles {
+                    BundlesStatus::Waiting(why) => why.clone(),
+                    _ => "the move Bundles are missing; creating them again".into(),
+                },
+                (None, None) if obs.secrets_pending > 0 => format!(
+                    "{} Secret(s) not written to the target yet",
+                    obs.secrets_pending
                 ),
-                BundlesStatus::Missing => MoveDecision::stay(
+                (None, None) => {
+                    return MoveDecision::to(
+                        MoveState::new(Phase::FencingSource, obs.now, paused_by_move, ""),
+                        vec![Action::FenceSource],
+                    );
+                }
+            };
+            if elapsed(state, obs.now) > timeouts.target {
+                return fail(
+                    current,
+                    obs,
+                    format!("timed out restoring owner references on the target: {why}"),
+                );
+            }
+            let mut actions = vec![publish(true)];
+            if obs.target_error.is_none() {
+                actions.insert(0, Action::LinkOwners);
+                if obs.secrets_pending > 0 {
+                    actions.insert(0, Action::WriteSecrets);
+                }
+            }
+            MoveDecision::stay(state, why, actions)
+        }
+        Phase::FencingSource => {
+            // Writes to this management cluster only: retried until done, never rolled back.
+            let mut actions = Vec::new();
+            if !obs.spec_paused {
+                actions.push(Action::SetSourcePaused(true));
+            }
+            if obs.unfenced > 0 {
+                actions.push(Action::FenceSource);
+                return MoveDecision::stay(
                     state,
-                    "the move Bundles are missing; creating them again".into(),
-                    vec![Action::ApplyBundles {
-                        target_paused: true,
-                    }],
-                ),
-                BundlesStatus::Waiting(why) => {
-                    if elapsed(state, obs.now) > timeouts.target {
-                        return fail(
-                            current,
-                            obs,
-                            format!("timed out waiting for the target: {why}"),
+                    format!("{} source object(s) to fence", obs.unfenced),
+                    actions,
+                );
+            }
+            if !actions.is_empty() {
+                return MoveDecision::stay(state, String::new(), actions);
+            }
+            MoveDecision::to(
+                MoveState::new(Phase::ResumingTarget, obs.now, paused_by_move, ""),
+                vec![publish(false)],
+            )
+        }
+        Phase::ResumingTarget | Phase::Stalled => {
+            // The target may already reconcile: never unpause the source from here on.
+            let mut actions = Vec::new();
+            keep_fenced(obs, &mut actions);
+            match &obs.bundles {
+                BundlesStatus::Ready => {
+                    actions.push(Action::DeleteBundles);
+                    MoveDecision::to(
+                        MoveState::new(
+                            Phase::Moved,
+                            obs.now,
+                            paused_by_move,
+                            "the Cluster manages itself; the source copy stays paused and fenced",
+                        ),
+                        actions,
+                    )
+                }
+                other => {
+                    let why = match other {
+                        BundlesStatus::Waiting(why) => why.clone(),
+                        _ => "the move Bundles are missing; creating them again".into(),
+                    };
+                    actions.push(publish(false));
+                    if state.phase == Phase::ResumingTarget
+                        && elapsed(state, obs.now) > timeouts.resume
+                    {
+                        let message = format!(
+                            "the target has not reported the resumed copies ready after {}s: {why}; the source stays paused and fenced, look at the target",
+                            timeouts.resume.as_secs()
+                        );
+                        return MoveDecision::to(
+                            MoveState::new(Phase::Stalled, obs.now, paused_by_move, message),
+                            actions,
                         );
                     }
-                    MoveDecision::stay(
-                        state,
-                        why.clone(),
-                        vec![Action::ApplyBundles {
-                            target_paused: true,
-                        }],
-                    )
+                    let message = if state.phase == Phase::Stalled {
+                        state.message.clone()
+                    } else {
+                        why
+                    };
+                    MoveDecision::stay(state, message, actions)
                 }
             }
         }
-        Phase::ResumingTarget => {
-            // The target may already reconcile: never unpause the source from here on.
-            let resume = vec![Action::ApplyBundles {
-                target_paused: false,
-            }];
-            match &obs.bundles {
-                BundlesStatus::Ready => MoveDecision::to(
-                    MoveState::new(
-                        Phase::Moved,
-                        obs.now,
-                        paused_by_move,
-                        "the Cluster manages itself; the source copy stays paused",
-                    ),
-                    Vec::new(),
-                ),
-                BundlesStatus::Missing => MoveDecision::stay(
-                    state,
-                    "the move Bundles are missing; creating them again".into(),
-                    resume,
-                ),
-                BundlesStatus::Waiting(why) => MoveDecision::stay(state, why.clone(), resume),
-            }
-        }
-        Phase::Moved => MoveDecision::idle(),
-        Phase::Failed => {
-            // Finish the rollback if a restart interrupted it.
+        Phase::Moved => {
             let mut actions = Vec::new();
-            if state.paused_by_move && obs.spec_paused {
-                actions.push(Action::SetSourcePaused(false));
-            }
+            keep_fenced(obs, &mut actions);
             if obs.bundles != BundlesStatus::Missing {
                 actions.push(Action::DeleteBundles);
             }
-            let record = (state.paused_by_move && !obs.spec_paused).then(|| MoveState {
-                paused_by_move: false,
-                ..state.clone()
-            });
-            let requeue = (!actions.is_empty()).then_some(RECHECK);
+            MoveDecision {
+                record: None,
+                requeue: (!actions.is_empty()).then_some(RECHECK),
+                actions,
+            }
+        }
+        Phase::Failed => {
+            // Finish the rollback if a restart interrupted it.
+            let (actions, record) = roll_back(state, obs);
+            let requeue = (!actions.is_empty()
+                || record.as_ref().unwrap_or(state).copies_on_target)
+                .then_some(RECHECK);
             MoveDecision {
                 record,
                 actions,

@@ -10,13 +10,34 @@ fn obs() -> Observed {
     Observed {
         opted_in: true,
         fleet_cluster_ready: true,
-        spec_paused: false,
-        paused_annotation: false,
-        graph_error: None,
-        blocking: Vec::new(),
-        bundles: BundlesStatus::Missing,
         now: T0,
+        ..Observed::default()
     }
+}
+
+/// Once paused, with the Bundles published as wanted and Fleet ready.
+fn ready() -> Observed {
+    Observed {
+        spec_paused: true,
+        bundles: BundlesStatus::Ready,
+        ..obs()
+    }
+}
+
+fn failed_with_copies() -> MoveState {
+    MoveState {
+        copies_on_target: true,
+        ..MoveState::new(
+            Phase::Failed,
+            T0 - 10,
+            false,
+            "timed out waiting for the target",
+        )
+    }
+}
+
+fn warn() -> Action {
+    Action::Warn("MoveSourceUnpaused", String::new())
 }
 
 fn state(phase: Phase, paused_by_move: bool) -> MoveState {
@@ -35,6 +56,9 @@ const PUBLISH: Action = Action::ApplyBundles {
 const RESUME: Action = Action::ApplyBundles {
     target_paused: false,
 };
+const SECRETS: Action = Action::WriteSecrets;
+const LINK: Action = Action::LinkOwners;
+const FENCE: Action = Action::FenceSource;
 
 #[test]
 fn transitions() {
@@ -132,7 +156,7 @@ fn transitions() {
                 ..obs()
             },
             Some((Phase::Publishing, true)),
-            vec![PUBLISH],
+            vec![SECRETS, PUBLISH],
         ),
         (
             "blocked: wait",
@@ -172,7 +196,7 @@ fn transitions() {
                 ..obs()
             },
             None,
-            vec![PUBLISH],
+            vec![SECRETS, PUBLISH],
         ),
         (
             "Publishing done",
@@ -183,7 +207,7 @@ fn transitions() {
                 ..obs()
             },
             Some((Phase::WaitingTarget, true)),
-            vec![PUBLISH],
+            vec![SECRETS, PUBLISH],
         ),
         (
             "WaitingTarget records why it waits",
@@ -207,13 +231,79 @@ fn transitions() {
             vec![PUBLISH],
         ),
         (
-            "target ready: resume the copies",
+            "target ready: restore the owner references",
+            Some(state(Phase::WaitingTarget, true)),
+            ready(),
+            Some((Phase::Linking, true)),
+            vec![LINK],
+        ),
+        (
+            "Bundles ready, Secrets not yet: write them",
             Some(state(Phase::WaitingTarget, true)),
             Observed {
-                spec_paused: true,
-                bundles: BundlesStatus::Ready,
-                ..obs()
+                secrets_pending: 2,
+                ..ready()
             },
+            Some((Phase::WaitingTarget, true)),
+            vec![SECRETS, PUBLISH],
+        ),
+        (
+            "Bundles ready, the target unreachable: wait",
+            Some(state(Phase::WaitingTarget, true)),
+            Observed {
+                target_error: Some("its API server cannot be reached".into()),
+                secrets_pending: 2,
+                ..ready()
+            },
+            Some((Phase::WaitingTarget, true)),
+            vec![PUBLISH],
+        ),
+        (
+            "Linking re-issues until every reference is there",
+            Some(state(Phase::Linking, true)),
+            Observed {
+                links_pending: Some("3 owner reference(s) to restore".into()),
+                ..ready()
+            },
+            Some((Phase::Linking, true)),
+            vec![LINK, PUBLISH],
+        ),
+        (
+            "linked: fence the source",
+            Some(state(Phase::Linking, true)),
+            Observed {
+                unfenced: 4,
+                ..ready()
+            },
+            Some((Phase::FencingSource, true)),
+            vec![FENCE],
+        ),
+        (
+            "Linking too long: roll back",
+            Some(state(Phase::Linking, true)),
+            Observed {
+                links_pending: Some("owner X is not on the target yet".into()),
+                now: late,
+                ..ready()
+            },
+            Some((Phase::Failed, true)),
+            vec![UNPAUSE, Action::DeleteBundles],
+        ),
+        (
+            "FencingSource re-issues the fence",
+            Some(state(Phase::FencingSource, true)),
+            Observed {
+                unfenced: 4,
+                opted_in: false,
+                ..ready()
+            },
+            Some((Phase::FencingSource, true)),
+            vec![FENCE],
+        ),
+        (
+            "fenced: resume the copies",
+            Some(state(Phase::FencingSource, true)),
+            ready(),
             Some((Phase::ResumingTarget, true)),
             vec![RESUME],
         ),
@@ -259,25 +349,63 @@ fn transitions() {
                 opted_in: false,
                 spec_paused: true,
                 bundles: waiting(),
-                now: late,
+                graph_error: Some("boom".into()),
                 ..obs()
             },
             Some((Phase::ResumingTarget, true)),
             vec![RESUME],
         ),
         (
-            "resumed: Moved",
+            "ResumingTarget too long: Stalled, still never rolls back",
             Some(state(Phase::ResumingTarget, true)),
             Observed {
                 spec_paused: true,
-                bundles: BundlesStatus::Ready,
+                bundles: waiting(),
+                now: late,
                 ..obs()
             },
-            Some((Phase::Moved, true)),
-            vec![],
+            Some((Phase::Stalled, true)),
+            vec![RESUME],
         ),
         (
-            "Moved is final",
+            "Stalled keeps waiting",
+            Some(state(Phase::Stalled, true)),
+            Observed {
+                spec_paused: true,
+                bundles: waiting(),
+                now: late,
+                ..obs()
+            },
+            None,
+            vec![RESUME],
+        ),
+        (
+            "someone unpauses the source while the target resumes: paused again",
+            Some(state(Phase::ResumingTarget, true)),
+            Observed {
+                spec_paused: false,
+                bundles: waiting(),
+                ..obs()
+            },
+            Some((Phase::ResumingTarget, true)),
+            vec![PAUSE, warn(), RESUME],
+        ),
+        (
+            "resumed: Moved, the Bundles removed",
+            Some(state(Phase::ResumingTarget, true)),
+            ready(),
+            Some((Phase::Moved, true)),
+            vec![Action::DeleteBundles],
+        ),
+        (
+            "Stalled, then ready: Moved",
+            Some(state(Phase::Stalled, true)),
+            ready(),
+            Some((Phase::Moved, true)),
+            vec![Action::DeleteBundles],
+        ),
+        (
+            "Moved removes Bundles left by a restart",
             Some(state(Phase::Moved, true)),
             Observed {
                 opted_in: false,
@@ -286,6 +414,98 @@ fn transitions() {
                 ..obs()
             },
             None,
+            vec![Action::DeleteBundles],
+        ),
+        (
+            "Moved is quiet",
+            Some(state(Phase::Moved, true)),
+            Observed {
+                opted_in: false,
+                spec_paused: true,
+                ..obs()
+            },
+            None,
+            vec![],
+        ),
+        (
+            "a moved source unpaused and unfenced: paused and fenced again",
+            Some(state(Phase::Moved, true)),
+            Observed {
+                spec_paused: false,
+                unfenced: 2,
+                ..obs()
+            },
+            None,
+            vec![PAUSE, warn(), FENCE],
+        ),
+        (
+            "Pending waits for provisioning, nothing paused",
+            Some(state(Phase::Pending, false)),
+            Observed {
+                not_provisioned: vec!["Machine default/m has no nodeRef yet".into()],
+                ..obs()
+            },
+            Some((Phase::Pending, false)),
+            vec![],
+        ),
+        (
+            "not provisioned once paused: roll back",
+            Some(state(Phase::WaitingUnblocked, true)),
+            Observed {
+                spec_paused: true,
+                not_provisioned: vec!["Machine default/m has no nodeRef yet".into()],
+                ..obs()
+            },
+            Some((Phase::Failed, true)),
+            vec![UNPAUSE],
+        ),
+        (
+            "a shared owner refuses the move before anything is paused",
+            Some(state(Phase::Pending, false)),
+            Observed {
+                graph_error: Some("InClusterIPPool default/pool is shared".into()),
+                ..obs()
+            },
+            Some((Phase::Failed, false)),
+            vec![],
+        ),
+        (
+            "Failed removes the Bundles before the copies",
+            Some(failed_with_copies()),
+            Observed {
+                bundles: waiting(),
+                copies_left: 3,
+                ..obs()
+            },
+            None,
+            vec![Action::DeleteBundles],
+        ),
+        (
+            "Failed removes the copies once the Bundles are gone",
+            Some(failed_with_copies()),
+            Observed {
+                copies_left: 3,
+                ..obs()
+            },
+            None,
+            vec![Action::RemoveCopies],
+        ),
+        (
+            "Failed says when the target cannot be cleaned",
+            Some(failed_with_copies()),
+            Observed {
+                copies_left: 3,
+                target_error: Some("its API server cannot be reached".into()),
+                ..obs()
+            },
+            Some((Phase::Failed, false)),
+            vec![],
+        ),
+        (
+            "Failed is done once no copy is left",
+            Some(failed_with_copies()),
+            obs(),
+            Some((Phase::Failed, false)),
             vec![],
         ),
         (
@@ -318,7 +538,13 @@ fn transitions() {
         ),
     ];
     for (name, current, observed, want_record, want_actions) in cases {
-        let d = decide_move(current.as_ref(), &observed, &t);
+        let mut d = decide_move(current.as_ref(), &observed, &t);
+        for action in &mut d.actions {
+            if let Action::Warn(_, message) = action {
+                assert!(!message.is_empty(), "{name}");
+                message.clear();
+            }
+        }
         assert_eq!(
             d.record.as_ref().map(|s| (s.phase, s.paused_by_move)),
             want_record,
@@ -331,6 +557,14 @@ fn transitions() {
             .as_ref()
             .or(current.as_ref())
             .is_some_and(|s| matches!(s.phase, Phase::Moved | Phase::Failed));
+        let settled = d
+            .record
+            .as_ref()
+            .or(current.as_ref())
+            .is_some_and(|s| s.phase == Phase::Failed && s.copies_on_target);
+        if settled {
+            assert_eq!(d.requeue, Some(RECHECK), "{name}: copies left, look again");
+        }
         if !terminal && (current.is_some() || observed.opted_in) {
             assert_eq!(
                 d.requeue,
@@ -359,15 +593,22 @@ fn failures_say_why() {
     );
 }
 
-/// A management cluster and Fleet, as far as the state machine sees them.
+/// A management cluster, Fleet and the target, as far as the state machine sees them.
 #[derive(Clone, Debug)]
 struct World {
     state: Option<MoveState>,
     spec_paused: bool,
     /// `Some(paused)`: the Bundles exist with copies paused or not.
     bundles: Option<bool>,
-    /// Fleet makes applied Bundles ready.
+    /// Fleet makes applied Bundles ready (and their copies appear on the target).
     target_works: bool,
+    /// Copies of the move on the target (from the Bundles or the Secrets written).
+    copies: bool,
+    secrets_written: bool,
+    linked: bool,
+    fenced: bool,
+    /// The copies were published unpaused once.
+    resumed: bool,
     now: i64,
 }
 
@@ -378,15 +619,20 @@ impl World {
             spec_paused: false,
             bundles: None,
             target_works,
+            copies: false,
+            secrets_written: false,
+            linked: false,
+            fenced: false,
+            resumed: false,
             now: T0,
         }
     }
 
     fn observe(&self) -> Observed {
-        let want_paused = !matches!(
-            self.state.as_ref().map(|s| s.phase),
-            Some(Phase::ResumingTarget | Phase::Moved)
-        );
+        let want_paused = !self
+            .state
+            .as_ref()
+            .is_some_and(|s| s.phase.target_took_over());
         let bundles = match self.bundles {
             None => BundlesStatus::Missing,
             Some(p) if p != want_paused => BundlesStatus::Waiting("not updated".into()),
@@ -398,6 +644,10 @@ impl World {
         Observed {
             spec_paused: self.spec_paused,
             bundles,
+            secrets_pending: usize::from(!self.secrets_written) * 3,
+            links_pending: (!self.linked).then(|| "5 owner reference(s) to restore".into()),
+            unfenced: usize::from(!self.fenced) * 7,
+            copies_left: usize::from(self.copies) * 9,
             now: self.now,
             ..obs()
         }
@@ -416,8 +666,23 @@ impl World {
         for action in d.actions {
             match action {
                 Action::SetSourcePaused(p) => self.spec_paused = p,
-                Action::ApplyBundles { target_paused } => self.bundles = Some(target_paused),
+                Action::ApplyBundles { target_paused } => {
+                    self.bundles = Some(target_paused);
+                    self.resumed |= !target_paused;
+                    self.copies |= self.target_works;
+                }
+                Action::WriteSecrets => {
+                    self.secrets_written = true;
+                    self.copies = true;
+                }
+                Action::LinkOwners => self.linked = true,
+                Action::FenceSource => self.fenced = true,
                 Action::DeleteBundles => self.bundles = None,
+                Action::RemoveCopies => {
+                    self.copies = false;
+                    self.secrets_written = false;
+                }
+                Action::Warn(..) => {}
             }
         }
     }
@@ -461,11 +726,13 @@ fn a_move_goes_through_every_phase_and_survives_a_restart_at_each_step() {
             Phase::WaitingUnblocked,
             Phase::Publishing,
             Phase::WaitingTarget,
+            Phase::Linking,
+            Phase::FencingSource,
             Phase::ResumingTarget,
             Phase::Moved
         ]
     );
-    for crash_at in 0..12 {
+    for crash_at in 0..16 {
         let (world, phases) = run(true, crash_at);
         assert_eq!(
             world.phase(),
@@ -473,20 +740,19 @@ fn a_move_goes_through_every_phase_and_survives_a_restart_at_each_step() {
             "crash at {crash_at}: {phases:?}"
         );
         assert!(
-            world.spec_paused,
-            "crash at {crash_at}: the source stays paused"
+            world.spec_paused && world.fenced,
+            "crash at {crash_at}: the source stays paused and fenced"
         );
-        assert_eq!(
-            world.bundles,
-            Some(false),
-            "crash at {crash_at}: copies resumed"
-        );
+        assert!(world.linked, "crash at {crash_at}: owners restored");
+        assert!(world.resumed, "crash at {crash_at}: copies resumed");
+        assert_eq!(world.bundles, None, "crash at {crash_at}: Bundles removed");
+        assert!(world.copies, "crash at {crash_at}: the copies stay");
     }
 }
 
 #[test]
-fn a_failed_target_never_leaves_the_source_paused_even_with_a_restart() {
-    for crash_at in [usize::MAX, 0, 1, 2, 3, 4, 5, 6, 34, 35, 36] {
+fn a_failed_target_never_leaves_the_source_paused_nor_copies_even_with_a_restart() {
+    for crash_at in [usize::MAX, 0, 1, 2, 3, 4, 5, 6, 34, 35, 36, 37, 38] {
         let (world, phases) = run(false, crash_at);
         assert_eq!(
             world.phase(),
@@ -498,7 +764,20 @@ fn a_failed_target_never_leaves_the_source_paused_even_with_a_restart() {
             "crash at {crash_at}: source left paused"
         );
         assert_eq!(world.bundles, None, "crash at {crash_at}: Bundles left");
-        assert!(!world.state.unwrap().paused_by_move);
+        assert!(
+            !world.copies,
+            "crash at {crash_at}: copies left on the target"
+        );
+        let state = world.state.unwrap();
+        assert!(!state.paused_by_move);
+        assert!(!state.copies_on_target);
+        assert!(
+            state
+                .message
+                .starts_with("timed out waiting for the target"),
+            "{}",
+            state.message
+        );
     }
 }
 
@@ -713,12 +992,14 @@ fn checks_again_when_a_timeout_expires() {
     let timeouts = Timeouts {
         unblock: Duration::from_secs(60),
         target: Duration::from_secs(100),
+        resume: Duration::from_secs(300),
     };
     let at = |phase| MoveState {
         phase,
         since: 1000,
         message: String::new(),
         paused_by_move: true,
+        copies_on_target: false,
     };
     let cases = [
         (
@@ -757,8 +1038,22 @@ fn checks_again_when_a_timeout_expires() {
             Some(Duration::from_secs(1)),
         ),
         (
-            "no timeout in this phase",
+            "linking counts against the target timeout",
+            Some(at(Phase::Linking)),
+            Some(RECHECK),
+            1090,
+            Some(Duration::from_secs(11)),
+        ),
+        (
+            "resume timeout close",
             Some(at(Phase::ResumingTarget)),
+            Some(RECHECK),
+            1290,
+            Some(Duration::from_secs(11)),
+        ),
+        (
+            "no timeout in this phase",
+            Some(at(Phase::Stalled)),
             Some(RECHECK),
             1200,
             Some(RECHECK),

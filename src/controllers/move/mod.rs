@@ -111,6 +111,7 @@ pub fn controller(
         timeouts: Timeouts {
             unblock: base.flags.move_unblock_timeout,
             target: base.flags.move_target_timeout,
+            resume: base.flags.move_resume_timeout,
         },
         backoff: Backoff::default(),
         base: base.clone(),
