@@ -45,7 +45,7 @@ playground:
 ## bench: import benchmark as separate processes (BENCH_CLUSTERS, BENCH_NAMESPACES, BENCH_MODES); figures in docs/performance.md
 bench:
 	$(CARGO) build --release --locked --workspace --bins
-	$(CARGO) test --release --locked --test bench_import -- --ignored --nocapture
+	$(CARGO) test --release --locked --test integration bench_import:: -- --ignored --nocapture
 
 ## chaos: the chaos test at full size (CHAOS_CLUSTERS, CHAOS_NAMESPACES, CHAOS_KILLS, CHAOS_ERROR_RATE,
 ## CHAOS_THROTTLE_RATE, CHAOS_CONFLICT_RATE, CHAOS_WATCH_CLOSE_SECONDS, CHAOS_QUIET_SECONDS, CHAOS_SEED; see
@@ -53,8 +53,8 @@ bench:
 chaos:
 	CHAOS_CLUSTERS=$${CHAOS_CLUSTERS:-300} CHAOS_NAMESPACES=$${CHAOS_NAMESPACES:-10} CHAOS_KILLS=$${CHAOS_KILLS:-20} \
 	CHAOS_WATCH_CLOSE_SECONDS=$${CHAOS_WATCH_CLOSE_SECONDS:-5} CHAOS_QUIET_SECONDS=$${CHAOS_QUIET_SECONDS:-60} \
-		$(CARGO) test --locked --test chaos -- --nocapture
-	$(CARGO) test --locked --test outage -- --include-ignored --nocapture
+		$(CARGO) test --locked --test integration chaos:: -- --nocapture
+	$(CARGO) test --locked --test integration outage:: -- --include-ignored --nocapture
 
 ## fuzz: fuzz every Runtime SDK request decoder for FUZZ_SECONDS (default 300), seed FUZZ_SEED, FUZZ_PROFILE (dev or release); findings in fuzz/findings/
 fuzz:
@@ -67,7 +67,7 @@ image: tools
 ## bench-hooks: hook latency at a fixed rate over TLS, as separate processes (BENCH_CLUSTERS, BENCH_NAMESPACES, BENCH_HOOK_RATE, BENCH_HOOK_SECONDS); figures in docs/performance.md
 bench-hooks:
 	$(CARGO) build --release --locked --workspace --bins
-	$(CARGO) test --release --locked --test bench_hooks -- --ignored --nocapture
+	$(CARGO) test --release --locked --test integration bench_hooks:: -- --ignored --nocapture
 
 ## build: debug build of every binary
 build:

@@ -2,7 +2,7 @@
 //! `kubectl apply --server-side` does), in order; then the test plays Cluster API and Fleet through
 //! the stages the guide describes and checks what the guide says at each.
 
-mod common;
+use crate::common;
 
 use caapf::api::BundleNamespaceMapping;
 use caapf::model::fleet_health::reason;

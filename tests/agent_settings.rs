@@ -6,8 +6,8 @@
 //! runtime extension renders (through real helm and the `fleet-agent` chart double at Fleet
 //! 0.16.1) agreeing with the Fleet Cluster the import controller wrote, and the guide's YAML.
 
-mod common;
-mod fleet_common;
+use crate::common;
+use crate::fleet_common;
 
 use caapf::hooks::handlers;
 use caapf::hooks::types::{Hook, Response, ResponseBody, ResponseStatus};

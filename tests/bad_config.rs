@@ -5,7 +5,7 @@
 //! spec is in place, although the valid base it modifies has `deselectPolicy: Delete` and most
 //! rows would deselect Clusters if their invalid part were ignored.
 
-mod common;
+use crate::common;
 
 use caapf::api::{BundleNamespaceMapping, FleetAddonConfig};
 use common::{Harness, eventually};

@@ -32,9 +32,8 @@ use futures::{StreamExt, stream};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-#[path = "bench_common/mod.rs"]
-mod bench_common;
-mod common;
+use crate::bench_common;
+use crate::common;
 
 use common::tls::{Ca, Connection};
 

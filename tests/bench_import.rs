@@ -35,8 +35,7 @@ use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams,
 use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
 
-#[path = "bench_common/mod.rs"]
-mod bench_common;
+use crate::bench_common;
 
 use bench_common::{
     CONNECTIONS, Process, Usage, binary, env_usize, free_port, manager_requests, namespace_of,

@@ -9,7 +9,7 @@
 //! is, and prepared the way the caches prepare it. The bytes are counted by an allocator that
 //! counts per thread, so the other threads of the test (the manager, the sandbox) do not count.
 
-mod common;
+use crate::common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

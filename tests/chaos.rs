@@ -22,7 +22,7 @@
 //! | `CHAOS_SEED` | 16 | seed of the fault draws |
 //! | `CHAOS_KEEP_LOGS` | unset | set: keep the managers' logs and print where |
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;

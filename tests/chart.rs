@@ -3,7 +3,7 @@
 //! certificate and CRD), the optional pieces equal to their kustomize counterparts, values that
 //! change what they should, and an install against the sandbox API server with the real helm.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::process::Command;

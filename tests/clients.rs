@@ -3,7 +3,7 @@
 //! behind it. And requests the API server turns away with `429` and `Retry-After` (API
 //! Priority and Fairness) are retried, as client-go does.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

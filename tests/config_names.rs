@@ -3,7 +3,7 @@
 //! the CRD's CEL rule (proven first, through the sandbox, which evaluates it); the rest plays a
 //! server whose CRD lacks the rule (an older CRD, or a server without CEL).
 
-mod common;
+use crate::common;
 
 use caapf::api::FleetAddonConfig;
 use caapf::controllers::misnamed_config::REASON;

@@ -2,7 +2,7 @@
 //! process against the sandbox: a namespace deleted together with its Clusters, terminating
 //! namespaces, an invalid selection, retried transient errors, watch reconnects after an outage.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

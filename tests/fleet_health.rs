@@ -2,7 +2,7 @@
 //! Cluster API (control plane initialized, its own status conditions) and Fleet (the Fleet
 //! Cluster's status, from `tests/fixtures/fleet/`, as Fleet's controllers and agent write it).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! repository served on 127.0.0.1 (test charts `fleet-crd` and `fleet`, versions 0.1.0,
 //! 0.2.0 and the pre-release 0.3.0-rc.1).
 
-mod fleet_common;
+use crate::fleet_common;
 
 use std::time::{Duration, Instant};
 

@@ -5,9 +5,8 @@
 //! without the Fleet CRDs, then a Cluster imported against the CRDs the chart installed.
 //! The charts are small doubles (`fleet_common/real_charts.rs`), not Fleet's.
 
-mod common;
-#[path = "fleet_common/mod.rs"]
-mod fleet_common;
+use crate::common;
+use crate::fleet_common;
 
 use common::{Harness, eventually};
 use fleet_common::real_charts::{self, VERSION};

@@ -3,7 +3,7 @@
 //! ConfigMap. The manager's helm binary does not exist here, so any helm run would fail the
 //! reconcile.
 
-mod fleet_common;
+use crate::fleet_common;
 
 use std::time::Duration;
 

@@ -7,7 +7,7 @@
 //! docs/runtime-extension.md. A second test checks, in-process with small limits, that idle
 //! connections are closed and the connection limit holds. Everything on 127.0.0.1.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};

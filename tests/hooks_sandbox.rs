@@ -6,8 +6,8 @@
 //! the agent objects are what Fleet's `fleet-agent` chart renders (a test double of it served from
 //! a chart repository on 127.0.0.1), are accepted by the API server and pass Pod Security.
 
-mod common;
-mod fleet_common;
+use crate::common;
+use crate::fleet_common;
 
 use common::pod_security::Admission;
 

@@ -3,7 +3,7 @@
 //! the old one; missing files keep the extension not ready until they appear; plain HTTP is
 //! refused; limits and deadlines answer Failure with HTTP 200. Everything on 127.0.0.1.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::time::Duration;

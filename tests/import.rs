@@ -2,7 +2,7 @@
 //! ClusterClass → ClusterGroup, cross-namespace classes, selection changes, deletion,
 //! restarts, steady state, adoption of CAAPF objects.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

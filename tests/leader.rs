@@ -3,7 +3,7 @@
 //! once; a leader that stops renewing is replaced only after the lease duration; a leader cut
 //! off from the API server steps down within its renew deadline.
 
-mod common;
+use crate::common;
 
 use std::pin::Pin;
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! describes, and checks that what the guide shows at each step (the condition's messages,
 //! the labels, the Events) is what the provider writes (times aside).
 
-mod common;
+use crate::common;
 
 use caapf::api::CapiCluster;
 use caapf::hooks::handlers;

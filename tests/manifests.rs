@@ -2,7 +2,7 @@
 //! `hack/release-manifests.sh` and its checker, which must also reject broken input), the
 //! Deployment agreeing with the binary's flags, pod security, and documented variables.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

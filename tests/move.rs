@@ -20,7 +20,7 @@
 //!   (cluster-api v1.12.0 `internal/controllers/clusterresourceset/clusterresourceset_controller.go`
 //!   `getOrCreateClusterResourceSetBinding`; it looks at the set's own pause annotation only).
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! like clusterctl (CRDs labelled `clusterctl.cluster.x-k8s.io`, Secrets, the provider inventory),
 //! prints the creation groups and the Bundles, and writes nothing.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output};
 

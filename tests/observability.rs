@@ -2,9 +2,8 @@
 //! needs are there and move, label values are bounded, readiness follows the documented rules
 //! for leaders and followers, and every registered metric is documented.
 
-mod common;
-#[path = "fleet_common/mod.rs"]
-mod fleet_common;
+use crate::common;
+use crate::fleet_common;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

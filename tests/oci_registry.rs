@@ -13,8 +13,8 @@
 //!   a loopback address: its registry client sends the manifest requests there over HTTP
 //!   whatever the flags, as measured with helm 3.17.2).
 
-mod common;
-mod fleet_common;
+use crate::common;
+use crate::fleet_common;
 
 use std::path::Path;
 use std::time::Duration;

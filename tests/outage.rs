@@ -7,7 +7,7 @@
 //! ever write in the same second (the request log tells them apart by User-Agent, which carries
 //! the pod name).
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};

@@ -3,7 +3,7 @@
 //! contract for a non-Go provider; the Tiltfile builds the image the manifests name and its
 //! variable substitution renders config/default as clusterctl would.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::process::Command;

@@ -29,9 +29,8 @@
 //! the API server's 403, `escalate` included), and `kubectl auth can-i` answers per the roles
 //! of `config/`.
 
-mod common;
-#[path = "fleet_common/mod.rs"]
-mod fleet_common;
+use crate::common;
+use crate::fleet_common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //! write used to write again: an apply that changed nothing, a finalizer patch rejected by its
 //! resourceVersion guard and a GET), and no Event per Cluster.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -6,7 +6,7 @@
 //! at once, the agent's uninstall later) and a workload cluster (a second sandbox, reached
 //! through the Cluster's kubeconfig Secret). Objects come from `tests/fixtures/teardown/`.
 
-mod common;
+use crate::common;
 
 use caapf::api::CapiCluster;
 use caapf::hooks::handlers;

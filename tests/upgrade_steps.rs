@@ -12,7 +12,7 @@
 //! the skip, no write when nothing changes, and a restart of the provider in the middle of a step.
 //! A second test plays Cluster API v1.11's single step.
 
-mod common;
+use crate::common;
 
 use caapf::hooks::handlers;
 use caapf::hooks::types::{Hook, Response, ResponseBody, ResponseStatus};

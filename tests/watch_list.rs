@@ -3,7 +3,7 @@
 //! consistent list where it refuses (the gate off, as in kube-apiserver 1.33), never a
 //! `resourceVersion=0` list that a real server would answer whole.
 
-mod common;
+use crate::common;
 
 use common::{Harness, eventually, from_manager};
 use kube_sandbox::{RequestRecord, SandboxOptions, Verb};
