@@ -10,12 +10,12 @@ use caapf::api::CapiCluster;
 use caapf::hooks::handlers;
 use caapf::hooks::types::{Hook, Response, ResponseBody};
 use caapf::names;
+use common::guide::{apply, documents};
 use common::{Harness, eventually, has_finalizer};
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::discovery::{Scope, pinned_kind};
 use kube_sandbox::{Sandbox, SandboxOptions};
 use serde_json::{Value, json};
 
@@ -35,56 +35,6 @@ fn section() -> String {
     let rest = &text[start + 1..];
     let end = rest[3..].find("\n## ").map_or(rest.len(), |i| i + 3);
     rest[..end].to_string()
-}
-
-/// The YAML documents of the section's ```yaml blocks, in order.
-fn documents(text: &str) -> Vec<Value> {
-    let mut out = Vec::new();
-    let mut block: Option<String> = None;
-    for line in text.lines() {
-        match (&mut block, line.trim_end()) {
-            (None, "```yaml") => block = Some(String::new()),
-            (Some(body), "```") => {
-                for doc in serde_yaml::Deserializer::from_str(body) {
-                    let value = <Value as serde::Deserialize>::deserialize(doc).expect("YAML");
-                    if !value.is_null() {
-                        out.push(value);
-                    }
-                }
-                block = None;
-            }
-            (Some(body), line) => {
-                body.push_str(line);
-                body.push('\n');
-            }
-            (None, _) => {}
-        }
-    }
-    out
-}
-
-async fn apply(h: &Harness, object: &Value) {
-    let (group, version) = object["apiVersion"]
-        .as_str()
-        .and_then(|v| v.rsplit_once('/').or(Some(("", v))))
-        .expect("apiVersion");
-    let kind = object["kind"].as_str().expect("kind");
-    let gvk = GroupVersionKind::gvk(group, version, kind);
-    let (resource, caps) = pinned_kind(&h.client, &gvk)
-        .await
-        .unwrap_or_else(|err| panic!("{kind} is served: {err}"));
-    let name = object["metadata"]["name"].as_str().expect("name");
-    let api: Api<DynamicObject> = match caps.scope {
-        Scope::Namespaced => Api::namespaced_with(
-            h.client.clone(),
-            object["metadata"]["namespace"].as_str().expect("namespace"),
-            &resource,
-        ),
-        Scope::Cluster => Api::all_with(h.client.clone(), &resource),
-    };
-    api.patch(name, &PatchParams::apply("kubectl"), &Patch::Apply(object))
-        .await
-        .unwrap_or_else(|err| panic!("apply {kind} {name}: {err}"));
 }
 
 /// Times as RFC 3339 are the only thing that differs between a run and the guide.
