@@ -1,6 +1,7 @@
 //! Faults that leave nothing orphaned and nothing stuck (issue #16), with the manager in
 //! process against the sandbox: a namespace deleted together with its Clusters, terminating
-//! namespaces, an invalid selection, retried transient errors, watch reconnects after an outage.
+//! namespaces, an invalid selection, retried transient errors, watch reconnects after an outage,
+//! a stalled manager's watches closed by the server and resumed with nothing lost.
 
 use crate::common;
 
@@ -292,5 +293,74 @@ async fn watches_follow_the_api_server_within_seconds_after_an_outage() {
     assert!(
         took < Duration::from_secs(8),
         "a change after the outage waited {took:?}"
+    );
+}
+
+/// A manager that stops reading its watches (the process stopped with SIGSTOP, as a stalled
+/// consumer would) is closed by the API server once the watch's buffers are full and an event
+/// has waited the server's budget, as kube-apiserver's watch cache closes it (k8s.io/apiserver
+/// `pkg/storage/cacher/cache_watcher.go` `add`, `time_budget.go`; the sandbox counts the
+/// closes); continued, the manager watches again and imports every Cluster created while it
+/// stood still: nothing lost. The `caapf` binary runs as its own process so that it can be
+/// stopped without stopping the sandbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manager_that_stopped_reading_is_closed_and_catches_up_with_nothing_lost() {
+    use common::process::ManagerProcess;
+    use kube_sandbox::Verb;
+
+    let h = Harness::new().await;
+    h.namespace("caapf-system", json!({})).await;
+    h.namespace("team-a", json!({})).await;
+    h.cluster("team-a", plain_cluster("before")).await;
+    h.initialize("team-a", "before").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    h.sandbox.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    let manager = ManagerProcess::start(&kubeconfig, dir.path(), "caapf-stalled", 0, &[]);
+    eventually("Fleet Cluster before", || {
+        h.fleet_cluster("team-a", "before")
+    })
+    .await;
+    let cluster_watches = || {
+        h.sandbox.requests().count(|r| {
+            r.verb == Verb::Watch
+                && r.group == "cluster.x-k8s.io"
+                && r.resource == "clusters"
+                && from_manager(r)
+        })
+    };
+    let watches_before = cluster_watches();
+    assert!(watches_before >= 1, "the manager watches Clusters");
+
+    // Stopped, the manager reads nothing: the Cluster events (each about 40 KB, 300 created and
+    // initialized, about 24 MB) fill the watch's socket buffers, then the server's.
+    manager.signal("STOP");
+    let padding = "x".repeat(40 * 1024);
+    let names: Vec<String> = (0..300).map(|i| format!("stalled-{i}")).collect();
+    for name in &names {
+        h.cluster(
+            "team-a",
+            json!({"metadata": {"name": name, "annotations": {"example.com/padding": padding}}, "spec": {}}),
+        )
+        .await;
+        h.initialize("team-a", name).await;
+    }
+    eventually(
+        "the stalled manager's watch closed by the server",
+        || async { (h.sandbox.slow_watchers_closed() >= 1).then_some(()) },
+    )
+    .await;
+
+    manager.signal("CONT");
+    for name in &names {
+        eventually(
+            "every Cluster created while the manager stood still imported",
+            || h.fleet_cluster("team-a", name),
+        )
+        .await;
+    }
+    assert!(
+        cluster_watches() > watches_before,
+        "the manager watched Clusters again after the server closed its watch"
     );
 }

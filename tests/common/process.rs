@@ -48,6 +48,18 @@ impl ManagerProcess {
         self.child.wait().await.expect("wait");
     }
 
+    /// Sends `signal` (`STOP`, `CONT`) to the process, as `kill -SIGNAL` does: a stopped
+    /// process reads nothing, its sockets fill up.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.id().expect("running");
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{signal} {pid}");
+    }
+
     /// Whether the process has exited, with its status.
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().expect("try_wait")

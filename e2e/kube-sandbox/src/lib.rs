@@ -286,6 +286,7 @@ impl Sandbox {
             bookmark_now: tokio::sync::watch::channel(0u64).0,
             bookmark_interval: opts.bookmark_interval,
             slow_watcher_budget: opts.slow_watcher_budget,
+            slow_watchers_closed: Default::default(),
             pages: Default::default(),
             snapshot_dir: opts
                 .snapshot_dir
@@ -500,6 +501,14 @@ impl Sandbox {
     /// 410 Gone.
     pub fn compact_history(&self) {
         self.app.compact();
+    }
+
+    /// How many watches the server closed because their client did not read in time (see
+    /// [`SandboxOptions::slow_watcher_budget`]).
+    pub fn slow_watchers_closed(&self) -> u64 {
+        self.app
+            .slow_watchers_closed
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The current (last assigned) resourceVersion.

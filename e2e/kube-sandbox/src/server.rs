@@ -45,6 +45,8 @@ pub struct App {
     pub bookmark_interval: Duration,
     /// See [`crate::SandboxOptions::slow_watcher_budget`].
     pub slow_watcher_budget: Duration,
+    /// How many watches were closed because their client did not read in time.
+    pub slow_watchers_closed: Arc<std::sync::atomic::AtomicU64>,
     /// Snapshots of paginated lists, by continue-token id.
     pub pages: Mutex<Pages>,
     /// Where snapshots go, if anywhere.
@@ -1016,6 +1018,7 @@ fn start_watch(
         format: fmt,
         bookmark_interval: app.bookmark_interval,
         slow_watcher_budget: app.slow_watcher_budget,
+        slow_watchers_closed: app.slow_watchers_closed.clone(),
     };
     let delay = app.faults.watch_delay(&spec.def.group, &spec.def.plural);
     watch::start(

@@ -45,6 +45,8 @@ pub struct WatchSpec {
     pub bookmark_interval: Duration,
     /// How long a live event waits for a full watcher before the watch is closed.
     pub slow_watcher_budget: Duration,
+    /// Counts the watches closed for not reading in time.
+    pub slow_watchers_closed: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl WatchSpec {
@@ -259,14 +261,18 @@ pub fn start(
                             continue;
                         }
                         if let Some((t, obj)) = spec.translate(&ev)
-                            && !tx.send_within(spec.line(t, &obj), budget).await
+                            && !tx.send_within(spec.line(t, &obj), budget, &spec.slow_watchers_closed).await
                         {
                             return;
                         }
                     }
                     // Fell too far behind (or the server is going away): close, as a real
                     // server closes slow watchers; the client resumes from its last rv.
-                    Err(broadcast::error::RecvError::Lagged(_)) | Err(broadcast::error::RecvError::Closed) => return,
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        spec.slow_watchers_closed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        return;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
                 },
                 _ = close.changed() => return,
                 _ = async {
@@ -277,13 +283,13 @@ pub fn start(
                 } => return,
                 _ = tick.tick(), if spec.bookmarks => {
                     last = bookmark_rv(&store2, &sub, last);
-                    if !tx.send_within(spec.bookmark(last, false), budget).await {
+                    if !tx.send_within(spec.bookmark(last, false), budget, &spec.slow_watchers_closed).await {
                         return;
                     }
                 }
                 Ok(()) = bookmark_now.changed(), if spec.bookmarks => {
                     last = bookmark_rv(&store2, &sub, last);
-                    if !tx.send_within(spec.bookmark(last, false), budget).await {
+                    if !tx.send_within(spec.bookmark(last, false), budget, &spec.slow_watchers_closed).await {
                         return;
                     }
                 }
@@ -314,7 +320,12 @@ impl Stamping {
     /// A live event: at once if the watcher's buffer has room, else within `budget`; `false`
     /// closes the watch (a watcher that does not read is closed, as kube-apiserver's watch
     /// cache closes it: `cache_watcher.go` `add`). A zero budget never closes.
-    async fn send_within(&self, bytes: Bytes, budget: Duration) -> bool {
+    async fn send_within(
+        &self,
+        bytes: Bytes,
+        budget: Duration,
+        slow_closes: &std::sync::atomic::AtomicU64,
+    ) -> bool {
         let item = (tokio::time::Instant::now(), bytes);
         match self.0.try_send(item) {
             Ok(()) => true,
@@ -323,10 +334,13 @@ impl Stamping {
                 self.0.send(item).await.is_ok()
             }
             Err(mpsc::error::TrySendError::Full(item)) => {
-                matches!(
-                    tokio::time::timeout(budget, self.0.send(item)).await,
-                    Ok(Ok(()))
-                )
+                match tokio::time::timeout(budget, self.0.send(item)).await {
+                    Ok(sent) => sent.is_ok(),
+                    Err(_) => {
+                        slow_closes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        false
+                    }
+                }
             }
         }
     }

@@ -469,6 +469,7 @@ async fn a_watcher_that_stops_reading_is_closed_within_the_budget() {
     let text = String::from_utf8_lossy(&got);
     let events = text.matches("\"type\":\"ADDED\"").count();
     assert!(events < COUNT, "closed before it got everything: {events}");
+    assert_eq!(s.slow_watchers_closed(), 1, "counted as a slow watcher");
     let last = text
         .lines()
         .rev()
