@@ -215,6 +215,32 @@ impl Env {
             .expect("token status");
     }
 
+    /// The FleetAddonConfig singleton, with an empty spec.
+    async fn create_addon_config(&self) {
+        let config: caapf::api::FleetAddonConfig = serde_json::from_value(json!({
+            "apiVersion": "addons.cluster.x-k8s.io/v1alpha1", "kind": "FleetAddonConfig",
+            "metadata": {"name": "fleet-addon-config"}, "spec": {}
+        }))
+        .expect("config");
+        Api::<caapf::api::FleetAddonConfig>::all(self.client())
+            .create(&PostParams::default(), &config)
+            .await
+            .expect("create");
+    }
+
+    /// Plays the provider's Fleet installation: `status.installedVersion`, which picks the
+    /// agent chart.
+    async fn set_installed_version(&self, version: &str) {
+        Api::<caapf::api::FleetAddonConfig>::all(self.client())
+            .patch_status(
+                "fleet-addon-config",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"installedVersion": version}})),
+            )
+            .await
+            .expect("status");
+    }
+
     /// Plays the Fleet chart: the fleet-controller ConfigMap (once; again is a no-op).
     async fn install_fleet(&self) {
         let namespaces: Api<Namespace> = Api::all(self.client());
@@ -1275,24 +1301,8 @@ async fn the_chart_of_the_installed_fleet_version_is_rendered() {
     let env = Env::start(Some("cluster: {agentInitiated: true}")).await;
     env.charts.add_agent_version("0.16.1");
     // The provider installed Fleet 0.16.1: status.installedVersion picks the chart.
-    let configs: Api<caapf::api::FleetAddonConfig> = Api::all(env.client());
-    let config: caapf::api::FleetAddonConfig = serde_json::from_value(json!({
-        "apiVersion": "addons.cluster.x-k8s.io/v1alpha1", "kind": "FleetAddonConfig",
-        "metadata": {"name": "fleet-addon-config"}, "spec": {}
-    }))
-    .expect("config");
-    configs
-        .create(&PostParams::default(), &config)
-        .await
-        .expect("create");
-    configs
-        .patch_status(
-            "fleet-addon-config",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"installedVersion": "0.16.1"}})),
-        )
-        .await
-        .expect("status");
+    env.create_addon_config().await;
+    env.set_installed_version("0.16.1").await;
     let cluster = env
         .capi_cluster("c6", json!({}), "quick-start", false)
         .await;
@@ -1343,14 +1353,7 @@ async fn the_chart_of_the_installed_fleet_version_is_rendered() {
     let before = env
         .capi_cluster("c7", json!({}), "quick-start", false)
         .await;
-    configs
-        .patch_status(
-            "fleet-addon-config",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"installedVersion": "0.12.0"}})),
-        )
-        .await
-        .expect("status");
+    env.set_installed_version("0.12.0").await;
     assert_retry(
         &env.call(Hook::BeforeClusterCreate, &before).await,
         "ClusterRegistrationToken",
@@ -1370,24 +1373,8 @@ async fn the_chart_of_the_installed_fleet_version_is_rendered() {
 async fn fleet_0_11_is_answered_with_success_an_event_and_nothing_prepared() {
     let env = Env::start(Some("cluster: {agentInitiated: true}")).await;
     env.install_fleet().await;
-    let configs: Api<caapf::api::FleetAddonConfig> = Api::all(env.client());
-    let config: caapf::api::FleetAddonConfig = serde_json::from_value(json!({
-        "apiVersion": "addons.cluster.x-k8s.io/v1alpha1", "kind": "FleetAddonConfig",
-        "metadata": {"name": "fleet-addon-config"}, "spec": {}
-    }))
-    .expect("config");
-    configs
-        .create(&PostParams::default(), &config)
-        .await
-        .expect("create");
-    configs
-        .patch_status(
-            "fleet-addon-config",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"installedVersion": "0.11.14"}})),
-        )
-        .await
-        .expect("status");
+    env.create_addon_config().await;
+    env.set_installed_version("0.11.14").await;
     let cluster = env
         .capi_cluster("old-fleet", json!({}), "quick-start", false)
         .await;
@@ -1777,24 +1764,8 @@ async fn the_agent_chart_is_pulled_from_an_oci_registry() {
 
     // The registry is down and the chart of another version is not cached: retried, said why.
     private.stop();
-    let configs: Api<caapf::api::FleetAddonConfig> = Api::all(env.client());
-    let object: caapf::api::FleetAddonConfig = serde_json::from_value(json!({
-        "apiVersion": "addons.cluster.x-k8s.io/v1alpha1", "kind": "FleetAddonConfig",
-        "metadata": {"name": "fleet-addon-config"}, "spec": {}
-    }))
-    .expect("config");
-    configs
-        .create(&PostParams::default(), &object)
-        .await
-        .expect("create");
-    configs
-        .patch_status(
-            "fleet-addon-config",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"installedVersion": "9.9.9"}})),
-        )
-        .await
-        .expect("status");
+    env.create_addon_config().await;
+    env.set_installed_version("9.9.9").await;
     let cluster = ready_cluster("oci-down").await;
     assert_retry(
         &env.call(Hook::BeforeClusterCreate, &cluster).await,
@@ -1818,14 +1789,7 @@ async fn the_agent_chart_is_pulled_from_an_oci_registry() {
         basic_auth: true,
     });
     mirror.push_agent(AGENT_CHART_VERSION);
-    configs
-        .patch_status(
-            "fleet-addon-config",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"installedVersion": AGENT_CHART_VERSION}})),
-        )
-        .await
-        .expect("status");
+    env.set_installed_version(AGENT_CHART_VERSION).await;
     set_config(format!(
         "cluster: {{agentInitiated: true}}\ninstall: {{followLatest: true, repository: \"{}\", \
          credentials: {{secret: {{name: registry-pull, namespace: {NS}}}}}, \
