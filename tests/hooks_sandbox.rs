@@ -1027,6 +1027,36 @@ fn fleet_agent_bundle_input(version: &str) -> BootstrapInput {
 /// each; 0.12.0 too, whose chart still has a hook Job), but for [`BOOTSTRAP_ONLY`] and
 /// [`FLEET_ONLY`]. Issue #29 defect 1: before, the agent ran without `AGENT_SCOPE` and
 /// `CHECKIN_INTERVAL`, with the chart's tolerations, RBAC names and environment.
+/// `helm template` of the `fleet-agent` chart at `archive` with the values the hook computes for
+/// `input`, without hooks, as the runtime extension renders it.
+fn render_agent_chart(
+    home: &std::path::Path,
+    archive: &std::path::Path,
+    input: &BootstrapInput,
+) -> String {
+    let values = chart_values(input).expect("values");
+    let values_file = tempfile::NamedTempFile::new().expect("values file");
+    std::fs::write(
+        values_file.path(),
+        serde_json::to_vec(&values).expect("json"),
+    )
+    .expect("write");
+    fleet_common::helm(
+        home,
+        None,
+        &[
+            "template",
+            "fleet-agent",
+            archive.to_str().expect("path"),
+            "--namespace",
+            "fleet-addon-agent",
+            "--no-hooks",
+            "--values",
+            values_file.path().to_str().expect("path"),
+        ],
+    )
+}
+
 #[test]
 fn the_agent_is_what_fleet_deploys_at_every_supported_minor() {
     let home = tempfile::tempdir().expect("helm home");
@@ -1039,28 +1069,8 @@ fn the_agent_is_what_fleet_deploys_at_every_supported_minor() {
         ("0.16", "0.16.1"),
     ] {
         let input = fleet_agent_bundle_input(version);
-        let values = chart_values(&input).expect("values");
-        let values_file = tempfile::NamedTempFile::new().expect("values file");
-        std::fs::write(
-            values_file.path(),
-            serde_json::to_vec(&values).expect("json"),
-        )
-        .expect("write");
         let archive = fleet_common::package_agent_chart(version);
-        let rendered = fleet_common::helm(
-            home.path(),
-            None,
-            &[
-                "template",
-                "fleet-agent",
-                archive.to_str().expect("path"),
-                "--namespace",
-                "fleet-addon-agent",
-                "--no-hooks",
-                "--values",
-                values_file.path().to_str().expect("path"),
-            ],
-        );
+        let rendered = render_agent_chart(home.path(), &archive, &input);
         let ours = finish(&rendered, &input).expect("finished");
         let fixture = std::fs::read_to_string(
             std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -1234,27 +1244,7 @@ fn what_the_bootstrap_adds_to_a_control_plane_machine_s_user_data() {
             .expect("config"),
             version: FleetVersion::parse("0.16.1").expect("version"),
         };
-        let chart_values = chart_values(&input).expect("values");
-        let values_file = tempfile::NamedTempFile::new().expect("values file");
-        std::fs::write(
-            values_file.path(),
-            serde_json::to_vec(&chart_values).expect("json"),
-        )
-        .expect("write");
-        let rendered = fleet_common::helm(
-            home.path(),
-            None,
-            &[
-                "template",
-                "fleet-agent",
-                archive.to_str().expect("path"),
-                "--namespace",
-                "fleet-addon-agent",
-                "--no-hooks",
-                "--values",
-                values_file.path().to_str().expect("path"),
-            ],
-        );
+        let rendered = render_agent_chart(home.path(), &archive, &input);
         let objects = finish(&rendered, &input).expect("finished");
         let files = caapf::model::agent_manifest::bootstrap_files(&objects).expect("files");
         if let Ok(dir) = std::env::var("CAAPF_DUMP_BOOT_SCRIPT") {

@@ -347,9 +347,40 @@ async fn close_watches_ends_streams() {
     assert_eq!(w.next_within(Duration::from_secs(5)).await, Ok(None));
 }
 
+/// A raw watch of ConfigMaps from `rv` whose client never reads, with a tiny receive buffer so
+/// the server cannot park much in the kernel on its behalf.
+async fn unread_watch(s: &Sandbox, rv: u64) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let mut conn = sock.connect(s.addr()).await.unwrap();
+    conn.write_all(
+        format!("GET {CMS}?watch=true&resourceVersion={rv} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    conn
+}
+
+/// Everything the server sent on `conn` up to the end of the chunked body (the watch closed).
+async fn read_to_end_of_body(conn: &mut tokio::net::TcpStream) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    loop {
+        let n = conn.read(&mut buf).await.unwrap();
+        if n == 0 {
+            return got;
+        }
+        got.extend_from_slice(&buf[..n]);
+        if got.ends_with(b"\r\n0\r\n\r\n") {
+            return got;
+        }
+    }
+}
+
 #[tokio::test]
 async fn slow_watchers_do_not_block_writers() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let s = Sandbox::start_with(SandboxOptions {
         crds: vec![],
         watch_buffer: 16,
@@ -361,14 +392,7 @@ async fn slow_watchers_do_not_block_writers() {
     let rv = s.resource_version();
     // A watcher that never reads, with a tiny receive buffer so the server cannot park much in
     // the kernel on its behalf.
-    let sock = tokio::net::TcpSocket::new_v4().unwrap();
-    sock.set_recv_buffer_size(4096).unwrap();
-    let mut conn = sock.connect(s.addr()).await.unwrap();
-    conn.write_all(
-        format!("GET {CMS}?watch=true&resourceVersion={rv} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
-    )
-    .await
-    .unwrap();
+    let mut conn = unread_watch(&s, rv).await;
     let api: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
     let data = "x".repeat(24 * 1024);
     let writes = async {
@@ -386,22 +410,9 @@ async fn slow_watchers_do_not_block_writers() {
         .await
         .expect("writers were blocked by a slow watcher");
     // The slow watcher was closed (end of the chunked body) before it got everything.
-    let mut got = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), async {
-        let mut buf = vec![0u8; 65536];
-        loop {
-            let n = conn.read(&mut buf).await.unwrap();
-            if n == 0 {
-                break;
-            }
-            got.extend_from_slice(&buf[..n]);
-            if got.ends_with(b"\r\n0\r\n\r\n") {
-                break;
-            }
-        }
-    })
-    .await
-    .expect("the slow watcher should have been closed");
+    let got = tokio::time::timeout(Duration::from_secs(10), read_to_end_of_body(&mut conn))
+        .await
+        .expect("the slow watcher should have been closed");
     let text = String::from_utf8_lossy(&got);
     let events = text.matches("\"type\":\"ADDED\"").count();
     assert!(
@@ -421,7 +432,6 @@ async fn slow_watchers_do_not_block_writers() {
 /// `time_budget.go`); the client resumes from its last resourceVersion and loses nothing.
 #[tokio::test]
 async fn a_watcher_that_stops_reading_is_closed_within_the_budget() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let s = Sandbox::start_with(SandboxOptions {
         crds: vec![],
         ..Default::default()
@@ -430,14 +440,7 @@ async fn a_watcher_that_stops_reading_is_closed_within_the_budget() {
     .unwrap();
     let c = s.client();
     let rv = s.resource_version();
-    let sock = tokio::net::TcpSocket::new_v4().unwrap();
-    sock.set_recv_buffer_size(4096).unwrap();
-    let mut conn = sock.connect(s.addr()).await.unwrap();
-    conn.write_all(
-        format!("GET {CMS}?watch=true&resourceVersion={rv} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
-    )
-    .await
-    .unwrap();
+    let mut conn = unread_watch(&s, rv).await;
     let api: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
     let data = "x".repeat(24 * 1024);
     const COUNT: usize = 300;
@@ -450,22 +453,9 @@ async fn a_watcher_that_stops_reading_is_closed_within_the_budget() {
             .await
             .unwrap();
     }
-    let mut got = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), async {
-        let mut buf = vec![0u8; 65536];
-        loop {
-            let n = conn.read(&mut buf).await.unwrap();
-            if n == 0 {
-                break;
-            }
-            got.extend_from_slice(&buf[..n]);
-            if got.ends_with(b"\r\n0\r\n\r\n") {
-                break;
-            }
-        }
-    })
-    .await
-    .expect("a watcher that stopped reading is closed, far from 10,000 events behind");
+    let got = tokio::time::timeout(Duration::from_secs(10), read_to_end_of_body(&mut conn))
+        .await
+        .expect("a watcher that stopped reading is closed, far from 10,000 events behind");
     let text = String::from_utf8_lossy(&got);
     let events = text.matches("\"type\":\"ADDED\"").count();
     assert!(events < COUNT, "closed before it got everything: {events}");
