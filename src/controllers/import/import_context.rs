@@ -4,17 +4,18 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
-use kube::Resource;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
 use tokio::sync::Notify;
 
 use crate::Result;
 use crate::api::{CachedFleetCluster, CapiCluster};
-use crate::apply::expectations::Expectations;
+use crate::apply::expectations::{Expectations, Key};
 use crate::context::Context;
 use crate::controllers::backoff::Backoff;
 use crate::controllers::import::references::References;
@@ -22,7 +23,8 @@ use crate::controllers::import::stores::{Stores, decoded};
 use crate::controllers::reconcile;
 use crate::model::capi::ClusterView;
 use crate::model::config::EffectiveConfig;
-use crate::model::import::{Decision, import_decision};
+use crate::model::import::{Decision, import_decision, waits_for_terminating_namespace};
+use crate::model::namespace::NamespaceState;
 
 /// What the import controllers share.
 pub struct ImportContext {
@@ -34,16 +36,12 @@ pub struct ImportContext {
     pub expectations: Expectations,
     /// Pinged after every Cluster reconcile; the status writer recounts (at a bounded rate).
     pub counts_changed: Notify,
-    /// Missing references already reported (by Cluster uid, the roles), so each is reported
-    /// once, not every reconcile. Entries of Clusters that are gone are dropped by
-    /// [`ImportContext::forget_gone_reports`].
-    reported: Mutex<HashMap<String, BTreeSet<&'static str>>>,
+    /// Missing references already reported, so each is reported once.
+    pub missing_references: MissingReferences,
     /// True once every cache holds its first full list.
     caches_ready: tokio::sync::watch::Receiver<bool>,
-    /// Clusters (by uid) whose bootstrap Secret was seen to hold the values of their current
-    /// registration token (its uid), so it is not read again until the token changes. Entries
-    /// of Clusters that are gone are dropped with the reports.
-    bootstrap_tokens: Mutex<HashMap<String, String>>,
+    /// Bootstrap Secrets seen to follow their Cluster's current registration token.
+    pub bootstrap_tokens: BootstrapTokens,
 }
 
 impl ImportContext {
@@ -60,9 +58,9 @@ impl ImportContext {
             backoff: Backoff::default(),
             expectations: Expectations::default(),
             counts_changed: Notify::new(),
-            reported: Mutex::new(HashMap::new()),
+            missing_references: MissingReferences::default(),
             caches_ready,
-            bootstrap_tokens: Mutex::new(HashMap::new()),
+            bootstrap_tokens: BootstrapTokens::default(),
         }
     }
 
@@ -107,6 +105,27 @@ impl ImportContext {
         })
     }
 
+    /// [`Self::decide`] for the Cluster controller, with the expectation keys of the Cluster's
+    /// objects and what holds the decision back ([`Hold`]).
+    pub fn decide_to_write(
+        &self,
+        cluster: &CapiCluster,
+        config: &EffectiveConfig,
+    ) -> Option<(Decided, ObjectKeys, Option<Hold>)> {
+        let decided = self.decide(cluster, config)?;
+        let view = &decided.view;
+        let keys = ObjectKeys::of(view, &decided.fleet_name);
+        let hold = if let Some(wait) = keys.wait(self, cluster, decided.live.as_deref()) {
+            Some(Hold::CachesBehind(wait))
+        } else {
+            let terminating =
+                self.stores.namespace_state(&view.namespace) == NamespaceState::Terminating;
+            waits_for_terminating_namespace(&decided.decision, terminating)
+                .then_some(Hold::NamespaceTerminating)
+        };
+        Some((decided, keys, hold))
+    }
+
     /// [`Self::decide`] without decoding the Fleet Cluster, for callers that need only the
     /// view and the decision (a namespace decides all its Clusters on every change).
     pub fn decision(
@@ -145,29 +164,10 @@ impl ImportContext {
         Some((view, fleet_name, cached, decision))
     }
 
-    /// Whether the missing `role` reference of the Cluster `uid` is reported for the first time.
-    pub(super) fn first_report(&self, uid: &str, role: &'static str) -> bool {
-        self.reports()
-            .entry(uid.to_string())
-            .or_default()
-            .insert(role)
-    }
-
-    /// The `role` reference of the Cluster `uid` can be read again.
-    pub(super) fn resolved(&self, uid: &str, role: &'static str) {
-        let mut reported = self.reports();
-        if let Some(roles) = reported.get_mut(uid) {
-            roles.remove(role);
-            if roles.is_empty() {
-                reported.remove(uid);
-            }
-        }
-    }
-
-    /// Drops the reports of Clusters no longer in the cache (by uid, so a Cluster re-created
-    /// under the same name is reported afresh).
+    /// Drops the reports and bootstrap-token entries of Clusters no longer in the cache (by
+    /// uid, so a Cluster re-created under the same name is reported afresh).
     pub fn forget_gone_reports(&self) {
-        if self.reports().is_empty() && self.bootstrap_tokens().is_empty() {
+        if self.missing_references.is_empty() && self.bootstrap_tokens.is_empty() {
             return;
         }
         let live: HashSet<String> = self
@@ -177,36 +177,8 @@ impl ImportContext {
             .iter()
             .filter_map(|c| c.metadata.uid.clone())
             .collect();
-        self.reports().retain(|uid, _| live.contains(uid));
-        self.bootstrap_tokens().retain(|uid, _| live.contains(uid));
-    }
-
-    /// Whether the bootstrap Secret of the Cluster `uid` was seen to follow token `token_uid`.
-    pub(super) fn bootstrap_follows(&self, uid: &str, token_uid: &str) -> bool {
-        self.bootstrap_tokens()
-            .get(uid)
-            .is_some_and(|seen| seen == token_uid)
-    }
-
-    /// The bootstrap Secret of the Cluster `uid` follows token `token_uid`.
-    pub(super) fn bootstrap_followed(&self, uid: &str, token_uid: &str) {
-        self.bootstrap_tokens()
-            .insert(uid.to_string(), token_uid.to_string());
-    }
-
-    fn bootstrap_tokens(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
-        self.bootstrap_tokens
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// How many Clusters have a reported missing reference.
-    pub fn reported_len(&self) -> usize {
-        self.reports().len()
-    }
-
-    fn reports(&self) -> std::sync::MutexGuard<'_, HashMap<String, BTreeSet<&'static str>>> {
-        self.reported.lock().unwrap_or_else(|p| p.into_inner())
+        self.missing_references.retain(&live);
+        self.bootstrap_tokens.retain(&live);
     }
 }
 
@@ -216,6 +188,130 @@ pub struct Decided {
     pub fleet_name: String,
     pub live: Option<Arc<FleetCluster>>,
     pub decision: Decision,
+}
+
+/// Missing references already reported (by Cluster uid, the roles), so each is reported once,
+/// not every reconcile. Entries of Clusters that are gone are dropped by
+/// [`MissingReferences::retain`].
+#[derive(Default)]
+pub struct MissingReferences(Mutex<HashMap<String, BTreeSet<&'static str>>>);
+
+impl MissingReferences {
+    /// Whether the missing `role` reference of the Cluster `uid` is reported for the first time.
+    pub(super) fn first_report(&self, uid: &str, role: &'static str) -> bool {
+        self.lock().entry(uid.to_string()).or_default().insert(role)
+    }
+
+    /// The `role` reference of the Cluster `uid` can be read again.
+    pub(super) fn resolved(&self, uid: &str, role: &'static str) {
+        let mut reported = self.lock();
+        if let Some(roles) = reported.get_mut(uid) {
+            roles.remove(role);
+            if roles.is_empty() {
+                reported.remove(uid);
+            }
+        }
+    }
+
+    /// Keeps the entries of the Clusters `live` (uids) holds.
+    pub fn retain(&self, live: &HashSet<String>) {
+        self.lock().retain(|uid, _| live.contains(uid));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, BTreeSet<&'static str>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Clusters (by uid) whose bootstrap Secret was seen to hold the values of their current
+/// registration token (its uid), so it is not read again until the token changes. Entries of
+/// Clusters that are gone are dropped by [`BootstrapTokens::retain`].
+#[derive(Default)]
+pub struct BootstrapTokens(Mutex<HashMap<String, String>>);
+
+impl BootstrapTokens {
+    pub(super) fn follows(&self, uid: &str, token_uid: &str) -> bool {
+        self.lock().get(uid).is_some_and(|seen| seen == token_uid)
+    }
+
+    pub(super) fn followed(&self, uid: &str, token_uid: &str) {
+        self.lock().insert(uid.to_string(), token_uid.to_string());
+    }
+
+    /// Keeps the entries of the Clusters `live` (uids) holds.
+    pub fn retain(&self, live: &HashSet<String>) {
+        self.lock().retain(|uid, _| live.contains(uid));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, String>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// What holds a Cluster's decision back.
+#[derive(Debug)]
+pub enum Hold {
+    /// The caches do not show our last writes of its objects yet; the watch event that brings
+    /// a write in triggers the Cluster again, this wait (a bound) otherwise.
+    CachesBehind(Duration),
+    /// Its namespace is terminating: nothing new is created in it.
+    NamespaceTerminating,
+}
+
+/// The objects a Cluster reconcile reads and writes, as expectation keys.
+pub struct ObjectKeys {
+    pub cluster: Key,
+    pub fleet_cluster: Key,
+    pub token: Key,
+}
+
+impl ObjectKeys {
+    fn of(view: &ClusterView, fleet_name: &str) -> Self {
+        Self {
+            cluster: Key::cluster(&view.namespace, &view.name),
+            fleet_cluster: Key::fleet_cluster(&view.namespace, fleet_name),
+            token: Key::token(&view.namespace, &view.name),
+        }
+    }
+
+    pub fn all(&self) -> [&Key; 3] {
+        [&self.cluster, &self.fleet_cluster, &self.token]
+    }
+
+    /// How long to wait until the caches show our last writes of these objects (`None`: they
+    /// do).
+    fn wait(
+        &self,
+        ctx: &ImportContext,
+        cluster: &CapiCluster,
+        live: Option<&FleetCluster>,
+    ) -> Option<Duration> {
+        let token = ctx.stores.token(&cluster.namespace()?, &cluster.name_any());
+        [
+            (&self.cluster, cluster.meta().resource_version.as_deref()),
+            (
+                &self.fleet_cluster,
+                live.and_then(|l| l.meta().resource_version.as_deref()),
+            ),
+            (
+                &self.token,
+                token
+                    .as_ref()
+                    .and_then(|t| t.metadata.resource_version.as_deref()),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(key, cached)| ctx.expectations.wait(key, cached))
+        .min()
+    }
 }
 
 /// The error policy of an import controller: the failed object is retried with the shared

@@ -11,7 +11,7 @@ use kube::{Api, ResourceExt};
 use crate::Result;
 use crate::api::BundleNamespaceMapping;
 use crate::controllers::import::import_context::ImportContext;
-use crate::controllers::import::namespaces::{delete_mappings, state};
+use crate::controllers::import::namespaces::delete_mappings;
 use crate::model::namespace::{NamespaceState, is_orphaned_mapping};
 use crate::names;
 
@@ -36,7 +36,7 @@ pub async fn reconcile_mapping(
 async fn reconcile_orphan(mapping: &BundleNamespaceMapping, ctx: &ImportContext) -> Result<Action> {
     let name = mapping.name_any();
     let managed = mapping.labels().contains_key(names::MANAGED_LABEL);
-    if !is_orphaned_mapping(managed, state(ctx, &name)) {
+    if !is_orphaned_mapping(managed, ctx.stores.namespace_state(&name)) {
         return Ok(Action::await_change());
     }
     // The cache may not show a namespace created a moment ago: ask the API server.

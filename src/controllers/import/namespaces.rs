@@ -8,7 +8,6 @@ use fleet_api_rs::fleet_clustergroup::ClusterGroup;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -235,16 +234,6 @@ pub async fn delete_mappings<S: AsRef<str>>(
         }
     }
     Ok(())
-}
-
-/// The state of a namespace in the cache.
-pub fn state(ctx: &ImportContext, name: &str) -> NamespaceState {
-    NamespaceState::of(
-        ctx.stores
-            .namespaces
-            .get(&ObjectRef::new(name))
-            .map(|ns| ns.metadata.deletion_timestamp.is_some()),
-    )
 }
 
 fn log_write(outcome: crate::apply::Outcome, kind: &str, namespace: &str, name: &str) {

@@ -37,6 +37,7 @@ use crate::api::{BundleNamespaceMapping, CachedFleetCluster, CapiCluster, CapiCl
 use crate::cli::ManagerFlags;
 use crate::controllers::watch_backoff::WatchBackoff;
 use crate::model::capi::{ClassRef, ClusterView, StringMap};
+use crate::model::namespace::NamespaceState;
 use crate::names;
 
 mod hub;
@@ -184,6 +185,15 @@ impl Stores {
             .get(&ObjectRef::new(namespace))
             .and_then(|ns| ns.metadata.labels.clone())
             .unwrap_or_default()
+    }
+
+    /// Whether a namespace exists and whether it is terminating, as the cache shows it.
+    pub fn namespace_state(&self, name: &str) -> NamespaceState {
+        NamespaceState::of(
+            self.namespaces
+                .get(&ObjectRef::new(name))
+                .map(|ns| ns.metadata.deletion_timestamp.is_some()),
+        )
     }
 
     /// The cached Fleet Cluster, decoded (the cache keeps it as compact text).

@@ -86,7 +86,7 @@ pub const TEMPLATE_VALUES: &str = "/spec/templateValues";
 
 /// Replaces a cached Fleet Cluster's `templateValues` by their digest: a copy of the CAPI
 /// Cluster's metadata and spec that is only ever compared whole (the no-op check digests the
-/// desired object alike, see `clusters.rs`); as a tree of maps it was the largest part of every
+/// desired object alike, see `cluster_writes.rs`); as a tree of maps it was the largest part of every
 /// cached Fleet Cluster. Nothing else reads them from the cache.
 pub(super) fn digest_template_values(fleet: &mut FleetCluster) {
     let Some(values) = fleet.spec.template_values.take() else {
