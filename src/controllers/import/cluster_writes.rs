@@ -123,19 +123,21 @@ impl<'a> ClusterWrites<'a> {
         for key in self.keys.all() {
             self.ctx.expectations.forget(key);
         }
+        // The Fleet Cluster is left to the garbage collector when the CAPI Cluster owns it; the
+        // namespace controller takes care of shared objects once the Cluster is gone.
+        let view = &decided.view;
         let live = confirm_absent(
             decided.live.clone(),
             &self.fleet_clusters,
             &decided.fleet_name,
         )
         .await?;
-        cleanup(
-            &decided.view,
-            live.as_deref(),
-            &self.fleet_clusters,
-            self.ctx,
-        )
-        .await?;
+        if let Some(live) = live
+            && !live.owner_references().iter().any(|o| o.uid == view.uid)
+        {
+            delete_if_exists(&self.fleet_clusters, &live.name_any()).await?;
+        }
+        registration::delete_token(view, self.ctx).await?;
         remove_finalizer(&self.clusters, self.cluster).await?;
         Ok(())
     }
@@ -346,27 +348,6 @@ async fn confirm_absent(
         Some(live) => Ok(Some(live)),
         None => Ok(api.get_opt(name).await?.map(Arc::new)),
     }
-}
-
-/// Removes what we created for a deleted Cluster. The Fleet Cluster is left to the garbage
-/// collector when the CAPI Cluster owns it; the namespace controller takes care of shared
-/// objects once the Cluster is gone. Nothing here waits, so deletion is never held.
-async fn cleanup(
-    view: &ClusterView,
-    live: Option<&FleetCluster>,
-    fleet_clusters: &Api<FleetCluster>,
-    ctx: &ImportContext,
-) -> Result<()> {
-    if let Some(live) = live {
-        let owned = live
-            .owner_references()
-            .iter()
-            .any(|owner| owner.uid == view.uid);
-        if !owned {
-            delete_if_exists(fleet_clusters, &live.name_any()).await?;
-        }
-    }
-    registration::delete_token(view, ctx).await
 }
 
 async fn report(
