@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::controllers::import::import_context::ImportContext;
 use crate::controllers::import::references::Lookup;
-use crate::model::capi::{ClusterView, ProviderRef};
+use crate::model::capi::ClusterView;
 use crate::model::fleet::template_values;
 
 /// `templateValues` of the Cluster `json` with whatever references can be read; Events about
@@ -21,57 +21,41 @@ pub(super) async fn resolved(
     regarding: &ObjectReference,
     ctx: &ImportContext,
 ) -> BTreeMap<String, Value> {
-    let control_plane = read(
-        view,
-        view.control_plane_ref.as_ref(),
-        "ControlPlane",
-        regarding,
-        ctx,
-    )
-    .await;
-    let infrastructure = read(
-        view,
-        view.infrastructure_ref.as_ref(),
-        "InfrastructureCluster",
-        regarding,
-        ctx,
-    )
-    .await;
-    template_values(json, view, control_plane.as_ref(), infrastructure.as_ref())
-}
-
-/// The object `reference` names, or `None`, reported the first time it cannot be read.
-async fn read(
-    view: &ClusterView,
-    reference: Option<&ProviderRef>,
-    role: &'static str,
-    regarding: &ObjectReference,
-    ctx: &ImportContext,
-) -> Option<Value> {
-    let reference = reference?;
     let reported = &ctx.missing_references;
-    let problem = match ctx.references.lookup(reference).await {
-        Lookup::Found(object) => {
-            reported.resolved(&view.uid, role);
-            return Some(object);
+    let references = [
+        (view.control_plane_ref.as_ref(), "ControlPlane"),
+        (view.infrastructure_ref.as_ref(), "InfrastructureCluster"),
+    ];
+    let mut objects: [Option<Value>; 2] = [None, None];
+    for ((reference, role), object) in references.into_iter().zip(&mut objects) {
+        let Some(reference) = reference else {
+            continue;
+        };
+        let problem = match ctx.references.lookup(reference).await {
+            Lookup::Found(found) => {
+                reported.resolved(&view.uid, role);
+                *object = Some(found);
+                continue;
+            }
+            Lookup::Missing => format!(
+                "{role} {} {}/{} not found",
+                reference.kind, reference.namespace, reference.name
+            ),
+            Lookup::Unavailable(reason) => format!("{role} cannot be read: {reason}"),
+        };
+        if reported.first_report(&view.uid, role) {
+            tracing::warn!(cluster = %view.name, namespace = %view.namespace, %problem, "templateValues incomplete");
+            ctx.base
+                .event(
+                    regarding,
+                    EventType::Warning,
+                    "TemplateValuesIncomplete",
+                    "Creating",
+                    format!("{problem}; templateValues are set without it"),
+                )
+                .await;
         }
-        Lookup::Missing => format!(
-            "{role} {} {}/{} not found",
-            reference.kind, reference.namespace, reference.name
-        ),
-        Lookup::Unavailable(reason) => format!("{role} cannot be read: {reason}"),
-    };
-    if reported.first_report(&view.uid, role) {
-        tracing::warn!(cluster = %view.name, namespace = %view.namespace, %problem, "templateValues incomplete");
-        ctx.base
-            .event(
-                regarding,
-                EventType::Warning,
-                "TemplateValuesIncomplete",
-                "Creating",
-                format!("{problem}; templateValues are set without it"),
-            )
-            .await;
     }
-    None
+    let [control_plane, infrastructure] = objects;
+    template_values(json, view, control_plane.as_ref(), infrastructure.as_ref())
 }
