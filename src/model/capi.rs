@@ -556,6 +556,22 @@ pub fn status_changes(live: Option<&Value>, status: bool) -> bool {
     }
 }
 
+/// Longest Event note the API server accepts (`events.k8s.io/v1` `note`: 1 kB).
+pub const MAX_EVENT_NOTE_BYTES: usize = 1024;
+
+/// `note` cut on a character boundary to fit an Event (the
+/// Cluster's `FleetReady` and teardown Events).
+pub fn event_note(note: &str) -> String {
+    if note.len() <= MAX_EVENT_NOTE_BYTES {
+        return note.to_string();
+    }
+    let mut end = MAX_EVENT_NOTE_BYTES - '…'.len_utf8();
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &note[..end])
+}
+
 fn is_deleting(metadata: &Value) -> bool {
     metadata
         .get("deletionTimestamp")
