@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::capi::StringMap;
+use super::selection::is_empty_selector;
 
 /// On a CAPI Cluster: the recorded move state (JSON).
 pub const MOVE_STATE_ANNOTATION: &str = "fleet.addons.cluster.x-k8s.io/move-state";
@@ -149,18 +150,10 @@ pub fn opted_in(labels: &StringMap, selector: Option<&LabelSelector>) -> bool {
     if labels.get(SELF_MANAGED_LABEL).map(String::as_str) == Some("true") {
         return true;
     }
-    let Some(selector) = selector else {
-        return false;
-    };
-    let empty = selector.match_labels.as_ref().is_none_or(|m| m.is_empty())
-        && selector
-            .match_expressions
-            .as_ref()
-            .is_none_or(|e| e.is_empty());
-    if empty {
-        return false;
-    }
-    Selector::try_from(selector.clone()).is_ok_and(|s| s.matches(labels))
+    selector.is_some_and(|selector| {
+        !is_empty_selector(selector)
+            && Selector::try_from(selector.clone()).is_ok_and(|s| s.matches(labels))
+    })
 }
 
 /// What Fleet reports for the move Bundles, against the Bundles we want.
