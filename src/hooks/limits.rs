@@ -36,14 +36,27 @@ impl BodyBudget {
         }
     }
 
-    /// The size of the budget.
-    pub fn total(&self) -> usize {
-        self.total
-    }
-
     /// Bytes not charged to any body right now.
     pub fn available(&self) -> usize {
         self.permits.available_permits()
+    }
+
+    /// Adds `wanted` bytes to the charge `held`, at once or not at all ([`BodyError::Busy`]).
+    fn charge(
+        &self,
+        wanted: u32,
+        held: &mut Option<OwnedSemaphorePermit>,
+    ) -> Result<(), BodyError> {
+        let permit = self
+            .permits
+            .clone()
+            .try_acquire_many_owned(wanted)
+            .map_err(|_| BodyError::Busy { budget: self.total })?;
+        match held.as_mut() {
+            Some(held) => held.merge(permit),
+            None => *held = Some(permit),
+        }
+        Ok(())
     }
 }
 
@@ -62,28 +75,14 @@ impl ChargedBody {
         if extra == 0 {
             return Ok(());
         }
-        if extra + self.bytes.len() > budget.total {
-            return Err(BodyError::TooCostly {
-                estimate: extra + self.bytes.len(),
+        let estimate = extra + self.bytes.len();
+        match u32::try_from(extra) {
+            Ok(wanted) if estimate <= budget.total => budget.charge(wanted, &mut self.charge),
+            _ => Err(BodyError::TooCostly {
+                estimate,
                 budget: budget.total,
-            });
+            }),
         }
-        let wanted = u32::try_from(extra).map_err(|_| BodyError::TooCostly {
-            estimate: extra + self.bytes.len(),
-            budget: budget.total,
-        })?;
-        let permit = budget
-            .permits
-            .clone()
-            .try_acquire_many_owned(wanted)
-            .map_err(|_| BodyError::Busy {
-                budget: budget.total,
-            })?;
-        match self.charge.as_mut() {
-            Some(held) => held.merge(permit),
-            None => self.charge = Some(permit),
-        }
-        Ok(())
     }
 }
 
@@ -182,17 +181,7 @@ pub async fn read_body(
             }
             let wanted =
                 u32::try_from(chunk.len()).map_err(|_| BodyError::TooLarge { limit: max_bytes })?;
-            let permit = budget
-                .permits
-                .clone()
-                .try_acquire_many_owned(wanted)
-                .map_err(|_| BodyError::Busy {
-                    budget: budget.total,
-                })?;
-            match charge.as_mut() {
-                Some(held) => held.merge(permit),
-                None => charge = Some(permit),
-            }
+            budget.charge(wanted, &mut charge)?;
             buffer.extend_from_slice(&chunk);
         }
         Ok(ChargedBody {
