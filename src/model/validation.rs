@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use k8s_openapi::api::core::v1::SecretReference;
+use k8s_openapi::api::core::v1::{ObjectReference, SecretReference};
 
 use crate::api::{
     AgentOverride, AgentSettings, ChartTlsConfig, FleetAddonConfigSpec, FleetInstall,
@@ -197,21 +197,11 @@ pub fn validate(spec: &FleetAddonConfigSpec) -> Vec<FieldError> {
             .and_then(|gates| gates.config_map.as_ref())
             .and_then(|cm| cm.reference.as_ref())
         {
-            let path = "spec.config.featureGates.configMap.ref";
-            if reference.name.as_deref().unwrap_or_default().is_empty() {
-                errors.push(FieldError::new(format!("{path}.name"), "name is required"));
-            }
-            if reference
-                .namespace
-                .as_deref()
-                .unwrap_or_default()
-                .is_empty()
-            {
-                errors.push(FieldError::new(
-                    format!("{path}.namespace"),
-                    "namespace is required",
-                ));
-            }
+            require_name_and_namespace(
+                reference,
+                "spec.config.featureGates.configMap.ref",
+                &mut errors,
+            );
         }
     }
     if let Some(install) = &spec.install {
@@ -246,23 +236,27 @@ fn validate_server(server: &Server, errors: &mut Vec<FieldError>) {
                     format!("{kind:?} is not supported: use ConfigMap or Secret"),
                 ));
             }
-            if reference.name.as_deref().unwrap_or_default().is_empty() {
-                errors.push(FieldError::new(
-                    format!("{path}.custom.apiServerCaConfigRef.name"),
-                    "name is required",
-                ));
-            }
-            if reference
-                .namespace
-                .as_deref()
-                .unwrap_or_default()
-                .is_empty()
-            {
-                errors.push(FieldError::new(
-                    format!("{path}.custom.apiServerCaConfigRef.namespace"),
-                    "namespace is required",
-                ));
-            }
+            let reference_path = format!("{path}.custom.apiServerCaConfigRef");
+            require_name_and_namespace(reference, &reference_path, errors);
+        }
+    }
+}
+
+/// The `name` and the `namespace` of `reference` (at `path`) must be set.
+fn require_name_and_namespace(
+    reference: &ObjectReference,
+    path: &str,
+    errors: &mut Vec<FieldError>,
+) {
+    for (field, value) in [
+        ("name", &reference.name),
+        ("namespace", &reference.namespace),
+    ] {
+        if value.as_deref().unwrap_or_default().is_empty() {
+            errors.push(FieldError::new(
+                format!("{path}.{field}"),
+                format!("{field} is required"),
+            ));
         }
     }
 }
