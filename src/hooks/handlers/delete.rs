@@ -65,7 +65,10 @@ pub async fn before_cluster_delete(ctx: &HookContext, cluster: &ClusterInfo) -> 
         DeleteStart::TeardownEnded { hold_on_error } => {
             held(hold_on_error, steps.ended(&decided.mode).await)
         }
-        DeleteStart::Teardown { deadline } => flat(steps.teardown(deadline).await),
+        DeleteStart::Teardown { deadline } => steps
+            .teardown(deadline)
+            .await
+            .unwrap_or_else(|outcome| outcome),
     };
     plan::with_problems(outcome, &decided.problems)
 }
@@ -76,12 +79,6 @@ fn held(hold: bool, result: Result<HookOutcome, HookOutcome>) -> HookOutcome {
         Ok(outcome) => outcome,
         Err(outcome) if hold => outcome,
         Err(outcome) => plan::proceed_despite(outcome),
-    }
-}
-
-fn flat(result: Result<HookOutcome, HookOutcome>) -> HookOutcome {
-    match result {
-        Ok(outcome) | Err(outcome) => outcome,
     }
 }
 
