@@ -78,13 +78,6 @@ impl HookOutcome {
         }
     }
 
-    /// Failure with a message.
-    pub fn failure(message: impl Into<String>) -> Self {
-        HookOutcome::Failure {
-            message: message.into(),
-        }
-    }
-
     /// Retry after `after_seconds` (at least 1).
     pub fn retry(after_seconds: i32, message: impl Into<String>) -> Self {
         HookOutcome::Retry {
@@ -623,17 +616,6 @@ pub fn delete_answer(remaining: &[String]) -> HookOutcome {
             RETRY_FLEET,
             format!("waiting for {} to be deleted", remaining.join(" and ")),
         )
-    }
-}
-
-/// BeforeClusterUpgrade's answer before looking at any bundle: wait for the configuration;
-/// proceed at once unless `spec.runtimeExtension.beforeClusterUpgrade.waitForBundlesReady`.
-/// `None`: look at the bundles.
-pub fn upgrade_gate(config: Option<&EffectiveConfig>) -> Option<HookOutcome> {
-    match config {
-        None => Some(config_not_read()),
-        Some(config) if !config.runtime_extension.wait_for_bundles_ready => Some(HookOutcome::ok()),
-        Some(_) => None,
     }
 }
 

@@ -17,6 +17,17 @@ fn config(yaml: &str) -> EffectiveConfig {
     EffectiveConfig::from_spec(&spec)
 }
 
+/// BeforeClusterUpgrade's answer before looking at any bundle: wait for the configuration;
+/// proceed at once unless `spec.runtimeExtension.beforeClusterUpgrade.waitForBundlesReady`.
+/// `None`: look at the bundles.
+fn upgrade_gate(config: Option<&EffectiveConfig>) -> Option<HookOutcome> {
+    match config {
+        None => Some(config_not_read()),
+        Some(config) if !config.runtime_extension.wait_for_bundles_ready => Some(HookOutcome::ok()),
+        Some(_) => None,
+    }
+}
+
 fn fleet_cluster(value: Value) -> FleetCluster {
     serde_json::from_value(value).expect("fleet cluster")
 }
