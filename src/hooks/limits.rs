@@ -123,41 +123,27 @@ pub fn decode_cost(bytes: &[u8]) -> usize {
 }
 
 /// Why a body was not read.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum BodyError {
     /// Larger than the per-request limit.
+    #[error("the request body is too large (at most {limit} bytes are accepted)")]
     TooLarge { limit: usize },
     /// The shared budget is spent by other requests.
+    #[error(
+        "the extension is busy: request bodies already hold its {budget}-byte budget; retry later"
+    )]
     Busy { budget: usize },
     /// The whole body did not arrive in time.
+    #[error("the request body did not arrive within {limit:?}")]
     Slow { limit: Duration },
     /// Decoding it would take more than the whole budget.
+    #[error(
+        "decoding the request body would take about {estimate} bytes, more than the extension's {budget}-byte budget"
+    )]
     TooCostly { estimate: usize, budget: usize },
     /// The connection failed while reading.
+    #[error("the request body could not be read: {0}")]
     Read(String),
-}
-
-impl std::fmt::Display for BodyError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            BodyError::TooLarge { limit } => write!(
-                f,
-                "the request body is too large (at most {limit} bytes are accepted)"
-            ),
-            BodyError::Busy { budget } => write!(
-                f,
-                "the extension is busy: request bodies already hold its {budget}-byte budget; retry later"
-            ),
-            BodyError::Slow { limit } => {
-                write!(f, "the request body did not arrive within {limit:?}")
-            }
-            BodyError::TooCostly { estimate, budget } => write!(
-                f,
-                "decoding the request body would take about {estimate} bytes, more than the extension's {budget}-byte budget"
-            ),
-            BodyError::Read(err) => write!(f, "the request body could not be read: {err}"),
-        }
-    }
 }
 
 /// Reads `body` whole, within `max_bytes`, the shared `budget` and `timeout`.

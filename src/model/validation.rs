@@ -4,7 +4,6 @@
 //! problem with its field path; controllers report the list in status.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use fleet_api_rs::fleet_cluster::ClusterAgentTolerations;
 use serde_json::Value;
@@ -19,7 +18,8 @@ use crate::api::{
 };
 
 /// One problem in the spec, with the field path it concerns.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
 pub struct FieldError {
     /// Path in the object, e.g. `spec.cluster.namespaceRegexes[1]`.
     pub path: String,
@@ -33,12 +33,6 @@ impl FieldError {
             path: path.into(),
             message: message.into(),
         }
-    }
-}
-
-impl fmt::Display for FieldError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.message)
     }
 }
 
