@@ -584,25 +584,14 @@ pub fn proceed_despite(outcome: HookOutcome) -> HookOutcome {
 }
 
 /// `outcome` with the problems of the Cluster's annotations appended to its message.
-pub fn with_problems(outcome: HookOutcome, problems: &[String]) -> HookOutcome {
-    if problems.is_empty() {
-        return outcome;
+pub fn with_problems(mut outcome: HookOutcome, problems: &[String]) -> HookOutcome {
+    if !problems.is_empty() {
+        let (HookOutcome::Success { message }
+        | HookOutcome::Retry { message, .. }
+        | HookOutcome::Failure { message }) = &mut outcome;
+        *message = teardown::with_problems(message, problems);
     }
-    match outcome {
-        HookOutcome::Success { message } => HookOutcome::Success {
-            message: teardown::with_problems(&message, problems),
-        },
-        HookOutcome::Retry {
-            after_seconds,
-            message,
-        } => HookOutcome::Retry {
-            after_seconds,
-            message: teardown::with_problems(&message, problems),
-        },
-        HookOutcome::Failure { message } => HookOutcome::Failure {
-            message: teardown::with_problems(&message, problems),
-        },
-    }
+    outcome
 }
 
 /// BeforeClusterDelete's answer: proceed once the bootstrap Secret and the token are gone
