@@ -36,11 +36,6 @@ impl BodyBudget {
         }
     }
 
-    /// Bytes not charged to any body right now.
-    pub fn available(&self) -> usize {
-        self.permits.available_permits()
-    }
-
     /// Adds `wanted` bytes to the charge `held`, at once or not at all ([`BodyError::Busy`]).
     fn charge(
         &self,
@@ -279,6 +274,13 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Tracked<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl BodyBudget {
+        /// Bytes not charged to any body right now.
+        pub fn available(&self) -> usize {
+            self.permits.available_permits()
+        }
+    }
 
     fn chunked(chunks: &[&'static [u8]]) -> Body {
         let stream = futures::stream::iter(

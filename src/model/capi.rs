@@ -344,10 +344,6 @@ pub struct ClassView {
 }
 
 impl ClassView {
-    pub fn from_json(object: &Value) -> Option<Self> {
-        Self::from_metadata(object.get("metadata")?)
-    }
-
     /// The view of a watched ClusterClass (only its metadata is read).
     pub fn of(class: &CapiClusterClass) -> Option<Self> {
         Self::from_metadata(&serde_json::to_value(&class.metadata).ok()?)
@@ -625,6 +621,12 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    impl ClassView {
+        pub fn from_json(object: &Value) -> Option<Self> {
+            Self::from_metadata(object.get("metadata")?)
+        }
+    }
 
     fn v1beta2_cluster() -> Value {
         json!({

@@ -223,11 +223,6 @@ impl MoveGraph {
     pub fn nodes(&self) -> impl Iterator<Item = &MoveNode> {
         self.groups.iter().flatten()
     }
-
-    /// Nodes that hold the move.
-    pub fn blocking(&self) -> Vec<&ObjectId> {
-        self.nodes().filter(|n| n.blocking).map(|n| &n.id).collect()
-    }
 }
 
 /// Why a graph cannot be built.
