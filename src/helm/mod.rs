@@ -39,9 +39,6 @@ pub async fn idle() {
     drop(HELM_LOCK.lock().await);
 }
 
-/// Default time after which a helm process is killed.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
-
 /// How to run helm.
 #[derive(Clone, Debug)]
 pub struct HelmSettings {
