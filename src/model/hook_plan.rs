@@ -55,15 +55,6 @@ pub enum HookOutcome {
 }
 
 impl HookOutcome {
-    /// The metric label of the outcome.
-    pub fn label(&self) -> &'static str {
-        match self {
-            HookOutcome::Success { .. } => "Success",
-            HookOutcome::Retry { .. } => "Retry",
-            HookOutcome::Failure { .. } => "Failure",
-        }
-    }
-
     /// Success without a message.
     pub fn ok() -> Self {
         HookOutcome::Success {

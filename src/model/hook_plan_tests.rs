@@ -5,6 +5,17 @@ use crate::api::FleetAddonConfigSpec;
 use crate::cli::ManagerFlags;
 use serde_json::json;
 
+impl HookOutcome {
+    /// The metric label of the outcome.
+    fn label(&self) -> &'static str {
+        match self {
+            HookOutcome::Success { .. } => "Success",
+            HookOutcome::Retry { .. } => "Retry",
+            HookOutcome::Failure { .. } => "Failure",
+        }
+    }
+}
+
 fn cluster(labels: Value) -> ClusterView {
     ClusterView::from_json(
         &json!({"metadata": {"name": "c1", "namespace": "team-a", "uid": "u-1", "labels": labels}}),
