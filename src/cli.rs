@@ -333,9 +333,8 @@ pub fn parse_bool(text: &str) -> Result<bool, String> {
 /// `-leader-elect`); those are rewritten to two dashes.
 pub fn split_unknown_flags(command: &clap::Command, argv: &[String]) -> (Vec<String>, Vec<String>) {
     let mut known_long: Vec<String> = Vec::new();
-    let mut known_short: Vec<char> = Vec::new();
     let mut subcommands: Vec<String> = Vec::new();
-    collect_flags(command, &mut known_long, &mut known_short, &mut subcommands);
+    collect_flags(command, &mut known_long, &mut subcommands);
 
     let mut kept = Vec::with_capacity(argv.len());
     let mut dropped = Vec::new();
@@ -383,12 +382,7 @@ pub fn split_unknown_flags(command: &clap::Command, argv: &[String]) -> (Vec<Str
     (kept, dropped)
 }
 
-fn collect_flags(
-    command: &clap::Command,
-    long: &mut Vec<String>,
-    short: &mut Vec<char>,
-    subcommands: &mut Vec<String>,
-) {
+fn collect_flags(command: &clap::Command, long: &mut Vec<String>, subcommands: &mut Vec<String>) {
     for arg in command.get_arguments() {
         if let Some(name) = arg.get_long() {
             long.push(name.to_string());
@@ -399,14 +393,11 @@ fn collect_flags(
                 .iter()
                 .map(|a| a.to_string()),
         );
-        if let Some(s) = arg.get_short() {
-            short.push(s);
-        }
     }
     long.extend(["help".to_string(), "version".to_string()]);
     for sub in command.get_subcommands() {
         subcommands.push(sub.get_name().to_string());
-        collect_flags(sub, long, short, subcommands);
+        collect_flags(sub, long, subcommands);
     }
 }
 

@@ -39,6 +39,7 @@ pub async fn wait_for_config(receiver: &mut ConfigReceiver) -> Option<Arc<Effect
 }
 
 /// Shared state of the manager.
+#[derive(Clone)]
 pub struct Context {
     /// The priority client: the Runtime SDK hooks, the leader election Lease and the
     /// configuration watch; no client-side rate limit (see [`crate::client`]).
@@ -117,15 +118,8 @@ impl Context {
     /// cancelled when this replica stops leading.
     pub fn with_shutdown(&self, shutdown: CancellationToken) -> Self {
         Self {
-            client: self.client.clone(),
-            controllers: self.controllers.clone(),
-            flags: self.flags.clone(),
-            metrics: self.metrics.clone(),
-            readiness: self.readiness.clone(),
-            config: self.config.clone(),
-            recorder: self.recorder.clone(),
             shutdown,
-            authorization: self.authorization.clone(),
+            ..self.clone()
         }
     }
 

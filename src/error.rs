@@ -60,6 +60,36 @@ pub enum Error {
 }
 
 impl Error {
+    /// [`Error::Malformed`]: `kind` `name` does not have the shape we need, for `reason`.
+    pub fn malformed(
+        kind: &'static str,
+        name: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Self {
+        Error::Malformed {
+            kind,
+            name: name.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// [`Error::Missing`]: `kind` `name` does not exist (yet); `reason` says what to do.
+    pub fn missing(kind: &'static str, name: impl Into<String>, reason: impl Into<String>) -> Self {
+        Error::Missing {
+            kind,
+            name: name.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// [`Error::Helm`]: helm `step` failed with `message`.
+    pub fn helm(step: &'static str, message: impl Into<String>) -> Self {
+        Error::Helm {
+            step,
+            message: message.into(),
+        }
+    }
+
     /// A label with few possible values, for the `reason` of error metrics.
     pub fn metric_label(&self) -> &'static str {
         match self {

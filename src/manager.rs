@@ -436,11 +436,7 @@ pub async fn require_cluster_api(client: &Client) -> Result<()> {
     };
     match cluster_api_problem(served.as_deref()) {
         None => Ok(()),
-        Some(problem) => Err(Error::Missing {
-            kind: "API",
-            name: WATCHED_API_VERSION.to_string(),
-            reason: problem,
-        }),
+        Some(problem) => Err(Error::missing("API", WATCHED_API_VERSION, problem)),
     }
 }
 

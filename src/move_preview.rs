@@ -104,11 +104,7 @@ pub async fn preview(client: &Client, namespace: &str, cluster: &str) -> Result<
         graph, providers, ..
     } = gather(client, namespace, cluster)
         .await?
-        .map_err(|reason| Error::Missing {
-            kind: "Cluster",
-            name: format!("{namespace}/{cluster}"),
-            reason,
-        })?;
+        .map_err(|reason| Error::missing("Cluster", format!("{namespace}/{cluster}"), reason))?;
     let configs: Api<FleetAddonConfig> = Api::all(client.clone());
     let config = match configs.get_opt(names::CONFIG_NAME).await {
         Ok(config) => config,

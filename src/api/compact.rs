@@ -167,13 +167,6 @@ impl Body {
             Self::plain(map)
         };
     }
-
-    /// Sets one top-level field.
-    pub fn insert(&mut self, key: &str, value: Value) {
-        self.edit(|map| {
-            map.insert(key.to_string(), value);
-        });
-    }
 }
 
 impl Default for Body {
@@ -382,6 +375,15 @@ impl kube::core::Resource for CompactObject {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    impl Body {
+        /// Sets one top-level field.
+        pub(crate) fn insert(&mut self, key: &str, value: Value) {
+            self.edit(|map| {
+                map.insert(key.to_string(), value);
+            });
+        }
+    }
 
     #[test]
     fn a_body_reads_and_edits_like_the_map_it_holds() {

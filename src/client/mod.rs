@@ -239,11 +239,6 @@ impl RateLimitLayer {
         Self { limit: None }
     }
 
-    /// Whether requests wait for tokens.
-    pub fn limits(&self) -> bool {
-        self.limit.is_some()
-    }
-
     /// `qps <= 0` disables the limit (as client-go does for a negative QPS).
     pub fn from_flags(qps: f32, burst: u32) -> Self {
         let qps = f64::from(qps);
@@ -317,6 +312,13 @@ where
 
 #[cfg(test)]
 mod tests {
+    impl super::RateLimitLayer {
+        /// Whether requests wait for tokens.
+        pub(crate) fn limits(&self) -> bool {
+            self.limit.is_some()
+        }
+    }
+
     #[test]
     fn the_user_agent_names_the_pod() {
         let version = format!("caapf/{}", env!("CARGO_PKG_VERSION"));

@@ -114,11 +114,11 @@ async fn step(
                 *live = Some(None);
                 return Ok(false);
             }
-            return Err(crate::Error::Missing {
-                kind: "FleetAddonConfig",
-                name: names::CONFIG_NAME.to_string(),
-                reason: "the condition Authorized is written on it".to_string(),
-            });
+            return Err(crate::Error::missing(
+                "FleetAddonConfig",
+                names::CONFIG_NAME,
+                "the condition Authorized is written on it",
+            ));
         };
         *live = Some(live_condition(&object));
     }

@@ -121,16 +121,6 @@ impl Backoff {
             .then(|| failures.retry_at - now)
     }
 
-    /// How many objects are in backoff (entries not forgotten yet).
-    pub fn len(&self) -> usize {
-        self.lock().failures.len()
-    }
-
-    /// Whether no object is in backoff.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state
             .lock()
@@ -164,6 +154,18 @@ mod tests {
     use kube::api::ObjectMeta;
 
     use super::*;
+
+    impl Backoff {
+        /// How many objects are in backoff (entries not forgotten yet).
+        pub fn len(&self) -> usize {
+            self.lock().failures.len()
+        }
+
+        /// Whether no object is in backoff.
+        pub fn is_empty(&self) -> bool {
+            self.len() == 0
+        }
+    }
 
     fn object(namespace: Option<&str>, name: &str) -> ConfigMap {
         ConfigMap {

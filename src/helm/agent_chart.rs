@@ -141,10 +141,9 @@ impl AgentChart {
             .await
             .map_err(|err| {
                 let err = match err {
-                    crate::Error::Helm { step, message } => crate::Error::Helm {
-                        step,
-                        message: explain(&message, &location.repository, access),
-                    },
+                    crate::Error::Helm { step, message } => {
+                        crate::Error::helm(step, explain(&message, &location.repository, access))
+                    }
                     other => other,
                 };
                 format!(

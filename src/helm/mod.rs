@@ -39,9 +39,6 @@ pub async fn idle() {
     drop(HELM_LOCK.lock().await);
 }
 
-/// Default time after which a helm process is killed.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
-
 /// How to run helm.
 #[derive(Clone, Debug)]
 pub struct HelmSettings {
@@ -151,10 +148,10 @@ impl Helm {
 
     async fn execute(&self, operation: &'static str, args: &[String]) -> Result<String> {
         if self.stop.is_cancelled() {
-            return Err(Error::Helm {
-                step: operation,
-                message: "not started: the provider is shutting down".to_string(),
-            });
+            return Err(Error::helm(
+                operation,
+                "not started: the provider is shutting down",
+            ));
         }
         let mut command = Command::new(&self.settings.binary);
         command
@@ -172,10 +169,10 @@ impl Helm {
             Ok(child) => child,
             Err(err) => {
                 self.metrics.helm_ran(operation, "error");
-                return Err(Error::Helm {
-                    step: operation,
-                    message: format!("cannot run helm binary {:?}: {err}", self.settings.binary),
-                });
+                return Err(Error::helm(
+                    operation,
+                    format!("cannot run helm binary {:?}: {err}", self.settings.binary),
+                ));
             }
         };
         // Dropping the future on timeout drops the child, which kills it (kill_on_drop).
@@ -185,10 +182,7 @@ impl Helm {
             Ok(Ok(output)) => output,
             Ok(Err(err)) => {
                 self.metrics.helm_ran(operation, "error");
-                return Err(Error::Helm {
-                    step: operation,
-                    message: format!("waiting for helm: {err}"),
-                });
+                return Err(Error::helm(operation, format!("waiting for helm: {err}")));
             }
             Err(_) => {
                 self.metrics.helm_ran(operation, "timeout");
@@ -206,16 +200,11 @@ impl Helm {
             if message.is_empty() {
                 message = format!("helm exited with {}", output.status);
             }
-            return Err(Error::Helm {
-                step: operation,
-                message,
-            });
+            return Err(Error::helm(operation, message));
         }
         self.metrics.helm_ran(operation, "success");
-        String::from_utf8(output.stdout).map_err(|_| Error::Helm {
-            step: operation,
-            message: "helm printed output that is not UTF-8".to_string(),
-        })
+        String::from_utf8(output.stdout)
+            .map_err(|_| Error::helm(operation, "helm printed output that is not UTF-8"))
     }
 
     /// The helm major version (asked once, then remembered).
@@ -225,10 +214,8 @@ impl Helm {
             return Ok(major);
         }
         let text = self.run("version", &argv::version()).await?;
-        let major = output::parse_helm_version(&text).map_err(|message| Error::Helm {
-            step: "version",
-            message,
-        })?;
+        let major =
+            output::parse_helm_version(&text).map_err(|message| Error::helm("version", message))?;
         tracing::info!(version = %text.trim(), "helm found");
         *cached = Some(major);
         Ok(major)
@@ -244,19 +231,13 @@ impl Helm {
         let text = self
             .run("show-chart", &argv::show_chart(source, chart, version))
             .await?;
-        output::parse_chart_yaml(&text).map_err(|message| Error::Helm {
-            step: "show-chart",
-            message,
-        })
+        output::parse_chart_yaml(&text).map_err(|message| Error::helm("show-chart", message))
     }
 
     /// The named releases in `namespace` (deployed, failed or pending).
     pub async fn list(&self, namespace: &str, releases: &[&str]) -> Result<Vec<ReleaseInfo>> {
         let text = self.run("list", &argv::list(namespace, releases)).await?;
-        output::parse_release_list(&text).map_err(|message| Error::Helm {
-            step: "list",
-            message,
-        })
+        output::parse_release_list(&text).map_err(|message| Error::helm("list", message))
     }
 
     /// The values a release was deployed with.
@@ -268,10 +249,7 @@ impl Helm {
         let text = self
             .run("get-values", &argv::get_values(release, namespace))
             .await?;
-        output::parse_values(&text).map_err(|message| Error::Helm {
-            step: "get-values",
-            message,
-        })
+        output::parse_values(&text).map_err(|message| Error::helm("get-values", message))
     }
 
     /// Installs or upgrades a release to `version`, with `values` in a private file when
@@ -292,9 +270,8 @@ impl Helm {
                 let written =
                     tokio::task::spawn_blocking(move || ValuesFile::write(&home, &values))
                         .await
-                        .map_err(|err| Error::Helm {
-                            step: "deploy",
-                            message: format!("writing the values file: {err}"),
+                        .map_err(|err| {
+                            Error::helm("deploy", format!("writing the values file: {err}"))
                         })??;
                 Some(written)
             }
@@ -328,9 +305,11 @@ impl Helm {
         let home = self.home.clone();
         tokio::task::spawn_blocking(move || access::AccessFiles::write(&home, &data))
             .await
-            .map_err(|err| Error::Helm {
-                step: "access",
-                message: format!("writing the registry configuration and CA files: {err}"),
+            .map_err(|err| {
+                Error::helm(
+                    "access",
+                    format!("writing the registry configuration and CA files: {err}"),
+                )
             })?
             .map_err(Error::from)
     }
@@ -355,10 +334,10 @@ impl Helm {
                 return Ok(entry.path());
             }
         }
-        Err(Error::Helm {
-            step: "pull",
-            message: format!("helm pull left no {chart} archive"),
-        })
+        Err(Error::helm(
+            "pull",
+            format!("helm pull left no {chart} archive"),
+        ))
     }
 
     /// Renders the chart archive as release `release` in `namespace` with `values` (written to
@@ -375,10 +354,7 @@ impl Helm {
         // Removed when dropped, after helm has finished (or was killed).
         let values_file = tokio::task::spawn_blocking(move || ValuesFile::write(&home, &values))
             .await
-            .map_err(|err| Error::Helm {
-                step: "template",
-                message: format!("writing the values file: {err}"),
-            })??;
+            .map_err(|err| Error::helm("template", format!("writing the values file: {err}")))??;
         self.run_stateless(
             "template",
             &argv::template(release, archive, namespace, values_file.path()),

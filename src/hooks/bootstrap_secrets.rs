@@ -98,11 +98,6 @@ impl BootstrapSecrets {
     pub fn is_empty(&self) -> bool {
         self.store.is_empty()
     }
-
-    /// Waits until the view has listed once (for tests and benchmarks).
-    pub async fn wait_until_ready(&self) {
-        let _ = self.store.wait_until_ready().await;
-    }
 }
 
 impl BootstrapSecretsFeed {

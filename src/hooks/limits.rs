@@ -36,14 +36,22 @@ impl BodyBudget {
         }
     }
 
-    /// The size of the budget.
-    pub fn total(&self) -> usize {
-        self.total
-    }
-
-    /// Bytes not charged to any body right now.
-    pub fn available(&self) -> usize {
-        self.permits.available_permits()
+    /// Adds `wanted` bytes to the charge `held`, at once or not at all ([`BodyError::Busy`]).
+    fn charge(
+        &self,
+        wanted: u32,
+        held: &mut Option<OwnedSemaphorePermit>,
+    ) -> Result<(), BodyError> {
+        let permit = self
+            .permits
+            .clone()
+            .try_acquire_many_owned(wanted)
+            .map_err(|_| BodyError::Busy { budget: self.total })?;
+        match held.as_mut() {
+            Some(held) => held.merge(permit),
+            None => *held = Some(permit),
+        }
+        Ok(())
     }
 }
 
@@ -62,28 +70,14 @@ impl ChargedBody {
         if extra == 0 {
             return Ok(());
         }
-        if extra + self.bytes.len() > budget.total {
-            return Err(BodyError::TooCostly {
-                estimate: extra + self.bytes.len(),
+        let estimate = extra + self.bytes.len();
+        match u32::try_from(extra) {
+            Ok(wanted) if estimate <= budget.total => budget.charge(wanted, &mut self.charge),
+            _ => Err(BodyError::TooCostly {
+                estimate,
                 budget: budget.total,
-            });
+            }),
         }
-        let wanted = u32::try_from(extra).map_err(|_| BodyError::TooCostly {
-            estimate: extra + self.bytes.len(),
-            budget: budget.total,
-        })?;
-        let permit = budget
-            .permits
-            .clone()
-            .try_acquire_many_owned(wanted)
-            .map_err(|_| BodyError::Busy {
-                budget: budget.total,
-            })?;
-        match self.charge.as_mut() {
-            Some(held) => held.merge(permit),
-            None => self.charge = Some(permit),
-        }
-        Ok(())
     }
 }
 
@@ -124,41 +118,27 @@ pub fn decode_cost(bytes: &[u8]) -> usize {
 }
 
 /// Why a body was not read.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum BodyError {
     /// Larger than the per-request limit.
+    #[error("the request body is too large (at most {limit} bytes are accepted)")]
     TooLarge { limit: usize },
     /// The shared budget is spent by other requests.
+    #[error(
+        "the extension is busy: request bodies already hold its {budget}-byte budget; retry later"
+    )]
     Busy { budget: usize },
     /// The whole body did not arrive in time.
+    #[error("the request body did not arrive within {limit:?}")]
     Slow { limit: Duration },
     /// Decoding it would take more than the whole budget.
+    #[error(
+        "decoding the request body would take about {estimate} bytes, more than the extension's {budget}-byte budget"
+    )]
     TooCostly { estimate: usize, budget: usize },
     /// The connection failed while reading.
+    #[error("the request body could not be read: {0}")]
     Read(String),
-}
-
-impl std::fmt::Display for BodyError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            BodyError::TooLarge { limit } => write!(
-                f,
-                "the request body is too large (at most {limit} bytes are accepted)"
-            ),
-            BodyError::Busy { budget } => write!(
-                f,
-                "the extension is busy: request bodies already hold its {budget}-byte budget; retry later"
-            ),
-            BodyError::Slow { limit } => {
-                write!(f, "the request body did not arrive within {limit:?}")
-            }
-            BodyError::TooCostly { estimate, budget } => write!(
-                f,
-                "decoding the request body would take about {estimate} bytes, more than the extension's {budget}-byte budget"
-            ),
-            BodyError::Read(err) => write!(f, "the request body could not be read: {err}"),
-        }
-    }
 }
 
 /// Reads `body` whole, within `max_bytes`, the shared `budget` and `timeout`.
@@ -182,17 +162,7 @@ pub async fn read_body(
             }
             let wanted =
                 u32::try_from(chunk.len()).map_err(|_| BodyError::TooLarge { limit: max_bytes })?;
-            let permit = budget
-                .permits
-                .clone()
-                .try_acquire_many_owned(wanted)
-                .map_err(|_| BodyError::Busy {
-                    budget: budget.total,
-                })?;
-            match charge.as_mut() {
-                Some(held) => held.merge(permit),
-                None => charge = Some(permit),
-            }
+            budget.charge(wanted, &mut charge)?;
             buffer.extend_from_slice(&chunk);
         }
         Ok(ChargedBody {
@@ -304,6 +274,13 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Tracked<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl BodyBudget {
+        /// Bytes not charged to any body right now.
+        pub fn available(&self) -> usize {
+            self.permits.available_permits()
+        }
+    }
 
     fn chunked(chunks: &[&'static [u8]]) -> Body {
         let stream = futures::stream::iter(

@@ -429,27 +429,16 @@ pub async fn respond_within(
         Route::Unknown(message) => return ("unknown", Response::failure(None, message)),
     };
     let label = hook.name();
+    let fail = |message: String| (label, Response::failure(Some(hook), message));
     if handlers::find(hook, handler.as_deref()).is_none() {
-        return (
-            label,
-            Response::failure(
-                Some(hook),
-                format!(
-                    "unknown handler {:?} for hook {}",
-                    handler.unwrap_or_default(),
-                    hook.name()
-                ),
-            ),
-        );
+        return fail(format!(
+            "unknown handler {:?} for hook {}",
+            handler.unwrap_or_default(),
+            hook.name()
+        ));
     }
     if method != Method::POST {
-        return (
-            label,
-            Response::failure(
-                Some(hook),
-                format!("method {method} is not allowed: use POST"),
-            ),
-        );
+        return fail(format!("method {method} is not allowed: use POST"));
     }
     // Held until the answer is computed: the parsed request lives as long as the bytes.
     let mut body = match read_body(
@@ -461,13 +450,13 @@ pub async fn respond_within(
     .await
     {
         Ok(body) => body,
-        Err(err) => return (label, Response::failure(Some(hook), err.to_string())),
+        Err(err) => return fail(err.to_string()),
     };
     if let Err(err) = body.charge_decoding(budget) {
-        return (label, Response::failure(Some(hook), err.to_string()));
+        return fail(err.to_string());
     }
     if let Err(message) = precheck_large(&body.bytes).await {
-        return (label, Response::failure(Some(hook), message));
+        return fail(message);
     }
     let limit = deadline(uri.query(), options);
     match tokio::time::timeout(limit, handlers::handle_in(ctx, catalog, hook, &body.bytes)).await {
@@ -485,13 +474,7 @@ pub async fn respond_within(
                 ),
             ),
         ),
-        Err(_) => (
-            label,
-            Response::failure(
-                Some(hook),
-                format!("{} did not finish within {limit:?}", hook.name()),
-            ),
-        ),
+        Err(_) => fail(format!("{} did not finish within {limit:?}", hook.name())),
     }
 }
 

@@ -12,7 +12,7 @@
 //! once.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
@@ -95,11 +95,6 @@ impl CertStore {
         readiness.register(name);
         self.readiness = Some((readiness, name));
         self
-    }
-
-    /// The directory watched.
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 
     /// Whether a valid pair is being served.

@@ -168,10 +168,6 @@ impl Denials {
         self.entries.len() != before
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
     /// When the oldest denial expires (`None` without denials).
     pub fn next_expiry(&self) -> Option<Instant> {
         self.entries.values().map(|s| s.last + EXPIRY).min()
@@ -265,6 +261,12 @@ pub fn worth_a_look(desired: &ConditionSpec, live: Live, running_for: Duration) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Denials {
+        pub fn is_empty(&self) -> bool {
+            self.entries.is_empty()
+        }
+    }
 
     fn info(verb: &str, group: &str, resource: &str, sub: &str, ns: &str) -> RequestInfo {
         RequestInfo {

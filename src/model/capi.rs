@@ -344,10 +344,6 @@ pub struct ClassView {
 }
 
 impl ClassView {
-    pub fn from_json(object: &Value) -> Option<Self> {
-        Self::from_metadata(object.get("metadata")?)
-    }
-
     /// The view of a watched ClusterClass (only its metadata is read).
     pub fn of(class: &CapiClusterClass) -> Option<Self> {
         Self::from_metadata(&serde_json::to_value(&class.metadata).ok()?)
@@ -556,6 +552,22 @@ pub fn status_changes(live: Option<&Value>, status: bool) -> bool {
     }
 }
 
+/// Longest Event note the API server accepts (`events.k8s.io/v1` `note`: 1 kB).
+pub const MAX_EVENT_NOTE_BYTES: usize = 1024;
+
+/// `note` cut on a character boundary to fit an Event (the
+/// Cluster's `FleetReady` and teardown Events).
+pub fn event_note(note: &str) -> String {
+    if note.len() <= MAX_EVENT_NOTE_BYTES {
+        return note.to_string();
+    }
+    let mut end = MAX_EVENT_NOTE_BYTES - '…'.len_utf8();
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &note[..end])
+}
+
 fn is_deleting(metadata: &Value) -> bool {
     metadata
         .get("deletionTimestamp")
@@ -609,6 +621,12 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    impl ClassView {
+        pub fn from_json(object: &Value) -> Option<Self> {
+            Self::from_metadata(object.get("metadata")?)
+        }
+    }
 
     fn v1beta2_cluster() -> Value {
         json!({

@@ -55,15 +55,6 @@ pub enum HookOutcome {
 }
 
 impl HookOutcome {
-    /// The metric label of the outcome.
-    pub fn label(&self) -> &'static str {
-        match self {
-            HookOutcome::Success { .. } => "Success",
-            HookOutcome::Retry { .. } => "Retry",
-            HookOutcome::Failure { .. } => "Failure",
-        }
-    }
-
     /// Success without a message.
     pub fn ok() -> Self {
         HookOutcome::Success {
@@ -74,13 +65,6 @@ impl HookOutcome {
     /// Success with a message.
     pub fn success(message: impl Into<String>) -> Self {
         HookOutcome::Success {
-            message: message.into(),
-        }
-    }
-
-    /// Failure with a message.
-    pub fn failure(message: impl Into<String>) -> Self {
-        HookOutcome::Failure {
             message: message.into(),
         }
     }
@@ -591,25 +575,14 @@ pub fn proceed_despite(outcome: HookOutcome) -> HookOutcome {
 }
 
 /// `outcome` with the problems of the Cluster's annotations appended to its message.
-pub fn with_problems(outcome: HookOutcome, problems: &[String]) -> HookOutcome {
-    if problems.is_empty() {
-        return outcome;
+pub fn with_problems(mut outcome: HookOutcome, problems: &[String]) -> HookOutcome {
+    if !problems.is_empty() {
+        let (HookOutcome::Success { message }
+        | HookOutcome::Retry { message, .. }
+        | HookOutcome::Failure { message }) = &mut outcome;
+        *message = teardown::with_problems(message, problems);
     }
-    match outcome {
-        HookOutcome::Success { message } => HookOutcome::Success {
-            message: teardown::with_problems(&message, problems),
-        },
-        HookOutcome::Retry {
-            after_seconds,
-            message,
-        } => HookOutcome::Retry {
-            after_seconds,
-            message: teardown::with_problems(&message, problems),
-        },
-        HookOutcome::Failure { message } => HookOutcome::Failure {
-            message: teardown::with_problems(&message, problems),
-        },
-    }
+    outcome
 }
 
 /// BeforeClusterDelete's answer: proceed once the bootstrap Secret and the token are gone
@@ -623,17 +596,6 @@ pub fn delete_answer(remaining: &[String]) -> HookOutcome {
             RETRY_FLEET,
             format!("waiting for {} to be deleted", remaining.join(" and ")),
         )
-    }
-}
-
-/// BeforeClusterUpgrade's answer before looking at any bundle: wait for the configuration;
-/// proceed at once unless `spec.runtimeExtension.beforeClusterUpgrade.waitForBundlesReady`.
-/// `None`: look at the bundles.
-pub fn upgrade_gate(config: Option<&EffectiveConfig>) -> Option<HookOutcome> {
-    match config {
-        None => Some(config_not_read()),
-        Some(config) if !config.runtime_extension.wait_for_bundles_ready => Some(HookOutcome::ok()),
-        Some(_) => None,
     }
 }
 

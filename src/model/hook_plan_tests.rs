@@ -5,6 +5,17 @@ use crate::api::FleetAddonConfigSpec;
 use crate::cli::ManagerFlags;
 use serde_json::json;
 
+impl HookOutcome {
+    /// The metric label of the outcome.
+    fn label(&self) -> &'static str {
+        match self {
+            HookOutcome::Success { .. } => "Success",
+            HookOutcome::Retry { .. } => "Retry",
+            HookOutcome::Failure { .. } => "Failure",
+        }
+    }
+}
+
 fn cluster(labels: Value) -> ClusterView {
     ClusterView::from_json(
         &json!({"metadata": {"name": "c1", "namespace": "team-a", "uid": "u-1", "labels": labels}}),
@@ -15,6 +26,17 @@ fn cluster(labels: Value) -> ClusterView {
 fn config(yaml: &str) -> EffectiveConfig {
     let spec: FleetAddonConfigSpec = serde_yaml::from_str(yaml).expect("spec");
     EffectiveConfig::from_spec(&spec)
+}
+
+/// BeforeClusterUpgrade's answer before looking at any bundle: wait for the configuration;
+/// proceed at once unless `spec.runtimeExtension.beforeClusterUpgrade.waitForBundlesReady`.
+/// `None`: look at the bundles.
+fn upgrade_gate(config: Option<&EffectiveConfig>) -> Option<HookOutcome> {
+    match config {
+        None => Some(config_not_read()),
+        Some(config) if !config.runtime_extension.wait_for_bundles_ready => Some(HookOutcome::ok()),
+        Some(_) => None,
+    }
 }
 
 fn fleet_cluster(value: Value) -> FleetCluster {

@@ -223,11 +223,6 @@ impl MoveGraph {
     pub fn nodes(&self) -> impl Iterator<Item = &MoveNode> {
         self.groups.iter().flatten()
     }
-
-    /// Nodes that hold the move.
-    pub fn blocking(&self) -> Vec<&ObjectId> {
-        self.nodes().filter(|n| n.blocking).map(|n| &n.id).collect()
-    }
 }
 
 /// Why a graph cannot be built.
@@ -356,67 +351,61 @@ pub fn move_graph(
 /// For each node, the Clusters reached by following its owners (hard and soft) upwards; a
 /// Cluster reaches itself.
 fn clusters_above(nodes: &[Node]) -> Vec<BTreeSet<usize>> {
-    fn visit(
-        i: usize,
-        nodes: &[Node],
-        memo: &mut [Option<BTreeSet<usize>>],
-        on_path: &mut BTreeSet<usize>,
-    ) -> BTreeSet<usize> {
-        if let Some(done) = &memo[i] {
-            return done.clone();
-        }
-        let mut found = BTreeSet::new();
-        if nodes[i].is_capi_cluster() {
-            found.insert(i);
-        }
-        // An ownership cycle stops at the node already being visited.
-        if on_path.insert(i) {
-            for owner in nodes[i].all_owners().collect::<Vec<_>>() {
-                found.extend(visit(owner, nodes, memo, on_path));
-            }
-            on_path.remove(&i);
-        }
-        memo[i] = Some(found.clone());
-        found
-    }
-    let mut memo = vec![None; nodes.len()];
-    (0..nodes.len())
-        .map(|i| visit(i, nodes, &mut memo, &mut BTreeSet::new()))
-        .collect()
+    closure(
+        nodes.len(),
+        &|i| BTreeSet::from_iter(nodes[i].is_capi_cluster().then_some(i)),
+        &|i| nodes[i].all_owners().collect(),
+    )
 }
 
 /// For each node, the Clusters it serves: those above it and those above anything below it
 /// (hard and soft ownership).
 fn users(nodes: &[Node], above: &[BTreeSet<usize>]) -> Vec<BTreeSet<usize>> {
+    let children = children(nodes);
+    closure(nodes.len(), &|i| above[i].clone(), &|i| children[i].clone())
+}
+
+/// For each node, the nodes it owns (hard and soft).
+fn children(nodes: &[Node]) -> Vec<Vec<usize>> {
     let mut children: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
     for (i, node) in nodes.iter().enumerate() {
         for owner in node.all_owners() {
             children[owner].push(i);
         }
     }
+    children
+}
+
+/// For each of `len` nodes, its own set (`own`) joined with the sets of the nodes `next` leads
+/// to, transitively (memoized; an ownership cycle stops at the node already being visited).
+fn closure(
+    len: usize,
+    own: &dyn Fn(usize) -> BTreeSet<usize>,
+    next: &dyn Fn(usize) -> Vec<usize>,
+) -> Vec<BTreeSet<usize>> {
     fn visit(
         i: usize,
-        children: &[Vec<usize>],
-        above: &[BTreeSet<usize>],
+        own: &dyn Fn(usize) -> BTreeSet<usize>,
+        next: &dyn Fn(usize) -> Vec<usize>,
         memo: &mut [Option<BTreeSet<usize>>],
         on_path: &mut BTreeSet<usize>,
     ) -> BTreeSet<usize> {
         if let Some(done) = &memo[i] {
             return done.clone();
         }
-        let mut found = above[i].clone();
+        let mut found = own(i);
         if on_path.insert(i) {
-            for &child in &children[i] {
-                found.extend(visit(child, children, above, memo, on_path));
+            for j in next(i) {
+                found.extend(visit(j, own, next, memo, on_path));
             }
             on_path.remove(&i);
         }
         memo[i] = Some(found.clone());
         found
     }
-    let mut memo = vec![None; nodes.len()];
-    (0..nodes.len())
-        .map(|i| visit(i, &children, above, &mut memo, &mut BTreeSet::new()))
+    let mut memo = vec![None; len];
+    (0..len)
+        .map(|i| visit(i, own, next, &mut memo, &mut BTreeSet::new()))
         .collect()
 }
 
@@ -584,12 +573,7 @@ fn select(
     namespace: &str,
     above: &[BTreeSet<usize>],
 ) -> BTreeSet<usize> {
-    let mut children: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
-    for (i, node) in nodes.iter().enumerate() {
-        for owner in node.all_owners() {
-            children[owner].push(i);
-        }
-    }
+    let children = children(nodes);
     // Anything another Cluster reaches through its owners belongs to that Cluster, however far
     // down (a Machine of another Cluster's MachineSet, the address its claim got from a shared
     // pool).

@@ -5,6 +5,13 @@
 use super::*;
 use crate::model::move_fixtures::*;
 
+impl MoveGraph {
+    /// Nodes that hold the move.
+    fn blocking(&self) -> Vec<&ObjectId> {
+        self.nodes().filter(|n| n.blocking).map(|n| &n.id).collect()
+    }
+}
+
 /// `Kind/name` of every object per group.
 fn groups(graph: &MoveGraph) -> Vec<Vec<String>> {
     graph

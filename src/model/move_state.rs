@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::capi::StringMap;
+use super::selection::is_empty_selector;
 
 /// On a CAPI Cluster: the recorded move state (JSON).
 pub const MOVE_STATE_ANNOTATION: &str = "fleet.addons.cluster.x-k8s.io/move-state";
@@ -149,24 +150,17 @@ pub fn opted_in(labels: &StringMap, selector: Option<&LabelSelector>) -> bool {
     if labels.get(SELF_MANAGED_LABEL).map(String::as_str) == Some("true") {
         return true;
     }
-    let Some(selector) = selector else {
-        return false;
-    };
-    let empty = selector.match_labels.as_ref().is_none_or(|m| m.is_empty())
-        && selector
-            .match_expressions
-            .as_ref()
-            .is_none_or(|e| e.is_empty());
-    if empty {
-        return false;
-    }
-    Selector::try_from(selector.clone()).is_ok_and(|s| s.matches(labels))
+    selector.is_some_and(|selector| {
+        !is_empty_selector(selector)
+            && Selector::try_from(selector.clone()).is_ok_and(|s| s.matches(labels))
+    })
 }
 
 /// What Fleet reports for the move Bundles, against the Bundles we want.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum BundlesStatus {
     /// None of them exists.
+    #[default]
     Missing,
     /// Some exist but not all, or not with the wanted content yet, or not ready: why.
     Waiting(String),
@@ -254,7 +248,7 @@ pub fn bundles_status(desired: &[Value], live: &[Value]) -> BundlesStatus {
 }
 
 /// What the controller observes before deciding.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Observed {
     pub opted_in: bool,
     /// The Cluster's Fleet Cluster exists and its agent is ready.
@@ -285,27 +279,6 @@ pub struct Observed {
     pub copies_left: usize,
     /// Unix seconds.
     pub now: i64,
-}
-
-impl Default for Observed {
-    fn default() -> Self {
-        Self {
-            opted_in: false,
-            fleet_cluster_ready: false,
-            spec_paused: false,
-            paused_annotation: false,
-            graph_error: None,
-            not_provisioned: Vec::new(),
-            blocking: Vec::new(),
-            bundles: BundlesStatus::Missing,
-            target_error: None,
-            secrets_pending: 0,
-            links_pending: None,
-            unfenced: 0,
-            copies_left: 0,
-            now: 0,
-        }
-    }
 }
 
 /// Side effects, in the order to run them (after recording the state).

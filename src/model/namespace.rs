@@ -270,14 +270,6 @@ impl Contributions {
             }
         }
     }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 #[cfg(test)]
@@ -285,6 +277,16 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    impl Contributions {
+        pub fn len(&self) -> usize {
+            self.0.len()
+        }
+
+        pub fn is_empty(&self) -> bool {
+            self.0.is_empty()
+        }
+    }
 
     fn key(name: &str) -> (String, String) {
         ("ns".to_string(), name.to_string())

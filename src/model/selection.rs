@@ -176,15 +176,20 @@ impl AgentInitiated {
     }
 }
 
-/// An empty or absent selector is "not set"; one that does not compile is [`LabelRule::Invalid`].
-fn compile_rule(selector: Option<&LabelSelector>) -> Option<LabelRule> {
-    let selector = selector?;
-    let empty = selector.match_labels.as_ref().is_none_or(|m| m.is_empty())
+/// Whether `selector` has neither `matchLabels` nor `matchExpressions` (such a selector is "not
+/// set").
+pub fn is_empty_selector(selector: &LabelSelector) -> bool {
+    selector.match_labels.as_ref().is_none_or(|m| m.is_empty())
         && selector
             .match_expressions
             .as_ref()
-            .is_none_or(|e| e.is_empty());
-    if empty {
+            .is_none_or(|e| e.is_empty())
+}
+
+/// An empty or absent selector is "not set"; one that does not compile is [`LabelRule::Invalid`].
+fn compile_rule(selector: Option<&LabelSelector>) -> Option<LabelRule> {
+    let selector = selector?;
+    if is_empty_selector(selector) {
         return None;
     }
     let mut errors = Vec::new();

@@ -56,7 +56,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::core::{Selector, SelectorExt};
 use serde_json::{Map, Value, json};
 
-use crate::model::capi::{self, ClusterView, StringMap};
+use crate::model::capi::{self, ClusterView, StringMap, event_note};
 use crate::model::config::{ClusterImport, DEFAULT_TEARDOWN_TIMEOUT, TeardownSettings};
 use crate::model::fleet::{Registration, class_labels, desired_fleet_cluster};
 use crate::names;
@@ -746,21 +746,6 @@ pub fn event_for(
         _ => return None,
     };
     Some((event, warning, event_note(message)))
-}
-
-/// Longest Event note the API server accepts (`events.k8s.io/v1` `note`: 1 kB).
-const MAX_EVENT_NOTE_BYTES: usize = 1024;
-
-/// `note` cut on a character boundary to fit an Event.
-fn event_note(note: &str) -> String {
-    if note.len() <= MAX_EVENT_NOTE_BYTES {
-        return note.to_string();
-    }
-    let mut end = MAX_EVENT_NOTE_BYTES - '…'.len_utf8();
-    while !note.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &note[..end])
 }
 
 /// A time as Kubernetes writes it (RFC 3339, seconds, UTC).

@@ -4,14 +4,13 @@
 //! problem with its field path; controllers report the list in status.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use fleet_api_rs::fleet_cluster::ClusterAgentTolerations;
 use serde_json::Value;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use k8s_openapi::api::core::v1::SecretReference;
+use k8s_openapi::api::core::v1::{ObjectReference, SecretReference};
 
 use crate::api::{
     AgentOverride, AgentSettings, ChartTlsConfig, FleetAddonConfigSpec, FleetInstall,
@@ -19,7 +18,8 @@ use crate::api::{
 };
 
 /// One problem in the spec, with the field path it concerns.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
 pub struct FieldError {
     /// Path in the object, e.g. `spec.cluster.namespaceRegexes[1]`.
     pub path: String,
@@ -33,12 +33,6 @@ impl FieldError {
             path: path.into(),
             message: message.into(),
         }
-    }
-}
-
-impl fmt::Display for FieldError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.message)
     }
 }
 
@@ -197,21 +191,11 @@ pub fn validate(spec: &FleetAddonConfigSpec) -> Vec<FieldError> {
             .and_then(|gates| gates.config_map.as_ref())
             .and_then(|cm| cm.reference.as_ref())
         {
-            let path = "spec.config.featureGates.configMap.ref";
-            if reference.name.as_deref().unwrap_or_default().is_empty() {
-                errors.push(FieldError::new(format!("{path}.name"), "name is required"));
-            }
-            if reference
-                .namespace
-                .as_deref()
-                .unwrap_or_default()
-                .is_empty()
-            {
-                errors.push(FieldError::new(
-                    format!("{path}.namespace"),
-                    "namespace is required",
-                ));
-            }
+            require_name_and_namespace(
+                reference,
+                "spec.config.featureGates.configMap.ref",
+                &mut errors,
+            );
         }
     }
     if let Some(install) = &spec.install {
@@ -246,23 +230,27 @@ fn validate_server(server: &Server, errors: &mut Vec<FieldError>) {
                     format!("{kind:?} is not supported: use ConfigMap or Secret"),
                 ));
             }
-            if reference.name.as_deref().unwrap_or_default().is_empty() {
-                errors.push(FieldError::new(
-                    format!("{path}.custom.apiServerCaConfigRef.name"),
-                    "name is required",
-                ));
-            }
-            if reference
-                .namespace
-                .as_deref()
-                .unwrap_or_default()
-                .is_empty()
-            {
-                errors.push(FieldError::new(
-                    format!("{path}.custom.apiServerCaConfigRef.namespace"),
-                    "namespace is required",
-                ));
-            }
+            let reference_path = format!("{path}.custom.apiServerCaConfigRef");
+            require_name_and_namespace(reference, &reference_path, errors);
+        }
+    }
+}
+
+/// The `name` and the `namespace` of `reference` (at `path`) must be set.
+fn require_name_and_namespace(
+    reference: &ObjectReference,
+    path: &str,
+    errors: &mut Vec<FieldError>,
+) {
+    for (field, value) in [
+        ("name", &reference.name),
+        ("namespace", &reference.namespace),
+    ] {
+        if value.as_deref().unwrap_or_default().is_empty() {
+            errors.push(FieldError::new(
+                format!("{path}.{field}"),
+                format!("{field} is required"),
+            ));
         }
     }
 }

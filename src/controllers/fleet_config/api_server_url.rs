@@ -41,17 +41,15 @@ async fn infer_local(client: &Client) -> Result<ServerValues, Error> {
     let root_ca = config_maps
         .get_opt(api_server::ROOT_CA_CONFIG_MAP)
         .await?
-        .ok_or_else(|| Error::Missing {
-            kind: "ConfigMap",
-            name: name.clone(),
-            reason: "inferLocal reads the cluster CA from it".to_string(),
+        .ok_or_else(|| {
+            Error::missing(
+                "ConfigMap",
+                name.clone(),
+                "inferLocal reads the cluster CA from it",
+            )
         })?;
-    let ca_pem =
-        api_server::ca_from_config_map(&root_ca, CA_KEY).map_err(|reason| Error::Malformed {
-            kind: "ConfigMap",
-            name,
-            reason,
-        })?;
+    let ca_pem = api_server::ca_from_config_map(&root_ca, CA_KEY)
+        .map_err(|reason| Error::malformed("ConfigMap", name, reason))?;
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), KUBERNETES_SERVICE_NAMESPACE);
     let slices = slices
         .list(&ListParams::default().labels(&format!(
@@ -66,12 +64,13 @@ async fn infer_local(client: &Client) -> Result<ServerValues, Error> {
         let api: Api<Endpoints> = Api::namespaced(client.clone(), KUBERNETES_SERVICE_NAMESPACE);
         api.get_opt(KUBERNETES_SERVICE).await?
     };
-    let url =
-        api_server::infer_url(&slices, endpoints.as_ref()).map_err(|reason| Error::Missing {
-            kind: "Service endpoints",
-            name: format!("{KUBERNETES_SERVICE_NAMESPACE}/{KUBERNETES_SERVICE}"),
+    let url = api_server::infer_url(&slices, endpoints.as_ref()).map_err(|reason| {
+        Error::missing(
+            "Service endpoints",
+            format!("{KUBERNETES_SERVICE_NAMESPACE}/{KUBERNETES_SERVICE}"),
             reason,
-        })?;
+        )
+    })?;
     Ok(ServerValues {
         url: Some(url),
         ca_pem: Some(ca_pem),
@@ -88,30 +87,16 @@ async fn read_ca(client: &Client, reference: &ObjectReference) -> Result<String,
         let secret = api
             .get_opt(&reference.name)
             .await?
-            .ok_or_else(|| Error::Missing {
-                kind: "Secret",
-                name: full.clone(),
-                reason,
-            })?;
-        api_server::ca_from_secret(&secret, CA_KEY).map_err(|reason| Error::Malformed {
-            kind: "Secret",
-            name: full,
-            reason,
-        })
+            .ok_or_else(|| Error::missing("Secret", full.clone(), reason))?;
+        api_server::ca_from_secret(&secret, CA_KEY)
+            .map_err(|reason| Error::malformed("Secret", full, reason))
     } else {
         let api: Api<ConfigMap> = Api::namespaced(client.clone(), &reference.namespace);
         let config_map = api
             .get_opt(&reference.name)
             .await?
-            .ok_or_else(|| Error::Missing {
-                kind: "ConfigMap",
-                name: full.clone(),
-                reason,
-            })?;
-        api_server::ca_from_config_map(&config_map, CA_KEY).map_err(|reason| Error::Malformed {
-            kind: "ConfigMap",
-            name: full,
-            reason,
-        })
+            .ok_or_else(|| Error::missing("ConfigMap", full.clone(), reason))?;
+        api_server::ca_from_config_map(&config_map, CA_KEY)
+            .map_err(|reason| Error::malformed("ConfigMap", full, reason))
     }
 }

@@ -166,10 +166,10 @@ pub async fn install_fleet(
 /// ([`chart_access::explain`]).
 fn explained(err: Error, install: &InstallSettings) -> Error {
     match err {
-        Error::Helm { step, message } => Error::Helm {
+        Error::Helm { step, message } => Error::helm(
             step,
-            message: chart_access::explain(&message, &install.repository, &install.access),
-        },
+            chart_access::explain(&message, &install.repository, &install.access),
+        ),
         other => other,
     }
 }
@@ -194,10 +194,7 @@ impl Installer<'_> {
         let (operation, version, note) = match fleet_install::release_step(release, action) {
             ReleaseStep::Nothing => return Ok(()),
             ReleaseStep::Refuse(message) => {
-                return Err(Error::Helm {
-                    step: "upgrade",
-                    message,
-                });
+                return Err(Error::helm("upgrade", message));
             }
             ReleaseStep::Run {
                 upgrade,
@@ -235,10 +232,9 @@ impl Installer<'_> {
             }
             Err(err) => {
                 let err = match err {
-                    Error::Helm { step, message } => Error::Helm {
-                        step,
-                        message: format!("{release}: {message}"),
-                    },
+                    Error::Helm { step, message } => {
+                        Error::helm(step, format!("{release}: {message}"))
+                    }
                     other => other,
                 };
                 self.ctx

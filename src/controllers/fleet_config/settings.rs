@@ -27,16 +27,11 @@ async fn update_config_map_key(
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let full = format!("{namespace}/{name}");
     let written = apply::merge_patch_guarded(&api, name, names::FIELD_MANAGER, |config_map| {
-        let config_map = config_map.ok_or_else(|| Error::Missing {
-            kind: "ConfigMap",
-            name: full.clone(),
-            reason: missing_reason.to_string(),
-        })?;
+        let config_map =
+            config_map.ok_or_else(|| Error::missing("ConfigMap", full.clone(), missing_reason))?;
         let current = config_map.data.as_ref().and_then(|d| d.get(key));
-        let next = change(current.map(String::as_str)).map_err(|reason| Error::Malformed {
-            kind: "ConfigMap",
-            name: full.clone(),
-            reason: format!("data.{key} {reason}"),
+        let next = change(current.map(String::as_str)).map_err(|reason| {
+            Error::malformed("ConfigMap", full.clone(), format!("data.{key} {reason}"))
         })?;
         Ok(next.map(|next| serde_json::json!({"data": {key: next}})))
     })

@@ -42,10 +42,8 @@ async fn reconcile_class(class: &CapiClusterClass, ctx: &ImportContext) -> Resul
     let Some(config) = ctx.base.config() else {
         return Ok(Action::requeue(std::time::Duration::from_secs(1)));
     };
-    let view = ClassView::of(class).ok_or_else(|| Error::Malformed {
-        kind: "ClusterClass",
-        name: class.name_any(),
-        reason: "no name or namespace".into(),
+    let view = ClassView::of(class).ok_or_else(|| {
+        Error::malformed("ClusterClass", class.name_any(), "no name or namespace")
     })?;
     if view.finalizers.iter().any(|f| f == names::FINALIZER) {
         let classes: Api<CapiClusterClass> =

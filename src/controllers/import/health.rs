@@ -31,6 +31,7 @@ use crate::context::ConfigReceiver;
 use crate::controllers::import::import_context::{Decided, ImportContext};
 use crate::controllers::import::namespace_triggers::ClusterInputs;
 use crate::controllers::import::stores::Feed;
+use crate::model::capi::event_note;
 use crate::model::fleet_health::{
     self, Desired, condition_to_apply, live_condition, status_changes,
 };
@@ -211,21 +212,6 @@ fn import_pending(
     !view.has_finalizer() || (matches!(decision, Decision::Import { .. }) && fleet.is_none())
 }
 
-/// Longest Event note the API server accepts (`events.k8s.io/v1` `note`: 1 kB).
-const MAX_EVENT_NOTE_BYTES: usize = 1024;
-
-/// `note` cut on a character boundary to fit an Event.
-fn event_note(note: &str) -> String {
-    if note.len() <= MAX_EVENT_NOTE_BYTES {
-        return note.to_string();
-    }
-    let mut end = MAX_EVENT_NOTE_BYTES - '…'.len_utf8();
-    while !note.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &note[..end])
-}
-
 /// Whether our field manager owns anything in the Cluster's status (the cache keeps our
 /// managedFields entries).
 fn owns_status_fields(cluster: &CapiCluster) -> bool {
@@ -267,6 +253,7 @@ async fn apply_status(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::capi::MAX_EVENT_NOTE_BYTES;
 
     #[test]
     fn event_notes_fit_the_api_limit() {

@@ -2,13 +2,16 @@
 //! cross-namespace ClusterGroups it holds and the BundleNamespaceMappings named after it, all
 //! derived from the namespace's Clusters at once (see [`crate::model::namespace`]).
 
+use std::fmt::Debug;
 use std::sync::Arc;
 
 use fleet_api_rs::fleet_clustergroup::ClusterGroup;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::Result;
@@ -121,27 +124,8 @@ async fn reconcile_namespace(namespace: &NamespaceMeta, ctx: &ImportContext) -> 
     let mut waiting = false;
     let groups: Api<ClusterGroup> = Api::namespaced(ctx.base.controllers.clone(), &name);
     for group in &plan.apply_groups {
-        let group_name = group.name_any();
-        let live = ctx.stores.group(&name, &group_name);
-        let key = Key::new("ClusterGroup", &name, &group_name);
-        let cached = live
-            .as_ref()
-            .and_then(|g| g.metadata.resource_version.clone());
-        if !ctx.expectations.met(&key, cached.as_deref()) {
-            waiting = true;
-            continue;
-        }
-        let written = ctx
-            .expectations
-            .on(&key, cached.as_deref())
-            .record(apply_if_changed(
-                &groups,
-                group,
-                live.as_deref(),
-                names::FIELD_MANAGER,
-            ))
-            .await?;
-        log_write(written.outcome, "ClusterGroup", &name, &group_name);
+        let live = ctx.stores.group(&name, &group.name_any());
+        waiting |= !apply_when_seen(ctx, &groups, "ClusterGroup", group, live.as_deref()).await?;
     }
     for group_name in &plan.clear_group_owner_references {
         merge_patch(
@@ -163,30 +147,14 @@ async fn reconcile_namespace(namespace: &NamespaceMeta, ctx: &ImportContext) -> 
         let mappings: Api<BundleNamespaceMapping> =
             Api::namespaced(ctx.base.controllers.clone(), &class_namespace);
         let live = ctx.stores.mapping(&class_namespace, &name);
-        let key = Key::new("BundleNamespaceMapping", &class_namespace, &name);
-        let cached = live
-            .as_ref()
-            .and_then(|m| m.metadata.resource_version.clone());
-        if !ctx.expectations.met(&key, cached.as_deref()) {
-            waiting = true;
-            continue;
-        }
-        let written = ctx
-            .expectations
-            .on(&key, cached.as_deref())
-            .record(apply_if_changed(
-                &mappings,
-                mapping,
-                live.as_deref(),
-                names::FIELD_MANAGER,
-            ))
-            .await?;
-        log_write(
-            written.outcome,
+        waiting |= !apply_when_seen(
+            ctx,
+            &mappings,
             "BundleNamespaceMapping",
-            &class_namespace,
-            &name,
-        );
+            mapping,
+            live.as_deref(),
+        )
+        .await?;
     }
     delete_mappings(&name, &plan.delete_mappings, false, ctx).await?;
     Ok(if waiting {
@@ -236,10 +204,34 @@ pub async fn delete_mappings<S: AsRef<str>>(
     Ok(())
 }
 
-fn log_write(outcome: crate::apply::Outcome, kind: &str, namespace: &str, name: &str) {
-    if outcome != crate::apply::Outcome::Unchanged {
-        tracing::info!(%namespace, %name, ?outcome, "{kind} written");
+/// Applies `desired` (a `kind`) unless the cache, holding `live`, does not show our last write
+/// to it yet. `false`: not applied, left for the reconcile its watch event triggers.
+async fn apply_when_seen<K>(
+    ctx: &ImportContext,
+    api: &Api<K>,
+    kind: &'static str,
+    desired: &K,
+    live: Option<&K>,
+) -> Result<bool>
+where
+    K: Resource + Serialize + DeserializeOwned + Clone + Debug,
+{
+    let namespace = desired.meta().namespace.clone().unwrap_or_default();
+    let name = desired.name_any();
+    let key = Key::new(kind, &namespace, &name);
+    let cached = live.and_then(|object| object.meta().resource_version.as_deref());
+    if !ctx.expectations.met(&key, cached) {
+        return Ok(false);
     }
+    let written = ctx
+        .expectations
+        .on(&key, cached)
+        .record(apply_if_changed(api, desired, live, names::FIELD_MANAGER))
+        .await?;
+    if written.outcome != crate::apply::Outcome::Unchanged {
+        tracing::info!(%namespace, %name, outcome = ?written.outcome, "{kind} written");
+    }
+    Ok(true)
 }
 
 /// Adds the annotation (server-side apply by our namespace field manager), or removes it by

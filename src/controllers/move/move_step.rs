@@ -117,11 +117,11 @@ pub(super) async fn reconcile(meta: &CapiCluster, ctx: &MoveContext) -> Result<A
                     message.clone(),
                 )
                 .await;
-            return Err(Error::Malformed {
-                kind: "Cluster",
-                name: format!("{namespace}/{name}"),
-                reason: message,
-            });
+            return Err(Error::malformed(
+                "Cluster",
+                format!("{namespace}/{name}"),
+                message,
+            ));
         }
     };
     let phase = current.as_ref().map(|s| s.phase);

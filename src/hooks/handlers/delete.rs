@@ -15,20 +15,22 @@ use fleet_api_rs::fleet_cluster_registration_token::ClusterRegistrationToken;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::events::EventType;
 use serde_json::{Value, json};
 
 use crate::api::CapiCluster;
 use crate::hooks::cluster::ClusterInfo;
-use crate::hooks::handlers::api::{api_retry, delete_if_present, get_opt, merge_patch};
+use crate::hooks::handlers::api::{
+    api_retry, bundle_deployments, delete_if_present, get_opt, merge_patch,
+};
 use crate::hooks::hook_context::HookContext;
 use crate::hooks::workload_cluster;
 use crate::model::capi;
 use crate::model::config::EffectiveConfig;
 use crate::model::fleet;
-use crate::model::hook_plan::{self as plan, DeleteStart, HookOutcome, RETRY_API};
+use crate::model::hook_plan::{self as plan, DeleteStart, HookOutcome};
 use crate::model::teardown::{self, BundleRef, Downstream, Mode, Progress, Verdict, reason};
 use crate::{Error, names};
 
@@ -63,7 +65,10 @@ pub async fn before_cluster_delete(ctx: &HookContext, cluster: &ClusterInfo) -> 
         DeleteStart::TeardownEnded { hold_on_error } => {
             held(hold_on_error, steps.ended(&decided.mode).await)
         }
-        DeleteStart::Teardown { deadline } => flat(steps.teardown(deadline).await),
+        DeleteStart::Teardown { deadline } => steps
+            .teardown(deadline)
+            .await
+            .unwrap_or_else(|outcome| outcome),
     };
     plan::with_problems(outcome, &decided.problems)
 }
@@ -74,12 +79,6 @@ fn held(hold: bool, result: Result<HookOutcome, HookOutcome>) -> HookOutcome {
         Ok(outcome) => outcome,
         Err(outcome) if hold => outcome,
         Err(outcome) => plan::proceed_despite(outcome),
-    }
-}
-
-fn flat(result: Result<HookOutcome, HookOutcome>) -> HookOutcome {
-    match result {
-        Ok(outcome) | Err(outcome) => outcome,
     }
 }
 
@@ -347,28 +346,8 @@ impl Steps<'_> {
         else {
             return Ok(Vec::new());
         };
-        let resource = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("fleet.cattle.io", "v1alpha1", "BundleDeployment"),
-            "bundledeployments",
-        );
-        // Live, on purpose: a cached "none left" would let the deletion through early. One
-        // LIST per call, scoped to the Fleet Cluster's own namespace, only during a teardown.
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.ctx.base.client.clone(), &bundle_ns, &resource);
-        let listed = api.list(&ListParams::default()).await.map_err(|err| {
-            api_retry("listing BundleDeployments in", &bundle_ns, "", &err.into())
-        })?;
-        listed
-            .items
-            .iter()
-            .map(serde_json::to_value)
-            .collect::<Result<_, _>>()
-            .map_err(|err| {
-                HookOutcome::retry(
-                    RETRY_API,
-                    format!("reading the BundleDeployments in {bundle_ns}: {err}"),
-                )
-            })
+        // Live, on purpose: a cached "none left" would let the deletion through early.
+        bundle_deployments(&self.ctx.base.client, &bundle_ns).await
     }
 
     /// Why some of the bundles `left` still target the drained cluster: at most

@@ -270,47 +270,36 @@ pub async fn handle(ctx: &HookContext, hook: Hook, body: &[u8]) -> Response {
 /// Decodes `body` as the request of `hook` and answers it; `catalog` is the discovery the path
 /// names. Every problem with the request is a Failure answer naming it.
 pub async fn handle_in(ctx: &HookContext, catalog: Catalog, hook: Hook, body: &[u8]) -> Response {
+    let fail = |message: String| Response::failure(Some(hook), message);
     let Some(spec) = HOOKS.iter().find(|spec| spec.hook == hook) else {
-        return Response::failure(Some(hook), format!("{} is not served", hook.name()));
+        return fail(format!("{} is not served", hook.name()));
     };
     let value: Value = match serde_json::from_slice(body) {
         Ok(value) => value,
-        Err(err) => {
-            return Response::failure(
-                Some(hook),
-                format!("the request body is not valid JSON: {err}"),
-            );
-        }
+        Err(err) => return fail(format!("the request body is not valid JSON: {err}")),
     };
     if !value.is_object() {
-        return Response::failure(Some(hook), "the request body is not a JSON object");
+        return fail("the request body is not a JSON object".to_string());
     }
     let meta: RequestMeta = serde_json::from_value(value.clone()).unwrap_or_default();
     if let Some(kind) = meta.kind.as_deref().filter(|k| !k.is_empty())
         && kind != hook.request_kind()
     {
-        return Response::failure(
-            Some(hook),
-            format!("expected kind {}, got {kind}", hook.request_kind()),
-        );
+        return fail(format!("expected kind {}, got {kind}", hook.request_kind()));
     }
     if let Some(api_version) = meta.api_version.as_deref().filter(|v| !v.is_empty())
         && api_version != API_VERSION
     {
-        return Response::failure(
-            Some(hook),
-            format!("expected apiVersion {API_VERSION}, got {api_version}"),
-        );
+        return fail(format!(
+            "expected apiVersion {API_VERSION}, got {api_version}"
+        ));
     }
     match spec.serve {
         Serve::Discovery => discovery::handle(catalog),
         Serve::DiscoverVariables => topology::discover_variables(),
         Serve::GeneratePatches => match serde_json::from_value::<GeneratePatchesRequest>(value) {
             Ok(request) => topology::serve_generate_patches(ctx, &request).await,
-            Err(err) => Response::failure(
-                Some(hook),
-                format!("malformed GeneratePatchesRequest: {err}"),
-            ),
+            Err(err) => fail(format!("malformed GeneratePatchesRequest: {err}")),
         },
         Serve::Lifecycle(answer) => match lifecycle_request(hook, value) {
             Ok((request, cluster)) => {

@@ -8,17 +8,16 @@
 
 use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams};
-use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::Api;
 use kube::runtime::events::EventType;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::hooks::cluster::ClusterInfo;
-use crate::hooks::handlers::api::{api_retry, get_opt};
+use crate::hooks::handlers::api::{api_retry, bundle_deployments, get_opt};
 use crate::hooks::hook_context::HookContext;
 use crate::hooks::types::LifecycleRequest;
 use crate::model::config::EffectiveConfig;
-use crate::model::hook_plan::{self as plan, HookOutcome, RETRY_API};
+use crate::model::hook_plan::{self as plan, HookOutcome};
 use crate::model::upgrade_steps::{
     GateSettings, StepRequest, UpgradeHook, UpgradeStep, gate_before_bundles, gate_bundles,
     gate_settings, next_step, of_step,
@@ -154,7 +153,7 @@ async fn step(
     }
     if *old_gate {
         let bundle_ns = plan::bundle_namespace(cluster, Some(&fleet))?;
-        let deployments = bundle_deployments(ctx, &bundle_ns).await?;
+        let deployments = bundle_deployments(&ctx.base.client, &bundle_ns).await?;
         return Ok(plan::upgrade_answer(
             cluster,
             &fleet_name,
@@ -166,7 +165,7 @@ async fn step(
         return Ok(answer.outcome);
     }
     let bundle_ns = plan::bundle_namespace(cluster, Some(&fleet))?;
-    let deployments = bundle_deployments(ctx, &bundle_ns).await?;
+    let deployments = bundle_deployments(&ctx.base.client, &bundle_ns).await?;
     Ok(gate_bundles(
         &step,
         &format!("{ns}/{fleet_name}"),
@@ -226,33 +225,6 @@ async fn record(
                 ns,
                 name,
                 &err,
-            )
-        })
-}
-
-/// The live BundleDeployments of a Fleet Cluster's namespace. A LIST, on purpose: a gate must
-/// follow the live states of all of them (a stale "ready" lets a step through); it is scoped to
-/// the Fleet Cluster's own namespace and runs only with a gate on.
-async fn bundle_deployments(ctx: &HookContext, bundle_ns: &str) -> Result<Vec<Value>, HookOutcome> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("fleet.cattle.io", "v1alpha1", "BundleDeployment"),
-        "bundledeployments",
-    );
-    let deployments: Api<DynamicObject> =
-        Api::namespaced_with(ctx.base.client.clone(), bundle_ns, &resource);
-    let listed = deployments
-        .list(&ListParams::default())
-        .await
-        .map_err(|err| api_retry("listing BundleDeployments in", bundle_ns, "", &err.into()))?;
-    listed
-        .items
-        .iter()
-        .map(serde_json::to_value)
-        .collect::<Result<_, _>>()
-        .map_err(|err| {
-            HookOutcome::retry(
-                RETRY_API,
-                format!("reading the BundleDeployments in {bundle_ns}: {err}"),
             )
         })
 }

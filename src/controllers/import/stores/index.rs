@@ -53,12 +53,6 @@ impl<K: Resource> Index<K> {
             .unwrap_or_default()
     }
 
-    /// Every key with at least one object.
-    pub fn keys(&self) -> Vec<String> {
-        let maps = self.inner.read().unwrap_or_else(|p| p.into_inner());
-        maps.members.keys().cloned().collect()
-    }
-
     fn member(object: &K) -> Option<Member> {
         let meta = object.meta();
         Some((
@@ -131,6 +125,14 @@ mod tests {
     use super::*;
     use crate::api::CapiCluster;
     use crate::controllers::import::stores::cross_namespace_class_key;
+
+    impl<K: Resource> Index<K> {
+        /// Every key with at least one object.
+        pub fn keys(&self) -> Vec<String> {
+            let maps = self.inner.read().unwrap_or_else(|p| p.into_inner());
+            maps.members.keys().cloned().collect()
+        }
+    }
 
     fn cluster(namespace: &str, name: &str) -> Arc<CapiCluster> {
         Arc::new(

@@ -196,14 +196,6 @@ impl Stores {
         )
     }
 
-    /// The cached Fleet Cluster, decoded (the cache keeps it as compact text).
-    pub fn fleet_cluster(&self, namespace: &str, name: &str) -> Option<Arc<FleetCluster>> {
-        let cached = self
-            .fleet_clusters
-            .get(&ObjectRef::new(name).within(namespace))?;
-        decoded(&cached)
-    }
-
     pub fn class(&self, namespace: &str, name: &str) -> Option<Arc<CapiClusterClass>> {
         self.classes.get(&ObjectRef::new(name).within(namespace))
     }
