@@ -28,17 +28,6 @@ fn config(yaml: &str) -> EffectiveConfig {
     EffectiveConfig::from_spec(&spec)
 }
 
-/// BeforeClusterUpgrade's answer before looking at any bundle: wait for the configuration;
-/// proceed at once unless `spec.runtimeExtension.beforeClusterUpgrade.waitForBundlesReady`.
-/// `None`: look at the bundles.
-fn upgrade_gate(config: Option<&EffectiveConfig>) -> Option<HookOutcome> {
-    match config {
-        None => Some(config_not_read()),
-        Some(config) if !config.runtime_extension.wait_for_bundles_ready => Some(HookOutcome::ok()),
-        Some(_) => None,
-    }
-}
-
 fn fleet_cluster(value: Value) -> FleetCluster {
     serde_json::from_value(value).expect("fleet cluster")
 }
@@ -600,15 +589,7 @@ fn the_fleet_cluster_name_follows_the_configuration() {
 }
 
 #[test]
-fn before_cluster_upgrade_holds_only_when_configured_and_bundles_are_not_ready() {
-    assert_eq!(upgrade_gate(None), Some(config_not_read()));
-    assert_eq!(
-        upgrade_gate(Some(&EffectiveConfig::default())),
-        Some(HookOutcome::ok())
-    );
-    let waiting = config("runtimeExtension: {beforeClusterUpgrade: {waitForBundlesReady: true}}");
-    assert_eq!(upgrade_gate(Some(&waiting)), None);
-
+fn before_cluster_upgrade_looks_for_bundles_where_fleet_registered_the_cluster() {
     let c = cluster(json!({}));
     let no_fleet = bundle_namespace(&c, None).expect_err("answer");
     assert_eq!(shape(&no_fleet).0, "Success");
