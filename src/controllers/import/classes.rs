@@ -26,8 +26,7 @@ pub const GROUP_CONTROLLER: &str = "clustergroup";
 
 /// Reconciles one ClusterClass.
 pub async fn reconcile(class: Arc<CapiClusterClass>, ctx: Arc<ImportContext>) -> Result<Action> {
-    ctx.observed(CONTROLLER, &*class, reconcile_class(&class, &ctx))
-        .await
+    reconcile_class(&class, &ctx).await
 }
 
 fn key<K: ResourceExt>(object: &K) -> String {
@@ -109,12 +108,7 @@ pub fn is_class_group(group: &ClusterGroup) -> bool {
 /// when its ClusterClass no longer exists (checked with a GET, not just the cache, so a class
 /// outside `--namespace`/`--watch-filter` is never taken for gone).
 pub async fn reconcile_group(group: Arc<ClusterGroup>, ctx: Arc<ImportContext>) -> Result<Action> {
-    ctx.observed(
-        GROUP_CONTROLLER,
-        &*group,
-        reconcile_class_group(&group, &ctx),
-    )
-    .await
+    reconcile_class_group(&group, &ctx).await
 }
 
 async fn reconcile_class_group(group: &ClusterGroup, ctx: &ImportContext) -> Result<Action> {

@@ -19,11 +19,9 @@ use crate::{Error, Result};
 /// Controller name in metrics and logs.
 pub const CONTROLLER: &str = "cluster";
 
-/// Reconciles one CAPI Cluster.
+/// Reconciles one CAPI Cluster; the status writer recounts after each.
 pub async fn reconcile(cluster: Arc<CapiCluster>, ctx: Arc<ImportContext>) -> Result<Action> {
-    let result = ctx
-        .observed(CONTROLLER, &*cluster, reconcile_cluster(&cluster, &ctx))
-        .await;
+    let result = reconcile_cluster(&cluster, &ctx).await;
     ctx.counts_changed.notify_one();
     result
 }

@@ -28,7 +28,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use crate::api::{CachedFleetCluster, CapiCluster};
 use crate::apply::expectations::Key;
 use crate::context::ConfigReceiver;
-use crate::controllers::import::import_context::{Decided, ImportContext};
+use crate::controllers::import::import_context::{Decided, ImportContext, observed, retry};
 use crate::controllers::import::namespace_triggers::ClusterInputs;
 use crate::controllers::import::stores::Feed;
 use crate::model::capi::event_note;
@@ -75,11 +75,7 @@ pub fn controller(
         )
         .reconcile_on(UnboundedReceiverStream::new(rx))
         .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(
-            reconcile,
-            crate::controllers::import::import_context::retry(CONTROLLER),
-            ctx,
-        )
+        .run(observed(CONTROLLER, reconcile), retry(CONTROLLER), ctx)
         .for_each(|_| std::future::ready(()))
 }
 
@@ -108,9 +104,7 @@ pub fn skips_own_echo(ctx: &ImportContext, cluster: &CapiCluster) -> bool {
 
 /// Reconciles the condition of one Cluster.
 pub async fn reconcile(cluster: Arc<CapiCluster>, ctx: Arc<ImportContext>) -> Result<Action> {
-    let result = ctx
-        .observed(CONTROLLER, &*cluster, reconcile_condition(&cluster, &ctx))
-        .await;
+    let result = reconcile_condition(&cluster, &ctx).await;
     ctx.counts_changed.notify_one();
     result
 }

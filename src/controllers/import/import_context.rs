@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
+use futures::future::BoxFuture;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
@@ -71,25 +72,6 @@ impl ImportContext {
         let mut ready = self.caches_ready.clone();
         // An error means the sender is gone: the manager is stopping.
         let _ = ready.wait_for(|ready| *ready).await;
-    }
-
-    /// Runs one reconcile of `controller` once every cache holds its first full list, through
-    /// the one reconcile wrapper (metrics, backoff).
-    pub async fn observed<K: Resource>(
-        &self,
-        controller: &'static str,
-        object: &K,
-        reconcile: impl Future<Output = Result<Action>>,
-    ) -> Result<Action> {
-        self.caches_ready().await;
-        reconcile::observed(
-            controller,
-            object,
-            &self.base.metrics,
-            &self.backoff,
-            reconcile,
-        )
-        .await
     }
 
     /// Reads one Cluster from the caches and decides what to do with it; `live` is its Fleet
@@ -311,6 +293,28 @@ impl ObjectKeys {
         .into_iter()
         .filter_map(|(key, cached)| ctx.expectations.wait(key, cached))
         .min()
+    }
+}
+
+/// A reconcile of an import controller as the controller runs it: `reconcile` of `controller`,
+/// once every cache holds its first full list (decisions need all of them, not just the
+/// controller's own), through the one reconcile wrapper (metrics, backoff).
+pub fn observed<K, F, Fut>(
+    controller: &'static str,
+    reconcile: F,
+) -> impl FnMut(Arc<K>, Arc<ImportContext>) -> BoxFuture<'static, Result<Action>>
+where
+    K: Resource + Send + Sync + 'static,
+    F: Fn(Arc<K>, Arc<ImportContext>) -> Fut + Copy + Send + 'static,
+    Fut: Future<Output = Result<Action>> + Send + 'static,
+{
+    move |object, ctx| {
+        Box::pin(async move {
+            ctx.caches_ready().await;
+            let (metrics, backoff) = (&ctx.base.metrics, &ctx.backoff);
+            let work = reconcile(object.clone(), ctx.clone());
+            reconcile::observed(controller, &*object, metrics, backoff, work).await
+        })
     }
 }
 

@@ -25,12 +25,7 @@ pub async fn reconcile_mapping(
     mapping: Arc<BundleNamespaceMapping>,
     ctx: Arc<ImportContext>,
 ) -> Result<Action> {
-    ctx.observed(
-        MAPPING_CONTROLLER,
-        &*mapping,
-        reconcile_orphan(&mapping, &ctx),
-    )
-    .await
+    reconcile_orphan(&mapping, &ctx).await
 }
 
 async fn reconcile_orphan(mapping: &BundleNamespaceMapping, ctx: &ImportContext) -> Result<Action> {

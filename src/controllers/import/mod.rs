@@ -46,7 +46,7 @@ use crate::api::{CachedFleetCluster, CapiCluster, CapiClusterClass};
 use crate::apply::expectations::Key;
 use crate::context::Context;
 use crate::model::capi::ClassRef;
-use import_context::{ImportContext, retry};
+use import_context::{ImportContext, observed, retry};
 use references::References;
 use stores::Stores;
 
@@ -148,7 +148,7 @@ pub async fn run(base: Arc<Context>) {
     .reconcile_on(UnboundedReceiverStream::new(cluster_rx))
     .graceful_shutdown_on(cancelled(&base))
     .run(
-        clusters::reconcile,
+        observed(clusters::CONTROLLER, clusters::reconcile),
         retry(clusters::CONTROLLER),
         ctx.clone(),
     )
@@ -207,7 +207,7 @@ pub async fn run(base: Arc<Context>) {
             .reconcile_on(UnboundedReceiverStream::new(namespace_rx))
             .graceful_shutdown_on(cancelled(&base))
             .run(
-                namespaces::reconcile,
+                observed(namespaces::CONTROLLER, namespaces::reconcile),
                 retry(namespaces::CONTROLLER),
                 ctx.clone(),
             )
@@ -224,7 +224,11 @@ pub async fn run(base: Arc<Context>) {
         })
         .reconcile_on(UnboundedReceiverStream::new(class_rx))
         .graceful_shutdown_on(cancelled(&base))
-        .run(classes::reconcile, retry(classes::CONTROLLER), ctx.clone())
+        .run(
+            observed(classes::CONTROLLER, classes::reconcile),
+            retry(classes::CONTROLLER),
+            ctx.clone(),
+        )
         .for_each(|_| ready(()));
 
     // Class ClusterGroups whose class is gone, and legacy finalizers on groups.
@@ -238,7 +242,7 @@ pub async fn run(base: Arc<Context>) {
         })
         .graceful_shutdown_on(cancelled(&base))
         .run(
-            classes::reconcile_group,
+            observed(classes::GROUP_CONTROLLER, classes::reconcile_group),
             retry(classes::GROUP_CONTROLLER),
             ctx.clone(),
         )
@@ -257,7 +261,7 @@ pub async fn run(base: Arc<Context>) {
             )
             .graceful_shutdown_on(cancelled(&base))
             .run(
-                mappings::reconcile_mapping,
+                observed(mappings::MAPPING_CONTROLLER, mappings::reconcile_mapping),
                 retry(mappings::MAPPING_CONTROLLER),
                 ctx.clone(),
             )

@@ -42,12 +42,7 @@ pub fn skips_cluster_change(ctx: &ImportContext, cluster: &CapiCluster) -> bool 
 
 /// Reconciles one namespace.
 pub async fn reconcile(namespace: Arc<NamespaceMeta>, ctx: Arc<ImportContext>) -> Result<Action> {
-    ctx.observed(
-        CONTROLLER,
-        &*namespace,
-        reconcile_namespace(&namespace, &ctx),
-    )
-    .await
+    reconcile_namespace(&namespace, &ctx).await
 }
 
 async fn reconcile_namespace(namespace: &NamespaceMeta, ctx: &ImportContext) -> Result<Action> {
