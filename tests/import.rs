@@ -295,11 +295,12 @@ async fn selection_changes_converge_both_ways() {
     h.config("cluster: {namespaceRegexes: [\"team-.*\"], patchResource: true}")
         .await;
     eventually("c2 imported again", || h.fleet_cluster("team-x", "c2")).await;
+    // Counted before the change: the reconcile it causes can finish before a count taken after.
+    let before = h.reconciles("cluster");
     h.config(
         "cluster: {namespaceRegexes: [\"team-(\"], patchResource: true, deselectPolicy: Delete}",
     )
     .await;
-    let before = h.reconciles("cluster");
     h.wait_reconciled_since("config change re-evaluated", "cluster", before)
         .await;
     assert!(

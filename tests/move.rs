@@ -803,7 +803,11 @@ async fn without_the_feature_gate_nothing_is_moved() {
     h.flags.feature_gates = None;
     h.start().await;
     fleet_cluster_ready(&h, "c1").await;
+    // A change after the Fleet Cluster is ready, so a reconcile follows it (the one readiness
+    // brings may have come before this count was read).
     let before = h.reconciles("cluster");
+    h.label_cluster(NS, "c1", json!({"seen-after-ready": "1"}))
+        .await;
     h.wait_reconciled_since("c1 after its Fleet Cluster is ready", "cluster", before)
         .await;
     assert_eq!(h.reconciles("move"), 0, "the move controller does not run");
