@@ -91,11 +91,9 @@ pub enum ResponseStatus {
 /// The part every request has. `apiVersion`/`kind` are optional on purpose (tolerant decoding);
 /// a present `kind` must match the hook.
 #[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct RequestMeta {
-    #[serde(default)]
     pub api_version: Option<String>,
-    #[serde(default)]
     pub kind: Option<String>,
 }
 
@@ -105,21 +103,14 @@ pub struct RequestMeta {
 /// BeforeControlPlaneUpgrade and BeforeWorkersUpgrade; `kubernetesVersion` of the After hooks;
 /// from v1.12 the remaining steps `controlPlaneUpgrades`/`workersUpgrades`, omitted when empty).
 #[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct LifecycleRequest {
-    #[serde(default)]
     pub settings: BTreeMap<String, String>,
-    #[serde(default)]
     pub cluster: Value,
-    #[serde(default)]
     pub from_kubernetes_version: Option<String>,
-    #[serde(default)]
     pub to_kubernetes_version: Option<String>,
-    #[serde(default)]
     pub kubernetes_version: Option<String>,
-    #[serde(default)]
     pub control_plane_upgrades: Vec<UpgradeStepInfo>,
-    #[serde(default)]
     pub workers_upgrades: Vec<UpgradeStepInfo>,
 }
 
@@ -140,17 +131,12 @@ pub struct Variable {
 
 /// Where a template will be referenced from.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct HolderReference {
-    #[serde(default)]
     pub api_version: String,
-    #[serde(default)]
     pub kind: String,
-    #[serde(default)]
     pub namespace: String,
-    #[serde(default)]
     pub name: String,
-    #[serde(default)]
     pub field_path: String,
 }
 
@@ -169,13 +155,10 @@ pub struct GeneratePatchesRequestItem {
 
 /// GeneratePatches request.
 #[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct GeneratePatchesRequest {
-    #[serde(default)]
     pub settings: BTreeMap<String, String>,
-    #[serde(default)]
     pub variables: Vec<Variable>,
-    #[serde(default)]
     pub items: Vec<GeneratePatchesRequestItem>,
 }
 
