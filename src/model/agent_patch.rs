@@ -295,25 +295,16 @@ fn add(pointer: &str, value: &Value) -> Result<json_patch::PatchOperation, Strin
 }
 
 /// The object at `path`, creating (or replacing non-objects by) empty objects on the way.
-fn object_at<'a>(value: &'a mut Value, path: &[&str]) -> &'a mut Map<String, Value> {
-    let mut current = value;
-    for key in path {
-        if !current.is_object() {
-            *current = Value::Object(Map::new());
-        }
-        let Value::Object(map) = current else {
-            unreachable!("made an object above")
-        };
-        current = map
-            .entry((*key).to_string())
-            .or_insert_with(|| Value::Object(Map::new()));
+pub(crate) fn object_at<'a>(value: &'a mut Value, path: &[&str]) -> &'a mut Map<String, Value> {
+    if !value.is_object() {
+        *value = Value::Object(Map::new());
     }
-    if !current.is_object() {
-        *current = Value::Object(Map::new());
-    }
-    match current {
-        Value::Object(map) => map,
-        _ => unreachable!("made an object above"),
+    let Value::Object(map) = value else {
+        unreachable!("made an object above")
+    };
+    match path.split_first() {
+        None => map,
+        Some((key, rest)) => object_at(map.entry((*key).to_string()).or_insert(Value::Null), rest),
     }
 }
 
@@ -333,7 +324,8 @@ fn push_unique(spec: &mut Map<String, Value>, key: &str, item: Value) {
     }
 }
 
-fn list_at<'a>(spec: &'a mut Map<String, Value>, key: &str) -> &'a mut Vec<Value> {
+/// The list at `key` of `spec`, created (or replacing a non-list) when it is not one.
+pub(crate) fn list_at<'a>(spec: &'a mut Map<String, Value>, key: &str) -> &'a mut Vec<Value> {
     let slot = spec
         .entry(key.to_string())
         .or_insert_with(|| Value::Array(Vec::new()));
