@@ -50,6 +50,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
+use crate::model::json::{list_at, object_at};
 use crate::names;
 
 /// Key of the bootstrap Secret holding the boot script as plain text (Ignition templates).
@@ -294,20 +295,6 @@ fn add(pointer: &str, value: &Value) -> Result<json_patch::PatchOperation, Strin
     }))
 }
 
-/// The object at `path`, creating (or replacing non-objects by) empty objects on the way.
-pub(crate) fn object_at<'a>(value: &'a mut Value, path: &[&str]) -> &'a mut Map<String, Value> {
-    if !value.is_object() {
-        *value = Value::Object(Map::new());
-    }
-    let Value::Object(map) = value else {
-        unreachable!("made an object above")
-    };
-    match path.split_first() {
-        None => map,
-        Some((key, rest)) => object_at(map.entry((*key).to_string()).or_insert(Value::Null), rest),
-    }
-}
-
 /// Appends a file unless one with the same `path` exists.
 fn push_file(spec: &mut Map<String, Value>, file: Value) {
     let list = list_at(spec, "files");
@@ -321,20 +308,6 @@ fn push_unique(spec: &mut Map<String, Value>, key: &str, item: Value) {
     let list = list_at(spec, key);
     if !list.contains(&item) {
         list.push(item);
-    }
-}
-
-/// The list at `key` of `spec`, created (or replacing a non-list) when it is not one.
-pub(crate) fn list_at<'a>(spec: &'a mut Map<String, Value>, key: &str) -> &'a mut Vec<Value> {
-    let slot = spec
-        .entry(key.to_string())
-        .or_insert_with(|| Value::Array(Vec::new()));
-    if !slot.is_array() {
-        *slot = Value::Array(Vec::new());
-    }
-    match slot {
-        Value::Array(list) => list,
-        _ => unreachable!("made an array above"),
     }
 }
 

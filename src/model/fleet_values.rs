@@ -8,8 +8,8 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::model::agent_patch::{list_at, object_at};
 use crate::model::config::FleetSettings;
+use crate::model::json::{list_at, object_at};
 use crate::names;
 
 /// The Fleet API server settings resolved from `config.server` (each part optional: an unset
