@@ -277,62 +277,45 @@ impl Response {
             HookOutcome::Retry { message, .. } => (ResponseStatus::Failure, message, 0),
             HookOutcome::Failure { message } => (ResponseStatus::Failure, message, 0),
         };
-        let body = if hook.retries() {
-            ResponseBody::Retry {
-                retry_after_seconds: retry,
-            }
-        } else {
-            Response::empty_body(hook)
-        };
-        Response {
-            api_version: API_VERSION.to_string(),
-            kind: hook.response_kind(),
-            status,
-            message,
-            body,
-        }
+        Response::of(Some(hook), status, message, retry)
     }
 
     /// A failure answer for `hook` (or a generic one when the hook is unknown).
     pub fn failure(hook: Option<Hook>, message: impl Into<String>) -> Self {
-        let body = match hook {
-            Some(hook) if hook.retries() => ResponseBody::Retry {
-                retry_after_seconds: 0,
-            },
-            Some(hook) => Response::empty_body(hook),
-            None => ResponseBody::Empty {},
-        };
-        Response {
-            api_version: API_VERSION.to_string(),
-            kind: hook.map_or_else(|| "Response".to_string(), Hook::response_kind),
-            status: ResponseStatus::Failure,
-            message: message.into(),
-            body,
-        }
+        Response::of(hook, ResponseStatus::Failure, message.into(), 0)
     }
 
     /// A successful answer with a hook-specific body.
     pub fn success(hook: Hook, body: ResponseBody) -> Self {
         Response {
-            api_version: API_VERSION.to_string(),
-            kind: hook.response_kind(),
-            status: ResponseStatus::Success,
-            message: String::new(),
             body,
+            ..Response::of(Some(hook), ResponseStatus::Success, String::new(), 0)
         }
     }
 
-    /// The empty list body of hooks that return lists, so failures still decode in Go.
-    fn empty_body(hook: Hook) -> ResponseBody {
-        match hook {
-            Hook::GeneratePatches => ResponseBody::Patches { items: Vec::new() },
-            Hook::DiscoverVariables => ResponseBody::Variables {
+    /// The answer of `hook` (a generic one when the hook is unknown) with the body its Go type
+    /// decodes: `retryAfterSeconds` for the hooks that retry, the empty list of the hooks that
+    /// return lists (so failures still decode in Go), else none.
+    fn of(hook: Option<Hook>, status: ResponseStatus, message: String, retry: i32) -> Self {
+        let body = match hook {
+            Some(hook) if hook.retries() => ResponseBody::Retry {
+                retry_after_seconds: retry,
+            },
+            Some(Hook::GeneratePatches) => ResponseBody::Patches { items: Vec::new() },
+            Some(Hook::DiscoverVariables) => ResponseBody::Variables {
                 variables: Vec::new(),
             },
-            Hook::Discovery => ResponseBody::Handlers {
+            Some(Hook::Discovery) => ResponseBody::Handlers {
                 handlers: Vec::new(),
             },
             _ => ResponseBody::Empty {},
+        };
+        Response {
+            api_version: API_VERSION.to_string(),
+            kind: hook.map_or_else(|| "Response".to_string(), Hook::response_kind),
+            status,
+            message,
+            body,
         }
     }
 
