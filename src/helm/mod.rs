@@ -137,16 +137,12 @@ impl Helm {
     /// `upgrade`, `pull`, `template`).
     async fn run(&self, operation: &'static str, args: &[String]) -> Result<String> {
         let _guard = HELM_LOCK.lock().await;
-        self.execute(operation, args).await
+        self.run_stateless(operation, args).await
     }
 
     /// Runs a command that keeps no state in a cluster (`pull`, `template`) without waiting for
     /// the process-wide lock: an install that takes minutes must not hold up a hook.
     async fn run_stateless(&self, operation: &'static str, args: &[String]) -> Result<String> {
-        self.execute(operation, args).await
-    }
-
-    async fn execute(&self, operation: &'static str, args: &[String]) -> Result<String> {
         if self.stop.is_cancelled() {
             return Err(Error::helm(
                 operation,

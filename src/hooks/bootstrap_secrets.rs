@@ -88,16 +88,6 @@ impl BootstrapSecrets {
         let key = ObjectRef::new(&names::bootstrap_secret_name(cluster)).within(namespace);
         self.store.get(&key)
     }
-
-    /// How many bootstrap Secrets the view holds (0 until it has listed once).
-    pub fn len(&self) -> usize {
-        self.store.len()
-    }
-
-    /// Whether the view holds no Secret.
-    pub fn is_empty(&self) -> bool {
-        self.store.is_empty()
-    }
 }
 
 impl BootstrapSecretsFeed {
@@ -160,6 +150,13 @@ fn keeps(event: &watcher::Event<PartialObjectMeta<Secret>>) -> bool {
 mod tests {
     use super::*;
     use kube::api::ObjectMeta;
+
+    impl BootstrapSecrets {
+        /// Whether the view holds no Secret.
+        fn is_empty(&self) -> bool {
+            self.store.is_empty()
+        }
+    }
 
     fn secret(name: &str) -> PartialObjectMeta<Secret> {
         PartialObjectMeta {

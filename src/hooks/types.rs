@@ -91,11 +91,9 @@ pub enum ResponseStatus {
 /// The part every request has. `apiVersion`/`kind` are optional on purpose (tolerant decoding);
 /// a present `kind` must match the hook.
 #[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct RequestMeta {
-    #[serde(default)]
     pub api_version: Option<String>,
-    #[serde(default)]
     pub kind: Option<String>,
 }
 
@@ -105,21 +103,14 @@ pub struct RequestMeta {
 /// BeforeControlPlaneUpgrade and BeforeWorkersUpgrade; `kubernetesVersion` of the After hooks;
 /// from v1.12 the remaining steps `controlPlaneUpgrades`/`workersUpgrades`, omitted when empty).
 #[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct LifecycleRequest {
-    #[serde(default)]
     pub settings: BTreeMap<String, String>,
-    #[serde(default)]
     pub cluster: Value,
-    #[serde(default)]
     pub from_kubernetes_version: Option<String>,
-    #[serde(default)]
     pub to_kubernetes_version: Option<String>,
-    #[serde(default)]
     pub kubernetes_version: Option<String>,
-    #[serde(default)]
     pub control_plane_upgrades: Vec<UpgradeStepInfo>,
-    #[serde(default)]
     pub workers_upgrades: Vec<UpgradeStepInfo>,
 }
 
@@ -140,17 +131,12 @@ pub struct Variable {
 
 /// Where a template will be referenced from.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct HolderReference {
-    #[serde(default)]
     pub api_version: String,
-    #[serde(default)]
     pub kind: String,
-    #[serde(default)]
     pub namespace: String,
-    #[serde(default)]
     pub name: String,
-    #[serde(default)]
     pub field_path: String,
 }
 
@@ -169,13 +155,10 @@ pub struct GeneratePatchesRequestItem {
 
 /// GeneratePatches request.
 #[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct GeneratePatchesRequest {
-    #[serde(default)]
     pub settings: BTreeMap<String, String>,
-    #[serde(default)]
     pub variables: Vec<Variable>,
-    #[serde(default)]
     pub items: Vec<GeneratePatchesRequestItem>,
 }
 
@@ -294,62 +277,45 @@ impl Response {
             HookOutcome::Retry { message, .. } => (ResponseStatus::Failure, message, 0),
             HookOutcome::Failure { message } => (ResponseStatus::Failure, message, 0),
         };
-        let body = if hook.retries() {
-            ResponseBody::Retry {
-                retry_after_seconds: retry,
-            }
-        } else {
-            Response::empty_body(hook)
-        };
-        Response {
-            api_version: API_VERSION.to_string(),
-            kind: hook.response_kind(),
-            status,
-            message,
-            body,
-        }
+        Response::of(Some(hook), status, message, retry)
     }
 
     /// A failure answer for `hook` (or a generic one when the hook is unknown).
     pub fn failure(hook: Option<Hook>, message: impl Into<String>) -> Self {
-        let body = match hook {
-            Some(hook) if hook.retries() => ResponseBody::Retry {
-                retry_after_seconds: 0,
-            },
-            Some(hook) => Response::empty_body(hook),
-            None => ResponseBody::Empty {},
-        };
-        Response {
-            api_version: API_VERSION.to_string(),
-            kind: hook.map_or_else(|| "Response".to_string(), Hook::response_kind),
-            status: ResponseStatus::Failure,
-            message: message.into(),
-            body,
-        }
+        Response::of(hook, ResponseStatus::Failure, message.into(), 0)
     }
 
     /// A successful answer with a hook-specific body.
     pub fn success(hook: Hook, body: ResponseBody) -> Self {
         Response {
-            api_version: API_VERSION.to_string(),
-            kind: hook.response_kind(),
-            status: ResponseStatus::Success,
-            message: String::new(),
             body,
+            ..Response::of(Some(hook), ResponseStatus::Success, String::new(), 0)
         }
     }
 
-    /// The empty list body of hooks that return lists, so failures still decode in Go.
-    fn empty_body(hook: Hook) -> ResponseBody {
-        match hook {
-            Hook::GeneratePatches => ResponseBody::Patches { items: Vec::new() },
-            Hook::DiscoverVariables => ResponseBody::Variables {
+    /// The answer of `hook` (a generic one when the hook is unknown) with the body its Go type
+    /// decodes: `retryAfterSeconds` for the hooks that retry, the empty list of the hooks that
+    /// return lists (so failures still decode in Go), else none.
+    fn of(hook: Option<Hook>, status: ResponseStatus, message: String, retry: i32) -> Self {
+        let body = match hook {
+            Some(hook) if hook.retries() => ResponseBody::Retry {
+                retry_after_seconds: retry,
+            },
+            Some(Hook::GeneratePatches) => ResponseBody::Patches { items: Vec::new() },
+            Some(Hook::DiscoverVariables) => ResponseBody::Variables {
                 variables: Vec::new(),
             },
-            Hook::Discovery => ResponseBody::Handlers {
+            Some(Hook::Discovery) => ResponseBody::Handlers {
                 handlers: Vec::new(),
             },
             _ => ResponseBody::Empty {},
+        };
+        Response {
+            api_version: API_VERSION.to_string(),
+            kind: hook.map_or_else(|| "Response".to_string(), Hook::response_kind),
+            status,
+            message,
+            body,
         }
     }
 

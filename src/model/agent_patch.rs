@@ -50,6 +50,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
+use crate::model::json::{list_at, object_at};
 use crate::names;
 
 /// Key of the bootstrap Secret holding the boot script as plain text (Ignition templates).
@@ -294,29 +295,6 @@ fn add(pointer: &str, value: &Value) -> Result<json_patch::PatchOperation, Strin
     }))
 }
 
-/// The object at `path`, creating (or replacing non-objects by) empty objects on the way.
-fn object_at<'a>(value: &'a mut Value, path: &[&str]) -> &'a mut Map<String, Value> {
-    let mut current = value;
-    for key in path {
-        if !current.is_object() {
-            *current = Value::Object(Map::new());
-        }
-        let Value::Object(map) = current else {
-            unreachable!("made an object above")
-        };
-        current = map
-            .entry((*key).to_string())
-            .or_insert_with(|| Value::Object(Map::new()));
-    }
-    if !current.is_object() {
-        *current = Value::Object(Map::new());
-    }
-    match current {
-        Value::Object(map) => map,
-        _ => unreachable!("made an object above"),
-    }
-}
-
 /// Appends a file unless one with the same `path` exists.
 fn push_file(spec: &mut Map<String, Value>, file: Value) {
     let list = list_at(spec, "files");
@@ -330,19 +308,6 @@ fn push_unique(spec: &mut Map<String, Value>, key: &str, item: Value) {
     let list = list_at(spec, key);
     if !list.contains(&item) {
         list.push(item);
-    }
-}
-
-fn list_at<'a>(spec: &'a mut Map<String, Value>, key: &str) -> &'a mut Vec<Value> {
-    let slot = spec
-        .entry(key.to_string())
-        .or_insert_with(|| Value::Array(Vec::new()));
-    if !slot.is_array() {
-        *slot = Value::Array(Vec::new());
-    }
-    match slot {
-        Value::Array(list) => list,
-        _ => unreachable!("made an array above"),
     }
 }
 

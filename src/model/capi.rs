@@ -254,9 +254,7 @@ fn topology_settled(metadata: &Value, status: &Value, annotations: &StringMap) -
 /// The fields of a Cluster's body that [`ClusterView::from_parts`] reads.
 #[derive(serde::Deserialize)]
 struct ViewedBody {
-    #[serde(default)]
     spec: Option<ViewedSpec>,
-    #[serde(default)]
     status: Option<ViewedStatus>,
 }
 

@@ -341,14 +341,9 @@ impl EffectiveConfig {
 
     /// The "object present" regime.
     pub fn from_spec(spec: &FleetAddonConfigSpec) -> Self {
-        let upgrade_steps = spec
-            .runtime_extension
-            .as_ref()
-            .and_then(|r| r.upgrade_steps.as_ref());
-        let gates = spec
-            .config
-            .as_ref()
-            .and_then(|config| config.feature_gates.as_ref());
+        let (runtime, fleet_config) = (spec.runtime_extension.as_ref(), spec.config.as_ref());
+        let upgrade_steps = runtime.and_then(|r| r.upgrade_steps.as_ref());
+        let gates = fleet_config.and_then(|config| config.feature_gates.as_ref());
         Self {
             cluster: spec
                 .cluster
@@ -366,22 +361,16 @@ impl EffectiveConfig {
                 feature_gates_config_map: gates
                     .and_then(|g| g.config_map.as_ref())
                     .and_then(|cm| cm.reference.clone()),
-                bootstrap_local_cluster: spec
-                    .config
-                    .as_ref()
+                bootstrap_local_cluster: fleet_config
                     .and_then(|c| c.bootstrap_local_cluster)
                     .unwrap_or(false),
-                server: spec
-                    .config
-                    .as_ref()
+                server: fleet_config
                     .and_then(|c| c.server.as_ref())
                     .and_then(server_source),
             },
             install: spec.install.as_ref().and_then(install_settings),
             runtime_extension: RuntimeExtensionSettings {
-                wait_for_bundles_ready: spec
-                    .runtime_extension
-                    .as_ref()
+                wait_for_bundles_ready: runtime
                     .and_then(|r| r.before_cluster_upgrade.as_ref())
                     .and_then(|b| b.wait_for_bundles_ready)
                     .unwrap_or(false),
@@ -396,23 +385,13 @@ impl EffectiveConfig {
                     .and_then(|u| u.settle.as_deref())
                     .and_then(|t| crate::api::duration::parse_duration(t).ok())
                     .unwrap_or(DEFAULT_STEP_SETTLE),
-                teardown: teardown_settings(
-                    spec.runtime_extension
-                        .as_ref()
-                        .and_then(|r| r.before_cluster_delete.as_ref()),
-                ),
-                agent_chart_repository: spec
-                    .runtime_extension
-                    .as_ref()
+                teardown: teardown_settings(runtime.and_then(|r| r.before_cluster_delete.as_ref())),
+                agent_chart_repository: runtime
                     .and_then(|r| r.agent_chart_repository.clone())
                     .filter(|url| !url.trim().is_empty()),
                 agent_chart_access: ChartAccess::from_spec(
-                    spec.runtime_extension
-                        .as_ref()
-                        .and_then(|r| r.agent_chart_credentials.as_ref()),
-                    spec.runtime_extension
-                        .as_ref()
-                        .and_then(|r| r.agent_chart_tls_config.as_ref()),
+                    runtime.and_then(|r| r.agent_chart_credentials.as_ref()),
+                    runtime.and_then(|r| r.agent_chart_tls_config.as_ref()),
                     chart_access::AGENT_CREDENTIALS,
                     chart_access::AGENT_TLS,
                 ),

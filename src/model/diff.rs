@@ -73,15 +73,16 @@ pub fn digest_subtree(object: &mut Value, pointer: &str) {
     }
     let mut canonical = String::new();
     write_canonical(value, &mut canonical);
-    let digest = ring::digest::digest(&ring::digest::SHA256, canonical.as_bytes());
-    let hex: String = digest
-        .as_ref()
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect();
+    let hex = sha256_hex(canonical.as_bytes());
     let mut marker = Map::new();
     marker.insert(DIGEST_KEY.to_string(), Value::String(hex));
     *value = Value::Object(marker);
+}
+
+/// The SHA-256 of `bytes`, as lower-case hex digits.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn is_digest(value: &Value) -> bool {

@@ -80,12 +80,7 @@ pub fn safe_concat_name(parts: &[&str]) -> String {
     if full.len() < 64 {
         return full;
     }
-    let digest = ring::digest::digest(&ring::digest::SHA256, full.as_bytes());
-    let hex: String = digest
-        .as_ref()
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect();
+    let hex = crate::model::diff::sha256_hex(full.as_bytes());
     let c = full.as_bytes()[56];
     if c.is_ascii_lowercase() || c.is_ascii_digit() {
         format!("{}-{}", &full[..57], &hex[..5])

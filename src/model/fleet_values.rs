@@ -9,6 +9,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::model::config::FleetSettings;
+use crate::model::json::{list_at, object_at};
 use crate::names;
 
 /// The Fleet API server settings resolved from `config.server` (each part optional: an unset
@@ -72,30 +73,12 @@ pub fn fleet_chart_values(
     server: &ServerValues,
 ) -> Map<String, Value> {
     let mut values = user.clone();
-
-    let bootstrap = values
-        .entry("bootstrap")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !bootstrap.is_object() {
-        *bootstrap = Value::Object(Map::new());
-    }
-    if let Some(bootstrap) = bootstrap.as_object_mut() {
-        bootstrap.insert(
-            "enabled".to_string(),
-            Value::Bool(fleet.bootstrap_local_cluster),
-        );
-    }
-
-    let extra_env = values
-        .entry("extraEnv")
-        .or_insert_with(|| Value::Array(Vec::new()));
-    if !extra_env.is_array() {
-        *extra_env = Value::Array(Vec::new());
-    }
-    if let Some(entries) = extra_env.as_array_mut() {
-        merge_extra_env(entries, &gate_env(fleet));
-    }
-
+    let bootstrap = values.entry("bootstrap").or_insert(Value::Null);
+    object_at(bootstrap, &[]).insert(
+        "enabled".to_string(),
+        Value::Bool(fleet.bootstrap_local_cluster),
+    );
+    merge_extra_env(list_at(&mut values, "extraEnv"), &gate_env(fleet));
     if let Some(url) = &server.url {
         values.insert("apiServerURL".to_string(), Value::String(url.clone()));
     }

@@ -18,6 +18,7 @@ pub mod fleet_status;
 pub mod fleet_values;
 pub mod hook_plan;
 pub mod import;
+pub mod json;
 pub mod lease;
 #[cfg(test)]
 pub mod move_fixtures;

@@ -35,6 +35,7 @@ use std::collections::BTreeSet;
 use kube::api::DynamicObject;
 use serde_json::{Map, Value, json};
 
+use super::json::object_at;
 use super::move_graph::{MoveGraph, MoveNode, ObjectId, group_of};
 
 /// On every move Bundle: the CAPI Cluster it moves.
@@ -294,19 +295,11 @@ pub fn set_paused(value: &mut Value, paused: bool) {
     let group = value["apiVersion"].as_str().map(group_of).unwrap_or("");
     match (group, value["kind"].as_str()) {
         ("cluster.x-k8s.io", Some("Cluster")) => {
-            if !value["spec"].is_object() {
-                value["spec"] = json!({});
-            }
-            value["spec"]["paused"] = json!(paused);
+            object_at(value, &["spec"]).insert("paused".into(), json!(paused));
         }
         ("cluster.x-k8s.io", Some("ClusterClass"))
         | ("addons.cluster.x-k8s.io", Some("ClusterResourceSet")) => {
-            if !value["metadata"]["annotations"].is_object() {
-                value["metadata"]["annotations"] = json!({});
-            }
-            let annotations = value["metadata"]["annotations"]
-                .as_object_mut()
-                .expect("just made an object");
+            let annotations = object_at(value, &["metadata", "annotations"]);
             if paused {
                 annotations.insert(crate::names::CAPI_PAUSED_ANNOTATION.into(), json!(""));
             } else {
@@ -334,10 +327,8 @@ pub fn target_object(node: &MoveNode, copy_of: &str, target_paused: bool) -> Val
 
 /// Adds [`MOVE_COPY_ANNOTATION`] with value `copy_of` (`<namespace>/<cluster>`).
 pub fn mark_copy(value: &mut Value, copy_of: &str) {
-    if !value["metadata"]["annotations"].is_object() {
-        value["metadata"]["annotations"] = json!({});
-    }
-    value["metadata"]["annotations"][MOVE_COPY_ANNOTATION] = json!(copy_of);
+    object_at(value, &["metadata", "annotations"])
+        .insert(MOVE_COPY_ANNOTATION.into(), json!(copy_of));
 }
 
 /// One object as a Helm template that renders it verbatim: plain YAML with its literal `{{`

@@ -39,21 +39,18 @@ impl FieldError {
 /// Returns every problem in `spec`, in field order. Empty means valid.
 pub fn validate(spec: &FleetAddonConfigSpec) -> Vec<FieldError> {
     let mut errors = Vec::new();
-    if let Some(repository) = spec
-        .runtime_extension
-        .as_ref()
-        .and_then(|r| r.agent_chart_repository.as_ref())
-        && !is_allowed_repository(repository)
-    {
-        errors.push(FieldError::new(
-            "spec.runtimeExtension.agentChartRepository",
-            format!(
-                "{:?} must start with https:// or oci:// (http:// only for 127.0.0.1, localhost or [::1])",
-                without_credentials(repository)
-            ),
-        ));
-    }
     if let Some(runtime) = &spec.runtime_extension {
+        if let Some(repository) = &runtime.agent_chart_repository
+            && !is_allowed_repository(repository)
+        {
+            errors.push(FieldError::new(
+                "spec.runtimeExtension.agentChartRepository",
+                format!(
+                    "{:?} must start with https:// or oci:// (http:// only for 127.0.0.1, localhost or [::1])",
+                    without_credentials(repository)
+                ),
+            ));
+        }
         // The agent chart's repository: its own, else the installation's, else Fleet's.
         let repository = runtime
             .agent_chart_repository
@@ -70,41 +67,36 @@ pub fn validate(spec: &FleetAddonConfigSpec) -> Vec<FieldError> {
             ),
             &mut errors,
         );
-    }
-    if let Some(steps) = spec
-        .runtime_extension
-        .as_ref()
-        .and_then(|r| r.upgrade_steps.as_ref())
-    {
-        for (field, value) in [("timeout", &steps.timeout), ("settle", &steps.settle)] {
-            if let Some(value) = value
-                && crate::api::duration::parse_duration(value).is_err()
-            {
-                errors.push(FieldError::new(
-                    format!("spec.runtimeExtension.upgradeSteps.{field}"),
-                    format!("{value:?} is not a duration such as 30m or 10s"),
-                ));
+        if let Some(steps) = &runtime.upgrade_steps {
+            for (field, value) in [("timeout", &steps.timeout), ("settle", &steps.settle)] {
+                if let Some(value) = value
+                    && crate::api::duration::parse_duration(value).is_err()
+                {
+                    errors.push(FieldError::new(
+                        format!("spec.runtimeExtension.upgradeSteps.{field}"),
+                        format!("{value:?} is not a duration such as 30m or 10s"),
+                    ));
+                }
             }
         }
-    }
-    if let Some(timeout) = spec
-        .runtime_extension
-        .as_ref()
-        .and_then(|r| r.before_cluster_delete.as_ref())
-        .and_then(|d| d.timeout.as_ref())
-    {
-        match crate::api::duration::parse_duration(timeout) {
-            Ok(duration) if !duration.is_zero() => {}
-            Ok(_) => errors.push(FieldError::new(
-                "spec.runtimeExtension.beforeClusterDelete.timeout",
-                format!("{timeout:?} must be longer than zero (the default, 30m, applies)"),
-            )),
-            Err(_) => errors.push(FieldError::new(
-                "spec.runtimeExtension.beforeClusterDelete.timeout",
-                format!(
-                    "{timeout:?} is not a duration such as 30m or 1h (the default, 30m, applies)"
-                ),
-            )),
+        if let Some(timeout) = runtime
+            .before_cluster_delete
+            .as_ref()
+            .and_then(|d| d.timeout.as_ref())
+        {
+            match crate::api::duration::parse_duration(timeout) {
+                Ok(duration) if !duration.is_zero() => {}
+                Ok(_) => errors.push(FieldError::new(
+                    "spec.runtimeExtension.beforeClusterDelete.timeout",
+                    format!("{timeout:?} must be longer than zero (the default, 30m, applies)"),
+                )),
+                Err(_) => errors.push(FieldError::new(
+                    "spec.runtimeExtension.beforeClusterDelete.timeout",
+                    format!(
+                        "{timeout:?} is not a duration such as 30m or 1h (the default, 30m, applies)"
+                    ),
+                )),
+            }
         }
     }
     if let Some(cluster) = &spec.cluster {

@@ -52,13 +52,10 @@ const CONCURRENCY: u16 = 2;
 /// A Fleet `Bundle` (`fleet.cattle.io/v1alpha1`; fleet-api-rs has no Bundle type), its body as
 /// free-form JSON: the controller compares `spec.resources` and reads `status` as JSON.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct FleetBundle {
-    #[serde(default)]
     pub api_version: String,
-    #[serde(default)]
     pub kind: String,
-    #[serde(default)]
     pub metadata: ObjectMeta,
     /// `spec`, `status`, untouched.
     #[serde(flatten)]

@@ -257,13 +257,10 @@ pub async fn prepare_bootstrap(
         return Ok(plan::config_not_read());
     };
     let namespace_labels = namespace_labels(&ctx.base.client, &cluster.namespace).await?;
-    let decision = plan::hook_import(
-        &config,
-        &watch_scope(&ctx.base.flags),
-        cluster,
-        &namespace_labels,
-    )
-    .map_err(|message| HookOutcome::retry(RETRY_CONFIG, message))?;
+    let flags = &ctx.base.flags;
+    let scope = WatchScope::new(flags.watch_namespace(), flags.watch_filter_label());
+    let decision = plan::hook_import(&config, &scope, cluster, &namespace_labels)
+        .map_err(|message| HookOutcome::retry(RETRY_CONFIG, message))?;
     match decision {
         HookImport::AgentInitiated(import) | HookImport::ManagerInitiated(import) => {
             prepare_agent_initiated(ctx, &config, import, cluster, asker).await
@@ -456,9 +453,4 @@ async fn report(ctx: &HookContext, cluster: &ClusterInfo, reason: &str, message:
             message,
         )
         .await;
-}
-
-/// What this manager watches, for the model.
-fn watch_scope(flags: &crate::cli::ManagerFlags) -> WatchScope {
-    WatchScope::new(flags.watch_namespace(), flags.watch_filter_label())
 }

@@ -180,7 +180,7 @@ impl Steps<'_> {
         // Said for a Cluster Fleet deployed to, and for one whose removal had started (the
         // import controller may have deleted its Fleet Cluster already after a skip).
         let registered = fleet.as_ref().is_some_and(teardown::is_registered);
-        self.report_if(why, &message, registered).await?;
+        self.report(why, &message, registered).await?;
         self.cleanup_saying(message).await
     }
 
@@ -324,11 +324,11 @@ impl Steps<'_> {
     async fn hold(&self, progress: &Progress<'_>) -> Result<HookOutcome, HookOutcome> {
         match teardown::verdict(progress) {
             Verdict::Hold(message) => {
-                self.report(reason::REMOVING, &message).await?;
+                self.report(reason::REMOVING, &message, true).await?;
                 Ok(HookOutcome::retry(teardown::RETRY_TEARDOWN, message))
             }
             Verdict::Done(message) => {
-                self.report(reason::REMOVED, &message).await?;
+                self.report(reason::REMOVED, &message, true).await?;
                 tracing::info!(cluster = %self.cluster.name, namespace = %self.ns(), %message,
                     "the Cluster's Fleet workloads are removed");
                 self.cleanup_saying(message).await
@@ -386,18 +386,8 @@ impl Steps<'_> {
 
     /// The `FleetWorkloadsRemoved` condition on the Cluster (applied only when it changes, by
     /// its own field manager owning only that condition), and the Event of a change of its
-    /// reason.
-    async fn report(&self, reason: &str, message: &str) -> Result<(), HookOutcome> {
-        self.report_if(reason, message, true).await
-    }
-
-    /// [`Self::report`], unless the condition is absent and `always` is false.
-    async fn report_if(
-        &self,
-        reason: &str,
-        message: &str,
-        always: bool,
-    ) -> Result<(), HookOutcome> {
+    /// reason; nothing when the condition is absent and `always` is false.
+    async fn report(&self, reason: &str, message: &str, always: bool) -> Result<(), HookOutcome> {
         let ns = self.ns();
         let name = &self.cluster.name;
         let api: Api<CapiCluster> = Api::namespaced(self.ctx.base.client.clone(), ns);
