@@ -261,16 +261,6 @@ impl Expectations {
         self.lock().pending.remove(key);
     }
 
-    /// How many expectations are pending.
-    pub fn len(&self) -> usize {
-        self.lock().pending.len()
-    }
-
-    /// Whether no expectation is pending.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -358,6 +348,17 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Expectations {
+        /// How many expectations are pending.
+        fn len(&self) -> usize {
+            self.lock().pending.len()
+        }
+
+        fn is_empty(&self) -> bool {
+            self.len() == 0
+        }
+    }
 
     fn key(name: &str) -> Key {
         Key::new("Cluster", "ns", name)

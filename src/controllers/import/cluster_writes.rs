@@ -4,6 +4,7 @@
 //! first (docs/lifecycle.md), and our finalizer. Each write records what it left for the
 //! caches to show ([`crate::apply::expectations`]).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use kube::{Api, Resource, ResourceExt};
 
 use crate::Result;
 use crate::api::CapiCluster;
+use crate::apply::expectations::LeavesVersion;
 use crate::apply::{
     Outcome, add_finalizer, apply_if_changed_as, create_if_missing, create_or_get,
     delete_if_exists, merge_patch, merge_patch_guarded, remove_finalizer,
@@ -310,29 +312,26 @@ impl<'a> ClusterWrites<'a> {
     }
 
     async fn ensure_finalizer(&self, view: &ClusterView) -> Result<()> {
-        if !view.has_finalizer() {
-            self.ctx
-                .expectations
-                .on(
-                    &self.keys.cluster,
-                    self.cluster.meta().resource_version.as_deref(),
-                )
-                .record(add_finalizer(&self.clusters, self.cluster))
-                .await?;
+        if view.has_finalizer() {
+            return Ok(());
         }
-        Ok(())
+        self.record_cluster_write(add_finalizer(&self.clusters, self.cluster))
+            .await
     }
 
     async fn remove_finalizer(&self) -> Result<()> {
-        self.ctx
-            .expectations
-            .on(
-                &self.keys.cluster,
-                self.cluster.meta().resource_version.as_deref(),
-            )
-            .record(remove_finalizer(&self.clusters, self.cluster))
-            .await?;
-        Ok(())
+        self.record_cluster_write(remove_finalizer(&self.clusters, self.cluster))
+            .await
+    }
+
+    /// A write of the CAPI Cluster, recorded for the caches to show.
+    async fn record_cluster_write<T: LeavesVersion>(
+        &self,
+        write: impl Future<Output = Result<T>>,
+    ) -> Result<()> {
+        let cached = self.cluster.meta().resource_version.as_deref();
+        let recorded = self.ctx.expectations.on(&self.keys.cluster, cached);
+        recorded.record(write).await.map(drop)
     }
 }
 

@@ -30,13 +30,9 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
     let Some(config) = ctx.base.config() else {
         return Ok(Action::requeue(Duration::from_secs(1)));
     };
-    let (decided, keys, hold) =
-        ctx.decide_to_write(cluster, &config)
-            .ok_or_else(|| Error::Malformed {
-                kind: "Cluster",
-                name: cluster.name_any(),
-                reason: "no name or namespace".into(),
-            })?;
+    let (decided, keys, hold) = ctx
+        .decide_to_write(cluster, &config)
+        .ok_or_else(|| Error::malformed("Cluster", cluster.name_any(), "no name or namespace"))?;
     let view = &decided.view;
     tracing::debug!(cluster = %view.name, namespace = %view.namespace, decision = ?decided.decision, ?hold, "decided");
     match hold {

@@ -172,11 +172,30 @@ pub struct Decided {
     pub decision: Decision,
 }
 
-/// Missing references already reported (by Cluster uid, the roles), so each is reported once,
-/// not every reconcile. Entries of Clusters that are gone are dropped by
-/// [`MissingReferences::retain`].
+/// What the import controllers remember of each Cluster (by uid) between reconciles. Entries
+/// of Clusters that are gone are dropped by [`PerCluster::retain`], so a Cluster re-created
+/// under the same name starts afresh.
 #[derive(Default)]
-pub struct MissingReferences(Mutex<HashMap<String, BTreeSet<&'static str>>>);
+pub struct PerCluster<V>(Mutex<HashMap<String, V>>);
+
+impl<V> PerCluster<V> {
+    /// Keeps the entries of the Clusters `live` (uids) holds.
+    pub fn retain(&self, live: &HashSet<String>) {
+        self.lock().retain(|uid, _| live.contains(uid));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, V>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Missing references already reported (the roles), so each is reported once, not every
+/// reconcile.
+pub type MissingReferences = PerCluster<BTreeSet<&'static str>>;
 
 impl MissingReferences {
     /// Whether the missing `role` reference of the Cluster `uid` is reported for the first time.
@@ -194,26 +213,11 @@ impl MissingReferences {
             }
         }
     }
-
-    /// Keeps the entries of the Clusters `live` (uids) holds.
-    pub fn retain(&self, live: &HashSet<String>) {
-        self.lock().retain(|uid, _| live.contains(uid));
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.lock().is_empty()
-    }
-
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, BTreeSet<&'static str>>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
 }
 
-/// Clusters (by uid) whose bootstrap Secret was seen to hold the values of their current
-/// registration token (its uid), so it is not read again until the token changes. Entries of
-/// Clusters that are gone are dropped by [`BootstrapTokens::retain`].
-#[derive(Default)]
-pub struct BootstrapTokens(Mutex<HashMap<String, String>>);
+/// The registration token (its uid) whose values each Cluster's bootstrap Secret was seen to
+/// hold, so the Secret is not read again until the token changes.
+pub type BootstrapTokens = PerCluster<String>;
 
 impl BootstrapTokens {
     pub(super) fn follows(&self, uid: &str, token_uid: &str) -> bool {
@@ -222,19 +226,6 @@ impl BootstrapTokens {
 
     pub(super) fn followed(&self, uid: &str, token_uid: &str) {
         self.lock().insert(uid.to_string(), token_uid.to_string());
-    }
-
-    /// Keeps the entries of the Clusters `live` (uids) holds.
-    pub fn retain(&self, live: &HashSet<String>) {
-        self.lock().retain(|uid, _| live.contains(uid));
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.lock().is_empty()
-    }
-
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, String>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

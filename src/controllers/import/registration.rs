@@ -181,11 +181,8 @@ async fn follow_token(
             .and_then(|d| d.get(SCRIPT_KEY))
             .and_then(|v| std::str::from_utf8(&v.0).ok())
             .unwrap_or_default();
-        let files = with_token_values(script, &values).map_err(|reason| Error::Malformed {
-            kind: "Secret",
-            name: name.clone(),
-            reason,
-        })?;
+        let files = with_token_values(script, &values)
+            .map_err(|reason| Error::malformed("Secret", name.as_str(), reason))?;
         Ok(Some(refreshed_secret_patch(files, token_uid)))
     })
     .await?;
