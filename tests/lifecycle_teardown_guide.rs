@@ -185,6 +185,13 @@ fn shown(guide: &str, line: &str) {
     );
 }
 
+/// Asserts that the guide shows the condition's message as `kubectl describe` prints it.
+#[track_caller]
+fn shown_message(guide: &str, condition: &Value) {
+    let message = condition["message"].as_str().expect("message");
+    shown(guide, &format!("Message:               {message}\n"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_teardown_guide_is_what_happens() {
     let guide = section();
@@ -306,26 +313,14 @@ async fn the_teardown_guide_is_what_happens() {
         (removing["status"].as_str(), removing["reason"].as_str()),
         (Some("False"), Some("Removing"))
     );
-    shown(
-        &guide,
-        &format!(
-            "Message:               {}\n",
-            removing["message"].as_str().expect("message")
-        ),
-    );
+    shown_message(&guide, &removing);
     fleet_removes(&h, "monitoring").await;
     fleet_removes(&h, "ingress-nginx").await;
 
     // Waiting for the load balancer.
     call(&h).await;
     let waiting = condition(&h).await;
-    shown(
-        &guide,
-        &format!(
-            "Message:               {}\n",
-            waiting["message"].as_str().expect("message")
-        ),
-    );
+    shown_message(&guide, &waiting);
 
     // The load balancer is released: the hook lets Cluster API go on.
     services
@@ -355,13 +350,7 @@ async fn the_teardown_guide_is_what_happens() {
         (removed["status"].as_str(), removed["reason"].as_str()),
         (Some("True"), Some("Removed"))
     );
-    shown(
-        &guide,
-        &format!(
-            "Message:               {}\n",
-            removed["message"].as_str().expect("message")
-        ),
-    );
+    shown_message(&guide, &removed);
     let events: Vec<Event> = Api::<Event>::namespaced(h.client.clone(), NS)
         .list(&Default::default())
         .await
