@@ -1,9 +1,19 @@
 //! Table tests of the teardown decisions, on the objects of `tests/fixtures/teardown/` (as
 //! Fleet, Cluster API and Kubernetes write them).
 
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
+use k8s_openapi::jiff::Timestamp;
+use serde_json::{Value, json};
+
 use super::*;
 use crate::api::FleetAddonConfigSpec;
+use crate::model::capi::{ClusterView, StringMap};
 use crate::model::config::EffectiveConfig;
+use crate::model::config::{ClusterImport, TeardownSettings};
+use crate::names;
 
 fn fixture(name: &str) -> Value {
     let path = format!(
