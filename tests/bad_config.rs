@@ -1,5 +1,5 @@
 //! Bad configuration through the API (issue #16): every kind of invalid FleetAddonConfig that
-//! `src/model/validation.rs` knows is reported with its field path (in the `ConfigValid`
+//! `src/model/validation/` knows is reported with its field path (in the `ConfigValid`
 //! condition, or refused by the API server's schema with the path), and never deletes anything:
 //! the Fleet Clusters, the ClusterGroups and the BundleNamespaceMapping stay while each invalid
 //! spec is in place, although the valid base it modifies has `deselectPolicy: Delete` and most
@@ -24,7 +24,7 @@ clusterClass:
 "#;
 
 /// (a YAML fragment merged into [`BASE`], the field path the report must name). The rows of
-/// `validation.rs`'s `every_problem_has_its_field_path`.
+/// `validation/spec.rs`'s `every_problem_has_its_field_path`.
 const ROWS: &[(&str, &str)] = &[
     (
         "cluster: {namespaceRegexes: [\"ok\", \"foo(\"]}",
@@ -190,11 +190,7 @@ fn deletes(h: &Harness) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_invalid_config_is_reported_with_its_path_and_deletes_nothing() {
-    assert_eq!(
-        ROWS.len(),
-        21,
-        "one row per kind of problem in validation.rs"
-    );
+    assert_eq!(ROWS.len(), 21, "one row per kind of problem in validation/");
     let mut h = Harness::new().await;
     for ns in ["classes", "apps"] {
         h.namespace(ns, json!({})).await;
