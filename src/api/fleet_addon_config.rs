@@ -16,6 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
 
 use crate::names;
 
@@ -119,9 +120,11 @@ pub struct RuntimeExtensionConfig {
 /// "<base64 of user:password>"}}}`). Used for `oci://` repositories only.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("required" = ["secret"]))]
 pub struct RegistryCredentials {
     /// The Secret: `name` and `namespace` (both required: FleetAddonConfig is cluster-scoped).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = secret_reference_grammar)]
     pub secret: Option<SecretReference>,
 
     /// The key of the Secret holding the registry configuration. Default: `config.json`
@@ -139,6 +142,7 @@ pub struct ChartTlsConfig {
     /// A Secret (`name` and `namespace`, both required) whose key `ca.crt` holds the PEM CA
     /// the repository's certificate is verified with (helm `--ca-file`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = secret_reference_grammar)]
     pub ca_secret: Option<SecretReference>,
 
     /// Do not verify the repository's certificate (helm `--insecure-skip-tls-verify`).
@@ -251,7 +255,7 @@ pub struct ClusterConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(min = 1, max = 63),
-        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+        regex(pattern = DNS1123_LABEL)
     )]
     pub agent_namespace: Option<String>,
 
@@ -307,10 +311,12 @@ pub struct ClusterConfig {
     /// Selection: each rule that is set (`selector`, `namespaceSelector`, `namespaceRegexes`)
     /// selects the Clusters it matches (OR); when no rule is set, every Cluster is selected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = label_selector_grammar)]
     pub selector: Option<LabelSelector>,
 
     /// Select Clusters by the labels of their namespace. Empty or absent: this rule is not set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = label_selector_grammar)]
     pub namespace_selector: Option<LabelSelector>,
 
     /// Select Clusters whose namespace name fully matches any of these regular expressions
@@ -328,6 +334,7 @@ pub struct ClusterConfig {
     /// Register the selected Clusters that also match this label selector agent-initiated.
     /// Empty or absent: none (unless `agentInitiated` is true). Added by this provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = label_selector_grammar)]
     pub agent_initiated_selector: Option<LabelSelector>,
 
     /// Time to live of the ClusterRegistrationToken created for an agent-initiated Cluster (Go
@@ -367,6 +374,7 @@ pub struct ClusterConfig {
     /// `fleet.addons.cluster.x-k8s.io/self-managed: "true"`. Never by default. Added by this
     /// provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = label_selector_grammar)]
     pub self_managed_selector: Option<LabelSelector>,
 }
 
@@ -379,6 +387,7 @@ pub struct ClusterConfig {
 pub struct AgentSettings {
     /// Namespace of the agent on the workload cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), regex(pattern = DNS1123_LABEL))]
     pub agent_namespace: Option<String>,
     /// Tolerations, merged with the layers below by `key` and `effect`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -408,13 +417,16 @@ pub struct AgentSettings {
 pub struct AgentOverride {
     /// Which Clusters (by their labels) get these settings. An empty selector matches every
     /// selected Cluster.
+    #[schemars(transform = label_selector_grammar)]
     pub selector: LabelSelector,
     /// The settings, over the FleetAddonConfig's and the ClusterClass's.
     pub settings: AgentSettings,
 }
 
 /// Fleet Cluster naming.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(validation = Rule::new(NAMING_RULE)
+    .message("prefix and suffix must produce a DNS-1123 subdomain around the Cluster name (as for a Cluster named \"x\")"))]
 pub struct NamingStrategy {
     /// Prefix prepended to the CAPI Cluster name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -548,7 +560,7 @@ pub struct FleetInstall {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(min = 1, max = 63),
-        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+        regex(pattern = DNS1123_LABEL)
     )]
     pub namespace: Option<String>,
 
@@ -556,7 +568,7 @@ pub struct FleetInstall {
     /// are appended to your `extraEnv`, not replacing it). Added by this provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "free_form_object")]
-    pub values: Option<BTreeMap<String, serde_json::Value>>,
+    pub values: Option<BTreeMap<String, Value>>,
 }
 
 /// Observed state.
@@ -591,6 +603,65 @@ pub struct ClusterCounts {
     /// `FleetReady` condition is, or would be, True). Added by this provider.
     #[serde(default)]
     pub ready: i64,
+}
+
+// Kubernetes' grammar of names and labels, for the schema to say (the API server's own checks
+// for its types: kubernetes/kubernetes staging/src/k8s.io/apimachinery/pkg/util/validation/
+// validation.go `IsDNS1123Label`, `IsDNS1123Subdomain`, and pkg/api/validate/content/kube.go
+// `IsLabelValue`, read at commit 008b365 and 26c0309; the same since Kubernetes 1.2).
+const DNS1123_LABEL: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+const DNS1123_SUBDOMAIN: &str =
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+const LABEL_VALUE: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
+/// The Fleet Cluster name a naming gives a Cluster named `x` is a DNS-1123 subdomain. Its
+/// strings are bounded (`maxLength`), so the API server's cost estimate of the rule is small.
+const NAMING_RULE: &str = r"((has(self.prefix) ? self.prefix : '') + 'x' + (has(self.suffix) ? self.suffix : '')).matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')";
+
+/// Adds `constraints` (an object's fields) to the schema node at the JSON `pointer`.
+fn constrain(schema: &mut schemars::Schema, pointer: &str, constraints: Value) {
+    if let (Some(Value::Object(node)), Value::Object(constraints)) =
+        (schema.pointer_mut(pointer), constraints)
+    {
+        node.extend(constraints);
+    }
+}
+
+/// `metav1.LabelSelector` with the API server's grammar of its operators and values (what
+/// k8s.io/apimachinery pkg/apis/meta/v1/validation `ValidateLabelSelector` checks for its own
+/// types). Label keys and the operator's need of values stay in
+/// [`crate::model::validation::validate_label_selector`]: a structural schema cannot constrain
+/// a map's keys, and a CEL rule per list item is multiplied by the list's unbounded length in
+/// the API server's cost estimate.
+fn label_selector_grammar(schema: &mut schemars::Schema) {
+    let value = json!({"maxLength": 63, "pattern": LABEL_VALUE});
+    constrain(
+        schema,
+        "/properties/matchLabels/additionalProperties",
+        value.clone(),
+    );
+    let requirement = "/properties/matchExpressions/items/properties";
+    constrain(schema, &format!("{requirement}/values/items"), value);
+    constrain(
+        schema,
+        &format!("{requirement}/operator"),
+        json!({"enum": ["In", "NotIn", "Exists", "DoesNotExist"]}),
+    );
+}
+
+/// A Secret this cluster-scoped object names: `name` (a DNS-1123 subdomain) and `namespace` (a
+/// DNS-1123 label), both required.
+fn secret_reference_grammar(schema: &mut schemars::Schema) {
+    constrain(schema, "", json!({"required": ["name", "namespace"]}));
+    constrain(
+        schema,
+        "/properties/name",
+        json!({"maxLength": 253, "pattern": DNS1123_SUBDOMAIN}),
+    );
+    constrain(
+        schema,
+        "/properties/namespace",
+        json!({"maxLength": 63, "pattern": DNS1123_LABEL}),
+    );
 }
 
 fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
