@@ -28,7 +28,12 @@
 //!   and renewal scheduling and the step-down on a missed renew deadline stay with the caller
 //!   (`ensure_claimed`/`vacate`), which is most of this module.
 //!
-//! Either would change behaviour the leader tests pin (expiry on the local clock, takeover only
+//! - `kube-leader-election` (docs.rs, 0.37 README, re-checked 2026-11-27): "uses timestamps to
+//!   determine if a lease can be acquired ... volatile to datetime skew", without fencing, and
+//!   built on kube 0.96; `kube-coordinate` (0.2.1) is built on kube 1 at the latest. kube 3.1
+//!   itself (kube-runtime) has no leader election.
+//!
+//! Any of them would change behaviour the leader tests pin (expiry on the local clock, takeover only
 //! after the lease duration, step-down within the renew deadline, release on shutdown), so this
 //! module stays; the Lease has its own unlimited client ([`crate::client`]).
 

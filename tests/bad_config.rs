@@ -24,7 +24,7 @@ clusterClass:
 "#;
 
 /// (a YAML fragment merged into [`BASE`], the field path the report must name). The rows of
-/// `validation/spec.rs`'s `every_problem_has_its_field_path`.
+/// `validation/spec.rs`'s `every_problem_has_its_field_path`, and some the CRD schema refuses.
 const ROWS: &[(&str, &str)] = &[
     (
         "cluster: {namespaceRegexes: [\"ok\", \"foo(\"]}",

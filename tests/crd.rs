@@ -283,3 +283,127 @@ fn collect_paths(node: &Value, path: &str, out: &mut Vec<String>) {
         }
     }
 }
+
+/// (a spec, the fields the API server's refusal names). Kubernetes' grammar that the CRD schema
+/// says and `src/model/validation/` leaves to it (label values and selector operators, Secret
+/// references, the Fleet Cluster naming, namespaces): a server evaluating the schema's value
+/// validations and CEL rules refuses each with 422 Invalid and one cause per field, as the
+/// sandbox does.
+const REFUSED: &[(&str, &[&str])] = &[
+    (
+        "install: {followLatest: true, repository: \"oci://r.example.com/c\", credentials: {key: \"bad key\"}}",
+        &[
+            "spec.install.credentials.key",
+            "spec.install.credentials.secret",
+        ],
+    ),
+    (
+        "install: {followLatest: true, repository: \"oci://r.example.com/c\", credentials: {secret: {name: Registry}}, tlsConfig: {caSecret: {namespace: \"-x\"}}}",
+        &[
+            "spec.install.credentials.secret.name",
+            "spec.install.credentials.secret.namespace",
+            "spec.install.tlsConfig.caSecret.name",
+            "spec.install.tlsConfig.caSecret.namespace",
+        ],
+    ),
+    (
+        "runtimeExtension: {agentChartCredentials: {secret: {name: r}}, agentChartTLSConfig: {caSecret: {name: c}}}",
+        &[
+            "spec.runtimeExtension.agentChartCredentials.secret.namespace",
+            "spec.runtimeExtension.agentChartTLSConfig.caSecret.namespace",
+        ],
+    ),
+    // Each part passes its own pattern; together they make the label "-x".
+    (
+        "cluster: {naming: {prefix: \"fleet.-\"}}",
+        &["spec.cluster.naming"],
+    ),
+    (
+        "cluster: {selector: {matchExpressions: [{key: env, operator: Maybe}]}}",
+        &["spec.cluster.selector.matchExpressions[0].operator"],
+    ),
+    (
+        "cluster: {agentInitiatedSelector: {matchLabels: {a: \"-bad\"}}}",
+        &["spec.cluster.agentInitiatedSelector.matchLabels.a"],
+    ),
+    (
+        "cluster: {selfManagedSelector: {matchExpressions: [{key: a, operator: In, values: [ok, \"bad value\"]}]}}",
+        &["spec.cluster.selfManagedSelector.matchExpressions[0].values[1]"],
+    ),
+    (
+        "cluster: {namespaceSelector: {matchLabels: {team: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa}}}",
+        &["spec.cluster.namespaceSelector.matchLabels.team"],
+    ),
+    (
+        "cluster: {agentOverrides: [{selector: {matchLabels: {cloud: \"g k e\"}}, settings: {agentNamespace: Agents}}]}",
+        &[
+            "spec.cluster.agentOverrides[0].selector.matchLabels.cloud",
+            "spec.cluster.agentOverrides[0].settings.agentNamespace",
+        ],
+    ),
+    (
+        "cluster: {agentOverrides: [{selector: {}, settings: {}}, {selector: {matchExpressions: [{key: a, operator: Like}]}, settings: {}}]}",
+        &["spec.cluster.agentOverrides[1].selector.matchExpressions[0].operator"],
+    ),
+    (
+        "install: {followLatest: true, namespace: Fleet}",
+        &["spec.install.namespace"],
+    ),
+];
+
+/// Specs the same rules must let through.
+const ACCEPTED: &[&str] = &[
+    "cluster: {selector: {matchLabels: {import: \"\"}}, namespaceSelector: {matchLabels: {example.com/tier: Gold_1.x}}}",
+    "cluster: {naming: {prefix: \"fleet-\", suffix: \"-c\"}}",
+    "cluster: {naming: {prefix: \"a.b.\", suffix: \".example.com\"}}",
+    "cluster: {selector: {matchExpressions: [{key: example.com/tier, operator: Exists}, {key: env, operator: NotIn, values: [dev, \"\"]}]}}",
+    "install: {followLatest: true, namespace: cattle-fleet-system, repository: \"oci://registry.example.com/charts\", credentials: {secret: {name: registry.example.com, namespace: caapf-system}, key: .dockerconfigjson}, tlsConfig: {caSecret: {name: registry-ca, namespace: caapf-system}}}",
+    "cluster: {agentOverrides: [{selector: {}, settings: {agentNamespace: agents}}]}",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schema_refuses_bad_grammar_naming_each_field() {
+    use kube::api::{Api, DeleteParams, PostParams};
+    use kube_sandbox::{CrdSet, Sandbox, SandboxOptions};
+    let sandbox = Sandbox::start_with(SandboxOptions {
+        crds: vec![CrdSet::Provider],
+        validate_custom_resources: true,
+        ..Default::default()
+    })
+    .await
+    .expect("sandbox starts");
+    let api: Api<FleetAddonConfig> = Api::all(sandbox.client());
+    let config = |yaml: &str| -> FleetAddonConfig {
+        let spec: Value = serde_yaml::from_str(yaml).expect("test spec");
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "addons.cluster.x-k8s.io/v1alpha1", "kind": "FleetAddonConfig",
+            "metadata": {"name": "fleet-addon-config"}, "spec": spec,
+        }))
+        .expect("the spec decodes")
+    };
+    for yaml in ACCEPTED {
+        api.create(&PostParams::default(), &config(yaml))
+            .await
+            .unwrap_or_else(|err| panic!("{yaml}: refused: {err}"));
+        api.delete("fleet-addon-config", &DeleteParams::default())
+            .await
+            .expect("delete");
+    }
+    for (yaml, fields) in REFUSED {
+        match api.create(&PostParams::default(), &config(yaml)).await {
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(status.code, 422, "{yaml}: {status:?}");
+                let mut named: Vec<String> = status
+                    .details
+                    .iter()
+                    .flat_map(|d| d.causes.iter().map(|c| c.field.clone()))
+                    .collect();
+                named.sort();
+                named.dedup();
+                assert_eq!(named, *fields, "{yaml}: {}", status.message);
+            }
+            other => panic!("{yaml}: not refused: {other:?}"),
+        }
+    }
+    sandbox.shutdown().await;
+}

@@ -26,7 +26,7 @@ pub async fn run(client: Client, sender: ConfigSender, readiness: Readiness) {
     // During a (re)list the object is only known once the list is complete.
     let mut listing = true;
     let mut stream = watcher(api, config)
-        .backoff(crate::controllers::watch_backoff::WatchBackoff::default())
+        .backoff(crate::controllers::watch_backoff::watch_backoff())
         .boxed();
     loop {
         let event = match stream.try_next().await {

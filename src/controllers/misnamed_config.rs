@@ -29,7 +29,7 @@ pub fn ignored(name: &str) -> bool {
 pub async fn run(ctx: Arc<Context>) {
     let api: Api<FleetAddonConfig> = Api::all(ctx.controllers.clone());
     let mut stream = metadata_watcher(api, watcher::Config::default())
-        .backoff(crate::controllers::watch_backoff::WatchBackoff::default())
+        .backoff(crate::controllers::watch_backoff::watch_backoff())
         .boxed();
     // Uids of ignored objects already reported, and those seen since the last (re)list: a relist
     // keeps only the reported ones still there, so both stay bounded by what exists.

@@ -1,47 +1,36 @@
-//! The backoff of every watch stream: [`crate::model::retry::watch_reconnect_delay`] (0.5 s
-//! doubling to 4 s) instead of kube-runtime's `default_backoff` (0.8 s toward 30 s), so the
-//! controllers follow a recovered API server within seconds. kube-runtime's `StreamBackoff`
-//! resets it after every successful event.
+//! The backoff of every watch stream: kube-runtime's own exponential backoff
+//! (`kube::runtime::watcher::ExponentialBackoff`, kube-runtime 3.1 `src/watcher.rs`, built from
+//! the `backon` builder it is made of; kube-runtime's `StreamBackoff` resets it after every
+//! successful event) with [`crate::model::retry`]'s delays: 0.5 s doubling to 4 s, no jitter,
+//! instead of `default_backoff`'s 0.8 s toward 30 s, so the controllers follow a recovered API
+//! server within seconds (`tests/faults.rs`, `tests/outage.rs`).
 
-use std::time::Duration;
+use kube::runtime::watcher::ExponentialBackoff;
 
-use kube::runtime::utils::Backoff;
+use crate::model::retry::{WATCH_RECONNECT_CAP, WATCH_RECONNECT_FIRST};
 
-use crate::model::retry::watch_reconnect_delay;
-
-/// Failed attempts in a row, and the delays [`watch_reconnect_delay`] gives.
-#[derive(Debug, Default)]
-pub struct WatchBackoff {
-    failures: u32,
-}
-
-impl Iterator for WatchBackoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        let delay = watch_reconnect_delay(self.failures);
-        self.failures = self.failures.saturating_add(1);
-        Some(delay)
-    }
-}
-
-impl Backoff for WatchBackoff {
-    fn reset(&mut self) {
-        self.failures = 0;
-    }
+/// A fresh backoff for one watch stream (`WatchStreamExt::backoff`).
+pub fn watch_backoff() -> ExponentialBackoff {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(WATCH_RECONNECT_FIRST)
+        .with_max_delay(WATCH_RECONNECT_CAP)
+        .with_factor(2.0)
+        .without_max_times()
+        .into()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::runtime::utils::Backoff;
 
     #[test]
-    fn grows_to_the_cap_and_resets() {
-        let mut backoff = WatchBackoff::default();
-        let delays: Vec<Duration> = backoff.by_ref().take(5).collect();
-        assert_eq!(delays[0], Duration::from_millis(500));
-        assert_eq!(delays[4], Duration::from_secs(4));
+    fn doubles_from_half_a_second_to_four_and_resets() {
+        let mut backoff = watch_backoff();
+        let delays: Vec<u128> = backoff.by_ref().take(7).map(|d| d.as_millis()).collect();
+        assert_eq!(delays, [500, 1000, 2000, 4000, 4000, 4000, 4000]);
+        assert_eq!(backoff.by_ref().take(100).last(), Some(WATCH_RECONNECT_CAP));
         backoff.reset();
-        assert_eq!(backoff.next(), Some(Duration::from_millis(500)));
+        assert_eq!(backoff.next(), Some(WATCH_RECONNECT_FIRST));
     }
 }

@@ -11,6 +11,13 @@
 //!   with a message.
 //!
 //! Runs on every replica (hooks are stateless), not only on the leader.
+//!
+//! The HTTP and TLS are crates' (axum, hyper-util, tokio-rustls); the accept loop is ours.
+//! `axum-server` (its `Server::serve` and `RustlsConfig`, checked against its source) spawns a
+//! task per accepted connection without a bound, has no idle limit per connection and no
+//! close of a connection past the longest deadline, and reloads certificates only when told;
+//! the accept loop here holds at most `max_connections`, bounds every stage of a connection and
+//! reads the certificate files at each handshake (`tests/hooks_abuse.rs`, `tests/hooks_tls.rs`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;

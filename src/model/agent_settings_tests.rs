@@ -527,6 +527,7 @@ fn invalid_annotations_are_reported_on_their_carrier_and_nothing_applies() {
     );
 }
 
+/// (An unknown operator is the CRD schema's: `tests/crd.rs`.)
 #[test]
 fn overrides_are_validated_with_their_paths() {
     let entries = vec![
@@ -536,7 +537,7 @@ fn overrides_are_validated_with_their_paths() {
         },
         AgentOverride {
             selector: serde_json::from_value(
-                json!({"matchExpressions": [{"key": "a", "operator": "Like"}]}),
+                json!({"matchExpressions": [{"key": "a", "operator": "In"}]}),
             )
             .unwrap(),
             settings: settings(json!({"agentTolerations": [{"key": "k", "effect": "Sometimes"}]})),
@@ -546,7 +547,7 @@ fn overrides_are_validated_with_their_paths() {
     assert_eq!(
         paths(&errors),
         [
-            "spec.cluster.agentOverrides[1].selector.matchExpressions[0].operator",
+            "spec.cluster.agentOverrides[1].selector.matchExpressions[0].values",
             "spec.cluster.agentOverrides[1].settings.agentTolerations[0].effect",
         ]
     );

@@ -5,29 +5,23 @@
 //! kept failing until the retry delay reached its cap: at that point retrying has in effect
 //! given up on recovering by itself.
 //!
-//! Also the delay before a watch reconnects after an error ([`watch_reconnect_delay`]).
+//! Also the delays before a watch reconnects after an error ([`WATCH_RECONNECT_FIRST`] doubling
+//! to [`WATCH_RECONNECT_CAP`]).
 
 use std::time::Duration;
 
 use tracing::Level;
 
-/// First delay before a failed watch (or its re-list) is retried.
+/// First delay before a failed watch (or its re-list) is retried; it doubles up to
+/// [`WATCH_RECONNECT_CAP`] (`crate::controllers::watch_backoff`).
 pub const WATCH_RECONNECT_FIRST: Duration = Duration::from_millis(500);
-/// Longest delay between two watch reconnection attempts.
+/// Longest delay between two watch reconnection attempts. kube-runtime's
+/// `watcher::DefaultBackoff` (kube-runtime 3.1 `src/watcher.rs`, client-go's reflector
+/// parameters) grows from 0.8 s toward 30 s, so after an API outage of 45 s the watches came back
+/// up to another 30 s later; with a 4 s cap the controllers follow the API server within seconds.
+/// A 4 s period per watch is still gentle on a recovering API server (one list per kind and
+/// manager).
 pub const WATCH_RECONNECT_CAP: Duration = Duration::from_secs(4);
-
-/// The delay before the next reconnection attempt of a watch after `previous` failed attempts in
-/// a row: 0.5 s doubling to 4 s. kube-runtime's `watcher::DefaultBackoff` (kube-runtime 3.1
-/// `src/watcher.rs`, client-go's reflector parameters) grows from 0.8 s toward 30 s, so after an
-/// API outage of 45 s the watches came back up to another 30 s later; with a 4 s cap the
-/// controllers follow the API server within seconds. A 4 s period per watch is still gentle on
-/// a recovering API server (one list per kind and manager).
-pub fn watch_reconnect_delay(previous: u32) -> Duration {
-    let factor = 2u32.saturating_pow(previous.min(16));
-    WATCH_RECONNECT_FIRST
-        .saturating_mul(factor)
-        .min(WATCH_RECONNECT_CAP)
-}
 
 /// Whether retrying can fix an error by itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,15 +55,6 @@ pub fn retry_level(class: ErrorClass, at_cap: bool) -> Level {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn watch_reconnects_double_from_half_a_second_to_four() {
-        let delays: Vec<u64> = (0..7)
-            .map(|n| watch_reconnect_delay(n).as_millis() as u64)
-            .collect();
-        assert_eq!(delays, [500, 1000, 2000, 4000, 4000, 4000, 4000]);
-        assert_eq!(watch_reconnect_delay(u32::MAX), WATCH_RECONNECT_CAP);
-    }
 
     #[test]
     fn transient_errors_warn_until_the_backoff_is_at_its_cap() {

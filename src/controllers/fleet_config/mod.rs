@@ -86,7 +86,7 @@ pub async fn run(ctx: Arc<Context>) {
         api,
         watcher::Config::default().fields(&format!("metadata.name={}", names::CONFIG_NAME)),
     )
-    .backoff(crate::controllers::watch_backoff::WatchBackoff::default())
+    .backoff(crate::controllers::watch_backoff::watch_backoff())
     .reflect(writer)
     .applied_objects()
     // Spec changes and re-creation only: status writes (ours and others') do not trigger.

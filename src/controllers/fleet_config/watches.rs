@@ -175,7 +175,7 @@ async fn forward<K>(
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
 {
     let mut stream = metadata_watcher(api, config)
-        .backoff(crate::controllers::watch_backoff::WatchBackoff::default())
+        .backoff(crate::controllers::watch_backoff::watch_backoff())
         .boxed();
     let mut listed_once = false;
     while let Some(event) = stream.next().await {

@@ -172,7 +172,7 @@ impl References {
             watcher::Config::default().page_size(500),
             move |config| watcher(api.clone(), config),
         )
-        .backoff(crate::controllers::watch_backoff::WatchBackoff::default())
+        .backoff(crate::controllers::watch_backoff::watch_backoff())
         .map_ok(|event| map_event(event, cached_reference));
         let filled = cache.clone();
         tokio::spawn(async move {

@@ -37,7 +37,7 @@ use crate::context::Context;
 use crate::controllers::backoff::Backoff;
 use crate::controllers::import::stores::Feed;
 use crate::controllers::reconcile::retry_after;
-use crate::controllers::watch_backoff::WatchBackoff;
+use crate::controllers::watch_backoff::watch_backoff;
 use crate::controllers::watch_list;
 use crate::model::move_plan::MOVE_CLUSTER_LABEL;
 use crate::model::move_state::Timeouts;
@@ -95,7 +95,7 @@ pub fn controller(
         watcher::Config::default().labels(MOVE_CLUSTER_LABEL),
         move |config| metadata_watcher(bundles.clone(), config),
     )
-    .backoff(WatchBackoff::default())
+    .backoff(watch_backoff())
     .touched_objects();
     let mut changes = base.config.clone();
     changes.mark_unchanged();

@@ -1,27 +1,19 @@
-//! Kubernetes' grammar of names, label keys and values, and label selectors.
+//! Kubernetes' grammar of names, label keys and label selectors, where the CRD schema cannot
+//! say it: label keys, and the agent settings of annotations, which no schema checks.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::FieldError;
 
-/// A key of a Secret's `data` (`[-._a-zA-Z0-9]+`, at most 253 characters).
-pub(super) fn is_secret_key(key: &str) -> bool {
-    !key.is_empty()
-        && key.len() <= 253
-        && key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-}
-
-/// Validates a label selector as the API server does for `metav1.LabelSelector`.
+/// Checks what the CRD schema cannot say of a label selector (the operators and values are
+/// the schema's: `label_selector_grammar` in `crate::api`): the label keys, as the API server
+/// checks them for `metav1.LabelSelector` (a structural schema cannot constrain a map's keys),
+/// and which operators need values (a CEL rule per list item would be multiplied by the list's
+/// unbounded length in the API server's cost estimate of the CRD).
 pub fn validate_label_selector(selector: &LabelSelector, path: &str, errors: &mut Vec<FieldError>) {
-    for (key, value) in selector.match_labels.iter().flatten() {
-        let p = format!("{path}.matchLabels[{key:?}]");
+    for key in selector.match_labels.iter().flatten().map(|(key, _)| key) {
         if let Some(msg) = label_key_problem(key) {
-            errors.push(FieldError::new(&p, msg));
-        }
-        if let Some(msg) = label_value_problem(value) {
-            errors.push(FieldError::new(&p, msg));
+            errors.push(FieldError::new(format!("{path}.matchLabels[{key:?}]"), msg));
         }
     }
     for (i, req) in selector.match_expressions.iter().flatten().enumerate() {
@@ -29,34 +21,16 @@ pub fn validate_label_selector(selector: &LabelSelector, path: &str, errors: &mu
         if let Some(msg) = label_key_problem(&req.key) {
             errors.push(FieldError::new(format!("{p}.key"), msg));
         }
-        let values = req.values.as_deref().unwrap_or_default();
-        match req.operator.as_str() {
-            "In" | "NotIn" => {
-                if values.is_empty() {
-                    errors.push(FieldError::new(
-                        format!("{p}.values"),
-                        format!("must be non-empty when operator is {}", req.operator),
-                    ));
-                }
-            }
-            "Exists" | "DoesNotExist" => {
-                if !values.is_empty() {
-                    errors.push(FieldError::new(
-                        format!("{p}.values"),
-                        format!("must be empty when operator is {}", req.operator),
-                    ));
-                }
-            }
-            other => errors.push(FieldError::new(
-                format!("{p}.operator"),
-                format!("{other:?} is not a valid operator: use In, NotIn, Exists or DoesNotExist"),
-            )),
-        }
-        for (j, value) in values.iter().enumerate() {
-            if let Some(msg) = label_value_problem(value) {
-                errors.push(FieldError::new(format!("{p}.values[{j}]"), msg));
-            }
-        }
+        let empty = req.values.as_deref().unwrap_or_default().is_empty();
+        let problem = match req.operator.as_str() {
+            "In" | "NotIn" if empty => "must be non-empty",
+            "Exists" | "DoesNotExist" if !empty => "must be empty",
+            _ => continue,
+        };
+        errors.push(FieldError::new(
+            format!("{p}.values"),
+            format!("{problem} when operator is {}", req.operator),
+        ));
     }
 }
 
@@ -80,16 +54,6 @@ fn label_key_problem(key: &str) -> Option<String> {
     None
 }
 
-fn label_value_problem(value: &str) -> Option<String> {
-    if value.is_empty() || (value.len() <= 63 && is_qualified_name_part(value)) {
-        None
-    } else {
-        Some(format!(
-            "label value {value:?}: must be at most 63 characters, alphanumeric, '-', '_' or '.', starting and ending with an alphanumeric character"
-        ))
-    }
-}
-
 fn is_qualified_name_part(s: &str) -> bool {
     let bytes = s.as_bytes();
     !bytes.is_empty()
@@ -101,7 +65,7 @@ fn is_qualified_name_part(s: &str) -> bool {
 }
 
 /// DNS-1123 label: lower-case alphanumerics and '-', at most 63, alphanumeric at both ends.
-pub fn is_dns1123_label(s: &str) -> bool {
+pub(super) fn is_dns1123_label(s: &str) -> bool {
     let bytes = s.as_bytes();
     !bytes.is_empty()
         && bytes.len() <= 63
@@ -113,6 +77,6 @@ pub fn is_dns1123_label(s: &str) -> bool {
 }
 
 /// DNS-1123 subdomain: dot-separated labels, at most 253 characters.
-pub fn is_dns1123_subdomain(s: &str) -> bool {
+fn is_dns1123_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(is_dns1123_label)
 }

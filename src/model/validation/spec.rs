@@ -1,13 +1,11 @@
 //! The spec's own rules: every problem of a `FleetAddonConfig` spec, in field order.
 
-use k8s_openapi::api::core::v1::{ObjectReference, SecretReference};
+use k8s_openapi::api::core::v1::ObjectReference;
 
 use super::FieldError;
-use super::grammar::{
-    is_dns1123_label, is_dns1123_subdomain, is_secret_key, validate_label_selector,
-};
+use super::grammar::validate_label_selector;
 use super::{validate_agent_overrides, validate_agent_settings};
-use crate::api::{ChartTlsConfig, FleetAddonConfigSpec, FleetInstall, RegistryCredentials, Server};
+use crate::api::{FleetAddonConfigSpec, FleetInstall, Server};
 
 /// Returns every problem in `spec`, in field order. Empty means valid.
 pub fn validate(spec: &FleetAddonConfigSpec) -> Vec<FieldError> {
@@ -31,8 +29,10 @@ pub fn validate(spec: &FleetAddonConfigSpec) -> Vec<FieldError> {
             .or(spec.install.as_ref().and_then(|i| i.repository.as_deref()))
             .unwrap_or(crate::names::DEFAULT_FLEET_REPOSITORY);
         validate_access(
-            runtime.agent_chart_credentials.as_ref(),
-            runtime.agent_chart_tls_config.as_ref(),
+            (
+                runtime.agent_chart_credentials.is_some(),
+                runtime.agent_chart_tls_config.is_some(),
+            ),
             repository,
             (
                 "spec.runtimeExtension.agentChartCredentials",
@@ -92,23 +92,6 @@ pub fn validate(spec: &FleetAddonConfigSpec) -> Vec<FieldError> {
         }
         if let Some(selector) = &cluster.self_managed_selector {
             validate_label_selector(selector, "spec.cluster.selfManagedSelector", &mut errors);
-        }
-        if let Some(naming) = &cluster.naming {
-            // A CAPI name is at most 63 characters; the Fleet name must stay a valid object name.
-            let example = format!(
-                "{}{}{}",
-                naming.prefix.as_deref().unwrap_or_default(),
-                "x",
-                naming.suffix.as_deref().unwrap_or_default()
-            );
-            if !is_dns1123_subdomain(&example) {
-                errors.push(FieldError::new(
-                    "spec.cluster.naming",
-                    format!(
-                        "prefix and suffix must produce a DNS-1123 subdomain around the Cluster name (got {example:?} for Cluster \"x\")"
-                    ),
-                ));
-            }
         }
         if let Some(ttl) = &cluster.registration_token_ttl
             && crate::api::duration::parse_duration(ttl).is_err()
@@ -247,17 +230,8 @@ fn validate_install(install: &FleetInstall, errors: &mut Vec<FieldError>) {
             ),
         ));
     }
-    if let Some(ns) = &install.namespace
-        && !is_dns1123_label(ns)
-    {
-        errors.push(FieldError::new(
-            format!("{path}.namespace"),
-            format!("{ns:?} is not a valid namespace name (DNS-1123 label)"),
-        ));
-    }
     validate_access(
-        install.credentials.as_ref(),
-        install.tls_config.as_ref(),
+        (install.credentials.is_some(), install.tls_config.is_some()),
         install
             .repository
             .as_deref()
@@ -267,69 +241,26 @@ fn validate_install(install: &FleetInstall, errors: &mut Vec<FieldError>) {
     );
 }
 
-/// Credentials and TLS settings of a chart repository (`paths`: where each is written).
+/// Credentials and TLS settings that fit the chart repository (`paths`: where each is written).
+/// Their Secret references' grammar is the CRD schema's (`secret_reference_grammar` in
+/// `crate::api`).
 fn validate_access(
-    credentials: Option<&RegistryCredentials>,
-    tls: Option<&ChartTlsConfig>,
+    (credentials, tls): (bool, bool),
     repository: &str,
     (credentials_path, tls_path): (&str, &str),
     errors: &mut Vec<FieldError>,
 ) {
-    if let Some(credentials) = credentials {
-        match &credentials.secret {
-            None => errors.push(FieldError::new(
-                format!("{credentials_path}.secret"),
-                "secret is required (name and namespace of a Secret holding a registry config.json)",
-            )),
-            Some(secret) => validate_secret_reference(secret, &format!("{credentials_path}.secret"), errors),
-        }
-        if let Some(key) = &credentials.key
-            && !is_secret_key(key)
-        {
-            errors.push(FieldError::new(
-                format!("{credentials_path}.key"),
-                format!("{key:?} is not a valid Secret key (letters, digits, '-', '_', '.')"),
-            ));
-        }
-        if !crate::model::chart_access::is_oci(repository) {
-            errors.push(FieldError::new(
-                credentials_path,
-                "credentials (a registry config.json) apply to oci:// repositories only, and this repository is not one: for an https:// chart repository, put the user in its URL",
-            ));
-        }
+    if credentials && !crate::model::chart_access::is_oci(repository) {
+        errors.push(FieldError::new(
+            credentials_path,
+            "credentials (a registry config.json) apply to oci:// repositories only, and this repository is not one: for an https:// chart repository, put the user in its URL",
+        ));
     }
-    if let Some(tls) = tls {
-        if let Some(secret) = &tls.ca_secret {
-            validate_secret_reference(secret, &format!("{tls_path}.caSecret"), errors);
-        }
-        if repository.trim().starts_with("http://") {
-            errors.push(FieldError::new(
-                tls_path,
-                "the repository is plain http://, which has no TLS",
-            ));
-        }
-    }
-}
-
-fn validate_secret_reference(secret: &SecretReference, path: &str, errors: &mut Vec<FieldError>) {
-    match secret.name.as_deref() {
-        None | Some("") => errors.push(FieldError::new(format!("{path}.name"), "name is required")),
-        Some(name) if !is_dns1123_subdomain(name) => errors.push(FieldError::new(
-            format!("{path}.name"),
-            format!("{name:?} is not a valid Secret name (DNS-1123 subdomain)"),
-        )),
-        Some(_) => {}
-    }
-    match secret.namespace.as_deref() {
-        None | Some("") => errors.push(FieldError::new(
-            format!("{path}.namespace"),
-            "namespace is required (FleetAddonConfig is cluster-scoped)",
-        )),
-        Some(ns) if !is_dns1123_label(ns) => errors.push(FieldError::new(
-            format!("{path}.namespace"),
-            format!("{ns:?} is not a valid namespace name (DNS-1123 label)"),
-        )),
-        Some(_) => {}
+    if tls && repository.trim().starts_with("http://") {
+        errors.push(FieldError::new(
+            tls_path,
+            "the repository is plain http://, which has no TLS",
+        ));
     }
 }
 
@@ -447,25 +378,12 @@ install: {followLatest: true}
         }
     }
 
+    /// The problems of Kubernetes' grammar that the CRD schema says (Secret references, label
+    /// values, selector operators, the naming) are the API server's: `tests/crd.rs`
+    /// `the_schema_refuses_bad_grammar_naming_each_field`.
     #[test]
     fn every_problem_has_its_field_path() {
         let rows: &[(&str, &[&str])] = &[
-            (
-                "install: {followLatest: true, repository: \"oci://r.example.com/c\", credentials: {key: \"bad key\"}}",
-                &[
-                    "spec.install.credentials.secret: secret is required (name and namespace of a Secret holding a registry config.json)",
-                    "spec.install.credentials.key: \"bad key\" is not a valid Secret key (letters, digits, '-', '_', '.')",
-                ],
-            ),
-            (
-                "install: {followLatest: true, repository: \"oci://r.example.com/c\", credentials: {secret: {name: Registry}}, tlsConfig: {caSecret: {namespace: \"-x\"}}}",
-                &[
-                    "spec.install.credentials.secret.name: \"Registry\" is not a valid Secret name (DNS-1123 subdomain)",
-                    "spec.install.credentials.secret.namespace: namespace is required (FleetAddonConfig is cluster-scoped)",
-                    "spec.install.tlsConfig.caSecret.name: name is required",
-                    "spec.install.tlsConfig.caSecret.namespace: \"-x\" is not a valid namespace name (DNS-1123 label)",
-                ],
-            ),
             (
                 "install: {followLatest: true, credentials: {secret: {name: r, namespace: ns}}}",
                 &[
@@ -479,20 +397,12 @@ install: {followLatest: true}
             (
                 "runtimeExtension: {agentChartCredentials: {secret: {name: r}}, agentChartTLSConfig: {caSecret: {name: c}}}",
                 &[
-                    "spec.runtimeExtension.agentChartCredentials.secret.namespace: namespace is required (FleetAddonConfig is cluster-scoped)",
                     "spec.runtimeExtension.agentChartCredentials: credentials (a registry config.json) apply to oci:// repositories only, and this repository is not one: for an https:// chart repository, put the user in its URL",
-                    "spec.runtimeExtension.agentChartTLSConfig.caSecret.namespace: namespace is required (FleetAddonConfig is cluster-scoped)",
                 ],
             ),
             (
                 "cluster: {namespaceRegexes: [\"ok\", \"foo(\"]}",
                 &["spec.cluster.namespaceRegexes[1]: invalid regex \"foo(\": unclosed group"],
-            ),
-            (
-                "cluster: {selector: {matchExpressions: [{key: env, operator: Maybe}]}}",
-                &[
-                    "spec.cluster.selector.matchExpressions[0].operator: \"Maybe\" is not a valid operator: use In, NotIn, Exists or DoesNotExist",
-                ],
             ),
             (
                 "cluster: {namespaceSelector: {matchExpressions: [{key: env, operator: In}]}}",
@@ -510,24 +420,6 @@ install: {followLatest: true}
                 "cluster: {selector: {matchLabels: {\"bad key!\": x}}}",
                 &[
                     "spec.cluster.selector.matchLabels[\"bad key!\"]: label key \"bad key!\": name must be 1-63 characters, alphanumeric, '-', '_' or '.', starting and ending with an alphanumeric character",
-                ],
-            ),
-            (
-                "cluster: {agentInitiatedSelector: {matchLabels: {a: \"-bad\"}}}",
-                &[
-                    "spec.cluster.agentInitiatedSelector.matchLabels[\"a\"]: label value \"-bad\": must be at most 63 characters, alphanumeric, '-', '_' or '.', starting and ending with an alphanumeric character",
-                ],
-            ),
-            (
-                "cluster: {selfManagedSelector: {matchLabels: {a: \"-bad\"}}}",
-                &[
-                    "spec.cluster.selfManagedSelector.matchLabels[\"a\"]: label value \"-bad\": must be at most 63 characters, alphanumeric, '-', '_' or '.', starting and ending with an alphanumeric character",
-                ],
-            ),
-            (
-                "cluster: {naming: {prefix: \"Fleet_\"}}",
-                &[
-                    "spec.cluster.naming: prefix and suffix must produce a DNS-1123 subdomain around the Cluster name (got \"Fleet_x\" for Cluster \"x\")",
                 ],
             ),
             (

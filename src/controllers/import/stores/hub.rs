@@ -1,5 +1,15 @@
 //! The feeds of one watched kind: each controller subscribes before the watches start; every
 //! change is sent to each feed (bounded: a slow controller slows its watch down).
+//!
+//! Not kube-runtime's shared reflector (kube-runtime 3.1 `reflector::store_shared`,
+//! `Writer::subscribe`, `src/reflector/dispatcher.rs`), which broadcasts only the references of
+//! applied objects and of the store after a list, each read back from the store when taken: it
+//! sends no deletions (the controllers must see a deleted Fleet Cluster, namespace or class),
+//! nothing for objects that vanished while a watch re-listed, no origin of an object (the
+//! marked feeds' [`Origin`]), and the object a subscriber takes is the store's latest, not the
+//! watched change its echo check must judge (`watches.rs` tests
+//! `a_skipping_feed_leaves_out_only_watched_changes`,
+//! `a_marked_feed_tells_each_list_from_watched_changes`).
 
 use std::sync::Arc;
 

@@ -35,7 +35,7 @@ use tokio::sync::watch;
 use self::watches::{PendingWatch, api, events};
 use crate::api::{BundleNamespaceMapping, CachedFleetCluster, CapiCluster, CapiClusterClass};
 use crate::cli::ManagerFlags;
-use crate::controllers::watch_backoff::WatchBackoff;
+use crate::controllers::watch_backoff::watch_backoff;
 use crate::model::capi::{ClassRef, ClusterView, StringMap};
 use crate::model::namespace::NamespaceState;
 use crate::names;
@@ -97,7 +97,7 @@ impl Stores {
                 api::<CapiCluster>(client, capi_ns.as_deref()),
                 capi_config.clone(),
             )
-            .backoff(WatchBackoff::default())
+            .backoff(watch_backoff())
             .modify(prepare_cached_cluster)
             .boxed(),
             vec![clusters_by_namespace.clone(), clusters_by_class.clone()],
@@ -114,7 +114,7 @@ impl Stores {
                 api::<FleetCluster>(client, fleet_ns.as_deref()),
                 plain.clone(),
             )
-            .backoff(WatchBackoff::default())
+            .backoff(watch_backoff())
             .map_ok(|event| map_event(event, cached_fleet_cluster))
             .boxed(),
             Vec::new(),

@@ -20,7 +20,7 @@ use super::hub::{Hub, Hubs, Origin, Outlet};
 use super::index::Index;
 use super::trim::*;
 use crate::api::{BundleNamespaceMapping, CachedFleetCluster, CapiCluster, CapiClusterClass};
-use crate::controllers::watch_backoff::WatchBackoff;
+use crate::controllers::watch_backoff::watch_backoff;
 use crate::controllers::watch_list;
 
 /// The watches, built but not started (see [`Watches::start`]).
@@ -200,7 +200,7 @@ where
         listed: &mut Vec<watch::Receiver<bool>>,
     ) -> Self {
         let events = events(api, config)
-            .backoff(WatchBackoff::default())
+            .backoff(watch_backoff())
             .modify(slim::<K>)
             .boxed();
         Self::new(events, indexes, listed)
@@ -226,7 +226,7 @@ where
         let events = watch_list::events(kind, config, move |config| {
             metadata_watcher(api.clone(), config)
         })
-        .backoff(WatchBackoff::default())
+        .backoff(watch_backoff())
         .modify(slim::<PartialObjectMeta<K>>)
         .boxed();
         Self::new(events, Vec::new(), listed)
