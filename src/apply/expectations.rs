@@ -23,15 +23,20 @@
 //! nothing on the server returns the base resourceVersion and records nothing (no watch event
 //! will come). An expectation also expires after [`TTL`] (a missed event must not stall an
 //! object forever; controller-runtime's `ExpectationsTimeout` plays that role), and entries are
-//! dropped once met, [`ECHO_GRACE`] after their echo was dropped, expired, or when their object
-//! is deleted, so the map holds at most the writes of the last [`TTL`].
+//! dropped once met, [`ECHO_GRACE`] after their echo was dropped, or expired, so the map holds
+//! at most the writes of the last [`TTL`]. The runner records every write
+//! ([`crate::apply::runner`]).
 
 use std::collections::{HashMap, VecDeque};
-use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::Result;
+use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
+use fleet_api_rs::fleet_cluster_registration_token::ClusterRegistrationToken;
+use kube::Resource;
+
+use crate::api::CapiCluster;
+use crate::model::plan::ObjectId;
 
 /// How long a reconcile waits at most for the cache to show our write.
 pub const TTL: Duration = Duration::from_secs(30);
@@ -45,42 +50,66 @@ pub const ECHO_GRACE: Duration = Duration::from_secs(5);
 /// that write's echo was dropped (the cache shows it already; no event will come).
 pub const RETRY_STALE: Duration = Duration::from_millis(10);
 
-/// Which object: kind, namespace ("" for cluster-scoped), name.
+/// Which object: its kind and API group (and whether its status subresource), namespace (""
+/// for cluster-scoped), name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Key {
-    kind: &'static str,
+    kind: String,
     namespace: String,
     name: String,
 }
 
 impl Key {
-    pub fn new(kind: &'static str, namespace: &str, name: &str) -> Self {
+    pub fn new(kind: impl Into<String>, namespace: &str, name: &str) -> Self {
         Self {
-            kind,
+            kind: kind.into(),
             namespace: namespace.to_string(),
             name: name.to_string(),
         }
     }
 
-    /// A CAPI Cluster's metadata and spec (the finalizer patch of the cluster controller).
-    pub fn cluster(namespace: &str, name: &str) -> Self {
-        Self::new("Cluster", namespace, name)
+    /// The key of a write of `object` (`status`: of its status subresource).
+    pub fn of(object: &ObjectId, status: bool) -> Self {
+        let resource = &object.resource;
+        let namespace = object.namespace.as_deref().unwrap_or_default();
+        Self::new(
+            kind(&resource.kind, &resource.group, status),
+            namespace,
+            &object.name,
+        )
     }
 
-    /// A CAPI Cluster's `FleetReady` condition (the health controller's status writes).
+    /// The key of `name` in `namespace` of the type `K`.
+    pub fn typed<K: Resource<DynamicType = ()>>(namespace: &str, name: &str) -> Self {
+        Self::new(kind(&K::kind(&()), &K::group(&()), false), namespace, name)
+    }
+
+    /// A CAPI Cluster's metadata and spec (the finalizer patch of the cluster controller).
+    pub fn cluster(namespace: &str, name: &str) -> Self {
+        Self::typed::<CapiCluster>(namespace, name)
+    }
+
+    /// A CAPI Cluster's status: its `FleetReady` condition (the health controller's writes).
     pub fn cluster_status(namespace: &str, name: &str) -> Self {
-        Self::new("ClusterStatus", namespace, name)
+        let status = kind(&CapiCluster::kind(&()), &CapiCluster::group(&()), true);
+        Self::new(status, namespace, name)
     }
 
     /// A Fleet Cluster.
     pub fn fleet_cluster(namespace: &str, name: &str) -> Self {
-        Self::new("FleetCluster", namespace, name)
+        Self::typed::<FleetCluster>(namespace, name)
     }
 
     /// A ClusterRegistrationToken.
     pub fn token(namespace: &str, name: &str) -> Self {
-        Self::new("ClusterRegistrationToken", namespace, name)
+        Self::typed::<ClusterRegistrationToken>(namespace, name)
     }
+}
+
+/// A key's kind: `Kind.group`, with `/status` for the status subresource.
+fn kind(kind: &str, group: &str, status: bool) -> String {
+    let status = if status { "/status" } else { "" };
+    format!("{kind}.{group}{status}")
 }
 
 #[derive(Debug)]
@@ -166,13 +195,11 @@ impl Expectations {
             });
     }
 
-    /// The expectation a write of `key` records, made when the cache held `base` (`None`:
-    /// absent): hand the write to [`Expect::record`].
-    pub fn on(&self, key: &Key, base: Option<&str>) -> Expect<'_> {
-        Expect {
-            expectations: self,
-            key: key.clone(),
-            base: base.map(str::to_string),
+    /// The watch event of our last write of `key` is awaited (its answer is the next
+    /// observation's): it is not left out as our own echo.
+    pub fn await_echo(&self, key: &Key) {
+        if let Some(pending) = self.lock().pending.get_mut(key) {
+            pending.awaited = true;
         }
     }
 
@@ -256,57 +283,8 @@ impl Expectations {
         key_of(object, key).is_some_and(|(key, version)| self.is_echo(&key, version))
     }
 
-    /// Forgets what was expected of `key` (the object is gone and nothing will read it again).
-    pub fn forget(&self, key: &Key) {
-        self.lock().pending.remove(key);
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// A write that records, when it changed the object, what it left (see [`Expectations::on`]).
-#[must_use = "an expectation records nothing until a write runs through it"]
-pub struct Expect<'a> {
-    expectations: &'a Expectations,
-    key: Key,
-    base: Option<String>,
-}
-
-impl Expect<'_> {
-    /// Runs `write` and records the resourceVersion it left (nothing when it changed nothing).
-    pub async fn record<T: LeavesVersion>(
-        self,
-        write: impl Future<Output = Result<T>>,
-    ) -> Result<T> {
-        let written = write.await?;
-        if let Some(version) = written.left_version() {
-            self.expectations
-                .wrote(self.key, self.base.as_deref(), Some(version));
-        }
-        Ok(written)
-    }
-}
-
-/// What a write left: the object's resourceVersion when it changed it.
-pub trait LeavesVersion {
-    fn left_version(&self) -> Option<&str>;
-}
-
-/// A created-or-found object and whether this write created it (what it left only then).
-impl<K: kube::Resource> LeavesVersion for (Option<std::sync::Arc<K>>, bool) {
-    fn left_version(&self) -> Option<&str> {
-        match self {
-            (Some(object), true) => object.meta().resource_version.as_deref(),
-            _ => None,
-        }
-    }
-}
-
-impl LeavesVersion for Option<String> {
-    fn left_version(&self) -> Option<&str> {
-        self.as_deref()
     }
 }
 
@@ -357,6 +335,10 @@ mod tests {
 
         fn is_empty(&self) -> bool {
             self.len() == 0
+        }
+
+        fn forget(&self, key: &Key) {
+            self.lock().pending.remove(key);
         }
     }
 

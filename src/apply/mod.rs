@@ -1,18 +1,15 @@
 //! The one writer: every write of the provider to the API server (controllers, hooks, leader
 //! election; status subresources and Events included) goes through this module, and no other
-//! module names the write parameters of `kube` (`tests/structure.rs` checks it). Server-side
-//! apply after comparing with the cached live object, apply of a status, create-only,
-//! create-or-adopt, delete, finalizer patches, guarded read-modify-write, the Lease's create and
-//! replace, and Events. Each answers the races the API server has once, here: "create, adopt on
-//! 409", "delete, 404 is fine", "retry on a stale resourceVersion". Errors are
+//! module names the write parameters of `kube` (`tests/structure.rs` checks it). The model's
+//! plans ([`crate::model::plan`]) are carried out by the one runner ([`runner::Target::run`]),
+//! which records what each write left for the caches to show ([`expectations`]); the writers
+//! not yet planned call the verbs below. Each answers the races the API server has once, here:
+//! "create, adopt on 409", "delete, 404 is fine", "retry on a stale resourceVersion". Errors are
 //! [`crate::Error`]; callers turn them into their own answer (a reconcile error, a hook's
 //! "retry") in one place each.
-//!
-//! A writer whose caches must show its own writes before it decides again (the import
-//! controllers) hands each write to [`expectations::Expect::record`], which records what the
-//! write left ([`expectations`]).
 
 pub mod expectations;
+pub mod runner;
 
 use std::fmt::Debug;
 
@@ -24,10 +21,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::apply::expectations::LeavesVersion;
-use crate::model::diff::{apply_would_change, owned_fields};
-use crate::names;
+use crate::model::plan::{ObjectId, Write, finalizer_patch};
 use crate::{Error, Result};
+
+pub use runner::Target;
 
 /// What a write did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,19 +34,11 @@ pub enum Outcome {
     Updated,
 }
 
-/// What a write did, and the resourceVersion it left (`None` when nothing was written): our
-/// cache shows the write once it holds another resourceVersion than before
-/// (see [`crate::apply::expectations`]).
+/// What a write did, and the resourceVersion it left (`None` when nothing was written).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Written {
     pub outcome: Outcome,
     pub resource_version: Option<String>,
-}
-
-impl LeavesVersion for Written {
-    fn left_version(&self) -> Option<&str> {
-        self.resource_version.as_deref()
-    }
 }
 
 impl Written {
@@ -67,58 +56,24 @@ impl Written {
 }
 
 /// Server-side applies `desired` (forced: Fleet's controllers co-own some fields of these
-/// objects) unless it would not change `live`.
+/// objects) unless it would not change `live` ([`Write::apply_if_changed`]).
 pub async fn apply_if_changed<K>(
     api: &Api<K>,
     desired: &K,
     live: Option<&K>,
-    manager: &str,
+    manager: &'static str,
 ) -> Result<Written>
 where
-    K: Resource + Serialize + DeserializeOwned + Clone + Debug,
+    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
 {
-    apply_if_changed_as(api, desired, live, manager, |_| {}).await
-}
-
-/// [`apply_if_changed`] for objects whose cache keeps a different form than the API server
-/// sends (a subtree as a digest, see [`crate::model::diff::digest_subtree`]): `comparable`
-/// brings both sides to the cached form before the no-op check; the apply sends `desired`.
-pub async fn apply_if_changed_as<K>(
-    api: &Api<K>,
-    desired: &K,
-    live: Option<&K>,
-    manager: &str,
-    comparable: impl Fn(&mut Value),
-) -> Result<Written>
-where
-    K: Resource + Serialize + DeserializeOwned + Clone + Debug,
-{
-    let name = desired
-        .meta()
-        .name
-        .clone()
-        .ok_or_else(|| Error::Serialization("desired object has no name".into()))?;
-    let desired_json = serde_json::to_value(desired)?;
-    if let Some(live) = live {
-        let mut live_json = serde_json::to_value(live)?;
-        comparable(&mut live_json);
-        let mut compared = desired_json.clone();
-        comparable(&mut compared);
-        if !apply_would_change(
-            &compared,
-            &live_json,
-            owned_fields(&live_json, manager).as_deref(),
-        ) {
-            return Ok(Written::UNCHANGED);
-        }
-    }
-    let applied = api
-        .patch(
-            &name,
-            &PatchParams::apply(manager).force(),
-            &Patch::Apply(&desired_json),
-        )
-        .await?;
+    let id = ObjectId::observed(desired);
+    let Some(Write::Apply { body, .. }) =
+        Write::apply_if_changed(id, desired, live, manager, None)?
+    else {
+        return Ok(Written::UNCHANGED);
+    };
+    let name = desired.meta().name.as_deref().unwrap_or_default();
+    let applied = apply_json(api, name, &body, manager).await?;
     let outcome = if live.is_some() {
         Outcome::Updated
     } else {
@@ -282,27 +237,27 @@ const CONFLICT_ATTEMPTS: usize = 3;
 /// Read-modify-write of `name`: reads it (`None` when absent), asks `change` for a JSON merge
 /// patch (`None`: nothing to change) and applies it guarded by the resourceVersion read, so a
 /// concurrent writer is never overwritten: on a conflict it reads again and retries. Returns
-/// whether it wrote.
+/// the object as patched (`None`: nothing written).
 pub async fn merge_patch_guarded<K>(
     api: &Api<K>,
     name: &str,
     manager: &str,
     change: impl Fn(Option<&K>) -> Result<Option<Value>>,
-) -> Result<bool>
+) -> Result<Option<K>>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
     for attempt in 1..=CONFLICT_ATTEMPTS {
         let current = api.get_opt(name).await?;
         let Some(mut patch) = change(current.as_ref())? else {
-            return Ok(false);
+            return Ok(None);
         };
         if let (Some(object), Some(map)) = (current.as_ref(), patch.as_object_mut()) {
             let metadata = map.entry("metadata").or_insert_with(|| json!({}));
             metadata["resourceVersion"] = json!(object.meta().resource_version);
         }
         match merge_patch(api, name, &patch, manager).await {
-            Ok(_) => return Ok(true),
+            Ok(patched) => return Ok(Some(patched)),
             Err(Error::Kube(kube::Error::Api(status)))
                 if status.code == 409 && attempt < CONFLICT_ATTEMPTS =>
             {
@@ -326,66 +281,19 @@ where
     }
 }
 
-/// Adds our finalizer, guarded by the object's resourceVersion. The cached object may be behind
-/// our own last write: when the guard fails, the object is read again and the patch retried.
-/// Returns the resourceVersion the patch left (`None`: nothing patched).
-pub async fn add_finalizer<K>(api: &Api<K>, object: &K) -> Result<Option<String>>
-where
-    K: Resource + Clone + DeserializeOwned + Debug,
-{
-    with_fresh_retry(api, object, |current| {
-        if current
-            .meta()
-            .finalizers
-            .iter()
-            .flatten()
-            .any(|f| f == names::FINALIZER)
-        {
-            return None;
-        }
-        let mut ops = vec![test_resource_version(current)];
-        match &current.meta().finalizers {
-            Some(list) if !list.is_empty() => ops.push(json!({
-                "op": "add", "path": "/metadata/finalizers/-", "value": names::FINALIZER
-            })),
-            _ => ops.push(json!({
-                "op": "add", "path": "/metadata/finalizers", "value": [names::FINALIZER]
-            })),
-        }
-        Some(ops)
-    })
-    .await
-}
-
-/// Removes our finalizer (a no-op when it is not there), guarded by the resourceVersion and
-/// retried on a fresh read like [`add_finalizer`].
+/// Removes our finalizer (a no-op when it is not there), guarded by the object's
+/// resourceVersion ([`finalizer_patch`]). The object given may be behind our own last write: when
+/// the guard fails, the object is read again and the patch retried, a few times. A vanished
+/// object needs no patch. Returns the resourceVersion the patch left (`None`: nothing patched).
 pub async fn remove_finalizer<K>(api: &Api<K>, object: &K) -> Result<Option<String>>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
-    with_fresh_retry(api, object, |current| {
-        let index = current
-            .meta()
-            .finalizers
-            .iter()
-            .flatten()
-            .position(|f| f == names::FINALIZER)?;
-        Some(vec![
-            test_resource_version(current),
-            json!({"op": "remove", "path": format!("/metadata/finalizers/{index}")}),
-        ])
-    })
-    .await
+    finalizer(api, object, false).await
 }
 
-/// Applies the JSON patch `ops(object)` computes (`None`: nothing to do); when its
-/// resourceVersion guard fails (our view was stale), reads the object again and retries, a few
-/// times. A vanished object needs no patch. Returns the resourceVersion the patch left.
-async fn with_fresh_retry<K>(
-    api: &Api<K>,
-    object: &K,
-    ops: impl Fn(&K) -> Option<Vec<Value>>,
-) -> Result<Option<String>>
+/// Adds (`add`) or removes our finalizer as [`remove_finalizer`] says.
+async fn finalizer<K>(api: &Api<K>, object: &K, add: bool) -> Result<Option<String>>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
@@ -393,7 +301,10 @@ where
     let name = object.meta().name.clone().unwrap_or_default();
     let mut current = object.clone();
     for attempt in 1..=ATTEMPTS {
-        let Some(patch) = ops(&current) else {
+        let meta = current.meta();
+        let finalizers = meta.finalizers.as_deref().unwrap_or_default();
+        let version = meta.resource_version.as_deref().unwrap_or_default();
+        let Some(patch) = finalizer_patch(finalizers, version, add) else {
             return Ok(None);
         };
         match patch_json(api, &name, patch).await {
@@ -412,14 +323,6 @@ where
         }
     }
     Ok(None)
-}
-
-fn test_resource_version<K: Resource>(object: &K) -> Value {
-    json!({
-        "op": "test",
-        "path": "/metadata/resourceVersion",
-        "value": object.meta().resource_version.clone().unwrap_or_default()
-    })
 }
 
 async fn patch_json<K>(api: &Api<K>, name: &str, ops: Vec<Value>) -> Result<K>

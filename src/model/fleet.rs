@@ -21,6 +21,10 @@ use crate::model::capi::{ClassRef, ClassView, ClusterView, StringMap, template_o
 use crate::model::config::{ClassGroups, ClusterImport};
 use crate::names;
 
+/// Where a Fleet Cluster keeps the copy of its CAPI Cluster (and referenced objects) that the
+/// import's cache holds as a digest ([`crate::model::diff::digest_subtree`]).
+pub const TEMPLATE_VALUES: &str = "/spec/templateValues";
+
 /// How a Fleet Cluster registers with Fleet.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Registration {

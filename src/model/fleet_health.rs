@@ -28,12 +28,15 @@
 use std::time::Duration;
 
 use fleet_api_rs::fleet_cluster::{Cluster as FleetCluster, ClusterStatus};
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
-use serde_json::Value;
+use kube::runtime::events::EventType;
+use serde_json::{Value, json};
 
-use crate::model::capi::{self, ClusterView};
+use crate::model::capi::{self, ClusterView, event_note};
 use crate::model::config::EffectiveConfig;
 use crate::model::import::Decision;
+use crate::model::plan::{Next, ObjectId, Plan, Write};
 use crate::names;
 
 /// The condition type (see [`names::FLEET_READY_CONDITION`]).
@@ -180,6 +183,84 @@ pub fn desired(
             }
         }
     }
+}
+
+/// What the health controller observed of one Cluster.
+pub struct Observed<'a> {
+    pub decision: &'a Decision,
+    pub view: &'a ClusterView,
+    pub fleet: Option<&'a FleetCluster>,
+    /// The Cluster as cached, and what its Events are about.
+    pub cluster: ObjectId,
+    pub regarding: ObjectReference,
+    pub status: Option<&'a Value>,
+    pub generation: Option<i64>,
+    /// Whether our field manager owns anything in the Cluster's status.
+    pub owns_status: bool,
+    pub now: Timestamp,
+}
+
+/// The write that keeps one Cluster's condition (server-side applied to its `status` by our own
+/// field manager, owning only that condition: nothing when the live condition says the same
+/// already), an Event when its status changes, and when to look again.
+pub fn plan(o: &Observed<'_>, config: &EffectiveConfig) -> Plan {
+    let current = live_condition(o.status);
+    let apply = |condition: Option<Value>| {
+        let mut body = json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2",
+            "kind": "Cluster",
+            "metadata": {"name": o.view.name},
+        });
+        if let Some(condition) = condition {
+            body["status"] = json!({"conditions": [condition]});
+        }
+        Write::ApplyStatus {
+            object: o.cluster.clone(),
+            body,
+            manager: names::HEALTH_FIELD_MANAGER,
+        }
+    };
+    let health = match desired(o.decision, o.view, config, o.fleet, o.now) {
+        // Applying without the condition removes it, unless another manager also owns it.
+        Desired::Remove if current.is_some() && o.owns_status => {
+            return Plan::of(vec![apply(None)], Next::AwaitChange);
+        }
+        Desired::Keep | Desired::Remove => return Plan::default(),
+        // Not before the import controller has done its part: a status write bumps the
+        // Cluster's resourceVersion and would send the finalizer patch (guarded by it) into a
+        // conflict and a re-read, and before the Fleet Cluster exists the condition would only
+        // be written again a moment later. Both writes wake this controller up.
+        Desired::Set(_) if import_pending(o.decision, o.view, o.fleet) => return Plan::default(),
+        Desired::Set(health) => health,
+    };
+    let mut writes = vec![];
+    if let Some(condition) = condition_to_apply(current, &health, o.generation, o.now) {
+        writes.push(apply(Some(condition)));
+        if status_changes(current, &health) {
+            let was_ready = current
+                .and_then(|c| c.get("status"))
+                .and_then(Value::as_str);
+            let (type_, reason) = match (health.ready, was_ready == Some("True")) {
+                (true, _) => (EventType::Normal, "FleetReady"),
+                (false, true) => (EventType::Warning, "FleetNotReady"),
+                (false, false) => (EventType::Normal, "FleetNotReady"),
+            };
+            let status = if health.ready { "True" } else { "False" };
+            let note = event_note(&format!(
+                "{CONDITION_TYPE} is {status} ({}): {}",
+                health.reason, health.message
+            ));
+            writes.push(Write::event(&o.regarding, type_, reason, "Reporting", note));
+        }
+    }
+    let then = health.recheck_after.map_or(Next::AwaitChange, Next::After);
+    Plan::of(writes, then)
+}
+
+/// Whether the import controller has not yet written the finalizer (every selected Cluster) or
+/// the Fleet Cluster (an imported one).
+fn import_pending(decision: &Decision, view: &ClusterView, fleet: Option<&FleetCluster>) -> bool {
+    !view.has_finalizer() || (matches!(decision, Decision::Import { .. }) && fleet.is_none())
 }
 
 /// The condition of an imported Cluster from its Fleet Cluster's status.

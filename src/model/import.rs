@@ -1,12 +1,35 @@
-//! What to do with one CAPI Cluster: the decision table of the Cluster controller.
+//! What to do with one CAPI Cluster: the decision table of the Cluster controller, and the
+//! writes each decision plans for what the controller observed ([`plan`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
-
-use crate::model::capi::{ClusterView, StringMap};
-use crate::model::config::EffectiveConfig;
-use crate::model::fleet::is_agent_initiated;
-use crate::model::selection::ClusterFacts;
+use fleet_api_rs::fleet_cluster_registration_token::ClusterRegistrationToken;
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::events::EventType;
+use serde_json::Value;
+
+use crate::Result;
+use crate::api::{AgentSettings, CapiCluster};
+use crate::model::agent_bootstrap::FLEET_AGENT_VARIABLE;
+use crate::model::agent_manifest::TokenValues;
+use crate::model::agent_settings::{Carrier, INVALID_REASON, LayerProblem};
+use crate::model::capi::{ClusterView, StringMap};
+use crate::model::config::{ClusterImport, EffectiveConfig};
+use crate::model::fleet::{
+    FleetClusterWrite, Registration, TEMPLATE_VALUES, client_id, desired_fleet_cluster,
+    desired_registration_token, fleet_cluster_write, is_agent_initiated, is_registration_stub,
+    prepared_by_runtime_extension, random_client_id, registration_stub,
+};
+use crate::model::plan::{Change, Next, ObjectId, Plan, Write};
+use crate::model::registration_token::{Renewal, extension_patch, renewal};
+use crate::model::selection::ClusterFacts;
+use crate::model::{teardown, upgrade_steps};
+use crate::names;
 
 /// The decision for one Cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,6 +85,19 @@ impl Decision {
     /// Has (or is about to have) a Fleet Cluster.
     pub fn is_imported(&self) -> bool {
         matches!(self, Decision::Import { .. })
+    }
+
+    /// Deletes the Fleet Cluster when there is one: a cache that shows none is confirmed with
+    /// the API server first (it may not have seen one created moments ago, and a deletion
+    /// decided from it would leave that Fleet Cluster orphaned).
+    pub fn confirms_fleet_cluster(&self) -> bool {
+        matches!(
+            self,
+            Decision::Cleanup
+                | Decision::Release {
+                    delete_fleet_cluster: true
+                }
+        )
     }
 }
 
@@ -129,25 +165,6 @@ pub fn import_decision(
     Decision::Import { agent_initiated }
 }
 
-/// For a [`Decision::Moved`] Cluster: the owner references its Fleet Cluster must keep, without
-/// the source Cluster's (matched by UID), so the garbage collector does not delete the Fleet
-/// Cluster with the source copy. `None` when the source does not own it (nothing to write).
-pub fn disowned_after_move(
-    owners: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
-    cluster_uid: &str,
-) -> Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>> {
-    if cluster_uid.is_empty() || !owners.iter().any(|o| o.uid == cluster_uid) {
-        return None;
-    }
-    Some(
-        owners
-            .iter()
-            .filter(|o| o.uid != cluster_uid)
-            .cloned()
-            .collect(),
-    )
-}
-
 /// What a Cluster counts as in `status.clusters` and the cluster gauges while selection is
 /// frozen ([`Decision::Hold`]: `spec.cluster` has problems and nothing is imported or released):
 /// what exists, not what a selection would say. A Cluster carrying our finalizer is managed; it
@@ -182,513 +199,435 @@ pub fn waits_for_terminating_namespace(decision: &Decision, namespace_terminatin
     namespace_terminating && matches!(decision, Decision::Import { .. } | Decision::Wait)
 }
 
-#[cfg(test)]
-mod tests {
-    use serde_json::{Value, json};
+/// How soon to look again for the values of a registration token Fleet has not issued yet (its
+/// status change brings the Cluster back too; this covers a missed order of events).
+pub const TOKEN_ISSUE_RETRY: Duration = Duration::from_secs(10);
 
-    use super::*;
-    use crate::api::FleetAddonConfigSpec;
+/// What the Cluster controller observed of one Cluster: what [`plan`] decides its writes from.
+pub struct Observed {
+    pub view: ClusterView,
+    pub decision: Decision,
+    /// The CAPI Cluster's resourceVersion as cached (it guards our finalizer patch).
+    pub cluster_version: Option<String>,
+    /// What its Events are about.
+    pub regarding: ObjectReference,
+    pub fleet_name: String,
+    /// Its Fleet Cluster: cached; when the cache has none and the decision deletes it, as the
+    /// API server has it ([`Decision::confirms_fleet_cluster`]).
+    pub fleet: Option<Arc<FleetCluster>>,
+    /// Its registration token's metadata, as cached.
+    pub token: Option<ObjectMeta>,
+    /// What an import reads besides ([`Decision::Import`] only).
+    pub import: Option<ImportInputs>,
+    pub now: Timestamp,
+    /// The periodic resync (`--sync-period`).
+    pub resync: Duration,
+}
 
-    fn config(spec: &str) -> EffectiveConfig {
-        let spec: FleetAddonConfigSpec = serde_yaml::from_str(spec).expect("spec");
-        EffectiveConfig::from_spec(&spec)
+/// What an import reads besides the Cluster and its Fleet Cluster.
+pub struct ImportInputs {
+    /// The Cluster's Fleet agent settings, or what holds it.
+    pub agent: std::result::Result<AgentSettings, Held>,
+    /// Its `templateValues` (empty when the agent settings are invalid: nothing is written).
+    pub template_values: BTreeMap<String, Value>,
+    /// The referenced objects that cannot be read, each reported once (a Warning Event).
+    pub unreadable: Vec<String>,
+    /// Where its bootstrap Secret stands with the current registration token.
+    pub bootstrap: Bootstrap,
+}
+
+/// Invalid agent settings hold a Cluster: its Fleet Cluster is left as it is (or uncreated), its
+/// agent keeps running as it does until they are fixed, and Warning Events say why.
+pub struct Held {
+    pub problems: Vec<LayerProblem>,
+    /// The ClusterClasses carrying some of the problems (from the cache).
+    pub classes: Vec<ObjectReference>,
+}
+
+/// Where the bootstrap Secret of the runtime extension stands with the Cluster's current
+/// registration token.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Bootstrap {
+    /// Nothing to rewrite: no Secret (yet), one of an earlier release (it keeps its content),
+    /// or one holding the current token's values.
+    Current,
+    /// Rendered from a token that was replaced, whose successor Fleet has not issued yet.
+    NotIssued,
+    /// Rendered from a token that was replaced: rewrite it with the values of the token `uid`.
+    Replace {
+        values: Box<TokenValues>,
+        token_uid: String,
+    },
+}
+
+/// Whether the Cluster may have a bootstrap Secret: its class uses this extension's `fleetAgent`
+/// variable (Cluster API writes it into every Cluster of such a class; a control-plane override
+/// may enable what the Cluster-level value disables), or the runtime extension prepared its
+/// Fleet Cluster. Other agent-initiated Clusters cost no read.
+pub fn may_have_bootstrap(view: &ClusterView, live: Option<&FleetCluster>) -> bool {
+    view.variables.contains_key(FLEET_AGENT_VARIABLE)
+        || prepared_by_runtime_extension(live.map(|l| &l.metadata))
+}
+
+/// The writes for one observed Cluster, in order, and when to look at it again.
+pub fn plan(observed: &Observed, config: &EffectiveConfig) -> Result<Plan> {
+    let o = observed;
+    let writes = match &o.decision {
+        Decision::Paused { .. } | Decision::Hold | Decision::Ignore => vec![],
+        Decision::Moved => o.moved(),
+        Decision::Cleanup => o.cleanup(),
+        Decision::Teardown { deadline } => return Ok(o.teardown(config, *deadline)),
+        Decision::Release {
+            delete_fleet_cluster,
+        } => o.release(*delete_fleet_cluster),
+        Decision::Wait => o.finalizer(true).into_iter().collect(),
+        Decision::Import { agent_initiated } => match (config.cluster.as_ref(), &o.import) {
+            (Some(import), Some(inputs)) => return o.import(import, inputs, *agent_initiated),
+            _ => vec![],
+        },
+    };
+    Ok(Plan::of(writes, Next::AwaitChange))
+}
+
+impl Observed {
+    /// Moved into itself: the Fleet Cluster now serves the self-managed cluster. Keep it, and
+    /// keep the garbage collector from deleting it with the source copy.
+    fn moved(&self) -> Vec<Write> {
+        let uid = &self.view.uid;
+        let owned = self.fleet.as_deref().is_some_and(|live| {
+            let owners = live.metadata.owner_references.iter().flatten();
+            !uid.is_empty() && owners.into_iter().any(|o| &o.uid == uid)
+        });
+        let disown = owned.then(|| Write::Modify {
+            object: self.fleet_id(),
+            change: Change::Disown { uid: uid.clone() },
+            manager: names::FIELD_MANAGER,
+        });
+        let release = self.finalizer(false).filter(|_| self.view.deleting);
+        disown.into_iter().chain(release).collect()
     }
 
-    fn now() -> k8s_openapi::jiff::Timestamp {
-        "2026-01-01T00:10:00Z".parse().expect("time")
+    /// Deleted: remove what we created, then our finalizer. Nothing here waits, so deletion is
+    /// never held. The Fleet Cluster is left to the garbage collector when the CAPI Cluster owns
+    /// it; the namespace controller takes care of shared objects once the Cluster is gone.
+    fn cleanup(&self) -> Vec<Write> {
+        let uid = &self.view.uid;
+        let owned = |live: &&FleetCluster| {
+            let mut owners = live.metadata.owner_references.iter().flatten();
+            owners.any(|o| &o.uid == uid)
+        };
+        let fleet = self.fleet.as_deref().filter(|live| !owned(live));
+        let delete_fleet = fleet.map(|_| Write::Delete {
+            object: self.fleet_id(),
+            live_check: false,
+        });
+        let writes = delete_fleet.into_iter().chain([self.delete_token()]);
+        writes.chain(self.finalizer(false)).collect()
     }
 
-    fn cluster(metadata: Value, spec: Value, initialized: bool) -> ClusterView {
-        let mut metadata = metadata;
-        metadata["namespace"] = json!("ns");
-        metadata["name"] = json!("c1");
-        ClusterView::from_json(&json!({
-            "metadata": metadata,
-            "spec": spec,
-            "status": {"initialization": {"controlPlaneInitialized": initialized}}
-        }))
-        .expect("view")
+    /// Deleted, its Fleet workloads removed first (docs/lifecycle.md): the Fleet Cluster and our
+    /// finalizer stay, so Fleet does not delete the cluster's namespace and abandon the
+    /// workloads; once BeforeClusterDelete started the removal (the teardown label), the labels
+    /// bundles select the cluster by come off, so Fleet removes their BundleDeployments and the
+    /// agent uninstalls them. A Fleet Cluster whose agent never registered has nothing to
+    /// remove: cleaned up at once. Looks again at the deadline; Cluster API's `ok-to-delete`,
+    /// the skip annotation or the deadline end it (then the decision is [`Decision::Cleanup`]).
+    fn teardown(&self, config: &EffectiveConfig, deadline: Timestamp) -> Plan {
+        let left = Duration::try_from(deadline.duration_since(self.now)).unwrap_or_default();
+        let until_deadline = Next::After(left.max(Duration::from_secs(1)));
+        // The decision saw the Fleet Cluster's metadata: no object means it did not decode
+        // (logged by the cache). Keep it rather than clean up and abandon its workloads.
+        let Some(live) = self.fleet.as_deref() else {
+            return Plan::of(vec![], until_deadline);
+        };
+        if !teardown::is_registered(live) {
+            return Plan::of(self.cleanup(), Next::AwaitChange);
+        }
+        let labels = teardown::labels_of(live);
+        let keys = teardown::started(&labels)
+            .then(|| teardown::selection_label_keys(&self.view, config.cluster.as_ref(), live));
+        let drain = keys.and_then(|keys| teardown::drain_patch(&keys, &labels));
+        let writes = drain.map(|patch| Write::MergePatch {
+            object: self.fleet_id(),
+            patch,
+            manager: names::FIELD_MANAGER,
+        });
+        Plan::of(writes.into_iter().collect(), until_deadline)
     }
 
-    #[test]
-    fn decision_table() {
-        let fin = json!({"finalizers": ["fleet.addons.cluster.x-k8s.io"]});
-        let labelled = json!({"labels": {"import": "yes"}});
-        let labelled_fin =
-            json!({"labels": {"import": "yes"}, "finalizers": ["fleet.addons.cluster.x-k8s.io"]});
-        let deleting = json!({"deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["fleet.addons.cluster.x-k8s.io"]});
-        let deleting_no_fin = json!({"deletionTimestamp": "2026-01-01T00:00:00Z"});
-        let paused = json!({"annotations": {"cluster.x-k8s.io/paused": "true"}, "labels": {"import": "yes"}});
-        let moved = |extra: Value| {
-            let mut metadata = json!({"annotations": {
-                "fleet.addons.cluster.x-k8s.io/move-state": r#"{"phase":"Moved","since":1,"pausedByMove":true}"#,
-            }, "finalizers": ["fleet.addons.cluster.x-k8s.io"]});
-            if let Some(extra) = extra.as_object() {
-                for (k, v) in extra {
-                    metadata[k] = v.clone();
-                }
+    /// No longer selected: delete the Fleet Cluster when the decision says so, then let go.
+    fn release(&self, delete_fleet_cluster: bool) -> Vec<Write> {
+        let mut writes = vec![];
+        if delete_fleet_cluster && self.fleet.is_some() {
+            let note = format!(
+                "No longer selected: deleted Fleet Cluster `{}`",
+                self.fleet_name
+            );
+            writes.extend([
+                Write::Delete {
+                    object: self.fleet_id(),
+                    live_check: false,
+                },
+                self.delete_token(),
+                Write::event(
+                    &self.regarding,
+                    EventType::Normal,
+                    "Deselected",
+                    "Deleting",
+                    note,
+                ),
+            ]);
+        }
+        writes.extend(self.finalizer(false));
+        writes
+    }
+
+    /// Selected: our finalizer, the Fleet Cluster (a stub first when agent-initiated), and the
+    /// registration token of an agent-initiated Cluster, kept valid until it registered.
+    fn import(
+        &self,
+        import: &ClusterImport,
+        inputs: &ImportInputs,
+        agent_initiated: bool,
+    ) -> Result<Plan> {
+        let mut writes: Vec<Write> = self.finalizer(true).into_iter().collect();
+        let agent = match &inputs.agent {
+            Ok(agent) => agent,
+            Err(held) => {
+                writes.extend(self.held(held));
+                return Ok(Plan::of(writes, Next::After(self.resync)));
             }
-            metadata
         };
-        let moving = json!({"annotations": {
-            "fleet.addons.cluster.x-k8s.io/move-state": r#"{"phase":"WaitingTarget","since":1,"pausedByMove":true}"#,
-        }, "finalizers": ["fleet.addons.cluster.x-k8s.io"]});
-        let by_label = "cluster: {selector: {matchLabels: {import: \"yes\"}}}";
-        let by_label_delete =
-            "cluster: {selector: {matchLabels: {import: \"yes\"}}, deselectPolicy: Delete}";
-        struct Row {
-            name: &'static str,
-            config: EffectiveConfig,
-            cluster: ClusterView,
-            want: Decision,
+        writes.extend(inputs.unreadable.iter().map(|problem| {
+            let note = format!("{problem}; templateValues are set without it");
+            let reason = "TemplateValuesIncomplete";
+            Write::event(
+                &self.regarding,
+                EventType::Warning,
+                reason,
+                "Creating",
+                note,
+            )
+        }));
+        let live = self.fleet.as_deref();
+        if agent_initiated && live.is_none() {
+            // The first version of an agent-initiated Fleet Cluster is a stub: its name and a
+            // fresh client ID. Our cache may not have seen one created a moment ago (by us or
+            // by the runtime extension), so the API server decides: a conflict means someone
+            // else's client ID stands, which the next observation reads.
+            let stub = registration_stub(&self.view, import, &random_client_id());
+            writes.push(Write::CreateOrGet {
+                object: self.fleet_id(),
+                body: serde_json::to_value(stub)?,
+                manager: names::REGISTRATION_FIELD_MANAGER,
+            });
+            return Ok(Plan::of(writes, Next::Echo));
         }
-        let rows = vec![
-            Row {
-                name: "defaults import an initialized cluster",
-                config: EffectiveConfig::default(),
-                cluster: cluster(json!({}), json!({}), true),
-                want: Decision::Import {
-                    agent_initiated: false,
-                },
-            },
-            Row {
-                name: "manager-initiated waits for the control plane",
-                config: EffectiveConfig::default(),
-                cluster: cluster(json!({}), json!({}), false),
-                want: Decision::Wait,
-            },
-            Row {
-                name: "agent-initiated does not wait",
-                config: config("cluster: {agentInitiated: true}"),
-                cluster: cluster(json!({}), json!({}), false),
-                want: Decision::Import {
-                    agent_initiated: true,
-                },
-            },
-            Row {
-                name: "selected by label",
-                config: config(by_label),
-                cluster: cluster(labelled.clone(), json!({}), true),
-                want: Decision::Import {
-                    agent_initiated: false,
-                },
-            },
-            Row {
-                name: "not selected, never managed",
-                config: config(by_label),
-                cluster: cluster(json!({}), json!({}), true),
-                want: Decision::Ignore,
-            },
-            Row {
-                name: "deselected keeps the Fleet Cluster by default",
-                config: config(by_label),
-                cluster: cluster(fin.clone(), json!({}), true),
-                want: Decision::Release {
-                    delete_fleet_cluster: false,
-                },
-            },
-            Row {
-                name: "deselected with Delete policy",
-                config: config(by_label_delete),
-                cluster: cluster(fin.clone(), json!({}), true),
-                want: Decision::Release {
-                    delete_fleet_cluster: true,
-                },
-            },
-            Row {
-                name: "import disabled releases managed clusters",
-                config: config("{}"),
-                cluster: cluster(fin.clone(), json!({}), true),
-                want: Decision::Release {
-                    delete_fleet_cluster: false,
-                },
-            },
-            Row {
-                name: "import disabled ignores others",
-                config: config("{}"),
-                cluster: cluster(json!({}), json!({}), true),
-                want: Decision::Ignore,
-            },
-            Row {
-                name: "deleting with finalizer cleans up",
-                config: EffectiveConfig::default(),
-                cluster: cluster(deleting.clone(), json!({}), true),
-                want: Decision::Cleanup,
-            },
-            Row {
-                name: "deleting unselected with finalizer still cleans up (never held)",
-                config: config(by_label),
-                cluster: cluster(deleting, json!({}), true),
-                want: Decision::Cleanup,
-            },
-            Row {
-                name: "deleting without finalizer",
-                config: EffectiveConfig::default(),
-                cluster: cluster(deleting_no_fin, json!({}), true),
-                want: Decision::Ignore,
-            },
-            Row {
-                name: "paused by annotation",
-                config: config(by_label),
-                cluster: cluster(paused, json!({}), true),
-                want: Decision::Paused { selected: true },
-            },
-            Row {
-                name: "paused by spec",
-                config: config(by_label),
-                cluster: cluster(json!({}), json!({"paused": true}), true),
-                want: Decision::Paused { selected: false },
-            },
-            Row {
-                name: "moved: left alone although paused",
-                config: EffectiveConfig::default(),
-                cluster: cluster(moved(json!({})), json!({"paused": true}), true),
-                want: Decision::Moved,
-            },
-            Row {
-                name: "moved and unpaused by someone: still not managed here",
-                config: EffectiveConfig::default(),
-                cluster: cluster(moved(json!({})), json!({}), true),
-                want: Decision::Moved,
-            },
-            Row {
-                name: "moved and deselected: the Fleet Cluster is not released",
-                config: config(by_label_delete),
-                cluster: cluster(moved(json!({})), json!({"paused": true}), true),
-                want: Decision::Moved,
-            },
-            Row {
-                name: "moved source deleted: no cleanup of the Fleet Cluster",
-                config: EffectiveConfig::default(),
-                cluster: cluster(
-                    moved(json!({"deletionTimestamp": "2026-01-01T00:00:00Z"})),
-                    json!({"paused": true}),
-                    true,
-                ),
-                want: Decision::Moved,
-            },
-            Row {
-                name: "a move in progress is an ordinary paused Cluster",
-                config: EffectiveConfig::default(),
-                cluster: cluster(moving, json!({"paused": true}), true),
-                want: Decision::Paused { selected: true },
-            },
-            Row {
-                name: "invalid selection holds",
-                config: config("cluster: {namespaceRegexes: [\"(\"]}"),
-                cluster: cluster(labelled_fin, json!({}), true),
-                want: Decision::Hold,
-            },
-            Row {
-                name: "invalid selection does not hold deletion",
-                config: config("cluster: {namespaceRegexes: [\"(\"]}"),
-                cluster: cluster(
-                    json!({"deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["fleet.addons.cluster.x-k8s.io"]}),
-                    json!({}),
-                    true,
-                ),
-                want: Decision::Cleanup,
-            },
-        ];
-        for row in rows {
-            assert_eq!(
-                import_decision(&row.cluster, &row.config, &StringMap::new(), None, now()),
-                row.want,
-                "{}",
-                row.name
+        let registration = if agent_initiated {
+            Registration::AgentInitiated {
+                client_id: client_id(live, random_client_id),
+            }
+        } else {
+            Registration::ManagerInitiated
+        };
+        let values = Some(inputs.template_values.clone());
+        let mut desired = desired_fleet_cluster(&self.view, import, agent, &registration, values);
+        upgrade_steps::show(&mut desired, &self.view, live);
+        let (object, manager) = (self.fleet_id(), names::FIELD_MANAGER);
+        let write = match fleet_cluster_write(import.patch_resource, live) {
+            // The cache keeps templateValues as a digest.
+            FleetClusterWrite::Apply => {
+                Write::apply_if_changed(object, &desired, live, manager, Some(TEMPLATE_VALUES))?
+            }
+            FleetClusterWrite::CreateOnly if live.is_none() => Some(Write::Create {
+                object,
+                body: serde_json::to_value(&desired)?,
+            }),
+            FleetClusterWrite::CreateOnly => None,
+        };
+        // An update changes what a user may rely on: say so where they look. Creating (and
+        // completing our own registration stub) is what every selected Cluster gets: a log line
+        // and the imported count in the FleetAddonConfig status, not an Event per Cluster.
+        let updated = write.is_some() && live.is_some_and(|live| !is_own_stub(live));
+        writes.extend(write);
+        if updated {
+            let note = format!(
+                "Updated `fleet.cattle.io/v1alpha1/Cluster` object `{}` in `{}`",
+                self.fleet_name, self.view.namespace
             );
+            let regarding = &self.regarding;
+            writes.push(Write::event(
+                regarding,
+                EventType::Normal,
+                "Updated",
+                "Updating",
+                note,
+            ));
         }
+        let token_check = match agent_initiated {
+            true => self.keep_token(import, inputs, live, &mut writes)?,
+            false => None,
+        };
+        let then = token_check.map_or(self.resync, |check| check.min(self.resync));
+        Ok(Plan::of(writes, Next::After(then)))
     }
 
-    /// A deleting Cluster whose workloads are removed first keeps its Fleet Cluster and our
-    /// finalizer until Cluster API lets its deletion proceed (`ok-to-delete`), the operator
-    /// skips, or the deadline; everything else cleans up at once as before.
-    #[test]
-    fn deleting_clusters_wait_for_their_teardown() {
-        let on =
-            config("runtimeExtension: {beforeClusterDelete: {removeWorkloads: true}}\ncluster: {}");
-        let off = config("cluster: {}");
-        let live = ObjectMeta {
-            name: Some("c1".into()),
-            namespace: Some("ns".into()),
-            ..Default::default()
-        };
-        let live_deleting = ObjectMeta {
-            deletion_timestamp: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now())),
-            ..live.clone()
-        };
-        let topology =
-            json!({"topology": {"classRef": {"name": "quick-start"}, "version": "v1.33.1"}});
-        // Deleted at 00:00; now is 00:10; the default timeout is 30m.
-        let deleting = |annotations: Value| {
-            json!({"deletionTimestamp": "2026-01-01T00:00:00Z",
-                   "finalizers": ["fleet.addons.cluster.x-k8s.io"], "annotations": annotations})
-        };
-        let deadline: k8s_openapi::jiff::Timestamp = "2026-01-01T00:30:00Z".parse().expect("time");
-        let teardown = Decision::Teardown { deadline };
-        type Row<'a> = (
-            &'a str,
-            &'a EffectiveConfig,
-            Value,
-            Value,
-            Option<&'a ObjectMeta>,
-            Decision,
-        );
-        let rows: Vec<Row<'_>> = vec![
-            (
-                "on: held until the deadline",
-                &on,
-                deleting(json!({})),
-                topology.clone(),
-                Some(&live),
-                teardown.clone(),
-            ),
-            (
-                "off: cleaned up at once",
-                &off,
-                deleting(json!({})),
-                topology.clone(),
-                Some(&live),
-                Decision::Cleanup,
-            ),
-            (
-                "off, the Cluster asks for it",
-                &off,
-                deleting(
-                    json!({"fleet.addons.cluster.x-k8s.io/remove-workloads-before-delete": "true"}),
-                ),
-                topology.clone(),
-                Some(&live),
-                teardown.clone(),
-            ),
-            (
-                "on, the Cluster opts out",
-                &on,
-                deleting(
-                    json!({"fleet.addons.cluster.x-k8s.io/remove-workloads-before-delete": "false"}),
-                ),
-                topology.clone(),
-                Some(&live),
-                Decision::Cleanup,
-            ),
-            (
-                "an invalid annotation is ignored",
-                &on,
-                deleting(
-                    json!({"fleet.addons.cluster.x-k8s.io/remove-workloads-before-delete": "yes"}),
-                ),
-                topology.clone(),
-                Some(&live),
-                teardown.clone(),
-            ),
-            (
-                "skipped by the operator",
-                &on,
-                deleting(json!({"fleet.addons.cluster.x-k8s.io/skip-workload-removal": "true"})),
-                topology.clone(),
-                Some(&live),
-                Decision::Cleanup,
-            ),
-            (
-                "Cluster API was told to proceed",
-                &on,
-                deleting(json!({"runtime.cluster.x-k8s.io/ok-to-delete": ""})),
-                topology.clone(),
-                Some(&live),
-                Decision::Cleanup,
-            ),
-            (
-                "no topology: Cluster API never calls BeforeClusterDelete",
-                &on,
-                deleting(json!({})),
-                json!({}),
-                Some(&live),
-                Decision::Cleanup,
-            ),
-            (
-                "no Fleet Cluster to keep",
-                &on,
-                deleting(json!({})),
-                topology.clone(),
-                None,
-                Decision::Cleanup,
-            ),
-            (
-                "the Fleet Cluster is being deleted already",
-                &on,
-                deleting(json!({})),
-                topology.clone(),
-                Some(&live_deleting),
-                Decision::Cleanup,
-            ),
-            (
-                "without our finalizer",
-                &on,
-                json!({"deletionTimestamp": "2026-01-01T00:00:00Z"}),
-                topology.clone(),
-                Some(&live),
-                Decision::Ignore,
-            ),
-        ];
-        for (name, config, metadata, spec, live, want) in rows {
-            let view = cluster(metadata, spec, true);
-            assert_eq!(
-                import_decision(&view, config, &StringMap::new(), live, now()),
-                want,
-                "{name}"
-            );
+    /// The registration token of an agent-initiated Cluster whose agent has not registered
+    /// yet: created when missing (Fleet deletes expired tokens), extended before it expires
+    /// ([`crate::model::registration_token`]), and the bootstrap Secret's registration values
+    /// following a token that was replaced. Returns when to look again (`None`: nothing to
+    /// keep, or the new token's watch event brings the Cluster back).
+    fn keep_token(
+        &self,
+        import: &ClusterImport,
+        inputs: &ImportInputs,
+        live: Option<&FleetCluster>,
+        writes: &mut Vec<Write>,
+    ) -> Result<Option<Duration>> {
+        if live.is_some_and(teardown::is_registered) {
+            return Ok(None);
         }
-        // Past the deadline: cleaned up.
-        let view = cluster(deleting(json!({})), topology, true);
-        let later = "2026-01-01T00:30:00Z".parse().expect("time");
-        assert_eq!(
-            import_decision(&view, &on, &StringMap::new(), Some(&live), later),
-            Decision::Cleanup
-        );
-        assert!(!teardown.is_selected() && !teardown.is_imported());
-    }
-
-    #[test]
-    fn moved_fleet_cluster_is_disowned() {
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-        let owner = |uid: &str| OwnerReference {
-            api_version: "cluster.x-k8s.io/v1beta2".into(),
-            kind: "Cluster".into(),
-            name: "c1".into(),
-            uid: uid.into(),
-            ..Default::default()
+        let Some(token) = &self.token else {
+            let desired = desired_registration_token(&self.view, import, self.now);
+            let body = serde_json::to_value(desired)?;
+            writes.push(Write::Create {
+                object: self.token_id(),
+                body,
+            });
+            return Ok(None);
         };
-        let cases = [
-            ("no owners", vec![], "u1", None),
-            ("owned by the source", vec![owner("u1")], "u1", Some(vec![])),
-            (
-                "other owners stay",
-                vec![owner("u0"), owner("u1")],
-                "u1",
-                Some(vec![owner("u0")]),
-            ),
-            ("owned by someone else", vec![owner("u0")], "u1", None),
-            ("unknown source UID", vec![owner("")], "", None),
-        ];
-        for (name, owners, uid, want) in cases {
-            assert_eq!(disowned_after_move(&owners, uid), want, "{name}");
-        }
-    }
-
-    #[test]
-    fn namespace_labels_select() {
-        let config = config("cluster: {namespaceSelector: {matchLabels: {fleet: \"on\"}}}");
-        let view = cluster(json!({}), json!({}), true);
-        let on = StringMap::from([("fleet".to_string(), "on".to_string())]);
-        assert!(import_decision(&view, &config, &on, None, now()).is_imported());
-        assert_eq!(
-            import_decision(&view, &config, &StringMap::new(), None, now()),
-            Decision::Ignore
-        );
-    }
-
-    #[test]
-    fn counts() {
-        assert!(Decision::Wait.is_selected() && !Decision::Wait.is_imported());
-        let import = Decision::Import {
-            agent_initiated: false,
+        let ttl = crate::api::duration::parse_duration(&import.registration_token_ttl)
+            .unwrap_or(Duration::from_secs(24 * 3600));
+        let created = token.creation_timestamp.as_ref().map_or(self.now, |t| t.0);
+        let annotations = token.annotations.as_ref();
+        let recorded =
+            annotations.and_then(|a| a.get(names::REGISTRATION_TOKEN_EXPIRES_ANNOTATION));
+        let next = match renewal(created, recorded.map(String::as_str), ttl, self.now) {
+            Renewal::Wait(wait) => wait,
+            Renewal::Extend {
+                ttl,
+                expires,
+                recheck,
+            } => {
+                writes.push(Write::MergePatch {
+                    object: self.token_id(),
+                    patch: extension_patch(&ttl, expires),
+                    manager: names::FIELD_MANAGER,
+                });
+                recheck
+            }
         };
-        assert!(import.is_selected() && import.is_imported());
-        assert!(Decision::Paused { selected: true }.is_selected());
-        assert!(!Decision::Cleanup.is_selected());
-    }
-
-    #[test]
-    fn terminating_namespaces_get_nothing_new() {
-        let rows = [
-            (
-                Decision::Import {
-                    agent_initiated: false,
-                },
-                true,
-                true,
-            ),
-            (
-                Decision::Import {
-                    agent_initiated: true,
-                },
-                true,
-                true,
-            ),
-            (Decision::Wait, true, true),
-            (Decision::Cleanup, true, false),
-            (
-                Decision::Release {
-                    delete_fleet_cluster: true,
-                },
-                true,
-                false,
-            ),
-            (Decision::Ignore, true, false),
-            (Decision::Hold, true, false),
-            (
-                Decision::Import {
-                    agent_initiated: false,
-                },
-                false,
-                false,
-            ),
-            (Decision::Wait, false, false),
-        ];
-        for (decision, terminating, want) in rows {
-            assert_eq!(
-                waits_for_terminating_namespace(&decision, terminating),
-                want,
-                "{decision:?} terminating={terminating}"
-            );
-        }
-    }
-
-    #[test]
-    fn frozen_selection_counts_what_exists() {
-        let managed = cluster(
-            json!({"finalizers": ["fleet.addons.cluster.x-k8s.io"]}),
-            json!({}),
-            true,
-        );
-        let unmanaged = cluster(json!({}), json!({}), true);
-        let fleet: FleetCluster = serde_json::from_value(json!({
-            "metadata": {"name": "c1", "namespace": "ns"}, "spec": {}
+        Ok(Some(match &inputs.bootstrap {
+            Bootstrap::Current => next,
+            Bootstrap::NotIssued => next.min(TOKEN_ISSUE_RETRY),
+            Bootstrap::Replace { values, token_uid } => {
+                let name = names::bootstrap_secret_name(&self.view.name);
+                let note = format!(
+                    "The ClusterRegistrationToken was replaced before the Cluster registered: bootstrap Secret `{name}` now holds the new token (machines created from now on register with it)"
+                );
+                writes.extend([
+                    Write::Modify {
+                        object: ObjectId::of::<Secret>(Some(&self.view.namespace), &name, None),
+                        change: Change::TokenValues {
+                            values: values.clone(),
+                            token_uid: token_uid.clone(),
+                        },
+                        manager: names::FIELD_MANAGER,
+                    },
+                    Write::event(
+                        &self.regarding,
+                        EventType::Normal,
+                        "BootstrapTokenReplaced",
+                        "Updating",
+                        note,
+                    ),
+                ]);
+                next
+            }
         }))
-        .expect("fleet cluster");
-        let agent: FleetCluster = serde_json::from_value(json!({
-            "metadata": {"name": "c1", "namespace": "ns"}, "spec": {"clientID": "abc"}
-        }))
-        .expect("fleet cluster");
-        let import = Decision::Import {
-            agent_initiated: false,
+    }
+
+    /// A Warning Event on each object carrying a problem: the ClusterClass for its annotation's,
+    /// the Cluster for its own; the Cluster's Event names all of them (it is what is held).
+    fn held(&self, held: &Held) -> Vec<Write> {
+        let all: Vec<String> = held.problems.iter().map(ToString::to_string).collect();
+        let note = format!(
+            "Fleet agent settings invalid, the Fleet Cluster is left as it is until they are fixed: {}",
+            all.join("; ")
+        );
+        let warning = |regarding, note| {
+            Write::event(
+                regarding,
+                EventType::Warning,
+                INVALID_REASON,
+                "Importing",
+                note,
+            )
         };
-        let rows = [
-            (Decision::Hold, &managed, Some(&fleet), import.clone()),
-            (
-                Decision::Hold,
-                &managed,
-                Some(&agent),
-                Decision::Import {
-                    agent_initiated: true,
-                },
-            ),
-            (Decision::Hold, &managed, None, Decision::Wait),
-            (Decision::Hold, &unmanaged, Some(&fleet), Decision::Ignore),
-            (Decision::Hold, &unmanaged, None, Decision::Ignore),
-            // Not frozen: the decision stands.
-            (Decision::Ignore, &managed, Some(&fleet), Decision::Ignore),
-            (Decision::Cleanup, &managed, None, Decision::Cleanup),
-            (import.clone(), &unmanaged, None, import.clone()),
-        ];
-        for (decision, view, live, want) in rows {
-            assert_eq!(
-                counted_as(decision.clone(), view, live),
-                want,
-                "{decision:?} finalizer={} live={}",
-                view.has_finalizer(),
-                live.is_some()
+        let mut events = vec![warning(&self.regarding, note)];
+        for class in &held.classes {
+            let carried = |carrier: &Carrier| {
+                matches!(carrier, Carrier::ClusterClass { namespace, name }
+                    if class.namespace.as_ref() == Some(namespace) && class.name.as_ref() == Some(name))
+            };
+            let carried = held.problems.iter().filter(|p| carried(&p.carrier));
+            let errors: Vec<String> = carried.map(|p| p.error.to_string()).collect();
+            let note = format!(
+                "Fleet agent settings invalid, the Fleet Clusters of this class are left as they are until they are fixed: {}",
+                errors.join("; ")
             );
+            events.push(warning(class, note));
         }
+        events
+    }
+
+    /// Adds (`add`) or removes our finalizer, when that changes the Cluster.
+    fn finalizer(&self, add: bool) -> Option<Write> {
+        let (namespace, name) = (Some(self.view.namespace.as_str()), &self.view.name);
+        let seen = self.cluster_version.as_deref();
+        (self.view.has_finalizer() != add).then(|| Write::Finalizer {
+            object: ObjectId::of::<CapiCluster>(namespace, name, seen),
+            add,
+            finalizers: self.view.finalizers.clone(),
+        })
+    }
+
+    /// Deletes the registration token, if there is one (asking the API server when the cache
+    /// has none: it may not have seen a token created moments ago); only tokens of
+    /// agent-initiated Clusters exist.
+    fn delete_token(&self) -> Write {
+        Write::Delete {
+            object: self.token_id(),
+            live_check: self.token.is_none(),
+        }
+    }
+
+    fn fleet_id(&self) -> ObjectId {
+        let seen = self
+            .fleet
+            .as_deref()
+            .and_then(|l| l.metadata.resource_version.as_deref());
+        ObjectId::of::<FleetCluster>(Some(&self.view.namespace), &self.fleet_name, seen)
+    }
+
+    fn token_id(&self) -> ObjectId {
+        let seen = self
+            .token
+            .as_ref()
+            .and_then(|t| t.resource_version.as_deref());
+        let namespace = Some(self.view.namespace.as_str());
+        ObjectId::of::<ClusterRegistrationToken>(namespace, &self.view.name, seen)
     }
 }
+
+/// Whether `live` is the registration stub the import created ([`registration_stub`]) and no
+/// import completed since: completing it is the Fleet Cluster's creation.
+fn is_own_stub(live: &FleetCluster) -> bool {
+    let mut managers = live.metadata.managed_fields.iter().flatten();
+    is_registration_stub(live)
+        && managers.any(|e| e.manager.as_deref() == Some(names::REGISTRATION_FIELD_MANAGER))
+}
+
+#[cfg(test)]
+#[path = "import_tests.rs"]
+mod tests;

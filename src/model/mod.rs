@@ -27,6 +27,7 @@ pub mod move_plan;
 pub mod move_state;
 pub mod move_target;
 pub mod namespace;
+pub mod plan;
 pub mod registration_token;
 pub mod retry;
 pub mod selection;

@@ -20,6 +20,7 @@ use crate::model::fleet::{
     cross_namespace_group_name, desired_bundle_namespace_mapping, desired_cross_namespace_group,
 };
 use crate::model::import::Decision;
+use crate::model::plan::{Next, ObjectId, Plan, Write};
 use crate::names;
 
 /// A ClusterGroup that exists in the namespace.
@@ -193,6 +194,84 @@ pub fn plan(facts: &NamespaceFacts<'_>) -> NamespacePlan {
         }
     }
     plan
+}
+
+/// An object as the namespace controller's cache holds it, as JSON: `None` while the cache does
+/// not show our last write of it yet, otherwise what it holds (`None`: absent).
+pub type Cached = Option<Option<Value>>;
+
+impl NamespacePlan {
+    /// The writes, in order: the workspace annotation (`annotation`, the namespace's apply:
+    /// [`workspace_annotation_apply`]), the groups, the owner references cleared from adopted
+    /// groups, the groups no Cluster uses, the mappings, the mappings no Cluster uses. A group or
+    /// mapping whose cache (`cached`) does not show our last write of it yet is left for the
+    /// reconcile its watch event triggers.
+    pub fn writes(
+        &self,
+        namespace: ObjectId,
+        annotation: Option<Value>,
+        cached: impl Fn(&ObjectId) -> Cached,
+    ) -> crate::Result<Plan> {
+        let mut plan = Plan::default();
+        plan.writes.extend(annotation.map(|body| Write::Apply {
+            object: namespace.clone(),
+            body,
+            manager: names::NAMESPACE_FIELD_MANAGER,
+        }));
+        let group = |name: &str| ObjectId::of::<ClusterGroup>(Some(&namespace.name), name, None);
+        let apply = |plan: &mut Plan, mut object: ObjectId, desired: Value| -> crate::Result<()> {
+            let Some(live) = cached(&object) else {
+                plan.then = Next::Echo;
+                return Ok(());
+            };
+            let version = live
+                .as_ref()
+                .and_then(|l| l.pointer("/metadata/resourceVersion"));
+            object.seen = version.and_then(Value::as_str).map(str::to_string);
+            let manager = names::FIELD_MANAGER;
+            let write = Write::apply_if_changed(object, &desired, live.as_ref(), manager, None)?;
+            plan.writes.extend(write);
+            Ok(())
+        };
+        for desired in &self.apply_groups {
+            let name = desired.metadata.name.as_deref().unwrap_or_default();
+            apply(&mut plan, group(name), serde_json::to_value(desired)?)?;
+        }
+        plan.writes
+            .extend(
+                self.clear_group_owner_references
+                    .iter()
+                    .map(|name| Write::MergePatch {
+                        object: group(name),
+                        patch: json!({"metadata": {"ownerReferences": null}}),
+                        manager: names::FIELD_MANAGER,
+                    }),
+            );
+        plan.writes
+            .extend(self.delete_groups.iter().map(|name| Write::Delete {
+                object: group(name),
+                live_check: false,
+            }));
+        for desired in &self.apply_mappings {
+            let class_namespace = desired.metadata.namespace.as_deref();
+            let object =
+                ObjectId::of::<BundleNamespaceMapping>(class_namespace, &namespace.name, None);
+            apply(&mut plan, object, serde_json::to_value(desired)?)?;
+        }
+        plan.writes
+            .extend(delete_mappings(&namespace.name, &self.delete_mappings));
+        Ok(plan)
+    }
+}
+
+/// Deletes the BundleNamespaceMappings named `name` (after a namespace) in `class_namespaces`.
+pub fn delete_mappings<S: AsRef<str>>(name: &str, class_namespaces: &[S]) -> Vec<Write> {
+    let object = |ns: &S| ObjectId::of::<BundleNamespaceMapping>(Some(ns.as_ref()), name, None);
+    let delete = |ns| Write::Delete {
+        object: object(ns),
+        live_check: false,
+    };
+    class_namespaces.iter().map(delete).collect()
 }
 
 /// A cross-namespace class group, as we (or CAAPF) name and label it: `<class>.<class ns>`,

@@ -35,7 +35,8 @@ async fn update_config_map_key(
         })?;
         Ok(next.map(|next| serde_json::json!({"data": {key: next}})))
     })
-    .await?;
+    .await?
+    .is_some();
     if written {
         tracing::info!(config_map = %full, key, "updated");
     }

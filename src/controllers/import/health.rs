@@ -7,21 +7,18 @@
 //! kubernetes-sigs/cluster-api v1.14). Cluster API's patch helper (`util/patch/patch.go`,
 //! `patchStatusConditions`) applies its own condition changes on top of the latest object with an
 //! optimistic lock, so neither writer removes the other's conditions. Nothing is written when
-//! the live condition already says the same thing.
+//! the live condition already says the same thing ([`fleet_health::plan`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::jiff::Timestamp;
+use kube::Resource;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Config, Controller};
-use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, Resource};
-use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
@@ -31,13 +28,9 @@ use crate::context::ConfigReceiver;
 use crate::controllers::import::import_context::{Decided, ImportContext, observed, retry};
 use crate::controllers::import::namespace_triggers::ClusterInputs;
 use crate::controllers::import::stores::Feed;
-use crate::model::capi::event_note;
-use crate::model::fleet_health::{
-    self, Desired, condition_to_apply, live_condition, status_changes,
-};
-use crate::model::import::Decision;
-use crate::names;
-use crate::{Error, Result};
+use crate::model::fleet_health;
+use crate::model::plan::ObjectId;
+use crate::{Result, names};
 
 /// Controller name in metrics and logs.
 pub const CONTROLLER: &str = "health";
@@ -129,81 +122,19 @@ async fn reconcile_condition(cluster: &CapiCluster, ctx: &ImportContext) -> Resu
     if let Some(wait) = ctx.expectations.wait(&key, cached_version) {
         return Ok(Action::requeue(wait));
     }
-    let now = Timestamp::now();
     let status = cluster.body.get("status");
-    let current = live_condition(status.as_ref());
-    let api: Api<CapiCluster> = Api::namespaced(ctx.base.controllers.clone(), &view.namespace);
-    match fleet_health::desired(&decision, &view, &config, live.as_deref(), now) {
-        Desired::Keep => Ok(Action::await_change()),
-        Desired::Remove => {
-            if current.is_some() && owns_status_fields(cluster) {
-                ctx.expectations
-                    .on(&key, cached_version)
-                    .record(apply_status(&api, &view.name, None))
-                    .await?;
-                tracing::info!(cluster = %view.name, namespace = %view.namespace, "FleetReady condition removed");
-            }
-            Ok(Action::await_change())
-        }
-        // Not before the import controller has done its part: a status write bumps the
-        // Cluster's resourceVersion and would send the finalizer patch (guarded by it) into a
-        // conflict and a re-read, and before the Fleet Cluster exists the condition would only
-        // be written again a moment later. Both writes wake this controller up.
-        Desired::Set(_) if import_pending(&decision, &view, live.as_deref()) => {
-            Ok(Action::await_change())
-        }
-        Desired::Set(health) => {
-            let generation = cluster.metadata.generation;
-            if let Some(condition) = condition_to_apply(current, &health, generation, now) {
-                ctx.expectations
-                    .on(&key, cached_version)
-                    .record(apply_status(&api, &view.name, Some(condition)))
-                    .await?;
-                tracing::debug!(cluster = %view.name, namespace = %view.namespace, reason = health.reason, "FleetReady condition written");
-                if status_changes(current, &health) {
-                    let was_ready = current
-                        .and_then(|c| c.get("status"))
-                        .and_then(Value::as_str)
-                        == Some("True");
-                    let (type_, reason) = if health.ready {
-                        (EventType::Normal, "FleetReady")
-                    } else if was_ready {
-                        (EventType::Warning, "FleetNotReady")
-                    } else {
-                        (EventType::Normal, "FleetNotReady")
-                    };
-                    ctx.base
-                        .event(
-                            &cluster.object_ref(&()),
-                            type_,
-                            reason,
-                            "Reporting",
-                            event_note(&format!(
-                                "{} is {} ({}): {}",
-                                names::FLEET_READY_CONDITION,
-                                if health.ready { "True" } else { "False" },
-                                health.reason,
-                                health.message
-                            )),
-                        )
-                        .await;
-                }
-            }
-            Ok(health
-                .recheck_after
-                .map_or_else(Action::await_change, Action::requeue))
-        }
-    }
-}
-
-/// Whether the import controller has not yet written the finalizer (every selected Cluster) or
-/// the Fleet Cluster (an imported one).
-fn import_pending(
-    decision: &Decision,
-    view: &crate::model::capi::ClusterView,
-    fleet: Option<&FleetCluster>,
-) -> bool {
-    !view.has_finalizer() || (matches!(decision, Decision::Import { .. }) && fleet.is_none())
+    let observed = fleet_health::Observed {
+        decision: &decision,
+        view: &view,
+        fleet: live.as_deref(),
+        cluster: ObjectId::observed(cluster),
+        regarding: cluster.object_ref(&()),
+        status: status.as_ref(),
+        generation: cluster.metadata.generation,
+        owns_status: owns_status_fields(cluster),
+        now: Timestamp::now(),
+    };
+    ctx.run(fleet_health::plan(&observed, &config)).await
 }
 
 /// Whether our field manager owns anything in the Cluster's status (the cache keeps our
@@ -220,34 +151,12 @@ fn owns_status_fields(cluster: &CapiCluster) -> bool {
         })
 }
 
-/// Server-side applies our part of the Cluster's status: the condition, or nothing (which
-/// removes the condition we applied before, unless another manager also owns it).
-/// Returns the resourceVersion the write left (`None`: the Cluster is gone).
-async fn apply_status(
-    api: &Api<CapiCluster>,
-    name: &str,
-    condition: Option<Value>,
-) -> Result<Option<String>> {
-    let mut body = json!({
-        "apiVersion": "cluster.x-k8s.io/v1beta2",
-        "kind": "Cluster",
-        "metadata": {"name": name},
-    });
-    if let Some(condition) = condition {
-        body["status"] = json!({"conditions": [condition]});
-    }
-    match crate::apply::apply_status(api, name, &body, names::HEALTH_FIELD_MANAGER).await {
-        Ok(written) => Ok(written.metadata.resource_version),
-        // Gone meanwhile: nothing to report on.
-        Err(Error::Kube(kube::Error::Api(status))) if status.code == 404 => Ok(None),
-        Err(err) => Err(err),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
-    use crate::model::capi::MAX_EVENT_NOTE_BYTES;
+    use crate::model::capi::{MAX_EVENT_NOTE_BYTES, event_note};
 
     #[test]
     fn event_notes_fit_the_api_limit() {

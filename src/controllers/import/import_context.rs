@@ -1,22 +1,23 @@
 //! What the import controllers share ([`ImportContext`]): the base context, the caches, the
-//! referenced-object caches, the backoff, the expectations of our own writes, and the one
-//! decision every controller reads a Cluster through ([`ImportContext::decide`]).
+//! referenced-object caches, the backoff, the expectations of our own writes, the one decision
+//! every controller reads a Cluster through ([`ImportContext::decide`]), and the runner their
+//! plans go through ([`ImportContext::run`]).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
 use futures::future::BoxFuture;
+use kube::Resource;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Resource, ResourceExt};
 use tokio::sync::Notify;
 
 use crate::Result;
 use crate::api::{CachedFleetCluster, CapiCluster};
-use crate::apply::expectations::{Expectations, Key};
+use crate::apply::Target;
+use crate::apply::expectations::Expectations;
 use crate::context::Context;
 use crate::controllers::backoff::Backoff;
 use crate::controllers::import::references::References;
@@ -24,8 +25,8 @@ use crate::controllers::import::stores::{Stores, decoded};
 use crate::controllers::reconcile;
 use crate::model::capi::ClusterView;
 use crate::model::config::EffectiveConfig;
-use crate::model::import::{Decision, import_decision, waits_for_terminating_namespace};
-use crate::model::namespace::NamespaceState;
+use crate::model::import::{Decision, import_decision};
+use crate::model::plan::{Next, Plan};
 
 /// What the import controllers share.
 pub struct ImportContext {
@@ -87,25 +88,21 @@ impl ImportContext {
         })
     }
 
-    /// [`Self::decide`] for the Cluster controller, with the expectation keys of the Cluster's
-    /// objects and what holds the decision back ([`Hold`]).
-    pub fn decide_to_write(
-        &self,
-        cluster: &CapiCluster,
-        config: &EffectiveConfig,
-    ) -> Option<(Decided, ObjectKeys, Option<Hold>)> {
-        let decided = self.decide(cluster, config)?;
-        let view = &decided.view;
-        let keys = ObjectKeys::of(view, &decided.fleet_name);
-        let hold = if let Some(wait) = keys.wait(self, cluster, decided.live.as_deref()) {
-            Some(Hold::CachesBehind(wait))
-        } else {
-            let terminating =
-                self.stores.namespace_state(&view.namespace) == NamespaceState::Terminating;
-            waits_for_terminating_namespace(&decided.decision, terminating)
-                .then_some(Hold::NamespaceTerminating)
+    /// Carries out `plan` through the one runner, with the controllers' client, recording
+    /// what its writes leave for the caches to show; then what the controller does next
+    /// ([`Next::Echo`]: wait for the watch event that brings the answer, at most the
+    /// expectations' TTL).
+    pub async fn run(&self, plan: Plan) -> Result<Action> {
+        let target = Target {
+            client: &self.base.controllers,
+            recorder: &self.base.recorder,
+            expectations: Some(&self.expectations),
         };
-        Some((decided, keys, hold))
+        Ok(match target.run(plan).await? {
+            Next::AwaitChange => Action::await_change(),
+            Next::After(wait) => Action::requeue(wait),
+            Next::Echo => Action::requeue(crate::apply::expectations::TTL),
+        })
     }
 
     /// [`Self::decide`] without decoding the Fleet Cluster, for callers that need only the
@@ -226,64 +223,6 @@ impl BootstrapTokens {
 
     pub(super) fn followed(&self, uid: &str, token_uid: &str) {
         self.lock().insert(uid.to_string(), token_uid.to_string());
-    }
-}
-
-/// What holds a Cluster's decision back.
-#[derive(Debug)]
-pub enum Hold {
-    /// The caches do not show our last writes of its objects yet; the watch event that brings
-    /// a write in triggers the Cluster again, this wait (a bound) otherwise.
-    CachesBehind(Duration),
-    /// Its namespace is terminating: nothing new is created in it.
-    NamespaceTerminating,
-}
-
-/// The objects a Cluster reconcile reads and writes, as expectation keys.
-pub struct ObjectKeys {
-    pub cluster: Key,
-    pub fleet_cluster: Key,
-    pub token: Key,
-}
-
-impl ObjectKeys {
-    fn of(view: &ClusterView, fleet_name: &str) -> Self {
-        Self {
-            cluster: Key::cluster(&view.namespace, &view.name),
-            fleet_cluster: Key::fleet_cluster(&view.namespace, fleet_name),
-            token: Key::token(&view.namespace, &view.name),
-        }
-    }
-
-    pub fn all(&self) -> [&Key; 3] {
-        [&self.cluster, &self.fleet_cluster, &self.token]
-    }
-
-    /// How long to wait until the caches show our last writes of these objects (`None`: they
-    /// do).
-    fn wait(
-        &self,
-        ctx: &ImportContext,
-        cluster: &CapiCluster,
-        live: Option<&FleetCluster>,
-    ) -> Option<Duration> {
-        let token = ctx.stores.token(&cluster.namespace()?, &cluster.name_any());
-        [
-            (&self.cluster, cluster.meta().resource_version.as_deref()),
-            (
-                &self.fleet_cluster,
-                live.and_then(|l| l.meta().resource_version.as_deref()),
-            ),
-            (
-                &self.token,
-                token
-                    .as_ref()
-                    .and_then(|t| t.metadata.resource_version.as_deref()),
-            ),
-        ]
-        .into_iter()
-        .filter_map(|(key, cached)| ctx.expectations.wait(key, cached))
-        .min()
     }
 }
 

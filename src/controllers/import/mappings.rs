@@ -11,8 +11,8 @@ use kube::{Api, ResourceExt};
 use crate::Result;
 use crate::api::BundleNamespaceMapping;
 use crate::controllers::import::import_context::ImportContext;
-use crate::controllers::import::namespaces::delete_mappings;
-use crate::model::namespace::{NamespaceState, is_orphaned_mapping};
+use crate::model::namespace::{NamespaceState, delete_mappings, is_orphaned_mapping};
+use crate::model::plan::{Next, Plan};
 use crate::names;
 
 /// Controller name of the orphaned-mapping controller in metrics and logs.
@@ -41,10 +41,9 @@ async fn reconcile_orphan(mapping: &BundleNamespaceMapping, ctx: &ImportContext)
         live.as_ref()
             .map(|ns| ns.metadata.deletion_timestamp.is_some()),
     );
-    if is_orphaned_mapping(managed, live_state) {
-        delete_mappings(&name, &[mapping.namespace().unwrap_or_default()], true, ctx).await?;
-    }
-    Ok(Action::await_change())
+    let orphaned = is_orphaned_mapping(managed, live_state).then(|| mapping.namespace());
+    let writes = delete_mappings(&name, &Vec::from_iter(orphaned.flatten()));
+    ctx.run(Plan::of(writes, Next::AwaitChange)).await
 }
 
 /// The mappings named after a namespace (to re-check when the namespace changes or goes).

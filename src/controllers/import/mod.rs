@@ -1,8 +1,7 @@
 //! Importing CAPI Clusters and ClusterClasses into Fleet: controllers over shared caches.
 //!
-//! - [`clusters`]: CAPI Cluster → Fleet Cluster (+ registration token), finalizer, cleanup;
-//!   its writes per decision in `cluster_writes`, the agent settings in `cluster_agent`, the
-//!   registration in [`registration`], `templateValues` in [`template_values`];
+//! - [`clusters`]: CAPI Cluster → Fleet Cluster (+ registration token), finalizer, cleanup: it
+//!   observes, [`crate::model::import::plan`] plans, the runner writes;
 //! - [`namespaces`]: per namespace, the Fleet workspace annotation, cross-namespace
 //!   ClusterGroups and BundleNamespaceMappings;
 //! - [`classes`]: ClusterClass → ClusterGroup, and orphaned class groups;
@@ -14,8 +13,6 @@
 //! A configuration change re-evaluates every object; so does the periodic resync of Clusters.
 
 pub mod classes;
-mod cluster_agent;
-mod cluster_writes;
 pub mod clusters;
 pub mod health;
 pub mod import_context;
@@ -23,10 +20,8 @@ pub mod mappings;
 pub mod namespace_triggers;
 pub mod namespaces;
 pub mod references;
-pub mod registration;
 pub mod status;
 pub mod stores;
-pub mod template_values;
 
 use std::future::ready;
 use std::sync::Arc;

@@ -45,9 +45,10 @@ mod index;
 mod trim;
 mod watches;
 
+pub use crate::model::fleet::TEMPLATE_VALUES;
 pub use hub::{Feed, Hub, Hubs, MarkedFeed, Origin};
 pub use index::Index;
-pub use trim::{TEMPLATE_VALUES, cached_fleet_cluster, decoded, prepare_cached_cluster};
+pub use trim::{cached_fleet_cluster, decoded, prepare_cached_cluster};
 pub use watches::{Watches, map_event};
 
 /// Read access to every shared cache.

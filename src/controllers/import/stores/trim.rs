@@ -80,13 +80,9 @@ pub(super) fn slim<K: Resource>(object: &mut K) {
     }
 }
 
-/// Where a Fleet Cluster keeps the copy of its CAPI Cluster (and referenced objects) that the
-/// cache holds as a digest ([`digest_template_values`]).
-pub const TEMPLATE_VALUES: &str = "/spec/templateValues";
-
 /// Replaces a cached Fleet Cluster's `templateValues` by their digest: a copy of the CAPI
 /// Cluster's metadata and spec that is only ever compared whole (the no-op check digests the
-/// desired object alike, see `cluster_writes.rs`); as a tree of maps it was the largest part of every
+/// desired object alike, see `model/import.rs`); as a tree of maps it was the largest part of every
 /// cached Fleet Cluster. Nothing else reads them from the cache.
 pub(super) fn digest_template_values(fleet: &mut FleetCluster) {
     let Some(values) = fleet.spec.template_values.take() else {
@@ -116,5 +112,5 @@ pub(super) fn forget_owned_template_values(fleet: &mut FleetCluster) {
     }
 }
 
-/// [`TEMPLATE_VALUES`] in a `fieldsV1` tree.
+/// [`crate::model::fleet::TEMPLATE_VALUES`] in a `fieldsV1` tree.
 const OWNED_TEMPLATE_VALUES: &str = "/f:spec/f:templateValues";
