@@ -7,12 +7,14 @@ use std::fmt::Debug;
 use fleet_api_rs::fleet_clustergroup::ClusterGroup;
 use kube::api::{Api, ListParams};
 use kube::core::NamespaceResourceScope;
+use kube::runtime::events::Recorder;
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use crate::Result;
 use crate::api::{CapiCluster, CapiClusterClass};
-use crate::apply::remove_finalizer;
+use crate::apply::Target;
+use crate::model::plan::{Next, ObjectId, Plan, Write};
 use crate::names;
 
 /// How many objects lost the finalizer, per kind.
@@ -46,26 +48,23 @@ where
         Err(kube::Error::Api(status)) if status.code == 404 => return Ok(0),
         Err(err) => return Err(err.into()),
     };
-    let mut removed = 0;
-    for object in objects {
-        if !object.finalizers().iter().any(|f| f == names::FINALIZER) {
-            continue;
-        }
-        let namespaced: Api<K> =
-            Api::namespaced(client.clone(), &object.namespace().unwrap_or_default());
-        // A concurrent change fails the guarded patch: read the object again and retry.
-        let mut current = object;
-        for attempt in 0..5 {
-            match remove_finalizer(&namespaced, &current).await {
-                Ok(_) => break,
-                Err(_) if attempt < 4 => match namespaced.get_opt(&current.name_any()).await? {
-                    Some(fresh) => current = fresh,
-                    None => break,
-                },
-                Err(err) => return Err(err),
-            }
-        }
-        removed += 1;
-    }
+    // The runner's finalizer write re-reads an object that changed meanwhile and retries.
+    let recorder = Recorder::new(client.clone(), "caapf-cleanup".into());
+    let target = Target {
+        client,
+        recorder: &recorder,
+        expectations: None,
+    };
+    let writes: Vec<Write> = objects
+        .iter()
+        .filter(|object| object.finalizers().iter().any(|f| f == names::FINALIZER))
+        .map(|object| Write::Finalizer {
+            object: ObjectId::observed(object),
+            add: false,
+            finalizers: object.finalizers().to_vec(),
+        })
+        .collect();
+    let removed = writes.len();
+    target.run(Plan::of(writes, Next::AwaitChange)).await?;
     Ok(removed)
 }

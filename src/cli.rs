@@ -183,6 +183,12 @@ pub struct ManagerFlags {
     #[arg(long, env = "CAAPF_WATCH_FILTER")]
     pub watch_filter: Option<String>,
 
+    /// BeforeClusterDelete's failure policy in discovery: `Ignore` (an unreachable extension
+    /// never blocks a deletion, and a transport error ends a teardown) or `Fail` (fail-closed:
+    /// Cluster API retries until the extension answers; docs/lifecycle.md).
+    #[arg(long, env = "CAAPF_BEFORE_CLUSTER_DELETE_FAILURE_POLICY", default_value = "Ignore", value_parser = ["Ignore", "Fail"])]
+    pub before_cluster_delete_failure_policy: String,
+
     /// Accepted for CAPI Operator compatibility; profiling is not served.
     #[arg(long)]
     pub profiler_address: Option<String>,

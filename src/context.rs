@@ -16,6 +16,7 @@ use crate::cli::ManagerFlags;
 use crate::client::refusals::Authorization;
 use crate::metrics::Metrics;
 use crate::model::config::EffectiveConfig;
+use crate::model::plan::{Next, Plan};
 use crate::probes::Readiness;
 
 /// The controller name in Events (`reportingController`), as CAAPF.
@@ -126,6 +127,17 @@ impl Context {
     /// The current effective configuration, `None` before it has been read once.
     pub fn config(&self) -> Option<Arc<EffectiveConfig>> {
         self.config.borrow().clone()
+    }
+
+    /// Carries out `plan` through the one runner with the controllers' client, recording no
+    /// expectations (for writers that do not wait for their caches).
+    pub async fn run(&self, plan: Plan) -> crate::Result<Next> {
+        let target = crate::apply::Target {
+            client: &self.controllers,
+            recorder: &self.recorder,
+            expectations: None,
+        };
+        target.run(plan).await
     }
 
     /// Publishes an Event about `regarding` ([`crate::apply::event`]).

@@ -50,6 +50,13 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
+/// Labels: a rollout wave and a state of its clusters (`clusters`, `held`, `ready`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WaveLabels {
+    pub wave: String,
+    pub state: &'static str,
+}
+
 /// Every metric the provider exports.
 pub struct Metrics {
     registry: Registry,
@@ -62,7 +69,11 @@ pub struct Metrics {
     pub selected_clusters: Gauge<i64, AtomicI64>,
     pub imported_clusters: Gauge<i64, AtomicI64>,
     pub fleet_ready_clusters: Family<ReasonLabels, Gauge<i64, AtomicI64>>,
+    pub rollout_wave_clusters: Family<WaveLabels, Gauge<i64, AtomicI64>>,
+    pub rollout_held_clusters: Family<ReasonLabels, Gauge<i64, AtomicI64>>,
     pub leader: Gauge<i64, AtomicI64>,
+    /// Conflicts reported on CAPI Clusters (`crate::model::turtles` reasons).
+    pub conflicts: Family<ReasonLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -133,13 +144,32 @@ impl Metrics {
             "Imported and waiting CAPI Clusters by the reason of their FleetReady condition",
             fleet_ready_clusters.clone(),
         );
+        let rollout_wave_clusters = Family::<WaveLabels, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "caapf_rollout_wave_clusters",
+            "Imported CAPI Clusters per rollout wave: all, held and ready",
+            rollout_wave_clusters.clone(),
+        );
+        let rollout_held_clusters = Family::<ReasonLabels, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "caapf_rollout_held_clusters",
+            "Imported CAPI Clusters whose add-on rollout is held, by reason",
+            rollout_held_clusters.clone(),
+        );
         let leader = Gauge::<i64, AtomicI64>::default();
         registry.register(
             "caapf_leader",
             "1 while this replica holds the leader lease",
             leader.clone(),
         );
+        let conflicts = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "caapf_import_conflicts",
+            "Conflicts with another controller reported on CAPI Clusters, per reason (FinalizerRemoved, TurtlesFleetIntegration)",
+            conflicts.clone(),
+        );
         Self {
+            conflicts,
             registry,
             reconciles,
             reconcile_errors,
@@ -150,6 +180,8 @@ impl Metrics {
             selected_clusters,
             imported_clusters,
             fleet_ready_clusters,
+            rollout_wave_clusters,
+            rollout_held_clusters,
             leader,
         }
     }

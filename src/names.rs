@@ -17,6 +17,23 @@ pub const CLUSTERCLASS_NAME_LABEL: &str = "clusterclass-name.fleet.addons.cluste
 pub const CLUSTERCLASS_NAMESPACE_LABEL: &str =
     "clusterclass-namespace.fleet.addons.cluster.x-k8s.io";
 
+/// Rancher Turtles' labels for the same (rancher/turtles PR #2803, alpha `fleet-integration`
+/// gate), written beside ours on Fleet Clusters so targets written for either select both.
+pub const TURTLES_CLUSTERCLASS_NAME_LABEL: &str = "cluster-api.cattle.io/clusterclass-name";
+pub const TURTLES_CLUSTERCLASS_NAMESPACE_LABEL: &str =
+    "cluster-api.cattle.io/clusterclass-namespace";
+
+/// Finalizer of Turtles' `fleet-integration` controller on the Fleet Clusters it manages
+/// (PR #2803): such a Fleet Cluster is left to Turtles ([`FLEET_CONFLICT_CONDITION`]).
+pub const TURTLES_FLEET_FINALIZER: &str = "fleetcluster.turtles.cattle.io";
+
+/// Condition type on a CAPI Cluster whose import another controller works against (True, reason
+/// `FinalizerRemoved` or `TurtlesFleetIntegration`: `crate::model::turtles`); removed once none does.
+pub const FLEET_CONFLICT_CONDITION: &str = "FleetAddonConflict";
+
+/// Field manager of the [`FLEET_CONFLICT_CONDITION`] condition (owning only that list item).
+pub const CONFLICT_FIELD_MANAGER: &str = "addon-provider-fleet-conflict";
+
 /// Namespace annotation read by the Rancher webhook: allows a FleetWorkspace for an existing
 /// namespace.
 pub const FLEET_WORKSPACE_ANNOTATION: &str =
@@ -26,6 +43,12 @@ pub const FLEET_WORKSPACE_ANNOTATION: &str =
 /// sets it to [`REGISTRATION_RUNTIME_EXTENSION`] when it creates an agent-initiated Fleet Cluster
 /// in BeforeClusterCreate; the import controller then keeps the Cluster agent-initiated.
 pub const REGISTRATION_ANNOTATION: &str = "fleet.addons.cluster.x-k8s.io/registration";
+
+/// Annotation the import controller writes on a Fleet Cluster whose agent settings it holds
+/// ([`crate::model::fleet::hold_stranding_changes`]): what is held and the way out, which the
+/// `FleetReady` condition shows (reason `AgentSettingsHeld`).
+pub const HELD_AGENT_SETTINGS_ANNOTATION: &str =
+    "fleet.addons.cluster.x-k8s.io/held-agent-settings";
 
 /// Value of [`REGISTRATION_ANNOTATION`] set by the runtime extension.
 pub const REGISTRATION_RUNTIME_EXTENSION: &str = "runtime-extension";
@@ -73,13 +96,19 @@ pub const AGENT_SETTINGS_ANNOTATION: &str = "fleet.addons.cluster.x-k8s.io/agent
 pub const UPGRADE_STEP_FIELD_MANAGER: &str = "caapf-upgrade-steps";
 
 /// Annotation on CAPI Clusters overriding `spec.runtimeExtension.upgradeSteps.waitForBundlesReady`
-/// for that Cluster (`"true"` or `"false"`).
+/// for that Cluster (`"true"` or `"false"`; `"false"` also turns off
+/// `beforeClusterUpgrade.waitForBundlesReady`).
 pub const WAIT_FOR_BUNDLES_ANNOTATION: &str = "fleet.addons.cluster.x-k8s.io/wait-for-bundles";
 
 /// Annotation on CAPI Clusters overriding `spec.runtimeExtension.upgradeSteps.timeout` (a
 /// duration such as `45m`).
 pub const UPGRADE_GATE_TIMEOUT_ANNOTATION: &str =
     "fleet.addons.cluster.x-k8s.io/upgrade-gate-timeout";
+
+/// Annotation on CAPI Clusters overriding `spec.runtimeExtension.upgradeSteps.bundleSelector`
+/// (`key=value[,key=value]`; empty: every bundle).
+pub const UPGRADE_GATE_BUNDLES_ANNOTATION: &str =
+    "fleet.addons.cluster.x-k8s.io/upgrade-gate-bundles";
 
 /// Annotation on CAPI Clusters releasing an upgrade gate now: the version of the step to let go
 /// (`v1.34.2`), or `all`.
@@ -245,6 +274,34 @@ pub const SKIP_WORKLOAD_REMOVAL_ANNOTATION: &str =
 /// `OkToDeleteAnnotation`, read by `internal/hooks/tracking.go` `IsOkToDelete`): from then on
 /// the hook is not called again and Cluster API deletes the Cluster's objects.
 pub const CAPI_OK_TO_DELETE_ANNOTATION: &str = "runtime.cluster.x-k8s.io/ok-to-delete";
+
+/// Fleet Cluster label: the rollout wave of the Cluster (`spec.cluster.rollout`), selected by
+/// the partitions of the `rolloutStrategy` that `caapf rollout-strategy` prints.
+pub const ROLLOUT_WAVE_LABEL: &str = "rollout-wave.fleet.addons.cluster.x-k8s.io";
+
+/// Fleet Cluster label, only while the Cluster is held (value: the reason): the printed
+/// strategy puts held clusters into a last partition with `maxUnavailable: 0`.
+pub const ROLLOUT_HOLD_LABEL: &str = "rollout-hold.fleet.addons.cluster.x-k8s.io";
+
+/// Fleet Cluster annotation beside [`ROLLOUT_HOLD_LABEL`]: why it is held (the
+/// `FleetRolloutHeld` condition's message).
+pub const ROLLOUT_HOLD_MESSAGE_ANNOTATION: &str =
+    "fleet.addons.cluster.x-k8s.io/rollout-hold-message";
+
+/// Prefix of the Fleet Cluster labels made of topology variables (`spec.cluster.variableLabels`).
+pub const VARIABLE_LABEL_PREFIX: &str = "variable.fleet.addons.cluster.x-k8s.io/";
+
+/// Cluster annotation: the wave of a Cluster (wins over the topology variable).
+pub const ROLLOUT_WAVE_ANNOTATION: &str = "fleet.addons.cluster.x-k8s.io/rollout-wave";
+
+/// Cluster or ClusterClass annotation: hold the Cluster(s) manually (value: why).
+pub const ROLLOUT_HOLD_ANNOTATION: &str = "fleet.addons.cluster.x-k8s.io/rollout-hold";
+
+/// ClusterClass annotation `"true"`: soaks of the class's waves end now.
+pub const ROLLOUT_RELEASE_ANNOTATION: &str = "fleet.addons.cluster.x-k8s.io/rollout-release";
+
+/// The CAPI Cluster condition saying whether (and why) its add-on rollout is held.
+pub const ROLLOUT_HELD_CONDITION: &str = "FleetRolloutHeld";
 
 #[cfg(test)]
 mod tests {

@@ -66,12 +66,14 @@ fn agent_fields(spec: &Value) -> Value {
     )
 }
 
-/// Every agent field, with values naming `place`: each place sets the same toleration key and
-/// effect and the same variable name, so each replaces the one before.
+/// Every agent field, with values naming `place`: each place sets the same toleration (key,
+/// operator, value and effect; `tolerationSeconds` names the place) and the same variable name,
+/// so each replaces the one before.
 fn all_fields(place: &str) -> Value {
     json!({
         "agentNamespace": format!("agent-{place}"),
-        "agentTolerations": [{"key": "layer", "operator": "Equal", "value": place, "effect": "NoSchedule"}],
+        "agentTolerations": [{"key": "layer", "operator": "Exists", "effect": "NoExecute",
+            "tolerationSeconds": 1000 + place.len() as i64}],
         "agentEnvVars": [{"name": "LAYER", "value": place}],
         "hostNetwork": place != "class",
         "agentAffinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
@@ -364,7 +366,7 @@ async fn every_field_at_every_place_and_the_precedence_between_them() {
     }
 
     // Field by field: a Cluster annotation setting one field keeps the others of the places
-    // below; lists merge by name and by key and effect.
+    // below; lists merge by name and by key, operator, value and effect.
     scene
         .cluster(
             "c-one-field",
@@ -380,7 +382,7 @@ async fn every_field_at_every_place_and_the_precedence_between_them() {
     expected["agentEnvVars"] =
         json!([{"name": "LAYER", "value": "class"}, {"name": "EXTRA", "value": "1"}]);
     expected["agentTolerations"] = json!([
-        {"key": "layer", "operator": "Equal", "value": "class", "effect": "NoSchedule"},
+        {"key": "layer", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 1005},
         {"key": "other", "operator": "Exists", "effect": "NoExecute"},
     ]);
     scene.wait_agent_fields("c-one-field", &expected).await;
@@ -782,5 +784,80 @@ async fn the_guide_applies_and_shows_what_the_fleet_cluster_holds() {
         notes[0].starts_with(shown_note),
         "{:?} vs {shown_note:?}",
         notes[0]
+    );
+}
+
+/// Fleet 0.16 names the `fleet-controller` configuration's `imagePullSecrets` on the agent and
+/// copies them into the agent namespace only with its agent bundle (rancher/fleet v0.16.1
+/// `secret/util.go` `GetAgentPullSecrets`, `manageagent.go`), so a private agent image at first
+/// boot needs them in the boot script: BeforeClusterCreate answers "retry" naming a missing one,
+/// then carries it, type and data, into the agent namespace (issue #38 item 5).
+#[tokio::test]
+async fn the_first_boot_agent_gets_the_pull_secrets_fleet_would_copy() {
+    let scene = Scene::start("{agentInitiated: true, patchResource: true}").await;
+    let api: Api<ConfigMap> = Api::namespaced(scene.h.client.clone(), "cattle-fleet-system");
+    let config = format!(
+        r#"{{"agentImage":"registry.example.com/rancher/fleet-agent:v{FLEET}","apiServerURL":"https://fleet.example.com:6443","imagePullSecrets":[{{"name":"registry-pull"}}]}}"#
+    );
+    api.patch(
+        "fleet-controller",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"config": config}})),
+    )
+    .await
+    .expect("fleet-controller");
+    scene.class("plain", Value::Null).await;
+    let cluster = scene
+        .cluster("private-1", "plain", json!({}), Value::Null)
+        .await;
+    let first = scene.call(Hook::BeforeClusterCreate, &cluster).await;
+    assert!(
+        first.message.contains("waiting for Fleet to issue"),
+        "{first:?}"
+    );
+    scene.issue_token("private-1").await;
+    let missing = scene.call(Hook::BeforeClusterCreate, &cluster).await;
+    assert!(
+        missing.message.contains(
+            "Fleet's imagePullSecrets names Secret cattle-fleet-system/registry-pull, which does not exist"
+        ),
+        "{missing:?}"
+    );
+    let secrets: Api<Secret> = Api::namespaced(scene.h.client.clone(), "cattle-fleet-system");
+    let pull: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "registry-pull", "namespace": "cattle-fleet-system"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": "eyJhdXRocyI6e319"},
+    }))
+    .expect("secret");
+    secrets
+        .create(&PostParams::default(), &pull)
+        .await
+        .expect("pull secret");
+    let done = scene.call(Hook::BeforeClusterCreate, &cluster).await;
+    assert_eq!(done.status, ResponseStatus::Success, "{done:?}");
+    let bootstrap: Api<Secret> = Api::namespaced(scene.h.client.clone(), NS);
+    let secret = bootstrap
+        .get("private-1-fleet-agent-bootstrap")
+        .await
+        .expect("bootstrap secret");
+    let script =
+        String::from_utf8(secret.data.expect("data")[SCRIPT_KEY].0.clone()).expect("utf-8");
+    let objects = script_objects(&script).expect("boot script");
+    let carried = objects
+        .iter()
+        .find(|o| o["kind"] == "Secret" && o["metadata"]["name"] == "registry-pull")
+        .expect("the pull Secret in the boot script");
+    assert_eq!(carried["metadata"]["namespace"], "fleet-addon-agent");
+    assert_eq!(carried["type"], "kubernetes.io/dockerconfigjson");
+    // Written as plain text, which compresses better (`compact`).
+    assert_eq!(
+        carried["stringData"][".dockerconfigjson"],
+        r#"{"auths":{}}"#
+    );
+    let deployment = agent_deployment(&objects);
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["imagePullSecrets"],
+        json!([{"name": "registry-pull"}])
     );
 }

@@ -253,6 +253,26 @@ fn optional_pieces_match_their_kustomizations() {
     );
 }
 
+/// `runtimeExtension.beforeClusterDelete.failurePolicy: Fail` reaches the manager's flag, which
+/// its discovery advertises (`hooks::handlers::discovery` `before_cluster_delete_can_fail_closed`);
+/// one replica renders no PodDisruptionBudget.
+#[test]
+fn before_cluster_delete_can_fail_closed() {
+    let objects = template(
+        "fleet-addons",
+        &[
+            "--set",
+            "runtimeExtension.enabled=true,runtimeExtension.beforeClusterDelete.failurePolicy=Fail",
+        ],
+    );
+    let deployment = find(&objects, "Deployment", "caapf-controller-manager");
+    assert_eq!(
+        flags_of(deployment).before_cluster_delete_failure_policy,
+        "Fail"
+    );
+    assert!(objects.iter().all(|o| o["kind"] != "PodDisruptionBudget"));
+}
+
 #[test]
 fn values_change_what_they_should() {
     let objects = template(
@@ -282,6 +302,14 @@ fn values_change_what_they_should() {
     );
     let flags = flags_of(deployment);
     assert!(flags.leader_elect);
+    assert_eq!(flags.before_cluster_delete_failure_policy, "Ignore");
+    // Two replicas: a PodDisruptionBudget keeps one serving the hooks.
+    let budget = find(&objects, "PodDisruptionBudget", "caapf-controller-manager");
+    assert_eq!(budget["spec"]["minAvailable"], 1);
+    assert_eq!(
+        budget["spec"]["selector"]["matchLabels"],
+        deployment["spec"]["selector"]["matchLabels"]
+    );
     assert_eq!(flags.verbosity, 4);
     assert_eq!(flags.watch_filter_label(), Some("team-a"));
     assert_eq!(flags.kube_api_qps, 50.0);

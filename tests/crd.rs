@@ -264,6 +264,7 @@ fn collect_paths(node: &Value, path: &str, out: &mut Vec<String>) {
         "namespaceSelector",
         "agentInitiatedSelector",
         "selfManagedSelector",
+        "bundleSelector",
         "ref",
         "apiServerCaConfigRef",
         "secret",

@@ -44,7 +44,9 @@ fn service_certificate_and_extension_config_agree() {
             .expect("namespace"),
     );
     assert!(name.starts_with("caapf-") && ns == "caapf-system");
-    assert_eq!(extension["apiVersion"], "runtime.cluster.x-k8s.io/v1alpha1");
+    // v1beta2: served from Cluster API v1.11 (our minimum), v1alpha1 deprecated from v1.12
+    // (cluster-api v1.12.11 `api/runtime/v1alpha1/extensionconfig_types.go`).
+    assert_eq!(extension["apiVersion"], "runtime.cluster.x-k8s.io/v1beta2");
     assert_eq!(extension["spec"]["clientConfig"]["service"]["name"], name);
     assert_eq!(
         extension["spec"]["clientConfig"]["service"]["namespace"],
@@ -143,6 +145,7 @@ fn the_upgrade_steps_extension_config_reaches_its_own_discovery() {
             "{field}"
         );
     }
+    assert_eq!(steps["apiVersion"], "runtime.cluster.x-k8s.io/v1beta2");
     assert_eq!(base["spec"]["clientConfig"]["service"]["path"], Value::Null);
     assert_eq!(service["path"], UPGRADE_STEPS_PREFIX);
     assert_eq!(

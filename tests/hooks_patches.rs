@@ -615,6 +615,7 @@ fi
 case "$*" in
   *"get secret fleet-agent --ignore-not-found -o name") [ -e "$STATE/registered" ] && echo secret/fleet-agent; exit 0 ;;
   *"get -f -") cat >/dev/null; [ -e "$STATE/created" ]; exit ;;
+  *"delete secret fleet-agent-bootstrap --ignore-not-found") rm -f "$STATE/created"; exit 0 ;;
   *"create -f -") cat > "$STATE/created.yaml"; touch "$STATE/created"; exit 0 ;;
 esac
 echo "unexpected call: $*" >&2
@@ -743,11 +744,21 @@ fn the_boot_script_creates_the_agent_only_on_a_cluster_where_it_did_not_register
         assert_eq!(documents, carried, "{written:?}");
         assert_eq!(documents[1]["stringData"]["token"], "token");
 
-        // Another machine created them, the agent has not registered yet: nothing created.
+        // Another machine created them, the agent has not registered yet: this machine's
+        // registration Secret replaces theirs (deleted once, created again), so a replaced
+        // token reaches the cluster (issue #38 item 6).
         let boot = Boot::new();
         std::fs::write(boot.state("created"), "").expect("state");
         let (calls, _) = boot.run(written);
-        assert_eq!(creates(&calls), 0, "{written:?}: {calls:?}");
+        let deletes = calls
+            .iter()
+            .filter(|c| c.contains("delete secret fleet-agent-bootstrap"));
+        assert_eq!(deletes.count(), 1, "{written:?}: {calls:?}");
+        assert_eq!(creates(&calls), 1, "{written:?}: {calls:?}");
+        assert!(
+            calls.iter().position(|c| c.contains("delete"))
+                < calls.iter().position(|c| c.ends_with("create -f -"))
+        );
 
         // The API server does not answer at first: the script waits, then creates.
         let boot = Boot::new();
@@ -763,5 +774,80 @@ fn the_boot_script_creates_the_agent_only_on_a_cluster_where_it_did_not_register
         assert_eq!(calls.len(), 60, "{written:?}");
         assert_eq!(creates(&calls), 0);
         assert!(stderr.contains("were not created"), "{stderr}");
+    }
+}
+
+/// kubeadm with Ignition adds about 10 KB to every control-plane machine's user data: with an
+/// `AWSMachineTemplate` sending it raw (`ignition.storageType: UnencryptedUserData`, CAPA v2.9)
+/// the total passes EC2's 16 KB, and GeneratePatches answers Failure saying what to change
+/// instead of letting machines fail to launch; the default storage (S3), cloud-init behind
+/// Secrets Manager, or the fleetAgent variable disabled pass (issue #38 item 9).
+#[test]
+fn a_control_plane_whose_user_data_would_pass_its_provider_s_limit_is_refused() {
+    let mut ignition = template("kubeadmcontrolplanetemplate-v1beta2.yaml");
+    ignition["spec"]["template"]["spec"]["kubeadmConfigSpec"]["format"] = json!("ignition");
+    let cloud_init = template("kubeadmcontrolplanetemplate-v1beta2.yaml");
+    let aws = |spec: Value| {
+        json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "AWSMachineTemplate",
+            "metadata": {"name": "c1-control-plane", "namespace": "default"},
+            "spec": {"template": {"spec": spec}}})
+    };
+    let machine = holder(
+        "KubeadmControlPlane",
+        "spec.machineTemplate.spec.infrastructureRef",
+    );
+    let rows = [
+        (
+            &ignition,
+            json!({"instanceType": "m5.large", "ignition": {"version": "3.4", "storageType": "UnencryptedUserData"}}),
+            None,
+            true,
+        ),
+        (
+            &ignition,
+            json!({"instanceType": "m5.large", "ignition": {"version": "3.4"}}),
+            None,
+            false,
+        ),
+        (
+            &cloud_init,
+            json!({"instanceType": "m5.large", "cloudInit": {"insecureSkipSecretsManager": true}, "uncompressedUserData": true}),
+            None,
+            true,
+        ),
+        (
+            &cloud_init,
+            json!({"instanceType": "m5.large", "cloudInit": {"insecureSkipSecretsManager": true}}),
+            None,
+            false,
+        ),
+        (
+            &ignition,
+            json!({"instanceType": "m5.large", "ignition": {"version": "3.4", "storageType": "UnencryptedUserData"}}),
+            Some(json!({"enabled": false})),
+            false,
+        ),
+    ];
+    for (control_plane, spec, fleet_agent, refused) in rows {
+        let response = generate_patches(&request(
+            vec![
+                ("cp", control_plane_holder(), control_plane.clone()),
+                ("machine", machine.clone(), aws(spec.clone())),
+            ],
+            fleet_agent.clone(),
+        ));
+        let body = serde_json::to_value(&response).expect("json");
+        if refused {
+            assert_eq!(body["status"], "Failure", "{spec}");
+            let message = body["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("AWSMachineTemplate c1-control-plane sends it uncompressed")
+                    && message.contains("16384 B limit")
+                    && message.contains("fleetAgent variable to {enabled: false}"),
+                "{message}"
+            );
+        } else {
+            assert_eq!(body["status"], "Success", "{spec} {fleet_agent:?}: {body}");
+        }
     }
 }

@@ -1018,6 +1018,7 @@ fn fleet_agent_bundle_input(version: &str) -> BootstrapInput {
         agent: FleetClusterAgent::from_fleet_cluster_spec(&spec),
         fleet: FleetAgentDefaults::from_controller_config(&config.to_string()).expect("config"),
         version: FleetVersion::parse(version).expect("version"),
+        pull_secrets: Vec::new(),
     }
 }
 
@@ -1243,6 +1244,7 @@ fn what_the_bootstrap_adds_to_a_control_plane_machine_s_user_data() {
             )
             .expect("config"),
             version: FleetVersion::parse("0.16.1").expect("version"),
+            pull_secrets: Vec::new(),
         };
         let rendered = render_agent_chart(home.path(), &archive, &input);
         let objects = finish(&rendered, &input).expect("finished");
@@ -1630,6 +1632,88 @@ async fn create_or_get_says_whether_it_created() {
         .await
         .expect("no error");
     assert_eq!(vanished, CreateOrGet::Vanished);
+}
+
+/// A plan's create-or-get whose object was there at the create (409) and gone by the read is
+/// not done: a hook answers "retry" naming it (as `create_or_get` of the hooks did before the
+/// runner), never goes on as if the object (a bootstrap Secret) existed.
+#[tokio::test]
+async fn a_create_or_get_whose_object_vanished_is_a_retry() {
+    use caapf::apply::Target;
+    use caapf::model::hook_plan::HookOutcome;
+    use caapf::model::plan::{Next, ObjectId, Plan, Write};
+    let sandbox = Sandbox::start().await;
+    let client = sandbox.client();
+    sandbox.set_faults(kube_sandbox::FaultConfig {
+        rules: vec![kube_sandbox::FaultRule {
+            target: kube_sandbox::FaultTarget::Writes,
+            resource: Some("secrets".to_string()),
+            verbs: Some(vec!["POST".to_string()]),
+            fraction: 1.0,
+            code: Some(409),
+            ..kube_sandbox::FaultRule::default()
+        }],
+        ..kube_sandbox::FaultConfig::default()
+    });
+    let recorder = kube::runtime::events::Recorder::new(client.clone(), "test".into());
+    let target = Target {
+        client: &client,
+        recorder: &recorder,
+        expectations: None,
+    };
+    let write = Write::CreateOrGet {
+        object: ObjectId::of::<Secret>(Some("default"), "c1-fleet-bootstrap", None),
+        body: json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "c1-fleet-bootstrap", "namespace": "default"}}),
+        manager: "test",
+    };
+    let answer = target
+        .answer(Plan::of(vec![write], Next::AwaitChange))
+        .await;
+    let Err(HookOutcome::Retry { message, .. }) = answer else {
+        panic!("{answer:?}")
+    };
+    assert!(
+        message.starts_with("creating Secret default/c1-fleet-bootstrap: ")
+            && message.contains("deleted while we created it"),
+        "{message}"
+    );
+}
+
+/// A status apply to an object gone since it was observed is no error (nothing to report on);
+/// to one never observed it is, so its writer tries again until the object exists (the
+/// `Authorized` condition on a FleetAddonConfig created again).
+#[tokio::test]
+async fn a_status_apply_to_an_object_never_observed_is_an_error() {
+    use caapf::apply::Target;
+    use caapf::model::plan::{Next, ObjectId, Plan, Write};
+    use k8s_openapi::api::core::v1::Service;
+    let sandbox = Sandbox::start().await;
+    let client = sandbox.client();
+    let recorder = kube::runtime::events::Recorder::new(client.clone(), "test".into());
+    let target = Target {
+        client: &client,
+        recorder: &recorder,
+        expectations: None,
+    };
+    let write = |seen: Option<&str>| Write::ApplyStatus {
+        object: ObjectId::of::<Service>(Some("default"), "gone", seen),
+        body: json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "gone"},
+            "status": {"loadBalancer": {}}}),
+        manager: "test",
+    };
+    let observed = target.run(Plan::of(vec![write(Some("7"))], Next::AwaitChange));
+    assert_eq!(
+        observed.await.expect("gone since observed"),
+        Next::AwaitChange
+    );
+    let never = target
+        .run(Plan::of(vec![write(None)], Next::AwaitChange))
+        .await;
+    assert!(
+        matches!(&never, Err(caapf::Error::Kube(kube::Error::Api(s))) if s.code == 404),
+        "{never:?}"
+    );
 }
 
 /// Secret `name` in [`NS`] with `key: text`, created or updated.

@@ -105,7 +105,9 @@ async fn imports_an_initialized_cluster_with_caapf_shape() {
         fleet.spec.agent_namespace.as_deref(),
         Some("fleet-addon-agent")
     );
-    assert_eq!(fleet.spec.host_network, Some(true));
+    // A manager-initiated import: Fleet creates the agent namespace without Pod Security labels
+    // (issue #38), so no host network by default.
+    assert_eq!(fleet.spec.host_network, None);
     assert_eq!(fleet.spec.agent_tolerations.as_ref().map(Vec::len), Some(4));
     let values = fleet.spec.template_values.clone().unwrap_or_default();
     assert_eq!(
@@ -900,7 +902,7 @@ fn caapf_tolerations() -> Value {
 
 /// What a CAAPF user's Fleet Clusters go through when this provider takes over (docs/migration.md
 /// "What changes on adopted Fleet Clusters"): with CAAPF's FleetAddonConfig as it was, the agent
-/// fields change (the new default tolerations, `hostNetwork: true`), which Fleet answers with one
+/// tolerations change (the new defaults; `hostNetwork` stays unset, issue #38), which Fleet answers with one
 /// agent redeploy (rancher/fleet v0.16.1 `manageagent.go` `updateClusterStatus` hashes them);
 /// with the settings the migration guide pins, they stay what Fleet hashed (an absent
 /// `hostNetwork` and `false` are one value to Fleet: `cmp.Or(spec.HostNetwork, false)`).
@@ -921,7 +923,7 @@ async fn adopted_agent_settings_change_once_unless_pinned() {
         (
             "cluster: {patchResource: true}".to_string(),
             new_defaults,
-            true,
+            false,
         ),
         (pinned, caapf_tolerations(), false),
     ];

@@ -46,5 +46,6 @@ mod request_budget;
 mod self_managed_move;
 mod structure;
 mod teardown;
+mod turtles;
 mod upgrade_steps;
 mod watch_list;

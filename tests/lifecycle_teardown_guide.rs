@@ -194,8 +194,49 @@ fn shown_message(guide: &str, condition: &Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_teardown_guide_is_what_happens() {
+    play(false).await;
+}
+
+/// Both guides of docs/lifecycle.md at once: the upgrade guide's CCM Bundle selects the cluster
+/// by the version labels the teardown keeps, and is labelled `keep-during-teardown`, so the
+/// deletion completes without waiting for its timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_guides_together_delete_without_waiting_for_the_timeout() {
+    play(true).await;
+}
+
+/// The upgrade guide's documents (its FleetAddonConfig and its Bundle).
+fn upgrade_section() -> Vec<Value> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/lifecycle.md");
+    let text = std::fs::read_to_string(path).expect("docs/lifecycle.md");
+    let section = text
+        .split("\n## Add-ons through an upgrade")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("the upgrade section");
+    documents(section)
+}
+
+/// `patch` merged into `base` (objects by key, anything else replaced).
+fn merged(base: &mut Value, patch: &Value) {
+    match (base.as_object_mut(), patch.as_object()) {
+        (Some(base), Some(patch)) => {
+            for (key, value) in patch {
+                merged(base.entry(key.clone()).or_insert(Value::Null), value);
+            }
+        }
+        _ => *base = patch.clone(),
+    }
+}
+
+async fn play(with_upgrade_guide: bool) {
     let guide = section();
-    let docs = documents(&guide);
+    let mut docs = documents(&guide);
+    let upgrade = if with_upgrade_guide {
+        upgrade_section()
+    } else {
+        Vec::new()
+    };
     let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
     assert_eq!(
         kinds,
@@ -209,8 +250,19 @@ async fn the_teardown_guide_is_what_happens() {
         ]
     );
     let mut h = Harness::new().await;
+    for doc in &upgrade {
+        match doc["kind"].as_str() {
+            // One FleetAddonConfig with both guides' settings.
+            Some("FleetAddonConfig") => merged(&mut docs[0], doc),
+            _ => h.namespace("fleet-default", json!({})).await,
+        }
+    }
     for doc in &docs {
         apply(&h, doc).await;
+    }
+    let ccm = upgrade.iter().find(|d| d["kind"] == "Bundle");
+    if let Some(ccm) = ccm {
+        apply(&h, ccm).await;
     }
     h.class(NS, "quick-start", json!({})).await;
     // Cluster API: its own finalizer, an initialized control plane.
@@ -221,7 +273,27 @@ async fn the_teardown_guide_is_what_happens() {
     )
     .await;
     h.initialize(NS, CLUSTER).await;
+    if with_upgrade_guide {
+        // Cluster API reached the topology version: the Fleet Cluster shows it.
+        let cluster: CapiCluster = h.get(NS, CLUSTER).await.expect("cluster");
+        h.merge_cluster_status(
+            NS,
+            CLUSTER,
+            json!({"conditions": [{"type": "TopologyReconciled", "status": "True", "reason": "ReconcileSucceeded",
+                "message": "", "observedGeneration": cluster.metadata.generation,
+                "lastTransitionTime": "2026-11-23T10:00:00Z"}]}),
+        )
+        .await;
+    }
     h.start().await;
+    let version_labels = if with_upgrade_guide {
+        vec![
+            format!("{}=1.33", names::CONTROL_PLANE_MINOR_LABEL),
+            format!("{}=1.33", names::WORKERS_MINOR_LABEL),
+        ]
+    } else {
+        Vec::new()
+    };
     let fleet_clusters: Api<DynamicObject> =
         Api::namespaced_with(h.client.clone(), NS, &fleet("Cluster", "clusters"));
     eventually(
@@ -234,7 +306,12 @@ async fn the_teardown_guide_is_what_happens() {
                 .metadata
                 .labels?;
             (labels.get("ingress").map(String::as_str) == Some("nginx")
-                && labels.contains_key(names::CLUSTERCLASS_NAME_LABEL))
+                && labels.contains_key(names::CLUSTERCLASS_NAME_LABEL)
+                && (!with_upgrade_guide
+                    || labels
+                        .get(names::CONTROL_PLANE_MINOR_LABEL)
+                        .map(String::as_str)
+                        == Some("1.33")))
             .then_some(())
         },
     )
@@ -255,6 +332,32 @@ async fn the_teardown_guide_is_what_happens() {
         .cloned()
         .collect();
     deploy(&h, &helmops).await;
+    if let Some(ccm) = ccm {
+        // Fleet targets the upgrade guide's CCM by control-plane-minor 1.33; its
+        // BundleDeployment carries the Bundle's labels (`target/target.go`).
+        let mut labels = ccm["metadata"]["labels"].clone();
+        for (key, value) in [
+            ("fleet.cattle.io/bundle-name", "cloud-controller-manager"),
+            ("fleet.cattle.io/bundle-namespace", "fleet-default"),
+            ("fleet.cattle.io/cluster", CLUSTER),
+            ("fleet.cattle.io/cluster-namespace", NS),
+        ] {
+            labels[key] = json!(value);
+        }
+        let bd: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "BundleDeployment",
+            "metadata": {"name": "cloud-controller-manager", "namespace": BD_NS, "labels": labels},
+            "spec": {"deploymentID": "s-ccm:1"}}))
+        .expect("bd");
+        Api::<DynamicObject>::namespaced_with(
+            h.client.clone(),
+            BD_NS,
+            &fleet("BundleDeployment", "bundledeployments"),
+        )
+        .create(&PostParams::default(), &bd)
+        .await
+        .expect("ccm bd");
+    }
     // The workload cluster, with the ingress controller's load balancer, and its kubeconfig.
     let workload = Sandbox::start_with(SandboxOptions {
         crds: Vec::new(),
@@ -301,7 +404,10 @@ async fn the_teardown_guide_is_what_happens() {
             .metadata
             .labels?;
         let shown: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        (shown == [format!("{}=true", names::TEARDOWN_LABEL)]).then_some(())
+        let mut want = version_labels.clone();
+        want.push(format!("{}=true", names::TEARDOWN_LABEL));
+        want.sort();
+        (shown == want).then_some(())
     })
     .await;
     shown(&guide, &format!("   {}=true\n", names::TEARDOWN_LABEL));
@@ -313,14 +419,24 @@ async fn the_teardown_guide_is_what_happens() {
         (removing["status"].as_str(), removing["reason"].as_str()),
         (Some("False"), Some("Removing"))
     );
-    shown_message(&guide, &removing);
+    if with_upgrade_guide {
+        let message = removing["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("fleet-default/cloud-controller-manager"),
+            "the upgrade guide's CCM is kept: {message}"
+        );
+    } else {
+        shown_message(&guide, &removing);
+    }
     fleet_removes(&h, "monitoring").await;
     fleet_removes(&h, "ingress-nginx").await;
 
     // Waiting for the load balancer.
     call(&h).await;
     let waiting = condition(&h).await;
-    shown_message(&guide, &waiting);
+    if !with_upgrade_guide {
+        shown_message(&guide, &waiting);
+    }
 
     // The load balancer is released: the hook lets Cluster API go on.
     services
@@ -350,7 +466,9 @@ async fn the_teardown_guide_is_what_happens() {
         (removed["status"].as_str(), removed["reason"].as_str()),
         (Some("True"), Some("Removed"))
     );
-    shown_message(&guide, &removed);
+    if !with_upgrade_guide {
+        shown_message(&guide, &removed);
+    }
     let events: Vec<Event> = Api::<Event>::namespaced(h.client.clone(), NS)
         .list(&Default::default())
         .await

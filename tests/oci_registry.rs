@@ -375,3 +375,137 @@ async fn helm_3_uses_the_credentials_secret() {
     assert_no_secret_left(&env, &object);
     env.stop().await;
 }
+
+/// An `https://`-style chart repository (served on 127.0.0.1) asking for basic auth: the user
+/// and password come from a `kubernetes.io/basic-auth` Secret named by
+/// `spec.install.credentials`; helm gets the password on its standard input (`helm repo add
+/// --password-stdin` into a private repository config), so no helm process's argv, no log line
+/// at trace level, no condition and no Event holds it; a wrong password is reported with the
+/// Secret to fix, and a URL with a password is refused naming `spec.install.credentials`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chart_repository_basic_auth_never_reaches_argv_logs_status_or_events() {
+    const SECRET_PASSWORD: &str = "repo-pw-7f3a9c";
+    const WRONG: &str = "wrong-pw-5d1e2b";
+    let repo =
+        fleet_common::ChartRepo::start_with_auth(&["0.1.0"], Some((USER, SECRET_PASSWORD))).await;
+    // A helm that writes its argv to a file before running the real one.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let argv_file = dir.path().join("argv");
+    let wrapper = dir.path().join("helm");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$*\" >> '{}'\nexec '{}' \"$@\"\n",
+            argv_file.display(),
+            fleet_common::helm_bin().display()
+        ),
+    )
+    .expect("wrapper");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let env = Env::start(Options {
+        helm_binary: wrapper,
+        process_args: Some(vec!["--v=5".to_string()]),
+        ..Options::default()
+    })
+    .await;
+    put_secret(&env, "charts", &[("username", USER), ("password", WRONG)]).await;
+    let spec = |repository: String| {
+        json!({"install": {"version": "0.1.0", "repository": repository,
+            "credentials": {"secret": {"name": "charts", "namespace": AUTH_NS}}}})
+    };
+
+    // A wrong password: the Secret to fix is named.
+    let generation = env.set_spec(spec(repo.url())).await;
+    let message = condition_for(&env, generation, "RepoAdd", "False").await;
+    assert!(
+        message.contains(&format!(
+            "the repository refused the user and password of spec.install.credentials (Secret {AUTH_NS}/charts"
+        )),
+        "{message}"
+    );
+    // Fixed in the Secret: installed.
+    put_secret(
+        &env,
+        "charts",
+        &[("username", USER), ("password", SECRET_PASSWORD)],
+    )
+    .await;
+    let object = env.wait_ready(generation, "True").await;
+    assert_eq!(installed_version(&object), Some("0.1.0"));
+    deployed(&env, "0.1.0", "1");
+
+    // The password in the URL instead: refused, naming the Secret-based field.
+    let with_password = repo
+        .url()
+        .replace("http://", &format!("http://{USER}:{SECRET_PASSWORD}@"));
+    let generation = env.set_spec(spec(with_password)).await;
+    let object = env.wait_ready(generation, "False").await;
+    let ready = assert_condition(&object, "ConfigValid", "False");
+    assert!(
+        ready
+            .message
+            .contains("spec.install.repository: user information in the URL is refused")
+            && ready
+                .message
+                .contains("name it in spec.install.credentials"),
+        "{ready:?}"
+    );
+
+    let argv = std::fs::read_to_string(&argv_file).expect("helm ran");
+    assert!(
+        argv.contains("repo add caapf") && argv.contains("--password-stdin"),
+        "{argv}"
+    );
+    let status = serde_json::to_string(&object.status).expect("status");
+    let mut events = String::new();
+    for path in ["/api/v1/events", "/apis/events.k8s.io/v1/events"] {
+        events += &env
+            .client
+            .request_text(http::Request::get(path).body(Vec::new()).expect("request"))
+            .await
+            .expect("events");
+    }
+    let log = env.log();
+    assert!(
+        log.contains("running helm"),
+        "trace log without helm's argv"
+    );
+    for (what, text) in [
+        ("argv", &argv),
+        ("status", &status),
+        ("Events", &events),
+        ("log", &log),
+    ] {
+        for secret in [SECRET_PASSWORD, WRONG] {
+            assert!(!text.contains(secret), "{what} holds a password: {text}");
+        }
+    }
+    assert_no_secret_left(&env, &object);
+    env.stop().await;
+}
+
+/// A plain-HTTP registry that is not on loopback for the provider (a registry Service inside
+/// the cluster, `oci://registry.kube-system.svc:5000`) needs the explicit opt-in
+/// `tlsConfig.insecurePlainHTTP`: a `tlsConfig` alone says the registry serves HTTPS (refused
+/// by this plain registry, with the opt-in named), the opt-in installs with helm `--plain-http`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insecure_plain_http_is_an_explicit_opt_in() {
+    let registry = Registry::start(RegistryOptions::default());
+    registry.push_fleet("0.1.0");
+    let env = Env::start(Options::default()).await;
+    let spec = |tls: Value| json!({"install": {"version": "0.1.0", "repository": registry.url(), "tlsConfig": tls}});
+    let generation = env.set_spec(spec(json!({}))).await;
+    let message = condition_for(&env, generation, "RepoAdd", "False").await;
+    assert!(
+        message.contains("set spec.install.tlsConfig.insecurePlainHTTP: true"),
+        "{message}"
+    );
+    let generation = env.set_spec(spec(json!({"insecurePlainHTTP": true}))).await;
+    let object = env.wait_ready(generation, "True").await;
+    assert_eq!(installed_version(&object), Some("0.1.0"));
+    deployed(&env, "0.1.0", "1");
+    env.stop().await;
+}

@@ -2,7 +2,9 @@
 //!
 //! Every write to the API server goes through the one writer, `src/apply/`: no other source file of the provider names what `kube` needs to write (`PatchParams`, `PostParams`,
 //! `DeleteParams`, a `kube::api::Patch`), calls a status write, or publishes an Event itself. Test code
-//! (`#[cfg(test)]` modules) is left out: tests may write fixtures directly.
+//! (`#[cfg(test)]` modules) is left out: tests may write fixtures directly. Nor does any call an
+//! apply verb (the public functions of `src/apply/mod.rs`) but the leader Lease and Events:
+//! writes are planned (`model::plan`) and carried out by the runner (`apply::Target::run`).
 //!
 //! The layout docs (docs/development.md "Where things are", README.md "Repository layout") name
 //! only paths that exist, and every source file of `src/` is under a path one of them names.
@@ -114,6 +116,104 @@ fn the_check_sees_a_direct_write_and_skips_test_modules() {
     let found = direct_writes(dir.path());
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].starts_with("src/rogue.rs:3:"), "{found:?}");
+}
+
+/// The apply verbs: the public functions of `src/apply/mod.rs`.
+fn apply_verbs(root: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(root.join("src/apply/mod.rs")).expect("read apply");
+    code_lines(&text)
+        .into_iter()
+        .filter_map(|(_, line)| {
+            let rest = line
+                .strip_prefix("pub async fn ")
+                .or(line.strip_prefix("pub fn "))?;
+            Some(rest.split(['<', '(']).next()?.to_string())
+        })
+        .collect()
+}
+
+/// Who may call an apply verb outside the runner: the leader Lease and Events.
+const VERB_CALLERS: [(&str, &str); 3] = [
+    ("src/leader.rs", "create"),
+    ("src/leader.rs", "replace"),
+    ("src/context.rs", "event"),
+];
+
+/// Calls of an apply verb outside `src/apply/` (`apply::verb(`, or a verb imported from
+/// `crate::apply`), but for [`VERB_CALLERS`].
+fn verb_calls(root: &Path) -> Vec<String> {
+    let verbs = apply_verbs(root);
+    let mut files = Vec::new();
+    sources(&root.join("src"), &mut files);
+    let writer = root.join("src").join("apply");
+    let mut found = Vec::new();
+    for file in files.iter().filter(|f| !f.starts_with(&writer)) {
+        let name = file
+            .strip_prefix(root)
+            .unwrap_or(file)
+            .display()
+            .to_string();
+        let text = std::fs::read_to_string(file).expect("read");
+        let mut importing = false;
+        for (number, line) in code_lines(&text) {
+            importing |= line.contains("use crate::apply::");
+            let words: Vec<&str> = line
+                .split(|c: char| !c.is_alphanumeric() && c != '_')
+                .collect();
+            for verb in &verbs {
+                let called = line.contains(&format!("apply::{verb}("))
+                    || (importing && words.contains(&verb.as_str()));
+                if called && !VERB_CALLERS.contains(&(name.as_str(), verb.as_str())) {
+                    found.push(format!("{name}:{number}: {}", line.trim()));
+                }
+            }
+            importing &= !line.contains(';');
+        }
+    }
+    found
+}
+
+#[test]
+fn no_apply_verb_is_called_outside_the_runner() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    assert!(
+        apply_verbs(root).contains(&"create_or_get".to_string()),
+        "{:?}",
+        apply_verbs(root)
+    );
+    let found = verb_calls(root);
+    assert!(
+        found.is_empty(),
+        "apply verbs called outside the runner (plan the writes: model::plan, apply::Target::run):\n{}",
+        found.join("\n")
+    );
+}
+
+/// The verb check sees a call and an import of a verb, and lets the Lease's through.
+#[test]
+fn the_verb_check_sees_calls_and_imports() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("apply")).expect("mkdir");
+    std::fs::write(
+        src.join("apply").join("mod.rs"),
+        "pub async fn merge_patch<K>(api: &Api<K>) {}\npub async fn create<K>() {}\n",
+    )
+    .expect("write");
+    std::fs::write(
+        src.join("rogue.rs"),
+        "use crate::apply::{\n    Target, merge_patch,\n};\nfn f() {\n    crate::apply::merge_patch(&api);\n}\n",
+    )
+    .expect("write");
+    std::fs::write(
+        src.join("leader.rs"),
+        "fn f() {\n    apply::create(&api, &lease);\n}\n",
+    )
+    .expect("write");
+    let found = verb_calls(dir.path());
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(found[0].starts_with("src/rogue.rs:2:"), "{found:?}");
+    assert!(found[1].starts_with("src/rogue.rs:5:"), "{found:?}");
 }
 
 /// The `src/...` paths named in backticks in `text` (a folder ends with `/`).

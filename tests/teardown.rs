@@ -13,12 +13,15 @@ use caapf::hooks::handlers;
 use caapf::hooks::types::{Hook, Response, ResponseBody, ResponseStatus};
 use caapf::names;
 use common::{Harness, eventually, has_finalizer};
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Secret, Service};
+use k8s_openapi::api::core::v1::{
+    Namespace, PersistentVolume, PersistentVolumeClaim, Secret, Service,
+};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube_sandbox::{Sandbox, SandboxOptions};
+use kube_sandbox::{FaultConfig, FaultRule, FaultTarget, Sandbox, SandboxOptions};
 use serde_json::{Value, json};
 
 const NS: &str = "clusters";
@@ -225,6 +228,31 @@ async fn workload_cluster(h: &Harness) -> Sandbox {
             .await
             .expect("pvc");
     }
+    for volume in objects["volumes"].as_array().expect("volumes") {
+        let volume: PersistentVolume =
+            serde_json::from_value(creatable(volume.clone())).expect("pv");
+        let api = Api::<PersistentVolume>::all(client.clone());
+        api.create(&PostParams::default(), &volume)
+            .await
+            .expect("pv");
+        // The volume controller's phase.
+        let status = json!({"status": volume.status});
+        api.patch_status(
+            volume.metadata.name.as_deref().unwrap_or_default(),
+            &PatchParams::default(),
+            &Patch::Merge(status),
+        )
+        .await
+        .expect("pv status");
+    }
+    for attachment in objects["attachments"].as_array().expect("attachments") {
+        let attachment: VolumeAttachment =
+            serde_json::from_value(creatable(attachment.clone())).expect("va");
+        Api::<VolumeAttachment>::all(client.clone())
+            .create(&PostParams::default(), &attachment)
+            .await
+            .expect("va");
+    }
     let secret: Secret = serde_json::from_value(json!({
         "metadata": {"name": "c1-kubeconfig", "namespace": NS,
                      "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
@@ -268,7 +296,39 @@ async fn release_downstream(workload: &Sandbox) {
             &Patch::Merge(json!({"metadata": {"finalizers": null}})),
         )
         .await
-        .expect("volume released");
+        .expect("claim released");
+}
+
+/// Plays the CSI attacher and provisioner: the volume detached, then the cloud disk deleted
+/// and the PersistentVolume with it (its finalizers removed).
+async fn release_volume(workload: &Sandbox) {
+    let client = workload.client();
+    let attachments: Api<VolumeAttachment> = Api::all(client.clone());
+    attachments
+        .delete("csi-3f1e0c5b7a9d", &DeleteParams::default())
+        .await
+        .expect("detach");
+    attachments
+        .patch(
+            "csi-3f1e0c5b7a9d",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("detached");
+    let volumes: Api<PersistentVolume> = Api::all(client);
+    volumes
+        .delete("pvc-0b7f", &DeleteParams::default())
+        .await
+        .expect("volume");
+    volumes
+        .patch(
+            "pvc-0b7f",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("cloud disk deleted");
 }
 
 /// Plays Cluster API: `kubectl delete cluster c1` (Cluster API's finalizer holds it).
@@ -440,7 +500,7 @@ async fn workloads_are_removed_before_the_infrastructure_and_the_deletion_waits_
     let downstream = call(&h, &request(&h, "v1beta2", None).await).await;
     assert_hold(
         &downstream,
-        "Fleet removed 2 BundleDeployments; waiting for the workload cluster to delete PersistentVolumeClaim db/data-postgres-0, Service ingress-nginx/ingress-nginx-controller (LoadBalancer)",
+        "Fleet removed 2 BundleDeployments; waiting for the workload cluster to delete PersistentVolume pvc-0b7f (claim db/data-postgres-0, Released), PersistentVolumeClaim db/data-postgres-0, Service ingress-nginx/ingress-nginx-controller (LoadBalancer), VolumeAttachment csi-3f1e0c5b7a9d (PersistentVolume pvc-0b7f on node prod-eu-1-md-0-x7k2p)",
     );
     let fleet = h.fleet_cluster(NS, "c1").await.expect("Fleet Cluster kept");
     assert!(
@@ -472,12 +532,18 @@ async fn workloads_are_removed_before_the_infrastructure_and_the_deletion_waits_
         "nothing changed, nothing written: {hook_writes:?}"
     );
 
-    // The agent uninstalls the release; the cloud releases the load balancer and the volume.
+    // The agent uninstalls the release; the cloud releases the load balancer; the claim goes
+    // but its volume is still being detached and deleted: the deletion still waits.
     release_downstream(&workload).await;
+    assert_hold(
+        &call(&h, &request(&h, "v1beta2", None).await).await,
+        "waiting for the workload cluster to delete PersistentVolume pvc-0b7f (claim db/data-postgres-0, Released), VolumeAttachment csi-3f1e0c5b7a9d",
+    );
+    release_volume(&workload).await;
     let done = call(&h, &request(&h, "v1beta2", None).await).await;
     assert_proceed(
         &done,
-        "Fleet removed 2 BundleDeployments of Fleet Cluster clusters/c1, and the workload cluster has no LoadBalancer Service or PersistentVolumeClaim left",
+        "Fleet removed 2 BundleDeployments of Fleet Cluster clusters/c1, and the workload cluster has no LoadBalancer Service, PersistentVolumeClaim or PersistentVolume left",
     );
     let removed = condition(&h).await.expect("condition");
     assert_eq!(removed["status"], "True");
@@ -564,6 +630,40 @@ async fn an_unreachable_workload_cluster_gets_a_settle_period_after_the_last_bun
         "the workload cluster could not be checked (no kubeconfig Secret clusters/c1-kubeconfig), so its agent was given 2m after the last BundleDeployment went",
     );
     assert_eq!(condition(&h).await.expect("condition")["status"], "True");
+    h.stop().await;
+}
+
+/// A reachable workload cluster whose API server answers each list in 1.5 s (a large or distant
+/// cluster) is still checked: the four lists of the check run side by side within its 5 s, so
+/// the deletion waits for its load balancer and volumes instead of taking the cluster for
+/// unreachable (whose settle period lets the deletion go while they exist).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_workload_cluster_is_still_checked() {
+    let mut h = imported(
+        "cluster: {setOwnerReferences: true}\nruntimeExtension: {beforeClusterDelete: {removeWorkloads: true}}",
+        json!({}),
+    )
+    .await;
+    register(&h).await;
+    deploy(&h, &["fleet-agent-c1", "apps-ingress"]).await;
+    let workload = workload_cluster(&h).await;
+    delete(&h).await;
+    call(&h, &request(&h, "v1beta2", None).await).await;
+    wait_drained(&h).await;
+    fleet_removes(&h, "apps-ingress").await;
+    workload.set_faults(FaultConfig {
+        rules: vec![FaultRule {
+            target: FaultTarget::Reads,
+            verbs: Some(vec!["LIST".into()]),
+            latency_ms: Some(1500),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    assert_hold(
+        &call(&h, &request(&h, "v1beta2", None).await).await,
+        "waiting for the workload cluster to delete PersistentVolume pvc-0b7f",
+    );
     h.stop().await;
 }
 

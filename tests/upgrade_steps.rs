@@ -186,7 +186,9 @@ impl Upgrade {
                 (!response
                     .message
                     .contains("waiting for the Fleet Cluster to show")
-                    && !response.message.contains("giving Fleet"))
+                    && !response.message.contains("giving Fleet")
+                    // Right after a restart, before the caches have read the configuration.
+                    && !response.message.contains("waiting for the FleetAddonConfig to be read"))
                 .then_some(response)
             },
         )
@@ -503,7 +505,9 @@ async fn a_chained_upgrade_is_shown_to_fleet_and_gated_step_by_step() {
     assert_released(
         &up.call_until_fleet_shows(Hook::AfterClusterUpgrade, acu)
             .await,
-        "are ready for AfterClusterUpgrade",
+        // Not gated: a held AfterClusterUpgrade makes Cluster API v1.12 refuse version changes
+        // (`internal/webhooks/cluster.go` `validateTopologyVersionUpdate`).
+        "AfterClusterUpgrade is not gated",
     );
     // AfterClusterUpgrade's step record (no step in progress) reaches templateValues through the
     // import controller; the hook's answer does not wait for it: the labels it checks are the
@@ -563,7 +567,9 @@ async fn a_single_step_of_cluster_api_v1_11_is_shown_without_a_gate() {
 }
 
 /// docs/lifecycle.md, "Add-ons through an upgrade": its YAML applies, and its Bundle gives the
-/// chart the guide says at every step of the chained upgrade, with the labels the provider shows
+/// chart the guide says at every step of the chained upgrade, never a CCM newer than the API
+/// server (Kubernetes' version skew policy, kubernetes/website
+/// `content/en/releases/version-skew-policy.md`), with the labels the provider shows
 /// (`caapf::model::upgrade_steps`) and Fleet's rule: the first target whose selector matches
 /// (rancher/fleet v0.12–v0.16 `internal/cmd/controller/target/matcher/bundlematch.go`).
 #[tokio::test]
@@ -598,21 +604,38 @@ async fn the_upgrade_guide_applies_and_its_bundle_follows_the_minor() {
         .iter()
         .find(|d| d["kind"] == "Bundle")
         .expect("the Bundle");
-    let chart_for = |labels: &BTreeMap<String, String>| -> String {
+    assert!(
+        text.contains("targetCustomizationMode: FirstMatch"),
+        "the guide states the mode it assumes"
+    );
+    let matching = |labels: &BTreeMap<String, String>| -> Vec<String> {
         bundle["spec"]["targets"]
             .as_array()
             .expect("targets")
             .iter()
-            .find(|target| {
+            .filter(|target| {
                 let selector: LabelSelector =
                     serde_json::from_value(target["clusterSelector"].clone()).expect("selector");
                 Selector::try_from(selector)
                     .expect("selector")
                     .matches(labels)
             })
-            .and_then(|target| target["helm"]["version"].as_str())
-            .unwrap_or_else(|| bundle["spec"]["helm"]["version"].as_str().expect("version"))
-            .to_string()
+            .filter_map(|target| target["helm"]["version"].as_str().map(str::to_string))
+            .collect()
+    };
+    let default = bundle["spec"]["helm"]["version"].as_str().expect("version");
+    // FirstMatch (Fleet's default) takes the first matching entry; Fleet 0.16's AllMatches
+    // merges every match in order, so the last wins (rancher/fleet v0.16.1
+    // `internal/cmd/controller/target/builder.go`): the guide's entries give the same chart.
+    let chart_for = |labels: &BTreeMap<String, String>| -> String {
+        let found = matching(labels);
+        let first = found.first().map_or(default, String::as_str).to_string();
+        assert_eq!(
+            found.last().map_or(default, String::as_str),
+            first,
+            "AllMatches: {labels:?}"
+        );
+        first
     };
     let steps =
         |from: Option<&str>, to: Option<&str>, version: Option<&str>, cp: &[&str], w: &[&str]| {
@@ -636,7 +659,7 @@ async fn the_upgrade_guide_applies_and_its_bundle_follows_the_minor() {
                 &["v1.33.5", "v1.34.2", "v1.35.0"],
                 &["v1.35.0"],
             ),
-            "1.33.1",
+            "1.32.3",
         ),
         (
             BeforeControlPlaneUpgrade,
@@ -647,7 +670,7 @@ async fn the_upgrade_guide_applies_and_its_bundle_follows_the_minor() {
                 &["v1.33.5", "v1.34.2", "v1.35.0"],
                 &["v1.35.0"],
             ),
-            "1.33.1",
+            "1.32.3",
         ),
         (
             AfterControlPlaneUpgrade,
@@ -658,7 +681,7 @@ async fn the_upgrade_guide_applies_and_its_bundle_follows_the_minor() {
                 &["v1.34.2", "v1.35.0"],
                 &["v1.35.0"],
             ),
-            "1.34.0",
+            "1.33.1",
         ),
         (
             BeforeControlPlaneUpgrade,
@@ -669,12 +692,12 @@ async fn the_upgrade_guide_applies_and_its_bundle_follows_the_minor() {
                 &["v1.34.2", "v1.35.0"],
                 &["v1.35.0"],
             ),
-            "1.34.0",
+            "1.33.1",
         ),
         (
             AfterControlPlaneUpgrade,
             steps(None, None, Some("v1.34.2"), &["v1.35.0"], &["v1.35.0"]),
-            "1.35.2",
+            "1.34.0",
         ),
         (
             BeforeControlPlaneUpgrade,
@@ -685,7 +708,7 @@ async fn the_upgrade_guide_applies_and_its_bundle_follows_the_minor() {
                 &["v1.35.0"],
                 &["v1.35.0"],
             ),
-            "1.35.2",
+            "1.34.0",
         ),
         (
             AfterControlPlaneUpgrade,
@@ -727,6 +750,120 @@ async fn the_upgrade_guide_applies_and_its_bundle_follows_the_minor() {
         .expect("step");
         of_step(&step).put_labels(&mut labels);
         assert_eq!(chart_for(&labels), chart, "{hook:?} {labels:?}");
+        // Kubernetes' skew policy: the CCM never runs a minor newer than the API server.
+        let control_plane = &labels[names::CONTROL_PLANE_MINOR_LABEL];
+        assert!(
+            chart.starts_with(&format!("{control_plane}.")),
+            "{hook:?}: CCM {chart} on a {control_plane} control plane"
+        );
         previous = Some(step);
     }
+}
+
+/// `beforeClusterUpgrade.waitForBundlesReady` (the older gate, BeforeClusterUpgrade only, the
+/// bundles as they are) follows the step gates' rules: `wait-for-bundles: "false"` turns it off
+/// (it used to turn it on), and the timeout releases it with a Warning Event.
+#[tokio::test]
+async fn the_older_gate_can_be_turned_off_and_times_out() {
+    let mut up = Upgrade::start(
+        "cluster: {setOwnerReferences: true, patchResource: true}\nruntimeExtension: {beforeClusterUpgrade: {waitForBundlesReady: true}}",
+    )
+    .await;
+    up.play_bundle("cni", "s-cni:options", false).await;
+    up.play_upgrade_started("v1.33.1").await;
+    let bcu = json!({"fromKubernetesVersion": "v1.32.4", "toKubernetesVersion": "v1.33.1"});
+    assert_held(
+        &up.call(Hook::BeforeClusterUpgrade, bcu.clone()).await,
+        "holding the upgrade to v1.33.1 until the Fleet bundles of Fleet Cluster team-a/c1 are ready: fleet-default/cni (WaitApplied)",
+    );
+    let annotate =
+        |key: &'static str, value: Value| json!({"metadata": {"annotations": {key: value}}});
+    up.h.merge_cluster(
+        NS,
+        "c1",
+        annotate(names::WAIT_FOR_BUNDLES_ANNOTATION, json!("false")),
+    )
+    .await;
+    assert_released(
+        &up.call(Hook::BeforeClusterUpgrade, bcu.clone()).await,
+        "not waiting for its bundles",
+    );
+    up.h.merge_cluster(
+        NS,
+        "c1",
+        annotate(names::WAIT_FOR_BUNDLES_ANNOTATION, Value::Null),
+    )
+    .await;
+    assert_held(
+        &up.call(Hook::BeforeClusterUpgrade, bcu.clone()).await,
+        "fleet-default/cni (WaitApplied)",
+    );
+    up.h.merge_cluster(
+        NS,
+        "c1",
+        annotate(names::UPGRADE_GATE_TIMEOUT_ANNOTATION, json!("1s")),
+    )
+    .await;
+    let released = eventually("the older gate times out", || async {
+        let response = up.call(Hook::BeforeClusterUpgrade, bcu.clone()).await;
+        response.message.contains("timed out").then_some(response)
+    })
+    .await;
+    assert_released(&released, "timed out after 1s");
+    eventually("a Warning Event says so", || async {
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(up.h.client.clone());
+        events
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("UpgradeGateReleased"))
+            .then_some(())
+    })
+    .await;
+    up.h.stop().await;
+}
+
+/// A Cluster the provider does not import (here outside `spec.cluster.selector`) is answered at
+/// once even with both gates on: its Fleet Cluster (another importer's) never gets the labels.
+#[tokio::test]
+async fn clusters_not_imported_are_not_gated() {
+    let mut h = Harness::new().await;
+    h.config("cluster: {patchResource: true, selector: {matchLabels: {fleet: enabled}}}\nruntimeExtension: {beforeClusterUpgrade: {waitForBundlesReady: true}, upgradeSteps: {waitForBundlesReady: true}}").await;
+    h.start().await;
+    h.namespace(NS, json!({})).await;
+    let api: Api<DynamicObject> = Api::namespaced_with(h.client.clone(), NS, &capi_cluster());
+    let cluster: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": "c1", "namespace": NS},
+        "spec": {"topology": {"classRef": {"name": "quick-start"}, "version": "v1.33.1",
+                 "controlPlane": {"replicas": 1}}},
+    }))
+    .expect("cluster");
+    api.create(&PostParams::default(), &cluster)
+        .await
+        .expect("create cluster");
+    let fleet: fleet_api_rs::fleet_cluster::Cluster = serde_json::from_value(json!({
+        "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "c1", "namespace": NS}, "spec": {"kubeConfigSecret": "c1-kubeconfig"},
+    }))
+    .expect("Fleet Cluster");
+    Api::namespaced(h.client.clone(), NS)
+        .create(&PostParams::default(), &fleet)
+        .await
+        .expect("another importer's Fleet Cluster");
+    let up = Upgrade { h };
+    let bcu = json!({"fromKubernetesVersion": "v1.33.1", "toKubernetesVersion": "v1.34.0"});
+    assert_released(
+        &up.call(Hook::BeforeClusterUpgrade, bcu).await,
+        "not waiting for Fleet",
+    );
+    let acpu = json!({"kubernetesVersion": "v1.34.0"});
+    assert_released(
+        &up.call(Hook::AfterControlPlaneUpgrade, acpu).await,
+        "not waiting for Fleet",
+    );
+    let mut h = up.h;
+    h.stop().await;
 }

@@ -76,7 +76,8 @@ impl CachedFleetCluster {
         let mut rest = std::mem::take(&mut fleet.metadata);
         // What the import reads of every cached Fleet Cluster without decoding it: the owner a
         // change maps to, the resourceVersion that tells our own write's echo, the
-        // registration annotation the import decision reads.
+        // registration annotation and the finalizers (Turtles' `fleet-integration`) the import
+        // decision reads.
         let typed = ObjectMeta {
             name: rest.name.take(),
             namespace: rest.namespace.take(),
@@ -86,6 +87,7 @@ impl CachedFleetCluster {
             owner_references: rest.owner_references.take(),
             annotations: rest.annotations.take(),
             deletion_timestamp: rest.deletion_timestamp.take(),
+            finalizers: rest.finalizers.take(),
             ..ObjectMeta::default()
         };
         let mut body = match serde_json::to_value(&fleet) {
@@ -270,6 +272,7 @@ mod tests {
             kept,
             [
                 "annotations",
+                "finalizers",
                 "generation",
                 "name",
                 "namespace",

@@ -85,10 +85,10 @@ pub struct RuntimeExtensionConfig {
     /// of new clusters at the installed Fleet version: `https://…` or `oci://…` (plain
     /// `http://` only for loopback addresses). Default: `spec.install.repository` when Fleet is
     /// installed by this provider, else `https://rancher.github.io/fleet-helm-charts/`. Set it
-    /// to a mirror on air-gapped sites that install Fleet themselves. Added by this provider.
-    #[schemars(regex(
-        pattern = r"^(https://[^\s]+|oci://[^\s]+|http://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]+)?(/[^\s]*)?)$"
-    ))]
+    /// to a mirror on air-gapped sites that install Fleet themselves. Plain `http://` elsewhere
+    /// needs `agentChartTLSConfig.insecurePlainHTTP`; no user information (credentials come
+    /// from `agentChartCredentials`). Added by this provider.
+    #[schemars(regex(pattern = r"^(https|oci|http)://[^\s]+$"))]
     pub agent_chart_repository: Option<String>,
 
     /// Credentials for the registry of the `fleet-agent` chart (an `oci://` repository), as
@@ -103,10 +103,12 @@ pub struct RuntimeExtensionConfig {
     pub agent_chart_tls_config: Option<ChartTlsConfig>,
 }
 
-/// Credentials for an OCI registry, as cluster-api-addon-provider-helm's `HelmChartProxy`
-/// `credentials`: a Secret holding a registry configuration (the `config.json` that
-/// `helm registry login` and `docker login` write: `{"auths": {"<host>[:<port>]": {"auth":
-/// "<base64 of user:password>"}}}`). Used for `oci://` repositories only.
+/// Credentials of a chart repository, as cluster-api-addon-provider-helm's `HelmChartProxy`
+/// `credentials`: for an `oci://` registry, a Secret holding a registry configuration (the
+/// `config.json` that `helm registry login` and `docker login` write: `{"auths":
+/// {"<host>[:<port>]": {"auth": "<base64 of user:password>"}}}`); for an `https://` chart
+/// repository, a `kubernetes.io/basic-auth` Secret (keys `username` and `password`, as Fleet's
+/// `helmSecretName`).
 #[skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -116,8 +118,9 @@ pub struct RegistryCredentials {
     #[schemars(transform = secret_reference_grammar)]
     pub secret: Option<SecretReference>,
 
-    /// The key of the Secret holding the registry configuration. Default: `config.json`
-    /// (a Secret of type `kubernetes.io/dockerconfigjson` has it under `.dockerconfigjson`).
+    /// The key of the Secret holding the registry configuration (`oci://` only). Default:
+    /// `config.json` (a Secret of type `kubernetes.io/dockerconfigjson` has it under
+    /// `.dockerconfigjson`).
     #[schemars(length(min = 1, max = 253), regex(pattern = r"^[-._a-zA-Z0-9]+$"))]
     pub key: Option<String>,
 }
@@ -137,6 +140,12 @@ pub struct ChartTlsConfig {
     /// Default: false.
     #[serde(rename = "insecureSkipTLSVerify")]
     pub insecure_skip_tls_verify: Option<bool>,
+
+    /// Reach the repository over plain HTTP on any host (helm `--plain-http` for an `oci://`
+    /// registry; an `http://` repository anywhere), e.g. a registry inside the cluster. Never
+    /// inferred. Default: false (plain HTTP only on 127.0.0.1, localhost and [::1]).
+    #[serde(rename = "insecurePlainHTTP")]
+    pub insecure_plain_http: Option<bool>,
 }
 
 /// BeforeClusterUpgrade settings.
@@ -168,6 +177,12 @@ pub struct UpgradeStepsConfig {
     /// the bundles' states are believed (Fleet reports no observed generation). A Go duration.
     /// Default: `10s`.
     pub settle: Option<String>,
+    /// The bundles a gate waits for: those whose BundleDeployments carry these labels (Fleet
+    /// copies a Bundle's labels to its BundleDeployments; in `fleet.yaml`, `labels`). Default:
+    /// every bundle that targets the Cluster. A Cluster overrides it with the annotation
+    /// `fleet.addons.cluster.x-k8s.io/upgrade-gate-bundles` (`key=value,key2=value2`).
+    #[schemars(transform = label_selector_grammar)]
+    pub bundle_selector: Option<LabelSelector>,
 }
 
 /// BeforeClusterDelete settings.
@@ -328,6 +343,47 @@ pub struct ClusterConfig {
     /// provider.
     #[schemars(transform = label_selector_grammar)]
     pub self_managed_selector: Option<LabelSelector>,
+
+    /// Topology variables copied to the Fleet Cluster as labels
+    /// `variable.fleet.addons.cluster.x-k8s.io/<name>` (values that are valid label values;
+    /// a Warning Event names the others). Added by this provider.
+    pub variable_labels: Option<Vec<String>>,
+
+    /// Rollout waves (docs/rollout.md): every Fleet Cluster gets label
+    /// `rollout-wave.fleet.addons.cluster.x-k8s.io`, and `rollout-hold.fleet.addons.cluster.x-k8s.io`
+    /// while held. Added by this provider.
+    pub rollout: Option<RolloutConfig>,
+}
+
+/// `spec.cluster.rollout`.
+#[skip_serializing_none]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutConfig {
+    /// Topology variable naming a Cluster's wave (the ClusterClass's schema default is the
+    /// class's default wave). The Cluster annotation `fleet.addons.cluster.x-k8s.io/rollout-wave`
+    /// wins over it.
+    pub wave_variable: Option<String>,
+    /// Wave names, in rollout order (label values).
+    pub waves: Option<Vec<String>>,
+    /// Wave of Clusters naming none. Default: the last wave.
+    pub default_wave: Option<String>,
+    /// How long later waves wait after an earlier wave's clusters are all ready again (Go
+    /// duration). Default: no soak.
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    pub soak: Option<String>,
+    /// When later waves are held besides.
+    pub hold: Option<RolloutHoldConfig>,
+}
+
+/// `spec.cluster.rollout.hold`.
+#[skip_serializing_none]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutHoldConfig {
+    /// Clusters of an earlier wave with a failing bundle that hold the later waves. Default 1
+    /// (`0` or less counts as 1).
+    pub failing_clusters: Option<i32>,
 }
 
 /// The Fleet agent settings of one layer: an entry of `spec.cluster.agentOverrides`, or the
@@ -470,16 +526,16 @@ pub struct FleetInstall {
 
     /// Chart repository URL: `https://…` or `oci://…` (plain `http://` only for loopback
     /// addresses, for local testing; an `oci://` registry on a loopback address is used over
-    /// plain HTTP unless `tlsConfig` is set). Default:
+    /// plain HTTP unless `tlsConfig` is set; `tlsConfig.insecurePlainHTTP` allows plain HTTP on
+    /// any host); no user information (credentials come from `credentials`). Default:
     /// `https://rancher.github.io/fleet-helm-charts/`.
     /// Added by this provider.
-    #[schemars(regex(
-        pattern = r"^(https://[^\s]+|oci://[^\s]+|http://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]+)?(/[^\s]*)?)$"
-    ))]
+    #[schemars(regex(pattern = r"^(https|oci|http)://[^\s]+$"))]
     pub repository: Option<String>,
 
-    /// Credentials for an `oci://` repository: a Secret holding a registry `config.json`
-    /// (cluster-api-addon-provider-helm's `credentials`). Added by this provider.
+    /// Credentials of the repository: for `oci://`, a Secret holding a registry `config.json`
+    /// (cluster-api-addon-provider-helm's `credentials`); for `https://`, a
+    /// `kubernetes.io/basic-auth` Secret. Added by this provider.
     pub credentials: Option<RegistryCredentials>,
 
     /// TLS settings of the repository: a CA from a Secret, or no verification
@@ -517,6 +573,44 @@ pub struct FleetAddonConfigStatus {
 
     /// Cluster import counts, updated at a bounded rate.
     pub clusters: Option<ClusterCounts>,
+
+    /// Rollout waves: per wave the clusters, held and ready, and the bundles rolling out; the
+    /// soaks under way. Added by this provider.
+    pub rollout: Option<RolloutStatus>,
+}
+
+/// `status.rollout`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStatus {
+    #[serde(default)]
+    pub waves: Vec<WaveStatus>,
+    /// Soaks under way, per ClusterClass (`namespace/name`) and wave: kept across restarts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub soaks: Vec<SoakStatus>,
+}
+
+/// One wave in `status.rollout.waves`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaveStatus {
+    pub name: String,
+    pub clusters: i64,
+    pub held: i64,
+    pub ready: i64,
+    /// Bundles not ready on clusters of the wave (at most 10).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rolling: Vec<String>,
+}
+
+/// One soak in `status.rollout.soaks`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SoakStatus {
+    pub class: String,
+    pub wave: String,
+    /// RFC 3339.
+    pub until: String,
 }
 
 /// Counts of CAPI Clusters by import state.

@@ -2,9 +2,10 @@
 //! election; status subresources and Events included) goes through this module, and no other
 //! module names the write parameters of `kube` (`tests/structure.rs` checks it). The model's
 //! plans ([`crate::model::plan`]) are carried out by the one runner ([`runner::Target::run`]),
-//! which records what each write left for the caches to show ([`expectations`]); the writers
-//! not yet planned call the verbs below. Each answers the races the API server has once, here:
-//! "create, adopt on 409", "delete, 404 is fine", "retry on a stale resourceVersion". Errors are
+//! which records what each write left for the caches to show ([`expectations`]), with the verbs
+//! below (only the Lease and Events call them from outside). Each answers the races the API
+//! server has once, here: "create, adopt on 409", "delete, 404 is fine", "retry on a stale
+//! resourceVersion". Errors are
 //! [`crate::Error`]; callers turn them into their own answer (a reconcile error, a hook's
 //! "retry") in one place each.
 
@@ -21,70 +22,13 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::model::plan::{ObjectId, Write, finalizer_patch};
+use crate::model::plan::finalizer_patch;
 use crate::{Error, Result};
 
 pub use runner::Target;
 
-/// What a write did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    Unchanged,
-    Created,
-    Updated,
-}
-
-/// What a write did, and the resourceVersion it left (`None` when nothing was written).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Written {
-    pub outcome: Outcome,
-    pub resource_version: Option<String>,
-}
-
-impl Written {
-    const UNCHANGED: Written = Written {
-        outcome: Outcome::Unchanged,
-        resource_version: None,
-    };
-
-    fn of<K: Resource>(outcome: Outcome, object: &K) -> Self {
-        Written {
-            outcome,
-            resource_version: object.meta().resource_version.clone(),
-        }
-    }
-}
-
-/// Server-side applies `desired` (forced: Fleet's controllers co-own some fields of these
-/// objects) unless it would not change `live` ([`Write::apply_if_changed`]).
-pub async fn apply_if_changed<K>(
-    api: &Api<K>,
-    desired: &K,
-    live: Option<&K>,
-    manager: &'static str,
-) -> Result<Written>
-where
-    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
-{
-    let id = ObjectId::observed(desired);
-    let Some(Write::Apply { body, .. }) =
-        Write::apply_if_changed(id, desired, live, manager, None)?
-    else {
-        return Ok(Written::UNCHANGED);
-    };
-    let name = desired.meta().name.as_deref().unwrap_or_default();
-    let applied = apply_json(api, name, &body, manager).await?;
-    let outcome = if live.is_some() {
-        Outcome::Updated
-    } else {
-        Outcome::Created
-    };
-    Ok(Written::of(outcome, &applied))
-}
-
-/// Server-side applies `body` (forced) to `name`, without a comparison: for writers that
-/// decided from the live object themselves.
-pub async fn apply_json<K>(api: &Api<K>, name: &str, body: &Value, manager: &str) -> Result<K>
+/// Server-side applies `body` (forced) to `name` ([`Write::Apply`]).
+async fn apply_json<K>(api: &Api<K>, name: &str, body: &Value, manager: &str) -> Result<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
@@ -99,7 +43,7 @@ where
 
 /// Server-side applies `body` (forced) to the status subresource of `name`: the fields
 /// `manager` owns there and nothing else.
-pub async fn apply_status<K>(api: &Api<K>, name: &str, body: &Value, manager: &str) -> Result<K>
+async fn apply_status<K>(api: &Api<K>, name: &str, body: &Value, manager: &str) -> Result<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
@@ -152,18 +96,16 @@ pub async fn event(
     }
 }
 
-/// Creates `desired` when `live` is absent; never updates (CAAPF's `patchResource: false`).
-pub async fn create_if_missing<K>(api: &Api<K>, desired: &K, live: Option<&K>) -> Result<Written>
+/// Creates `desired` unless it exists; never updates (CAAPF's `patchResource: false`). Returns
+/// the resourceVersion it left (`None`: it existed).
+async fn create_if_missing<K>(api: &Api<K>, desired: &K) -> Result<Option<String>>
 where
     K: Resource + Serialize + DeserializeOwned + Clone + Debug,
 {
-    if live.is_some() {
-        return Ok(Written::UNCHANGED);
-    }
     match api.create(&PostParams::default(), desired).await {
-        Ok(created) => Ok(Written::of(Outcome::Created, &created)),
+        Ok(created) => Ok(created.meta().resource_version.clone()),
         // Our cache was behind: it exists, which is all create-only wants.
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(Written::UNCHANGED),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(None),
         Err(err) => Err(err.into()),
     }
 }
@@ -220,7 +162,7 @@ where
 
 /// Merge-patches `patch` into `name` with field manager `manager` (no resourceVersion guard:
 /// for fields only this writer sets).
-pub async fn merge_patch<K>(api: &Api<K>, name: &str, patch: &Value, manager: &str) -> Result<K>
+async fn merge_patch<K>(api: &Api<K>, name: &str, patch: &Value, manager: &str) -> Result<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
@@ -238,7 +180,7 @@ const CONFLICT_ATTEMPTS: usize = 3;
 /// patch (`None`: nothing to change) and applies it guarded by the resourceVersion read, so a
 /// concurrent writer is never overwritten: on a conflict it reads again and retries. Returns
 /// the object as patched (`None`: nothing written).
-pub async fn merge_patch_guarded<K>(
+async fn merge_patch_guarded<K>(
     api: &Api<K>,
     name: &str,
     manager: &str,
@@ -270,7 +212,7 @@ where
 }
 
 /// Deletes `name` (background propagation); `false` when it was already gone.
-pub async fn delete_if_exists<K>(api: &Api<K>, name: &str) -> Result<bool>
+async fn delete_if_exists<K>(api: &Api<K>, name: &str) -> Result<bool>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
@@ -281,18 +223,11 @@ where
     }
 }
 
-/// Removes our finalizer (a no-op when it is not there), guarded by the object's
-/// resourceVersion ([`finalizer_patch`]). The object given may be behind our own last write: when
-/// the guard fails, the object is read again and the patch retried, a few times. A vanished
-/// object needs no patch. Returns the resourceVersion the patch left (`None`: nothing patched).
-pub async fn remove_finalizer<K>(api: &Api<K>, object: &K) -> Result<Option<String>>
-where
-    K: Resource + Clone + DeserializeOwned + Debug,
-{
-    finalizer(api, object, false).await
-}
-
-/// Adds (`add`) or removes our finalizer as [`remove_finalizer`] says.
+/// Adds (`add`) or removes our finalizer (a no-op when there is nothing to change), guarded by
+/// the object's resourceVersion ([`finalizer_patch`]). The object given may be behind our own
+/// last write: when the guard fails, the object is read again and the patch retried, a few
+/// times. A vanished object needs no patch. Returns the resourceVersion the patch left (`None`:
+/// nothing patched).
 async fn finalizer<K>(api: &Api<K>, object: &K, add: bool) -> Result<Option<String>>
 where
     K: Resource + Clone + DeserializeOwned + Debug,

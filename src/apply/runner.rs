@@ -16,6 +16,7 @@ use crate::apply::{
     CreateOrGet, apply_json, apply_status, create_if_missing, create_or_get, delete_if_exists,
     event, finalizer, merge_patch, merge_patch_guarded,
 };
+use crate::model::hook_plan::{HookOutcome, api_retry};
 use crate::model::plan::{Next, ObjectId, Plan, Write};
 use crate::{Error, Result};
 
@@ -48,6 +49,22 @@ impl Target<'_> {
         Ok(plan.then)
     }
 
+    /// [`Self::run`] for a hook: an error is its answer, a retry naming the write that failed
+    /// ([`api_retry`]).
+    pub async fn answer(&self, plan: Plan) -> std::result::Result<Next, HookOutcome> {
+        for write in plan.writes {
+            let named = write.describe().map(|(what, object)| {
+                let namespace = object.namespace.clone().unwrap_or_default();
+                (what, namespace, object.name.clone())
+            });
+            if let Err(err) = self.write(write).await {
+                let (what, ns, name) = named.unwrap_or_default();
+                return Err(api_retry(&what, &ns, &name, &err));
+            }
+        }
+        Ok(plan.then)
+    }
+
     async fn write(&self, write: Write) -> Result<()> {
         let done = match write {
             Write::Event {
@@ -74,16 +91,18 @@ impl Target<'_> {
                 manager,
             } => match apply_status(&self.api(&object), &object.name, &body, manager).await {
                 Ok(applied) => Done::changed(object, "status apply", &applied),
-                // Gone meanwhile: nothing to report on.
-                Err(Error::Kube(kube::Error::Api(status))) if status.code == 404 => {
+                // Gone since observed: nothing to report on.
+                Err(Error::Kube(kube::Error::Api(status)))
+                    if status.code == 404 && object.seen.is_some() =>
+                {
                     Done::unchanged(object, "status apply")
                 }
                 Err(err) => return Err(err),
             },
             Write::Create { object, body } => {
                 let desired: DynamicObject = serde_json::from_value(body)?;
-                let written = create_if_missing(&self.api(&object), &desired, None).await?;
-                Done::left(object, "create", written.resource_version)
+                let left = create_if_missing(&self.api(&object), &desired).await?;
+                Done::left(object, "create", left)
             }
             Write::CreateOrGet {
                 object,
@@ -93,7 +112,17 @@ impl Target<'_> {
                 let desired: DynamicObject = serde_json::from_value(body)?;
                 let done = match create_or_get(&self.api(&object), &desired, manager).await? {
                     CreateOrGet::Created(created) => Done::changed(object, "create", &created),
-                    _ => Done::unchanged(object, "create"),
+                    CreateOrGet::Existing(_) => Done::unchanged(object, "create"),
+                    // Neither ours nor theirs exists: the plan's premise is gone, try again.
+                    CreateOrGet::Vanished => {
+                        let namespace = object.namespace.as_deref().unwrap_or_default();
+                        let name = format!("{namespace}/{}", object.name);
+                        return Err(Error::missing(
+                            "object",
+                            name,
+                            "deleted while we created it",
+                        ));
+                    }
                 };
                 // Its answer is the next observation's: its watch event must come through.
                 let key = self.record(&done);
@@ -118,7 +147,7 @@ impl Target<'_> {
             } => {
                 let modify = |current: Option<&DynamicObject>| match current {
                     Some(current) => change.patch(&serde_json::to_value(current)?),
-                    None => Ok(None),
+                    None => change.absent(&object).map(|()| None),
                 };
                 let api = self.api(&object);
                 match merge_patch_guarded(&api, &object.name, manager, modify).await? {

@@ -7,15 +7,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, ListParams};
 use tokio::time::Instant;
 
 use crate::api::FleetAddonConfig;
-use crate::apply::apply_status;
 use crate::context::Context;
 use crate::model::authorization::{self, AUTHORIZED, Live};
 use crate::model::fleet_status::ConditionSpec;
+use crate::model::plan::{Next, Plan};
 use crate::names;
 
 /// Shortest time between two writes of the condition.
@@ -34,15 +34,6 @@ fn live_condition(object: &FleetAddonConfig) -> Option<Condition> {
         .iter()
         .find(|c| c.type_ == AUTHORIZED)
         .cloned()
-}
-
-fn as_spec(condition: &Condition) -> ConditionSpec {
-    ConditionSpec {
-        type_: AUTHORIZED,
-        status: condition.status == "True",
-        reason: condition.reason.clone(),
-        message: condition.message.clone(),
-    }
 }
 
 /// Writes the `Authorized` condition when it changes (leader only; see the module
@@ -66,7 +57,7 @@ pub async fn run(ctx: Arc<Context>) {
         };
         let worth = authorization::worth_a_look(&desired, known, now - started);
         if worth && now >= not_before {
-            match step(&api, &mut live, &desired).await {
+            match step(&ctx, &api, &mut live, &desired).await {
                 Ok(wrote) => {
                     retry = MIN_INTERVAL;
                     if wrote {
@@ -96,6 +87,7 @@ pub async fn run(ctx: Arc<Context>) {
 /// Reads the live condition if unknown, and writes `desired` when it differs. Returns whether
 /// it wrote.
 async fn step(
+    ctx: &Context,
     api: &Api<FleetAddonConfig>,
     live: &mut Option<Option<Condition>>,
     desired: &ConditionSpec,
@@ -123,35 +115,11 @@ async fn step(
         *live = Some(live_condition(&object));
     }
     let current = live.as_ref().and_then(Option::as_ref);
-    if !authorization::needs_write(current.map(as_spec).as_ref(), desired) {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let Some((condition, write)) = authorization::condition_write(current, desired, now) else {
         return Ok(false);
-    }
-    let status = if desired.status { "True" } else { "False" };
-    let last_transition_time = match current {
-        Some(c) if c.status == status => c.last_transition_time.clone(),
-        _ => Time(k8s_openapi::jiff::Timestamp::now()),
     };
-    let condition = Condition {
-        type_: AUTHORIZED.to_string(),
-        status: status.to_string(),
-        reason: desired.reason.clone(),
-        message: desired.message.clone(),
-        observed_generation: None,
-        last_transition_time,
-    };
-    let body = serde_json::json!({
-        "apiVersion": "addons.cluster.x-k8s.io/v1alpha1",
-        "kind": "FleetAddonConfig",
-        "metadata": {"name": names::CONFIG_NAME},
-        "status": {"conditions": [condition]},
-    });
-    apply_status(
-        api,
-        names::CONFIG_NAME,
-        &body,
-        names::AUTHORIZATION_STATUS_FIELD_MANAGER,
-    )
-    .await?;
+    ctx.run(Plan::of(vec![write], Next::AwaitChange)).await?;
     *live = Some(Some(condition));
     Ok(true)
 }

@@ -9,6 +9,7 @@ use kube::{Api, Client};
 use crate::api::FleetAddonConfig;
 use crate::context::ConfigSender;
 use crate::model::config::EffectiveConfig;
+use crate::model::turtles;
 use crate::probes::Readiness;
 
 /// Readiness check name: the configuration has been read once.
@@ -18,6 +19,8 @@ pub const READY_CHECK: &str = "config";
 /// Publishes only when the effective configuration changes (status writes do not wake anyone).
 pub async fn run(client: Client, sender: ConfigSender, readiness: Readiness) {
     readiness.register(READY_CHECK);
+    let groups = client.list_api_groups().await.map(|list| list.groups);
+    let turtles = (groups.iter().flatten()).any(|g| g.name == turtles::TURTLES_API_GROUP);
     let api: Api<FleetAddonConfig> = Api::all(client);
     let config =
         watcher::Config::default().fields(&format!("metadata.name={}", FleetAddonConfig::NAME));
@@ -52,12 +55,12 @@ pub async fn run(client: Client, sender: ConfigSender, readiness: Readiness) {
             watcher::Event::Delete(_) => current = None,
         }
         if !listing {
-            publish(&sender, current.as_ref());
+            publish(&sender, current.as_ref(), turtles);
         }
     }
 }
 
-fn publish(sender: &ConfigSender, object: Option<&FleetAddonConfig>) {
+fn publish(sender: &ConfigSender, object: Option<&FleetAddonConfig>, turtles: bool) {
     let next = EffectiveConfig::resolve(object);
     sender.send_if_modified(|config| {
         if config.as_deref() == Some(&next) {
@@ -65,6 +68,9 @@ fn publish(sender: &ConfigSender, object: Option<&FleetAddonConfig>) {
         }
         for problem in &next.problems {
             tracing::warn!(%problem, "FleetAddonConfig problem");
+        }
+        if let Some(warning) = turtles::agent_namespace_warning(turtles, &next) {
+            tracing::warn!("{warning}");
         }
         tracing::info!(
             present = object.is_some(),

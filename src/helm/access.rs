@@ -1,7 +1,9 @@
 //! What helm needs to reach a private repository: the registry configuration and CA the spec
 //! names in Secrets ([`crate::model::chart_access`]), read when a command needs them and written
 //! as files only we can read (mode 0600, in a private directory under helm's home, removed
-//! when dropped). helm gets their paths (`--registry-config`, `--ca-file`), never their content.
+//! when dropped). helm gets their paths (`--registry-config`, `--ca-file`), never their content;
+//! an `https://` repository's password reaches helm on its standard input (`helm repo add
+//! --password-stdin` into a private repository config, helm v4.1.4 `pkg/cmd/repo_add.go`).
 
 use std::path::{Path, PathBuf};
 
@@ -20,6 +22,8 @@ pub struct AccessData {
     pub registry_config: Option<Vec<u8>>,
     /// The PEM CA.
     pub ca: Option<Vec<u8>>,
+    /// The user and password of an `https://` repository.
+    pub basic_auth: Option<(String, String)>,
 }
 
 impl std::fmt::Debug for AccessData {
@@ -30,15 +34,32 @@ impl std::fmt::Debug for AccessData {
                 &self.registry_config.as_ref().map(|_| "<redacted>"),
             )
             .field("ca", &self.ca.as_ref().map(|_| "<redacted>"))
+            .field(
+                "basic_auth",
+                &self.basic_auth.as_ref().map(|_| "<redacted>"),
+            )
             .finish()
     }
 }
 
 /// Reads the Secrets `access` names (one GET each, only when it names any) and checks their
 /// contents. Errors name the field, the Secret and the key, never a value.
-pub async fn read(client: &Client, access: &ChartAccess) -> Result<AccessData, String> {
+pub async fn read(
+    client: &Client,
+    access: &ChartAccess,
+    repository: &str,
+) -> Result<AccessData, String> {
     let mut data = AccessData::default();
-    if let Some(reference) = &access.credentials {
+    if let Some(reference) = access
+        .credentials
+        .as_ref()
+        .filter(|_| !chart_access::is_oci(repository))
+    {
+        data.basic_auth = Some(chart_access::basic_auth(
+            secret(client, reference).await?.as_ref(),
+            reference,
+        )?);
+    } else if let Some(reference) = &access.credentials {
         let bytes = value(client, reference).await?;
         chart_access::check_registry_config(&bytes, reference)?;
         data.registry_config = Some(bytes);
@@ -52,15 +73,21 @@ pub async fn read(client: &Client, access: &ChartAccess) -> Result<AccessData, S
 }
 
 async fn value(client: &Client, reference: &chart_access::SecretKeyRef) -> Result<Vec<u8>, String> {
+    chart_access::secret_value(secret(client, reference).await?.as_ref(), reference)
+}
+
+async fn secret(
+    client: &Client,
+    reference: &chart_access::SecretKeyRef,
+) -> Result<Option<Secret>, String> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &reference.namespace);
-    let secret = secrets.get_opt(&reference.name).await.map_err(|err| {
+    secrets.get_opt(&reference.name).await.map_err(|err| {
         format!(
             "{}: reading Secret {}: {err}",
             reference.field,
             reference.secret()
         )
-    })?;
-    chart_access::secret_value(secret.as_ref(), reference)
+    })
 }
 
 /// The files of an [`AccessData`], in a private directory removed on drop.
@@ -69,16 +96,19 @@ pub struct AccessFiles {
     dir: Option<tempfile::TempDir>,
     registry_config: Option<PathBuf>,
     ca_file: Option<PathBuf>,
+    /// Where `helm repo add` writes the repository with its user and password.
+    pub(super) repository_config: Option<PathBuf>,
 }
 
 impl AccessFiles {
     /// Writes `data` under `parent` (a directory of mode 0700 holding files of mode 0600).
     pub fn write(parent: &Path, data: &AccessData) -> std::io::Result<Self> {
-        if data.registry_config.is_none() && data.ca.is_none() {
+        if data.registry_config.is_none() && data.ca.is_none() && data.basic_auth.is_none() {
             return Ok(Self {
                 dir: None,
                 registry_config: None,
                 ca_file: None,
+                repository_config: None,
             });
         }
         std::fs::create_dir_all(parent)?;
@@ -91,10 +121,15 @@ impl AccessFiles {
             Some(bytes) => Some(write_private(dir.path(), "ca.crt", bytes)?),
             None => None,
         };
+        let repository_config = data
+            .basic_auth
+            .is_some()
+            .then(|| dir.path().join("repositories.yaml"));
         Ok(Self {
             dir: Some(dir),
             registry_config,
             ca_file,
+            repository_config,
         })
     }
 
@@ -111,6 +146,7 @@ impl AccessFiles {
             insecure_skip_tls_verify: access.insecure_skip_tls_verify(),
             ca_file: self.ca_file.clone(),
             registry_config: self.registry_config.clone(),
+            repository_config: self.repository_config.clone(),
         })
     }
 }
@@ -126,8 +162,9 @@ mod tests {
         let data = AccessData {
             registry_config: Some(br#"{"auths": {}}"#.to_vec()),
             ca: Some(b"-----BEGIN CERTIFICATE-----".to_vec()),
+            basic_auth: Some(("fleet".to_string(), "hunter2".to_string())),
         };
-        assert!(!format!("{data:?}").contains("auths"));
+        assert!(!format!("{data:?}").contains("auths") && !format!("{data:?}").contains("hunter2"));
         let files = AccessFiles::write(parent.path(), &data).expect("written");
         let dir = files.dir().expect("dir").to_path_buf();
         let access = ChartAccess {

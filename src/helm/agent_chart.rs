@@ -124,17 +124,25 @@ impl AgentChart {
         let _ = tokio::fs::remove_dir_all(&destination).await;
         // The repository URL without user information, for messages.
         let repository = redact(&location.repository);
-        let data = access::read(client, access).await.map_err(|err| {
-            format!(
-                "pulling the {AGENT_NAME} chart {} from {repository}: {err}",
-                location.version
-            )
-        })?;
+        let data = access::read(client, access, &location.repository)
+            .await
+            .map_err(|err| {
+                format!(
+                    "pulling the {AGENT_NAME} chart {} from {repository}: {err}",
+                    location.version
+                )
+            })?;
         // Removed once the archive is pulled.
         let files = helm
-            .access_files(data)
+            .access_files(data, &location.repository, access)
             .await
-            .map_err(|err| format!("preparing the pull of the {AGENT_NAME} chart: {err}"))?;
+            .map_err(|err| {
+                format!(
+                    "pulling the {AGENT_NAME} chart {} from {repository}: {}",
+                    location.version,
+                    explain(&err.to_string(), &location.repository, access)
+                )
+            })?;
         let source = files.source(&location.repository, access);
         let path = helm
             .pull(&source, AGENT_NAME, &location.version, &destination)

@@ -48,7 +48,14 @@ pub struct AccessArgs {
     /// `--registry-config`: the registry configuration (`config.json`) with the credentials of
     /// an OCI registry.
     pub registry_config: Option<PathBuf>,
+    /// `--repository-config`: a private repository config naming the chart repository
+    /// [`REPOSITORY_NAME`] with its user and password ([`repo_add`]); charts are then
+    /// `REPOSITORY_NAME/<chart>`, its index in a private cache beside it.
+    pub repository_config: Option<PathBuf>,
 }
+
+/// The name of the chart repository in a private repository config.
+pub const REPOSITORY_NAME: &str = "caapf";
 
 impl ChartSource {
     /// `oci://…` is a registry; anything else is a repository URL. Reached without any access
@@ -80,11 +87,16 @@ impl ChartSource {
     /// `--plain-http` and `--registry-config` concern OCI registries only; the TLS flags apply
     /// to both kinds.
     fn chart_args(&self, chart: &str) -> Vec<String> {
-        let mut argv = match &self.location {
-            Location::Repository { url } => {
+        let mut argv = match (&self.location, &self.access.repository_config) {
+            (Location::Repository { .. }, Some(config)) => {
+                let mut argv = vec![format!("{REPOSITORY_NAME}/{chart}")];
+                argv.extend(repository_config_args(config));
+                argv
+            }
+            (Location::Repository { url }, None) => {
                 vec![chart.to_string(), "--repo".to_string(), url.clone()]
             }
-            Location::Oci { base } => vec![format!("{base}/{chart}")],
+            (Location::Oci { base }, _) => vec![format!("{base}/{chart}")],
         };
         let oci = matches!(self.location, Location::Oci { .. });
         if oci && self.access.plain_http {
@@ -101,6 +113,38 @@ impl ChartSource {
         }
         argv
     }
+}
+
+/// `--repository-config` and the private index cache beside it.
+fn repository_config_args(config: &Path) -> Vec<String> {
+    vec![
+        "--repository-config".to_string(),
+        config.display().to_string(),
+        "--repository-cache".to_string(),
+        config.with_file_name("cache").display().to_string(),
+    ]
+}
+
+/// `helm repo add --password-stdin`: writes the repository `source` names, with `username` and
+/// the password helm reads from its standard input, into `source`'s private repository config
+/// and fetches its index. `None` when `source` has no repository config.
+pub fn repo_add(source: &ChartSource, username: &str) -> Option<Vec<String>> {
+    let (Location::Repository { url }, Some(config)) =
+        (&source.location, &source.access.repository_config)
+    else {
+        return None;
+    };
+    let mut argv = strings(&["repo", "add", REPOSITORY_NAME]);
+    argv.extend([url.clone(), "--username".to_string(), username.to_string()]);
+    argv.push("--password-stdin".to_string());
+    argv.extend(repository_config_args(config));
+    if source.access.insecure_skip_tls_verify {
+        argv.push("--insecure-skip-tls-verify".to_string());
+    }
+    if let Some(file) = &source.access.ca_file {
+        argv.extend(["--ca-file".to_string(), file.display().to_string()]);
+    }
+    Some(argv)
 }
 
 fn strings(items: &[&str]) -> Vec<String> {
@@ -296,6 +340,12 @@ mod tests {
             insecure_skip_tls_verify: false,
             ca_file: Some(PathBuf::from("/h/access-x/ca.crt")),
             registry_config: Some(PathBuf::from("/h/access-x/config.json")),
+            repository_config: None,
+        };
+        let basic_auth = AccessArgs {
+            ca_file: Some(PathBuf::from("/h/access-x/ca.crt")),
+            repository_config: Some(PathBuf::from("/h/access-x/repositories.yaml")),
+            ..AccessArgs::default()
         };
         let plain = AccessArgs {
             plain_http: true,
@@ -366,6 +416,22 @@ mod tests {
                 show_chart(&https(&plain), "fleet", None).join(" "),
                 "show chart fleet --repo https://rancher.github.io/fleet-helm-charts/",
             ),
+            // A user and password: the repository by name from the private repository config
+            // `helm repo add --password-stdin` wrote; the password on no command line.
+            (
+                repo_add(&https(&basic_auth), "fleet")
+                    .expect("repository config")
+                    .join(" "),
+                "repo add caapf https://rancher.github.io/fleet-helm-charts/ --username fleet --password-stdin --repository-config /h/access-x/repositories.yaml --repository-cache /h/access-x/cache --ca-file /h/access-x/ca.crt",
+            ),
+            (
+                show_chart(&https(&basic_auth), "fleet", Some("0.2.0")).join(" "),
+                "show chart caapf/fleet --repository-config /h/access-x/repositories.yaml --repository-cache /h/access-x/cache --ca-file /h/access-x/ca.crt --version 0.2.0",
+            ),
+            (
+                deploy_args(&https(&basic_auth)),
+                "upgrade fleet caapf/fleet --repository-config /h/access-x/repositories.yaml --repository-cache /h/access-x/cache --ca-file /h/access-x/ca.crt --namespace ns --version 0.2.0 --reset-values --wait --timeout 60s --rollback-on-failure --server-side=true --force-conflicts",
+            ),
             (
                 pull_args(&https(&insecure)),
                 "pull fleet-agent --repo https://rancher.github.io/fleet-helm-charts/ --insecure-skip-tls-verify --version 0.2.0 --destination /d",
@@ -374,6 +440,8 @@ mod tests {
         for (argv, want) in rows {
             assert_eq!(argv, want);
         }
+        assert_eq!(repo_add(&https(&files), "fleet"), None);
+        assert_eq!(repo_add(&oci(&basic_auth), "fleet"), None);
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! runs, an optional kubeconfig, and a timeout after which the process is killed. Exit codes are
 //! checked; stderr is trimmed and scrubbed of secrets ([`scrub`]) before it reaches an error.
 //! Values are written to a file (mode 0600, in a private temporary directory removed after the
-//! command), never put on the command line.
+//! command), never put on the command line; a password goes on standard input; the argv is
+//! logged redacted.
 
 pub mod access;
 pub mod agent_chart;
@@ -134,15 +135,20 @@ impl Helm {
 
     /// Runs `helm <args>`, returning stdout. `operation` names the command in metrics and
     /// errors (a bounded set: `version`, `show-chart`, `list`, `get-values`, `install`,
-    /// `upgrade`, `pull`, `template`).
+    /// `upgrade`, `pull`, `template`, `repo-add`).
     async fn run(&self, operation: &'static str, args: &[String]) -> Result<String> {
         let _guard = HELM_LOCK.lock().await;
-        self.run_stateless(operation, args).await
+        self.run_stateless(operation, args, None).await
     }
 
     /// Runs a command that keeps no state in a cluster (`pull`, `template`) without waiting for
     /// the process-wide lock: an install that takes minutes must not hold up a hook.
-    async fn run_stateless(&self, operation: &'static str, args: &[String]) -> Result<String> {
+    async fn run_stateless(
+        &self,
+        operation: &'static str,
+        args: &[String],
+        input: Option<&[u8]>,
+    ) -> Result<String> {
         if self.stop.is_cancelled() {
             return Err(Error::helm(
                 operation,
@@ -156,12 +162,17 @@ impl Helm {
             // helm reads these; ours are explicit flags.
             .env_remove("HELM_NAMESPACE")
             .env_remove("HELM_DEBUG")
-            .stdin(Stdio::null())
+            .stdin(if input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        tracing::debug!(operation, args = ?args, "running helm");
-        let child = match command.spawn() {
+        let logged: Vec<String> = args.iter().map(|a| scrub::redact(a)).collect();
+        tracing::debug!(operation, args = ?logged, "running helm");
+        let mut child = match command.spawn() {
             Ok(child) => child,
             Err(err) => {
                 self.metrics.helm_ran(operation, "error");
@@ -171,6 +182,11 @@ impl Helm {
                 ));
             }
         };
+        if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+            use tokio::io::AsyncWriteExt;
+            // A failed write shows as helm's own error (it read no password).
+            let _ = stdin.write_all(input).await;
+        }
         // Dropping the future on timeout drops the child, which kills it (kill_on_drop).
         let output = match tokio::time::timeout(self.settings.timeout, child.wait_with_output())
             .await
@@ -296,18 +312,32 @@ impl Helm {
 
 impl Helm {
     /// Writes `data` as private files under helm's home (removed when the result is dropped),
-    /// off the async workers.
-    pub async fn access_files(&self, data: access::AccessData) -> Result<access::AccessFiles> {
+    /// off the async workers; with a user and password, adds `repository` to the files' private
+    /// repository config (`helm repo add --password-stdin`, which also fetches its index).
+    pub async fn access_files(
+        &self,
+        data: access::AccessData,
+        repository: &str,
+        access: &crate::model::chart_access::ChartAccess,
+    ) -> Result<access::AccessFiles> {
         let home = self.home.clone();
-        tokio::task::spawn_blocking(move || access::AccessFiles::write(&home, &data))
+        let basic_auth = data.basic_auth.clone();
+        let files = tokio::task::spawn_blocking(move || access::AccessFiles::write(&home, &data))
             .await
             .map_err(|err| {
                 Error::helm(
                     "access",
                     format!("writing the registry configuration and CA files: {err}"),
                 )
-            })?
-            .map_err(Error::from)
+            })??;
+        let source = files.source(repository, access);
+        if let Some((user, password)) = &basic_auth
+            && let Some(args) = argv::repo_add(&source, user)
+        {
+            self.run_stateless("repo-add", &args, Some(password.as_bytes()))
+                .await?;
+        }
+        Ok(files)
     }
 
     /// Downloads the archive of `chart` at exactly `version` into `destination` (created if
@@ -320,8 +350,12 @@ impl Helm {
         destination: &Path,
     ) -> Result<PathBuf> {
         tokio::fs::create_dir_all(destination).await?;
-        self.run_stateless("pull", &argv::pull(source, chart, version, destination))
-            .await?;
+        self.run_stateless(
+            "pull",
+            &argv::pull(source, chart, version, destination),
+            None,
+        )
+        .await?;
         let mut entries = tokio::fs::read_dir(destination).await?;
         while let Some(entry) = entries.next_entry().await? {
             let name = entry.file_name();
@@ -354,6 +388,7 @@ impl Helm {
         self.run_stateless(
             "template",
             &argv::template(release, archive, namespace, values_file.path()),
+            None,
         )
         .await
     }
@@ -377,6 +412,7 @@ fn operation_what(operation: &'static str) -> &'static str {
         "install" => "helm install",
         "upgrade" => "helm upgrade",
         "pull" => "helm pull",
+        "repo-add" => "helm repo add",
         "template" => "helm template",
         _ => "helm",
     }

@@ -4,10 +4,13 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
+use crate::apply::Target;
 use crate::context::Context;
 use crate::helm::HelmSettings;
 use crate::helm::agent_chart::AgentChart;
 use crate::hooks::bootstrap_secrets::BootstrapSecrets;
+use crate::model::hook_plan::HookOutcome;
+use crate::model::plan::{Next, Plan, Write};
 
 /// The hooks' context (every replica serves the hooks).
 #[derive(Clone)]
@@ -39,5 +42,19 @@ impl HookContext {
             preparing: Arc::default(),
             bootstrap_secrets,
         }
+    }
+
+    /// Carries out `writes` in order through the one runner, with the hooks' client; an error is
+    /// the hook's answer, a retry naming the write that failed ([`Target::answer`]).
+    pub async fn write(&self, writes: Vec<Write>) -> Result<(), HookOutcome> {
+        let target = Target {
+            client: &self.base.client,
+            recorder: &self.base.recorder,
+            expectations: None,
+        };
+        target
+            .answer(Plan::of(writes, Next::AwaitChange))
+            .await
+            .map(drop)
     }
 }

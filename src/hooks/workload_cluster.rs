@@ -6,7 +6,8 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Service};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Service};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{Api, ListParams};
 use serde_json::Value;
 
@@ -17,7 +18,7 @@ use crate::model::teardown;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// One response of it.
 const READ_TIMEOUT: Duration = Duration::from_secs(3);
-/// The whole check (both lists).
+/// The whole check (every list).
 const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What is left on the workload cluster of Cluster `namespace/cluster` (outside `kube-system`
@@ -47,25 +48,42 @@ pub async fn leftovers(
         _ => format!("its API server at {server} cannot be reached"),
     };
     let lists = async {
-        let services = Api::<Service>::all(client.clone())
-            .list(&ListParams::default())
-            .await
-            .map_err(|err| unanswered("Services", err))?;
-        let claims = Api::<PersistentVolumeClaim>::all(client.clone())
-            .list_metadata(&ListParams::default())
-            .await
-            .map_err(|err| unanswered("PersistentVolumeClaims", err))?;
-        let services: Vec<Value> = services
-            .items
-            .iter()
-            .filter_map(|svc| serde_json::to_value(svc).ok())
-            .collect();
-        let claims: Vec<Value> = claims
-            .items
-            .iter()
-            .filter_map(|pvc| serde_json::to_value(pvc).ok())
-            .collect();
-        Ok::<_, String>(teardown::leftovers(&services, &claims, agent_namespace))
+        let params = ListParams::default();
+        // Side by side: four lists one after another would spend the check's time on a slow
+        // server and take it for an unreachable one.
+        let (services, claims, volumes, attachments) = tokio::try_join!(
+            async {
+                Api::<Service>::all(client.clone())
+                    .list(&params)
+                    .await
+                    .map_err(|e| unanswered("Services", e))
+            },
+            async {
+                Api::<PersistentVolumeClaim>::all(client.clone())
+                    .list_metadata(&params)
+                    .await
+                    .map_err(|e| unanswered("PersistentVolumeClaims", e))
+            },
+            async {
+                Api::<PersistentVolume>::all(client.clone())
+                    .list(&params)
+                    .await
+                    .map_err(|e| unanswered("PersistentVolumes", e))
+            },
+            async {
+                Api::<VolumeAttachment>::all(client.clone())
+                    .list(&params)
+                    .await
+                    .map_err(|e| unanswered("VolumeAttachments", e))
+            },
+        )?;
+        let objects = teardown::WorkloadObjects {
+            services: values(services.items),
+            claims: values(claims.items),
+            volumes: values(volumes.items),
+            attachments: values(attachments.items),
+        };
+        Ok::<_, String>(teardown::leftovers(&objects, agent_namespace))
     };
     tokio::time::timeout(CHECK_TIMEOUT, lists)
         .await
@@ -75,4 +93,11 @@ pub async fn leftovers(
                 CHECK_TIMEOUT.as_secs()
             )
         })?
+}
+
+fn values<T: serde::Serialize>(items: Vec<T>) -> Vec<Value> {
+    items
+        .iter()
+        .filter_map(|item| serde_json::to_value(item).ok())
+        .collect()
 }

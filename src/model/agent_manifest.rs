@@ -131,6 +131,10 @@ pub struct FleetAgentDefaults {
     pub drift_workers: String,
     /// `imagePullSecrets` (Fleet 0.16: used for the agent unless the Fleet Cluster has its own).
     pub image_pull_secrets: Vec<Value>,
+    /// `garbageCollectionInterval` as Go writes it, when set: what Fleet's import puts in the
+    /// agent's `fleet-agent` ConfigMap (rancher/fleet v0.16.1
+    /// `internal/cmd/controller/agentmanagement/agent/config.go`), the chart's value of that name.
+    pub garbage_collection_interval: Option<String>,
 }
 
 impl FleetAgentDefaults {
@@ -145,7 +149,14 @@ impl FleetAgentDefaults {
                 format!("its config's agentCheckinInterval is not a duration: {err}")
             })?),
         };
+        let garbage_collection_interval = match text(&value["garbageCollectionInterval"]) {
+            None => None,
+            Some(written) => Some(go_duration_string(parse_duration(&written).map_err(
+                |err| format!("its config's garbageCollectionInterval is not a duration: {err}"),
+            )?)),
+        };
         Ok(FleetAgentDefaults {
+            garbage_collection_interval,
             image: text(&value["agentImage"]).ok_or("its config has no agentImage")?,
             pull_policy: text(&value["agentImagePullPolicy"]),
             tls_mode: text(&value["agentTLSMode"]).unwrap_or_else(|| "system-store".to_string()),
@@ -253,6 +264,25 @@ pub struct BootstrapInput {
     pub fleet: FleetAgentDefaults,
     /// The Fleet release whose chart is rendered (the rules that changed between minors).
     pub version: FleetVersion,
+    /// The pull Secrets the agent names that Fleet would copy into the agent namespace
+    /// ([`propagated_pull_secrets`]), as read from Fleet's namespace: created with the agent.
+    pub pull_secrets: Vec<k8s_openapi::api::core::v1::Secret>,
+}
+
+/// The `imagePullSecrets` the agent's pod names that Fleet copies from its own namespace into the
+/// agent namespace: the `fleet-controller` configuration's, unless the Fleet Cluster sets
+/// `agentPullSecrets` (then Rancher propagates them; rancher/fleet v0.16.1
+/// `internal/cmd/controller/agentmanagement/secret/util.go` `GetAgentPullSecrets`). Fleet copies
+/// them with the agent bundle (`manageagent.go`), which a first-boot agent must be running to
+/// get, so the boot script carries them.
+pub fn propagated_pull_secrets(input: &BootstrapInput) -> Vec<String> {
+    match input.agent.pull_secrets {
+        Some(_) => Vec::new(),
+        None => bundle::image_pull_secrets(None, &input.fleet.image_pull_secrets, input.version)
+            .iter()
+            .filter_map(|s| s["name"].as_str().map(str::to_string))
+            .collect(),
+    }
 }
 
 /// The values of Fleet's `fleet-agent` chart for this cluster: every key Fleet put in the
@@ -266,6 +296,9 @@ pub fn chart_values(input: &BootstrapInput) -> Result<Map<String, Value>, String
     };
     values.insert("clientID".into(), json!(input.client_id));
     values.insert("agentTLSMode".into(), json!(input.fleet.tls_mode));
+    if let Some(interval) = &input.fleet.garbage_collection_interval {
+        values.insert("garbageCollectionInterval".into(), json!(interval));
+    }
     values.insert(
         "fleetAgent".into(),
         json!({"tolerations": input.agent.tolerations, "hostNetwork": input.agent.host_network}),
@@ -370,6 +403,10 @@ pub fn finish(rendered: &str, input: &BootstrapInput) -> Result<Vec<Value>, Stri
         namespace,
         input.version,
     ));
+    objects.extend(input.pull_secrets.iter().map(|secret| {
+        json!({"apiVersion": "v1", "kind": "Secret", "type": secret.type_,
+            "metadata": {"name": secret.metadata.name}, "data": secret.data})
+    }));
     for object in &mut objects {
         let kind = object["kind"].as_str().unwrap_or_default().to_string();
         if !CLUSTER_SCOPED_KINDS.contains(&kind.as_str()) {
@@ -589,6 +626,11 @@ const MANIFEST_END: &str = "CAAPF";
 ///   joins later must not create anything: it would bring back the registration Secret.
 ///   `--ignore-not-found` tells "absent" (empty output, exit 0) from "cannot tell" (non-zero:
 ///   the API server is not answering yet; try again).
+/// - **Until then, this machine's registration Secret replaces an earlier one**: its first
+///   answered try deletes `fleet-agent-bootstrap`, which `create` then brings back with the
+///   values this script carries, so a token replaced after the first machine booted reaches the
+///   cluster with the next machine (the agent retries its registration with whatever Secret is
+///   there). Once the agent registered, nothing is deleted (it deletes that Secret itself).
 /// - `kubectl create`, never `apply`: once Fleet manages the agent (its bundle takes over these
 ///   objects), a machine must not put the bootstrap version back. Objects that exist are left
 ///   alone; the loop ends as soon as every object exists (`kubectl get -f`). Unlike a manifest in
@@ -609,6 +651,7 @@ m(){{ cat<<'{MANIFEST_END}'
 for i in $(seq 60);do
 if r=$("$@" -n $n get secret fleet-agent --ignore-not-found -o name 2>/dev/null);then
 [ "$r" ]&&exit
+[ "$d" ]||"$@" -n $n delete secret fleet-agent-bootstrap --ignore-not-found >/dev/null 2>&1&&d=1
 m|"$@" get -f - >/dev/null 2>&1&&exit
 m|"$@" create -f - >/dev/null 2>&1
 fi
@@ -727,10 +770,11 @@ mod tests {
                 "agentEnvVars": [{"name": "KUBERNETES_SERVICE_HOST", "value": "10.0.0.1"}, {"name": "NAMESPACE", "value": "overridden"}],
             })),
             fleet: FleetAgentDefaults::from_controller_config(
-                r#"{"agentImage":"registry.local:5000/rancher/fleet-agent:v0.16.1","agentImagePullPolicy":"IfNotPresent","agentTLSMode":"strict","agentCheckinInterval":"15m","apiServerURL":"https://x"}"#,
+                r#"{"agentImage":"registry.local:5000/rancher/fleet-agent:v0.16.1","agentImagePullPolicy":"IfNotPresent","agentTLSMode":"strict","agentCheckinInterval":"15m","garbageCollectionInterval":"90m","apiServerURL":"https://x"}"#,
             )
             .expect("controller config"),
             version: FleetVersion::parse("0.16.1").expect("version"),
+            pull_secrets: Vec::new(),
         }
     }
 
@@ -818,6 +862,8 @@ spec:
             ),
             ("clientID", json!("client-123")),
             ("agentTLSMode", json!("strict")),
+            // The fleet-controller config's, as Fleet's import gives its agent (issue #38).
+            ("garbageCollectionInterval", json!("1h30m0s")),
             (
                 "internal",
                 json!({"systemNamespace": "fleet-addon-agent", "managedReleaseName": "fleet-agent"}),
@@ -879,6 +925,43 @@ spec:
     /// The agent as Fleet's `manifest.go` deploys it for this Fleet Cluster (issue #29, defect
     /// 1: the chart has no `AGENT_SCOPE` nor `CHECKIN_INTERVAL`, so every bundle the bootstrap
     /// agent deployed was owned under another ID than the agent Fleet deploys).
+    /// Fleet 0.16 names the controller's `imagePullSecrets` on the agent and copies them only
+    /// with its agent bundle: the first boot creates them in the agent namespace, or the agent's
+    /// private image is never pulled (issue #38 item 5). Not when the Fleet Cluster has its own
+    /// `agentPullSecrets` (Rancher's to propagate), nor before 0.16.
+    #[test]
+    fn the_pull_secrets_fleet_would_propagate_are_created_with_the_agent() {
+        let mut input = input();
+        input.fleet.image_pull_secrets = vec![json!({"name": "registry-pull"})];
+        assert_eq!(propagated_pull_secrets(&input), ["registry-pull"]);
+        input.pull_secrets = vec![
+            serde_json::from_value(json!({"metadata": {"name": "registry-pull", "namespace": "cattle-fleet-system", "uid": "u"},
+                "type": "kubernetes.io/dockerconfigjson", "data": {".dockerconfigjson": "e30="}}))
+            .expect("secret"),
+        ];
+        let objects = finish(RENDERED, &input).expect("finished");
+        let secret = objects
+            .iter()
+            .find(|o| o["kind"] == "Secret" && o["metadata"]["name"] == "registry-pull")
+            .expect("the pull Secret");
+        assert_eq!(
+            *secret,
+            json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
+                "metadata": {"name": "registry-pull", "namespace": "fleet-addon-agent"},
+                "data": {".dockerconfigjson": "e30="}})
+        );
+        let deployment = objects.iter().position(|o| o["kind"] == "Deployment");
+        let at = objects
+            .iter()
+            .position(|o| o["metadata"]["name"] == "registry-pull");
+        assert!(at < deployment, "created before the agent");
+        input.agent.pull_secrets = Some(vec![]);
+        assert!(propagated_pull_secrets(&input).is_empty());
+        input.agent.pull_secrets = None;
+        input.version = FleetVersion::parse("0.15.6").expect("version");
+        assert!(propagated_pull_secrets(&input).is_empty());
+    }
+
     #[test]
     fn finish_gives_the_agent_fleet_s_scope_interval_and_settings() {
         let objects = finish(RENDERED, &input()).expect("finished");

@@ -103,6 +103,40 @@ pub enum UserDataFormat {
     Ignition,
 }
 
+/// A control plane's user data passes its infrastructure's limit with the bootstrap file added:
+/// what to change, or `None`. `infra` is the control plane's machine infrastructure template.
+/// Counted: about 14,000 B a kubeadm control-plane machine carries already (its CA and key files
+/// and configuration) plus the file as measured in docs/runtime-extension.md (RSA-2048 CA).
+/// Checked: AWS (CAPA v2.9 `AWSMachine`), whose EC2 user data is limited to 16,384 B and is sent
+/// raw only with Ignition's `storageType: UnencryptedUserData`, or cloud-init with
+/// `cloudInit.insecureSkipSecretsManager` and `uncompressedUserData`; the other providers'
+/// limits (about 48 KB and more) are not reached.
+pub fn user_data_overflow(infra: &Value, format: UserDataFormat) -> Option<String> {
+    const BASE: usize = 14_000;
+    const AWS_LIMIT: usize = 16_384;
+    let spec = &infra["spec"]["template"]["spec"];
+    let (added, raw_because) = match format {
+        UserDataFormat::Ignition => (10_207, "ignition.storageType: UnencryptedUserData"),
+        UserDataFormat::CloudConfig => (
+            4_427,
+            "cloudInit.insecureSkipSecretsManager and uncompressedUserData: true",
+        ),
+    };
+    let raw = match format {
+        UserDataFormat::Ignition => spec["ignition"]["storageType"] == "UnencryptedUserData",
+        UserDataFormat::CloudConfig => {
+            spec["cloudInit"]["insecureSkipSecretsManager"] == true
+                && spec["uncompressedUserData"] == true
+        }
+    };
+    (infra["kind"] == "AWSMachineTemplate" && raw && BASE + added > AWS_LIMIT).then(|| {
+        format!(
+            "the Fleet agent bootstrap adds about {added} B to each control-plane machine's user data, which already holds about {BASE} B, and AWSMachineTemplate {} sends it uncompressed ({raw_because}) within EC2's {AWS_LIMIT} B limit: store the user data as the provider does by default (drop that setting), or set the fleetAgent variable to {{enabled: false}} for this Cluster",
+            infra["metadata"]["name"].as_str().unwrap_or_default()
+        )
+    })
+}
+
 /// The format `object` (a template of kind `template`) asks for: kubeadm's
 /// `kubeadmConfigSpec.format`, RKE2's `agentConfig.format` (both default `cloud-config`).
 pub fn user_data_format(object: &Value, template: Template) -> UserDataFormat {

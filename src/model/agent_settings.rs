@@ -11,7 +11,8 @@
 //! 4. the same annotation on the Cluster.
 //!
 //! A layer's absent field leaves the value below. `agentEnvVars` merge by `name` and
-//! `agentTolerations` by `key` and `effect` (a later entry replaces an earlier one in place, a
+//! `agentTolerations` by `key`, `operator`, `value` and `effect`, what makes two tolerations
+//! tolerate different taints (a later entry replaces an earlier one in place, a
 //! new one is appended), so a layer adds a variable or a toleration without repeating the
 //! defaults; every other field is replaced whole, as Fleet replaces its defaults by them.
 //!
@@ -131,7 +132,8 @@ fn one_line(text: &str) -> String {
 }
 
 /// `over` applied on `base`: the fields `over` sets replace `base`'s, except environment variables
-/// (merged by name) and tolerations (merged by key and effect).
+/// (merged by name) and tolerations (merged by key, operator, value and effect; an absent operator
+/// is `Equal` and an absent value empty, as the API server reads them).
 pub fn merge(base: &AgentSettings, over: &AgentSettings) -> AgentSettings {
     let mut merged = merge_fields(base.clone(), over.clone());
     if let (Some(base), Some(over)) = (&base.agent_env_vars, &over.agent_env_vars) {
@@ -141,10 +143,9 @@ pub fn merge(base: &AgentSettings, over: &AgentSettings) -> AgentSettings {
     }
     if let (Some(base), Some(over)) = (&base.agent_tolerations, &over.agent_tolerations) {
         merged.agent_tolerations = Some(merge_by(base, over, |t: &ClusterAgentTolerations| {
-            (
-                t.key.clone().unwrap_or_default(),
-                t.effect.clone().unwrap_or_default(),
-            )
+            let text = |v: &Option<String>| v.clone().unwrap_or_default();
+            let operator = t.operator.clone().unwrap_or_else(|| "Equal".to_string());
+            (text(&t.key), operator, text(&t.value), text(&t.effect))
         }));
     }
     merged

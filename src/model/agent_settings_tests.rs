@@ -295,9 +295,10 @@ fn merge_rules() {
             }),
         ),
         (
-            "tolerations merged by key and effect",
+            "tolerations merged by key, operator, value and effect",
             json!({"agentTolerations": [
-                {"key": "node-role.kubernetes.io/control-plane", "operator": "Equal", "value": "", "effect": "NoSchedule"},
+                {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 60},
+                {"key": "node-role.kubernetes.io/control-plane", "value": "", "effect": "NoSchedule"},
                 {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
                 {"key": "karpenter.sh/controller", "operator": "Exists", "effect": "NoSchedule"},
             ]}),
@@ -306,7 +307,10 @@ fn merge_rules() {
                 "agentEnvVars": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
                 "agentTolerations": [
                     {"key": "node.kubernetes.io/not-ready", "operator": "Exists"},
-                    {"key": "node-role.kubernetes.io/control-plane", "operator": "Equal", "value": "", "effect": "NoSchedule"},
+                    // Same four fields: replaced in place.
+                    {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 60},
+                    // Another operator tolerates other taints: appended, the default stays.
+                    {"key": "node-role.kubernetes.io/control-plane", "value": "", "effect": "NoSchedule"},
                     {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
                     {"key": "karpenter.sh/controller", "operator": "Exists", "effect": "NoSchedule"},
                 ],

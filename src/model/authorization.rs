@@ -20,7 +20,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::api::FleetAddonConfig;
 use crate::model::fleet_status::ConditionSpec;
+use crate::model::plan::{ObjectId, Write};
+use crate::names;
 
 /// The condition type on the `FleetAddonConfig`.
 pub const AUTHORIZED: &str = "Authorized";
@@ -238,6 +244,49 @@ pub fn needs_write(current: Option<&ConditionSpec>, desired: &ConditionSpec) -> 
         None => !desired.status,
         Some(current) => current != desired,
     }
+}
+
+/// The `Authorized` condition to write over `current` (as the object has it) and its write, a
+/// status apply by its own field manager owning only that condition (`None`: [`needs_write`]
+/// says no). Its transition time moves only when its status changes.
+pub fn condition_write(
+    current: Option<&Condition>,
+    desired: &ConditionSpec,
+    now: Timestamp,
+) -> Option<(Condition, Write)> {
+    let spec = current.map(|c| ConditionSpec {
+        type_: AUTHORIZED,
+        status: c.status == "True",
+        reason: c.reason.clone(),
+        message: c.message.clone(),
+    });
+    if !needs_write(spec.as_ref(), desired) {
+        return None;
+    }
+    let status = if desired.status { "True" } else { "False" };
+    let last_transition_time = match current {
+        Some(c) if c.status == status => c.last_transition_time.clone(),
+        _ => Time(now),
+    };
+    let condition = Condition {
+        type_: AUTHORIZED.to_string(),
+        status: status.to_string(),
+        reason: desired.reason.clone(),
+        message: desired.message.clone(),
+        observed_generation: None,
+        last_transition_time,
+    };
+    let write = Write::ApplyStatus {
+        object: ObjectId::of::<FleetAddonConfig>(None, names::CONFIG_NAME, None),
+        body: serde_json::json!({
+            "apiVersion": "addons.cluster.x-k8s.io/v1alpha1",
+            "kind": "FleetAddonConfig",
+            "metadata": {"name": names::CONFIG_NAME},
+            "status": {"conditions": [condition]},
+        }),
+        manager: names::AUTHORIZATION_STATUS_FIELD_MANAGER,
+    };
+    Some((condition, write))
 }
 
 /// What the writer knows of the condition on the object.
@@ -547,5 +596,41 @@ mod tests {
                 desired.status
             );
         }
+    }
+
+    /// The condition is written when it changes, keeping its transition time while its status
+    /// stays; a first True is not written (nothing was ever refused).
+    #[test]
+    fn the_condition_write_keeps_the_transition_time_of_a_kept_status() {
+        let t = |s: i64| Timestamp::from_second(s).expect("time");
+        let spec = |status: bool, message: &str| ConditionSpec {
+            type_: AUTHORIZED,
+            status,
+            reason: if status { AUTHORIZED } else { FORBIDDEN }.to_string(),
+            message: message.to_string(),
+        };
+        assert!(condition_write(None, &spec(true, ""), t(1)).is_none());
+        let (first, write) = condition_write(None, &spec(false, "a"), t(1)).expect("write");
+        let Write::ApplyStatus {
+            object,
+            body,
+            manager,
+        } = write
+        else {
+            panic!("{write:?}")
+        };
+        assert_eq!(
+            (object.name.as_str(), manager),
+            (
+                names::CONFIG_NAME,
+                names::AUTHORIZATION_STATUS_FIELD_MANAGER
+            )
+        );
+        assert_eq!(body["status"]["conditions"][0]["status"], "False");
+        assert!(condition_write(Some(&first), &spec(false, "a"), t(2)).is_none());
+        let (reworded, _) = condition_write(Some(&first), &spec(false, "b"), t(2)).expect("write");
+        assert_eq!(reworded.last_transition_time, first.last_transition_time);
+        let (cleared, _) = condition_write(Some(&first), &spec(true, ""), t(3)).expect("write");
+        assert_eq!(cleared.last_transition_time, Time(t(3)));
     }
 }

@@ -361,8 +361,9 @@ impl ClassView {
 
 /// Keeps, of a Cluster's `status`, only what the provider reads: `initialization` (see
 /// [`ClusterView`]), the `FleetReady` condition
-/// ([`crate::model::fleet_health::live_condition`]) and `TopologyReconciled`
-/// ([`ClusterView::topology_settled`]). The caches hold every Cluster, and Cluster
+/// ([`crate::model::fleet_health::live_condition`]), `FleetAddonConflict`, `TopologyReconciled`
+/// ([`ClusterView::topology_settled`]), `FleetRolloutHeld`, and `Available` while False
+/// ([`crate::model::rollout::unavailable`]). The caches hold every Cluster, and Cluster
 /// API's own conditions (v1beta2 and the deprecated v1beta1 ones) are most of a live Cluster's
 /// status; nothing here reads them (`templateValues` take metadata and spec only).
 pub fn keep_read_status(body: &mut serde_json::Map<String, Value>) {
@@ -373,7 +374,15 @@ pub fn keep_read_status(body: &mut serde_json::Map<String, Value>) {
     if let Some(Value::Array(conditions)) = status.get_mut("conditions") {
         conditions.retain(|c| {
             let type_ = c.get("type").and_then(Value::as_str);
-            type_ == Some(crate::names::FLEET_READY_CONDITION) || type_ == Some(TOPOLOGY_RECONCILED)
+            let false_ = c.get("status").and_then(Value::as_str) == Some("False");
+            let kept = [
+                crate::names::FLEET_READY_CONDITION,
+                crate::names::FLEET_CONFLICT_CONDITION,
+                crate::names::ROLLOUT_HELD_CONDITION,
+                TOPOLOGY_RECONCILED,
+            ];
+            // Rollout waves hold a Cluster Cluster API reports not available.
+            type_.is_some_and(|t| kept.contains(&t)) || (type_ == Some("Available") && false_)
         });
         if conditions.is_empty() {
             status.remove("conditions");
@@ -734,6 +743,10 @@ mod tests {
             body["status"],
             json!({"initialization": {"controlPlaneInitialized": true, "infrastructureProvisioned": true}})
         );
+        let unavailable = json!({"type": "Available", "status": "False", "message": "* WorkersAvailable: 0 of 3"});
+        body["status"]["conditions"] = json!([unavailable]);
+        keep_read_status(&mut body);
+        assert_eq!(body["status"]["conditions"], json!([unavailable]));
         body.remove("status");
         keep_read_status(&mut body);
         assert!(!body.contains_key("status"));

@@ -40,6 +40,8 @@ pub struct TlsAccess {
     pub ca: Option<SecretKeyRef>,
     /// helm `--insecure-skip-tls-verify`.
     pub insecure_skip_tls_verify: bool,
+    /// `insecurePlainHTTP`: plain HTTP on any host.
+    pub insecure_plain_http: bool,
 }
 
 /// Everything helm needs besides the repository URL to fetch charts from it.
@@ -87,6 +89,7 @@ impl ChartAccess {
             tls: tls.map(|t| TlsAccess {
                 ca: secret_key_ref(tls_ca_field, t.ca_secret.as_ref(), CA_KEY),
                 insecure_skip_tls_verify: t.insecure_skip_tls_verify == Some(true),
+                insecure_plain_http: t.insecure_plain_http == Some(true),
             }),
             credentials_field,
             tls_field,
@@ -154,14 +157,18 @@ pub fn is_oci(repository: &str) -> bool {
 }
 
 /// Whether helm fetches from `repository` over plain HTTP (`--plain-http`): an `oci://`
-/// registry on a loopback address for which the spec has no `tlsConfig`. A certificate for
+/// registry whose `tlsConfig.insecurePlainHTTP` is true (any host, as Fleet v0.16.1
+/// `internal/bundlereader/auth.go` `basicHTTP`), or on a loopback address for which the spec
+/// has no `tlsConfig`. A certificate for
 /// 127.0.0.1, localhost or ::1 can only come from a CA of one's own, so a loopback registry
 /// serving HTTPS needs a `tlsConfig` (its CA, or no verification) anyway: its presence is what
 /// says the registry serves HTTPS. Elsewhere a registry is always reached over HTTPS.
 pub fn plain_http(repository: &str, access: &ChartAccess) -> bool {
     is_oci(repository)
-        && access.tls.is_none()
-        && repository_host(repository).is_some_and(|h| is_loopback_host(&h))
+        && match &access.tls {
+            Some(tls) => tls.insecure_plain_http,
+            None => repository_host(repository).is_some_and(|h| is_loopback_host(&h)),
+        }
 }
 
 /// The value of `reference` in `secret` (`None`: the Secret does not exist), or what is
@@ -195,6 +202,29 @@ pub fn secret_value(secret: Option<&Secret>, reference: &SecretKeyRef) -> Result
             reference.key
         )),
     }
+}
+
+/// The user and password of an `https://` repository: keys `username` and `password` of the
+/// Secret `reference` names (a `kubernetes.io/basic-auth` Secret, as Fleet v0.16.1
+/// `internal/bundlereader/auth.go` reads `helmSecretName`).
+pub fn basic_auth(
+    secret: Option<&Secret>,
+    reference: &SecretKeyRef,
+) -> Result<(String, String), String> {
+    let value = |key: &str| {
+        let key_ref = SecretKeyRef {
+            key: key.to_string(),
+            ..reference.clone()
+        };
+        String::from_utf8(secret_value(secret, &key_ref)?).map_err(|_| {
+            format!(
+                "{}: key {key:?} of Secret {} is not UTF-8",
+                reference.field,
+                reference.secret()
+            )
+        })
+    };
+    Ok((value("username")?, value("password")?))
 }
 
 /// Checks that `bytes` is a registry configuration helm reads: a JSON object whose `auths`
@@ -263,7 +293,15 @@ pub fn hint(message: &str, repository: &str, access: &ChartAccess) -> Option<Str
                 "the registry needs credentials: set {} to a Secret holding a registry config.json",
                 access.credentials_field
             ),
-            _ => "the repository needs credentials: put them in the repository URL".to_string(),
+            Some(credentials) => format!(
+                "the repository refused the user and password of {} (Secret {}, keys \"username\" and \"password\")",
+                credentials.field,
+                credentials.secret()
+            ),
+            None => format!(
+                "the repository needs credentials: set {} to a kubernetes.io/basic-auth Secret (keys username and password)",
+                access.credentials_field
+            ),
         });
     }
     let untrusted = [
@@ -287,9 +325,10 @@ pub fn hint(message: &str, repository: &str, access: &ChartAccess) -> Option<Str
         });
     }
     if lower.contains("server gave http response to https client") {
-        return Some(
-            "the registry serves plain HTTP: only a registry on 127.0.0.1, localhost or [::1] without tlsConfig is reached over plain HTTP; serve it over HTTPS".to_string(),
-        );
+        return Some(format!(
+            "the registry serves plain HTTP: serve it over HTTPS, or set {}.insecurePlainHTTP: true",
+            access.tls_field
+        ));
     }
     if plain_http(repository, access)
         && (lower.contains("400 bad request") || lower.contains("400: bad request"))
@@ -331,6 +370,7 @@ mod tests {
             tls: tls.map(|(ca, insecure)| TlsAccess {
                 ca: ca.then(|| reference("spec.install.tlsConfig.caSecret", CA_KEY)),
                 insecure_skip_tls_verify: insecure,
+                insecure_plain_http: false,
             }),
             credentials_field: INSTALL_CREDENTIALS,
             tls_field: INSTALL_TLS,
@@ -350,6 +390,7 @@ mod tests {
         let tls = ChartTlsConfig {
             ca_secret: Some(secret(Some("registry"), Some("caapf-system"))),
             insecure_skip_tls_verify: None,
+            insecure_plain_http: None,
         };
         let got = ChartAccess::from_spec(
             Some(&credentials),
@@ -410,6 +451,20 @@ mod tests {
             ("http://127.0.0.1:8080/", None, false),
             ("https://localhost/charts", None, false),
         ];
+        let opt_in = ChartAccess {
+            tls: Some(TlsAccess {
+                insecure_plain_http: true,
+                ..TlsAccess::default()
+            }),
+            ..access(false, None)
+        };
+        // The opt-in reaches a registry inside the cluster; never a chart repository (its URL
+        // says http://).
+        assert!(plain_http(
+            "oci://registry.kube-system.svc:5000/charts",
+            &opt_in
+        ));
+        assert!(!plain_http("https://charts.example.com/", &opt_in));
         for (repository, tls, want) in rows {
             assert_eq!(
                 plain_http(repository, &access(false, tls)),
@@ -470,6 +525,40 @@ mod tests {
             ..Secret::default()
         };
         assert_eq!(secret_value(Some(&secret), &reference), Ok(b"{}".to_vec()));
+    }
+
+    #[test]
+    fn basic_auth_from_a_basic_auth_secret() {
+        let reference = reference(INSTALL_CREDENTIALS, "config.json");
+        let secret = |pairs: &[(&str, &[u8])]| Secret {
+            type_: Some("kubernetes.io/basic-auth".to_string()),
+            data: Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), ByteString(v.to_vec())))
+                    .collect(),
+            ),
+            ..Secret::default()
+        };
+        assert_eq!(
+            basic_auth(
+                Some(&secret(&[("username", b"fleet"), ("password", b"hunter2")])),
+                &reference
+            ),
+            Ok(("fleet".to_string(), "hunter2".to_string()))
+        );
+        for (bad, want) in [
+            (
+                secret(&[("username", b"fleet")]),
+                "spec.install.credentials: Secret caapf-system/registry has no key \"password\"",
+            ),
+            (
+                secret(&[("username", b"fleet"), ("password", b"\xffhunter2")]),
+                "spec.install.credentials: key \"password\" of Secret caapf-system/registry is not UTF-8",
+            ),
+        ] {
+            assert_eq!(basic_auth(Some(&bad), &reference), Err(want.to_string()));
+        }
     }
 
     #[test]
@@ -544,7 +633,15 @@ mod tests {
                 "looks like \"https://charts.example.com/\" is not a valid chart repository or cannot be reached: failed to fetch https://charts.example.com/index.yaml : 401 Unauthorized",
                 "https://charts.example.com/",
                 access(false, None),
-                Some("put them in the repository URL"),
+                Some("set spec.install.credentials to a kubernetes.io/basic-auth Secret"),
+            ),
+            (
+                "looks like \"https://charts.example.com/\" is not a valid chart repository or cannot be reached: failed to fetch https://charts.example.com/index.yaml : 401 Unauthorized",
+                "https://charts.example.com/",
+                access(true, None),
+                Some(
+                    "the repository refused the user and password of spec.install.credentials (Secret caapf-system/registry, keys \"username\" and \"password\")",
+                ),
             ),
             (
                 "Get \"https://registry.example.com/v2/\": tls: failed to verify certificate: x509: certificate signed by unknown authority",

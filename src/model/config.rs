@@ -56,8 +56,8 @@ pub struct ClusterImport {
     pub name_suffix: String,
     /// The agent settings of every Cluster before its class, `agentOverrides` and own annotation
     /// apply ([`crate::model::agent_settings`]): `spec.cluster`'s agent fields with the defaults
-    /// filled in (agent namespace, tolerations, [`DEFAULT_HOST_NETWORK`]), so `agentNamespace`,
-    /// `agentTolerations` and `hostNetwork` are always set.
+    /// filled in (agent namespace, tolerations), so `agentNamespace` and `agentTolerations` are
+    /// always set; `hostNetwork` only when a layer sets it ([`DEFAULT_HOST_NETWORK`]).
     pub agent: AgentSettings,
     /// `spec.cluster.agentOverrides`, selectors compiled.
     pub agent_overrides: Vec<CompiledOverride>,
@@ -73,6 +73,10 @@ pub struct ClusterImport {
     /// (docs/self-managed.md; [`crate::model::move_state::opted_in`]).
     pub self_managed_selector:
         Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    /// `spec.cluster.variableLabels`.
+    pub variable_labels: Vec<String>,
+    /// `spec.cluster.rollout` (`None`: no waves).
+    pub rollout: Option<crate::model::rollout::Rollout>,
 }
 
 impl EffectiveConfig {
@@ -157,7 +161,7 @@ impl ClusterImport {
 }
 
 /// How the Runtime SDK extension behaves.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RuntimeExtensionSettings {
     /// BeforeClusterUpgrade holds upgrades until the Cluster's Fleet bundles are ready.
     pub wait_for_bundles_ready: bool,
@@ -167,6 +171,8 @@ pub struct RuntimeExtensionSettings {
     pub step_timeout: Duration,
     /// How long Fleet gets to re-target after a step's labels were applied.
     pub step_settle: Duration,
+    /// The bundles the upgrade gates wait for (`None`: every bundle of the Cluster).
+    pub step_bundle_selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
     /// BeforeClusterDelete removes a Cluster's Fleet workloads first
     /// (`spec.runtimeExtension.beforeClusterDelete`; [`crate::model::teardown`]).
     pub teardown: TeardownSettings,
@@ -192,6 +198,7 @@ impl Default for RuntimeExtensionSettings {
             step_wait_for_bundles_ready: false,
             step_timeout: DEFAULT_STEP_TIMEOUT,
             step_settle: DEFAULT_STEP_SETTLE,
+            step_bundle_selector: None,
             teardown: TeardownSettings::default(),
             agent_chart_repository: None,
             agent_chart_access: ChartAccess::from_spec(
@@ -306,6 +313,8 @@ impl Default for EffectiveConfig {
                 fleet_ready_condition: true,
                 agent_checkin_interval: DEFAULT_AGENT_CHECKIN_INTERVAL,
                 self_managed_selector: None,
+                variable_labels: vec![],
+                rollout: None,
             }),
             cluster_class: Some(ClassGroups {
                 patch_resource: true,
@@ -385,6 +394,7 @@ impl EffectiveConfig {
                     .and_then(|u| u.settle.as_deref())
                     .and_then(|t| crate::api::duration::parse_duration(t).ok())
                     .unwrap_or(DEFAULT_STEP_SETTLE),
+                step_bundle_selector: upgrade_steps.and_then(|u| u.bundle_selector.clone()),
                 teardown: teardown_settings(runtime.and_then(|r| r.before_cluster_delete.as_ref())),
                 agent_chart_repository: runtime
                     .and_then(|r| r.agent_chart_repository.clone())
@@ -461,6 +471,11 @@ fn cluster_import(config: &ClusterConfig, install: Option<&FleetInstall>) -> Clu
         fleet_ready_condition: config.set_fleet_ready_condition != Some(false),
         agent_checkin_interval: agent_checkin_interval(config, install),
         self_managed_selector: config.self_managed_selector.clone(),
+        variable_labels: config.variable_labels.clone().unwrap_or_default(),
+        rollout: config
+            .rollout
+            .as_ref()
+            .and_then(crate::model::rollout::Rollout::compile),
     }
 }
 
@@ -479,16 +494,18 @@ fn default_agent_settings(config: &ClusterConfig) -> AgentSettings {
             .agent_tolerations
             .unwrap_or_else(default_agent_tolerations),
     );
-    settings.host_network = Some(settings.host_network.unwrap_or(DEFAULT_HOST_NETWORK));
     settings
 }
 
-/// The agent's host network when `spec.cluster.hostNetwork` is absent, with or without a
-/// FleetAddonConfig: `true`, because the agent a new cluster boots with must run before a CNI
-/// exists (Fleet can then deploy the CNI). rancher/fleet `charts/fleet-agent/values.yaml`
-/// (v0.12.0–v0.16.1, `fleetAgent.hostNetwork`): "When set allows for provisioning of network
-/// related bundles (CNI configuration) in a cluster without CNI". CAAPF left the Fleet field unset
-/// (so `false`, Fleet's default) when a FleetAddonConfig existed: docs/migration.md.
+/// The agent's host network when no layer sets `hostNetwork`, for a Cluster whose agent boots
+/// through the runtime extension only ([`crate::model::fleet::boots_through_extension`]): the
+/// agent a new cluster boots with must run before a CNI exists (rancher/fleet
+/// `charts/fleet-agent/values.yaml` v0.12.0–v0.16.1 `fleetAgent.hostNetwork`), and the boot
+/// script labels its namespace `privileged`. Any other Fleet Cluster keeps CAAPF's unset
+/// (Fleet's `false`): Fleet creates the agent namespace without Pod Security labels (v0.16.1
+/// `internal/cmd/agentmanagement/agent/agent.go` `AgentWithConfig`), so a `baseline` default
+/// would refuse a host-network agent, and from 0.14.2 its Recreate strategy deletes the running
+/// agent first (docs/migration.md).
 pub const DEFAULT_HOST_NETWORK: bool = true;
 
 /// Fleet's default `agentCheckinInterval` (rancher/fleet v0.16: `charts/fleet/values.yaml`
@@ -636,7 +653,7 @@ mod tests {
         assert!(cluster.apply_class_group);
         assert!(cluster.patch_resource);
         assert!(cluster.set_owner_references);
-        assert_eq!(cluster.agent.host_network, Some(true));
+        assert_eq!(cluster.agent.host_network, None);
         assert_eq!(
             cluster.agent.agent_namespace.as_deref().unwrap_or_default(),
             "fleet-addon-agent"
@@ -762,15 +779,15 @@ mod tests {
                 },
             },
             Row {
-                name: "present cluster section with no booleans: all false, hostNetwork true",
+                name: "present cluster section with no booleans: all false, hostNetwork unset",
                 spec: "cluster: {}",
                 check: |c| {
                     let cl = c.cluster.as_ref().expect("enabled");
                     assert!(
                         !cl.apply_class_group && !cl.patch_resource && !cl.set_owner_references
                     );
-                    // One default whether or not a FleetAddonConfig exists (issue #29).
-                    assert_eq!(cl.agent.host_network, Some(true));
+                    // Defaulted per Cluster: only for a first boot through the extension.
+                    assert_eq!(cl.agent.host_network, None);
                     assert!(cl.selection.selects_everything());
                 },
             },
@@ -1333,5 +1350,53 @@ clusterClass: {patchResource: true}
             problems[0]
         );
         assert_eq!(config.problems_under("spec.install").count(), 0);
+    }
+
+    /// A variable name that makes no label key would make every Fleet Cluster write fail.
+    #[test]
+    fn variable_labels_must_make_label_keys() {
+        let config =
+            EffectiveConfig::from_spec(&spec("cluster: {variableLabels: [region, \"a b\", -x]}"));
+        let problems: Vec<String> = config
+            .problems_under("spec.cluster")
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].starts_with("spec.cluster.variableLabels[1]: label key \"variable.fleet.addons.cluster.x-k8s.io/a b\": name must be"), "{problems:?}");
+        assert!(
+            problems[1].starts_with("spec.cluster.variableLabels[2]:"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn rollout_problems_name_their_field() {
+        let config = EffectiveConfig::from_spec(&spec(
+            "cluster: {rollout: {waves: [canary, Early, canary], defaultWave: last, soak: soon}}",
+        ));
+        let problems: Vec<String> = config
+            .problems_under("spec.cluster")
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            problems,
+            [
+                "spec.cluster.rollout.waves[1]: \"Early\" is not a lowercase name of at most 63 characters (a label value)",
+                "spec.cluster.rollout.waves[2]: \"canary\" is named twice",
+                "spec.cluster.rollout.defaultWave: \"last\" is not one of the waves [\"canary\", \"Early\", \"canary\"]",
+                "spec.cluster.rollout.soak: \"soon\" is not a duration such as 30m or 2h",
+            ]
+        );
+        let config = EffectiveConfig::from_spec(&spec(
+            "cluster: {variableLabels: [region], rollout: {waveVariable: wave, waves: [canary, rest], soak: 10m, hold: {failingClusters: 2}}}",
+        ));
+        assert_eq!(config.problems_under("spec.cluster").count(), 0);
+        let import = config.cluster.unwrap();
+        assert_eq!(import.variable_labels, ["region"]);
+        let rollout = import.rollout.unwrap();
+        assert_eq!(
+            (rollout.default_wave, rollout.soak, rollout.failing_clusters),
+            (1, Duration::from_secs(600), 2)
+        );
     }
 }

@@ -44,6 +44,54 @@ pub fn is_agent_initiated(
     import.agent_initiated.applies_to(&cluster.labels) || prepared_by_runtime_extension(live)
 }
 
+/// `hostNetwork` of a Cluster whose agent boots through the runtime extension (agent-initiated
+/// and [`crate::model::import::may_have_bootstrap`]), when no layer sets it.
+pub fn default_boot_host_network(spec: &mut FleetClusterSpec) {
+    spec.host_network
+        .get_or_insert(crate::model::config::DEFAULT_HOST_NETWORK);
+}
+
+/// The Event reason of an agent setting held on a registered agent-initiated Cluster.
+pub const AGENT_SETTING_HELD_REASON: &str = "AgentSettingHeld";
+
+/// Agent setting changes that would strand the registered agent of an agent-initiated Cluster,
+/// put back to their `live` values in `desired`, each with what to do. Fleet moves an agent to
+/// another namespace, and creates the PriorityClass a `priorityClass` names, only when it
+/// deploys the agent through a kubeconfig (rancher/fleet v0.16.1
+/// `internal/cmd/controller/agentmanagement/controllers/cluster/import.go` `importCluster`);
+/// for an agent-initiated cluster it would deploy a new agent without credentials (and
+/// garbage-collect the old one), or pods the PriorityClass admission refuses.
+pub fn hold_stranding_changes(desired: &mut FleetClusterSpec, live: &FleetCluster) -> Vec<String> {
+    let mut held = vec![];
+    if !crate::model::teardown::is_registered(live) {
+        return held;
+    }
+    let (live_ns, wanted) = (&live.spec.agent_namespace, &desired.agent_namespace);
+    if let Some(live_ns) = live_ns.as_ref().filter(|ns| !ns.is_empty())
+        && wanted.as_ref() != Some(live_ns)
+    {
+        held.push(format!(
+            "agentNamespace {:?} is held at {live_ns:?}: Fleet moves only the agent of a cluster it reaches through a kubeconfig, and this agent-initiated cluster would leave Fleet; keep agentNamespace {live_ns:?} for this Cluster (its agent-settings annotation) or register it anew",
+            wanted.as_deref().unwrap_or_default()
+        ));
+        desired.agent_namespace = Some(live_ns.clone());
+    }
+    let class = |s: &FleetClusterSpec| {
+        let s = s.agent_scheduling_customization.as_ref();
+        s.is_some_and(|s| s.priority_class.is_some())
+    };
+    if !class(&live.spec) && class(desired) {
+        held.push(format!(
+            "agentSchedulingCustomization.priorityClass is held: Fleet creates PriorityClass {} only when it deploys the agent through a kubeconfig; create it on the workload cluster first (the agent's pods are refused without it) and set the priorityClass at the Cluster's creation, or remove it",
+            crate::model::fleet_agent_bundle::PRIORITY_CLASS_NAME
+        ));
+        if let Some(s) = desired.agent_scheduling_customization.as_mut() {
+            s.priority_class = None;
+        }
+    }
+    held
+}
+
 /// Whether the runtime extension created this Fleet Cluster for agent-initiated registration.
 pub fn prepared_by_runtime_extension(live: Option<&ObjectMeta>) -> bool {
     live.and_then(|meta| meta.annotations.as_ref())
@@ -165,6 +213,21 @@ pub fn class_labels(class: &ClassRef) -> StringMap {
     ])
 }
 
+/// The class labels a Fleet Cluster carries: ours, and Rancher Turtles' `fleet-integration` ones
+/// (PR #2803), so that targets written for either select it.
+pub fn fleet_cluster_class_labels(class: &ClassRef) -> StringMap {
+    let mut labels = class_labels(class);
+    let turtles = [
+        (names::TURTLES_CLUSTERCLASS_NAME_LABEL, &class.name),
+        (
+            names::TURTLES_CLUSTERCLASS_NAMESPACE_LABEL,
+            &class.namespace,
+        ),
+    ];
+    labels.extend(turtles.map(|(k, v)| (k.to_string(), v.clone())));
+    labels
+}
+
 /// The Fleet Cluster of a CAPI Cluster, with its agent settings resolved from every layer
 /// ([`crate::model::config::ClusterImport::agent_settings`]).
 pub fn desired_fleet_cluster(
@@ -176,7 +239,7 @@ pub fn desired_fleet_cluster(
 ) -> FleetCluster {
     let mut labels = cluster.labels.clone();
     if let Some(class) = &cluster.class {
-        labels.extend(class_labels(class));
+        labels.extend(fleet_cluster_class_labels(class));
     }
     let mut annotations = cluster.annotations.clone();
     annotations.remove(names::LAST_APPLIED_ANNOTATION);
@@ -587,7 +650,6 @@ mod tests {
                         {"effect": "NoSchedule", "key": "node.cloudprovider.kubernetes.io/uninitialized", "operator": "Equal", "value": "true"},
                         {"effect": "NoSchedule", "key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}
                     ],
-                    "hostNetwork": true,
                     "kubeConfigSecret": "c1-kubeconfig"
                 }
             })
@@ -619,40 +681,14 @@ mod tests {
             json!({
                 "env": "dev",
                 "clusterclass-name.fleet.addons.cluster.x-k8s.io": "quick-start",
-                "clusterclass-namespace.fleet.addons.cluster.x-k8s.io": "classes"
+                "clusterclass-namespace.fleet.addons.cluster.x-k8s.io": "classes",
+                // Rancher Turtles' fleet-integration labels (PR #2803), so its targets port.
+                "cluster-api.cattle.io/clusterclass-name": "quick-start",
+                "cluster-api.cattle.io/clusterclass-namespace": "classes"
             })
         );
         assert!(fleet["metadata"].get("ownerReferences").is_none());
         assert_eq!(fleet["spec"]["hostNetwork"], false);
-    }
-
-    /// One default (`true`), whether or not a FleetAddonConfig exists; a value the user sets is
-    /// kept (issue #29: with a FleetAddonConfig the field used to be left unset, so `false`).
-    #[test]
-    fn host_network_is_true_unless_set_with_or_without_a_fleet_addon_config() {
-        let view = cluster(json!({"topology": {"classRef": {"name": "qs"}, "version": "v1"}}));
-        for (spec, expected) in [
-            (None, true),
-            (Some("cluster: {}"), true),
-            (Some("cluster: {hostNetwork: true}"), true),
-            (Some("cluster: {hostNetwork: false}"), false),
-        ] {
-            let config = match spec {
-                None => EffectiveConfig::default(),
-                Some(yaml) => {
-                    EffectiveConfig::from_spec(&serde_yaml::from_str(yaml).expect("spec"))
-                }
-            };
-            let import = config.cluster.expect("import");
-            let fleet = to_json(&desired_fleet_cluster(
-                &view,
-                &import,
-                &import.agent,
-                &Registration::ManagerInitiated,
-                None,
-            ));
-            assert_eq!(fleet["spec"]["hostNetwork"], json!(expected), "{spec:?}");
-        }
     }
 
     #[test]

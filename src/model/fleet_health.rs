@@ -60,9 +60,18 @@ pub mod reason {
     pub const AGENT_NOT_SEEN: &str = "AgentNotSeen";
     /// The agent checks in, but some bundles targeting the cluster are not ready.
     pub const BUNDLES_NOT_READY: &str = "BundlesNotReady";
+    /// A registered agent-initiated cluster's agent settings changed in a way Fleet cannot carry
+    /// out for it: the import holds them (`crate::model::fleet::hold_stranding_changes`).
+    pub const AGENT_SETTINGS_HELD: &str = "AgentSettingsHeld";
+
+    /// True: the agent checks in, and every bundle not ready only waits for its rollout
+    /// partition (Fleet's `OutOfSync`: staged, the current deployment applied and ready).
+    pub const UPDATE_PENDING: &str = "UpdatePending";
 
     /// Every reason, for metrics that report zero counts too.
-    pub const ALL: [&str; 7] = [
+    pub const ALL: [&str; 9] = [
+        UPDATE_PENDING,
+        AGENT_SETTINGS_HELD,
         READY,
         WAITING_FOR_CONTROL_PLANE,
         AGENT_NOT_REGISTERED,
@@ -143,6 +152,17 @@ pub fn health_of(
                     ),
                 }
             };
+            let held = fleet
+                .and_then(|f| f.metadata.annotations.as_ref())
+                .and_then(|a| a.get(names::HELD_AGENT_SETTINGS_ANNOTATION));
+            if let Some(held) = held {
+                return Some(Health {
+                    ready: false,
+                    reason: reason::AGENT_SETTINGS_HELD,
+                    message: bounded(held, MAX_MESSAGE),
+                    recheck_after: None,
+                });
+            }
             Some(evaluate(
                 &registration,
                 fleet.and_then(|f| f.status.as_ref()),
@@ -171,7 +191,7 @@ pub fn desired(
         | Decision::Cleanup
         | Decision::Teardown { .. }
         | Decision::Moved => Desired::Keep,
-        Decision::Release { .. } | Decision::Ignore => Desired::Remove,
+        Decision::Release { .. } | Decision::Ignore | Decision::Turtles => Desired::Remove,
         Decision::Wait | Decision::Import { .. } => {
             let enabled = config
                 .cluster
@@ -205,14 +225,14 @@ pub struct Observed<'a> {
 /// already), an Event when its status changes, and when to look again.
 pub fn plan(o: &Observed<'_>, config: &EffectiveConfig) -> Plan {
     let current = live_condition(o.status);
-    let apply = |condition: Option<Value>| {
+    let apply = |conditions: Vec<Value>| {
         let mut body = json!({
             "apiVersion": "cluster.x-k8s.io/v1beta2",
             "kind": "Cluster",
             "metadata": {"name": o.view.name},
         });
-        if let Some(condition) = condition {
-            body["status"] = json!({"conditions": [condition]});
+        if !conditions.is_empty() {
+            body["status"] = json!({"conditions": conditions});
         }
         Write::ApplyStatus {
             object: o.cluster.clone(),
@@ -223,7 +243,7 @@ pub fn plan(o: &Observed<'_>, config: &EffectiveConfig) -> Plan {
     let health = match desired(o.decision, o.view, config, o.fleet, o.now) {
         // Applying without the condition removes it, unless another manager also owns it.
         Desired::Remove if current.is_some() && o.owns_status => {
-            return Plan::of(vec![apply(None)], Next::AwaitChange);
+            return Plan::of(vec![apply(vec![])], Next::AwaitChange);
         }
         Desired::Keep | Desired::Remove => return Plan::default(),
         // Not before the import controller has done its part: a status write bumps the
@@ -234,27 +254,61 @@ pub fn plan(o: &Observed<'_>, config: &EffectiveConfig) -> Plan {
         Desired::Set(health) => health,
     };
     let mut writes = vec![];
-    if let Some(condition) = condition_to_apply(current, &health, o.generation, o.now) {
-        writes.push(apply(Some(condition)));
-        if status_changes(current, &health) {
-            let was_ready = current
-                .and_then(|c| c.get("status"))
-                .and_then(Value::as_str);
-            let (type_, reason) = match (health.ready, was_ready == Some("True")) {
-                (true, _) => (EventType::Normal, "FleetReady"),
-                (false, true) => (EventType::Warning, "FleetNotReady"),
-                (false, false) => (EventType::Normal, "FleetNotReady"),
-            };
-            let status = if health.ready { "True" } else { "False" };
-            let note = event_note(&format!(
-                "{CONDITION_TYPE} is {status} ({}): {}",
-                health.reason, health.message
-            ));
-            writes.push(Write::event(&o.regarding, type_, reason, "Reporting", note));
-        }
+    let ready_changed = condition_to_apply(current, &health, o.generation, o.now);
+    let held_live = capi::live_condition(o.status, names::ROLLOUT_HELD_CONDITION);
+    let held = rollout_held(config, o.fleet);
+    let held_changed =
+        held.and_then(|h| capi::condition_to_apply(held_live, &h, o.generation, o.now));
+    let held_removed = held.is_none() && held_live.is_some();
+    if ready_changed.is_some() || held_changed.is_some() || held_removed {
+        // One manager owns both conditions: an apply names every one it keeps.
+        let ready = ready_changed.clone().or_else(|| current.cloned());
+        let held = held_changed
+            .or_else(|| held_live.cloned())
+            .filter(|_| held.is_some());
+        writes.push(apply(ready.into_iter().chain(held).collect()));
+    }
+    if ready_changed.is_some() && status_changes(current, &health) {
+        let was_ready = current
+            .and_then(|c| c.get("status"))
+            .and_then(Value::as_str);
+        let (type_, reason) = match (health.ready, was_ready == Some("True")) {
+            (true, _) => (EventType::Normal, "FleetReady"),
+            (false, true) => (EventType::Warning, "FleetNotReady"),
+            (false, false) => (EventType::Normal, "FleetNotReady"),
+        };
+        let status = if health.ready { "True" } else { "False" };
+        let note = event_note(&format!(
+            "{CONDITION_TYPE} is {status} ({}): {}",
+            health.reason, health.message
+        ));
+        writes.push(Write::event(&o.regarding, type_, reason, "Reporting", note));
     }
     let then = health.recheck_after.map_or(Next::AwaitChange, Next::After);
     Plan::of(writes, then)
+}
+
+/// The `FleetRolloutHeld` condition of an imported Cluster when rollout waves are configured:
+/// True with the hold as reason while its Fleet Cluster carries the hold label (the message from
+/// its annotation), else False. Never an availability gate: it does not change `FleetReady`.
+fn rollout_held<'a>(
+    config: &EffectiveConfig,
+    fleet: Option<&'a FleetCluster>,
+) -> Option<capi::Condition<'a>> {
+    config.cluster.as_ref()?.rollout.as_ref()?;
+    let meta = &fleet?.metadata;
+    let held = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(names::ROLLOUT_HOLD_LABEL));
+    let annotations = meta.annotations.as_ref();
+    let message = annotations.and_then(|a| a.get(names::ROLLOUT_HOLD_MESSAGE_ANNOTATION));
+    Some(capi::Condition {
+        type_: names::ROLLOUT_HELD_CONDITION,
+        status: held.is_some(),
+        reason: held.map_or("NotHeld", String::as_str),
+        message: message.map_or("", String::as_str),
+    })
 }
 
 /// Whether the import controller has not yet written the finalizer (every selected Cluster) or
@@ -400,6 +454,14 @@ fn bundles(status: Option<&ClusterStatus>) -> Health {
         return Health {
             ready: true,
             reason: reason::READY,
+            message: String::new(),
+            recheck_after: None,
+        };
+    }
+    if crate::model::rollout::only_update_pending(status) {
+        return Health {
+            ready: true,
+            reason: reason::UPDATE_PENDING,
             message: String::new(),
             recheck_after: None,
         };
@@ -835,6 +897,25 @@ mod tests {
         );
         // The ready count still sees the health of opted-out Clusters.
         assert!(health_of(&import, &view(json!({})), &off, None, now).is_some());
+        // Agent settings the import holds (issue #38): not ready, saying what and the way out.
+        let held: FleetCluster = serde_json::from_value(json!({"metadata": {"name": "c1",
+            "annotations": {(names::HELD_AGENT_SETTINGS_ANNOTATION): "agentNamespace \"b\" is held at \"a\": …"}},
+            "spec": {}, "status": {"agent": {"lastSeen": "2026-11-23T09:59:00Z"}}}))
+        .expect("fleet cluster");
+        let agent = Decision::Import {
+            agent_initiated: true,
+        };
+        match desired(&agent, &view(json!({})), &on, Some(&held), now) {
+            Desired::Set(h) => assert_eq!(
+                (h.ready, h.reason, h.message.as_str()),
+                (
+                    false,
+                    reason::AGENT_SETTINGS_HELD,
+                    "agentNamespace \"b\" is held at \"a\": …"
+                )
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
@@ -913,5 +994,82 @@ mod tests {
             Some(&json!("BundlesNotReady"))
         );
         assert_eq!(live_condition(None), None);
+    }
+
+    /// Rollout waves: `FleetRolloutHeld` beside `FleetReady` in one apply (a hold that starts
+    /// rewrites both; an unchanged one writes nothing), and `UpdatePending` when the bundles only
+    /// wait for their partition.
+    #[test]
+    fn rollout_held_beside_fleet_ready_and_update_pending() {
+        let now = at("2026-11-23T10:00:00Z");
+        let config = config("cluster: {agentInitiated: true, rollout: {waves: [canary, rest]}}");
+        let view = view(json!({"finalizers": [names::FINALIZER]}));
+        let fleet = |labels: Value, summary: Value| -> FleetCluster {
+            serde_json::from_value(json!({
+                "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "Cluster",
+                "metadata": {"name": "c1", "namespace": "clusters", "labels": labels,
+                    "annotations": {names::ROLLOUT_HOLD_MESSAGE_ANNOTATION: "wave rest waits for canary: it is rolling out"}},
+                "spec": {},
+                "status": {"agent": {"lastSeen": "2026-11-23T09:59:00Z"}, "summary": summary},
+            }))
+            .expect("Fleet Cluster")
+        };
+        let pending = json!({"desiredReady": 2, "ready": 1, "outOfSync": 1,
+            "nonReadyResources": [{"name": "cni", "bundleState": "OutOfSync"}]});
+        let held = fleet(json!({names::ROLLOUT_HOLD_LABEL: "Soaking"}), pending);
+        let decision = Decision::Import {
+            agent_initiated: true,
+        };
+        let plan_for = |fleet: &FleetCluster, status: Option<&Value>| {
+            plan(
+                &Observed {
+                    decision: &decision,
+                    view: &view,
+                    fleet: Some(fleet),
+                    cluster: ObjectId::of::<crate::api::CapiCluster>(Some("clusters"), "c1", None),
+                    regarding: ObjectReference::default(),
+                    status,
+                    generation: Some(3),
+                    owns_status: true,
+                    now,
+                },
+                &config,
+            )
+        };
+        let first = plan_for(&held, None);
+        let Some(Write::ApplyStatus { body, .. }) = first.writes.first() else {
+            panic!("{first:?}");
+        };
+        let conditions = &body["status"]["conditions"];
+        assert_eq!(conditions[0]["type"], "FleetReady");
+        assert_eq!(
+            (&conditions[0]["status"], &conditions[0]["reason"]),
+            (&json!("True"), &json!("UpdatePending"))
+        );
+        assert_eq!(conditions[1]["type"], "FleetRolloutHeld");
+        assert_eq!(
+            (&conditions[1]["status"], &conditions[1]["reason"]),
+            (&json!("True"), &json!("Soaking"))
+        );
+        assert_eq!(
+            conditions[1]["message"],
+            "wave rest waits for canary: it is rolling out"
+        );
+        // As written: nothing more.
+        let live = json!({"conditions": conditions});
+        assert!(plan_for(&held, Some(&live)).writes.is_empty());
+        // Released: FleetRolloutHeld False, FleetReady kept as it is.
+        let released = fleet(
+            json!({}),
+            json!({"desiredReady": 2, "ready": 1, "outOfSync": 1,
+            "nonReadyResources": [{"name": "cni", "bundleState": "OutOfSync"}]}),
+        );
+        let next = plan_for(&released, Some(&live));
+        let Some(Write::ApplyStatus { body, .. }) = next.writes.first() else {
+            panic!("{next:?}");
+        };
+        assert_eq!(body["status"]["conditions"][0], conditions[0]);
+        assert_eq!(body["status"]["conditions"][1]["status"], "False");
+        assert_eq!(body["status"]["conditions"][1]["reason"], "NotHeld");
     }
 }

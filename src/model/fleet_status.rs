@@ -17,6 +17,7 @@ use crate::Error;
 use crate::api::FleetAddonConfigStatus;
 use crate::model::config::EffectiveConfig;
 use crate::model::fleet_values;
+use crate::model::plan::{ObjectId, Write};
 use crate::names;
 
 /// The chart repository could be fetched (http(s): its index; OCI: the registry answered).
@@ -398,6 +399,35 @@ pub fn apply_body(name: &str, desired: &OwnedStatus) -> serde_json::Value {
     })
 }
 
+/// The status apply of `status.clusters` and `status.rollout` by the import controller's field
+/// manager (`None`: `live` has them already).
+pub fn clusters_write(
+    live: &crate::api::FleetAddonConfig,
+    counts: &crate::api::ClusterCounts,
+    rollout: Option<&crate::api::RolloutStatus>,
+) -> Option<Write> {
+    let status = live.status.as_ref();
+    if status.and_then(|s| s.clusters.as_ref()) == Some(counts)
+        && status.and_then(|s| s.rollout.as_ref()) == rollout
+    {
+        return None;
+    }
+    let mut body = serde_json::json!({
+        "apiVersion": "addons.cluster.x-k8s.io/v1alpha1",
+        "kind": "FleetAddonConfig",
+        "metadata": {"name": live.metadata.name},
+        "status": {"clusters": counts},
+    });
+    if let Some(rollout) = rollout {
+        body["status"]["rollout"] = serde_json::to_value(rollout).unwrap_or_default();
+    }
+    Some(Write::ApplyStatus {
+        object: ObjectId::observed(live),
+        body,
+        manager: names::IMPORT_STATUS_FIELD_MANAGER,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -444,6 +474,7 @@ mod tests {
             installed_version: first.installed_version.clone(),
             conditions: first.conditions.clone(),
             clusters: None,
+            rollout: None,
         };
         // Same status, new message and generation: time kept.
         let second = next_status(
@@ -489,6 +520,7 @@ mod tests {
             installed_version: Some("0.1.0".into()),
             conditions: vec![old(INSTALLED), old(REPO_ADD), old("ClustersImported")],
             clusters: None,
+            rollout: None,
         };
         let out = next_status(
             Some(&previous),
@@ -527,6 +559,7 @@ mod tests {
             installed_version: Some("0.1.0".into()),
             conditions: desired.conditions.clone(),
             clusters: None,
+            rollout: None,
         };
         assert!(!needs_write(Some(&current), &desired));
         // Another controller's condition and counts do not matter.
@@ -756,5 +789,32 @@ mod tests {
             "{}",
             skipped.message
         );
+    }
+
+    /// `status.clusters` is applied only when the counts differ from the live ones.
+    #[test]
+    fn cluster_counts_are_written_when_they_change() {
+        let config = |status: serde_json::Value| -> crate::api::FleetAddonConfig {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "addons.cluster.x-k8s.io/v1alpha1", "kind": "FleetAddonConfig",
+                "metadata": {"name": "fleet-addon-config"}, "spec": {}, "status": status,
+            }))
+            .expect("config")
+        };
+        let counts: crate::api::ClusterCounts =
+            serde_json::from_value(serde_json::json!({"selected": 2, "imported": 1, "waiting": 0}))
+                .expect("counts");
+        let Some(Write::ApplyStatus { body, manager, .. }) =
+            clusters_write(&config(serde_json::json!({})), &counts, None)
+        else {
+            panic!("a write")
+        };
+        assert_eq!(manager, names::IMPORT_STATUS_FIELD_MANAGER);
+        assert_eq!(
+            body["status"]["clusters"],
+            serde_json::to_value(&counts).expect("json")
+        );
+        let same = config(serde_json::json!({"clusters": counts}));
+        assert_eq!(clusters_write(&same, &counts, None), None);
     }
 }

@@ -26,6 +26,7 @@ use crate::model::capi::ClusterView;
 use crate::model::config::{ClusterImport, EffectiveConfig};
 use crate::model::fleet;
 use crate::model::fleet_agent_bundle::{FleetVersion, OLDEST_SUPPORTED};
+use crate::model::plan::{ObjectId, Write};
 use crate::model::selection::{ClusterFacts, WatchScope};
 use crate::model::teardown::{self, Mode};
 use crate::names;
@@ -76,6 +77,24 @@ impl HookOutcome {
             message: message.into(),
         }
     }
+}
+
+/// The answer to an error of ours: a retry naming what failed (API errors by their message:
+/// deterministic, no secrets), never a Failure (an outage or a missing RBAC rule of ours must not
+/// fail a Cluster's lifecycle).
+pub fn api_retry(what: &str, ns: &str, name: &str, err: &crate::Error) -> HookOutcome {
+    let cause = match err {
+        crate::Error::Kube(kube::Error::Api(status)) => {
+            format!("{} ({})", status.message, status.code)
+        }
+        other => other.to_string(),
+    };
+    let key = match (ns.is_empty(), name.is_empty()) {
+        (true, _) => name.to_string(),
+        (false, true) => ns.to_string(),
+        (false, false) => format!("{ns}/{name}"),
+    };
+    HookOutcome::retry(RETRY_API, format!("{what} {key}: {cause}"))
 }
 
 /// What FleetAddonConfig and the manager's flags say about a Cluster the hooks see.
@@ -254,6 +273,79 @@ pub fn issued_values_secret(
         })
 }
 
+/// The client ID and the Secret of the issued registration values, or the answer to wait with.
+pub type Registered = Result<(String, String), HookOutcome>;
+
+/// What BeforeClusterCreate writes for an agent-initiated registration, from the Fleet Cluster
+/// and the ClusterRegistrationToken as read: the stub when there is no Fleet Cluster (client ID
+/// `fresh_id`), `fresh_id` on one without a client ID, the token when there is none. Then the
+/// client ID and the Secret of the issued registration values, or the answer to wait with: a
+/// created object's answer (whose stub stands, when Fleet issues the token) is the next call's.
+pub fn registration(
+    cluster: &ClusterView,
+    import: &ClusterImport,
+    fleet_cluster: Option<&FleetCluster>,
+    token: Option<&ClusterRegistrationToken>,
+    fresh_id: &str,
+    now: Timestamp,
+) -> crate::Result<(Vec<Write>, Registered)> {
+    let ns = cluster.namespace.as_str();
+    let fleet_name = import.fleet_cluster_name(&cluster.name);
+    let fleet_id = ObjectId::of::<FleetCluster>(Some(ns), &fleet_name, None);
+    let manager = names::RUNTIME_EXTENSION_FIELD_MANAGER;
+    let mut writes = Vec::new();
+    let client_id = match fleet_cluster {
+        None => {
+            let stub = fleet::runtime_extension_stub(cluster, import, fresh_id);
+            let body = serde_json::to_value(stub)?;
+            writes.push(Write::CreateOrGet {
+                object: fleet_id,
+                body,
+                manager,
+            });
+            None
+        }
+        Some(fleet_cluster) => {
+            if let Err(answer) = check_not_manager_initiated(fleet_cluster, ns) {
+                return Ok((Vec::new(), Err(answer)));
+            }
+            existing_client_id(fleet_cluster).or_else(|| {
+                let patch = serde_json::json!({"spec": {"clientID": fresh_id}});
+                writes.push(Write::MergePatch {
+                    object: fleet_id,
+                    patch,
+                    manager,
+                });
+                Some(fresh_id.to_string())
+            })
+        }
+    };
+    let token_name = fleet::registration_token_name(cluster);
+    let values_secret = match token {
+        Some(token) => issued_values_secret(token, ns),
+        None => {
+            let desired = fleet::desired_registration_token(cluster, import, now);
+            writes.push(Write::CreateOrGet {
+                object: ObjectId::of::<ClusterRegistrationToken>(Some(ns), &token_name, None),
+                body: serde_json::to_value(desired)?,
+                manager,
+            });
+            Err(HookOutcome::retry(
+                RETRY_FLEET,
+                format!("waiting for Fleet to issue ClusterRegistrationToken {ns}/{token_name}"),
+            ))
+        }
+    };
+    let ready = values_secret.and_then(|secret| match client_id {
+        Some(id) => Ok((id, secret)),
+        None => Err(HookOutcome::retry(
+            RETRY_FLEET,
+            format!("creating Fleet Cluster {ns}/{fleet_name}"),
+        )),
+    });
+    Ok((writes, ready))
+}
+
 /// The registration values in the Secret Fleet wrote for the token (`None`: not there yet).
 pub fn registration_values(
     secret: Option<&Secret>,
@@ -289,6 +381,43 @@ pub fn fleet_namespace(config: &EffectiveConfig) -> &str {
         })
 }
 
+/// Problems in the settings the `fleet-agent` chart is pulled with (its repository, credentials
+/// and TLS; `spec.install`'s when it comes from there): nothing is pulled until they are fixed,
+/// since a repository URL with a password would reach helm's command line.
+fn agent_chart_problems(config: &EffectiveConfig) -> Result<(), HookOutcome> {
+    let from_install = config
+        .install
+        .as_ref()
+        .is_some_and(|install| install.repository == config.agent_chart_repository());
+    let install = [
+        "spec.install.repository",
+        "spec.install.credentials",
+        "spec.install.tlsConfig",
+    ];
+    let own = [
+        "agentChartRepository",
+        "agentChartCredentials",
+        "agentChartTLSConfig",
+    ]
+    .map(|field| format!("spec.runtimeExtension.{field}"));
+    let prefixes = own.iter().map(String::as_str);
+    let prefixes = prefixes.chain(install.into_iter().filter(|_| from_install));
+    let problems: Vec<String> = prefixes
+        .flat_map(|prefix| config.problems_under(prefix))
+        .map(ToString::to_string)
+        .collect();
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(HookOutcome::retry(
+        RETRY_CONFIG,
+        format!(
+            "the fleet-agent chart is not pulled while FleetAddonConfig has problems in its settings: {}",
+            problems.join("; ")
+        ),
+    ))
+}
+
 /// The agent defaults of the running Fleet, from its `fleet-controller` ConfigMap in
 /// `fleet_ns` (`None`: not there yet).
 pub fn fleet_agent_defaults(
@@ -321,23 +450,24 @@ pub fn fleet_agent_defaults(
 /// Where Fleet's `fleet-agent` chart comes from: the configured chart repository
 /// ([`EffectiveConfig::agent_chart_repository`]), at the version this provider installed
 /// (`status.installedVersion`), else the version of the running Fleet's agent image (Fleet
-/// releases the image and the chart with one version).
+/// releases the image and the chart with one version). Neither: answered as an unsupported Fleet
+/// ([`unreadable_fleet`]).
 pub fn agent_chart(
+    cluster: &ClusterView,
     config: &EffectiveConfig,
     installed_version: Option<&str>,
     defaults: &FleetAgentDefaults,
 ) -> Result<ChartLocation, HookOutcome> {
+    agent_chart_problems(config)?;
     let installed = installed_version
         .filter(|version| !version.is_empty())
         .map(str::to_string);
     let Some(version) = installed.or_else(|| defaults.chart_version()) else {
-        return Err(HookOutcome::retry(
-            RETRY_CONFIG,
-            format!(
-                "cannot tell which fleet-agent chart to render: FleetAddonConfig has no status.installedVersion and the agent image {} has no version tag",
-                defaults.image
-            ),
-        ));
+        let why = format!(
+            "FleetAddonConfig has no status.installedVersion and the agent image {} has no version tag",
+            defaults.image
+        );
+        return Err(unreadable_fleet(cluster, &why));
     };
     Ok(ChartLocation {
         repository: config.agent_chart_repository().to_string(),
@@ -355,13 +485,8 @@ pub fn supported_fleet(
     location: &ChartLocation,
 ) -> Result<FleetVersion, HookOutcome> {
     let Some(version) = FleetVersion::parse(&location.version) else {
-        return Err(HookOutcome::retry(
-            RETRY_CONFIG,
-            format!(
-                "cannot tell which Fleet release {} is: not a semantic version",
-                location.version
-            ),
-        ));
+        let why = format!("{:?} is not a semantic version", location.version);
+        return Err(unreadable_fleet(cluster, &why));
     };
     if version.supported() {
         return Ok(version);
@@ -369,6 +494,15 @@ pub fn supported_fleet(
     Err(HookOutcome::success(unsupported_fleet_message(
         cluster, version,
     )))
+}
+
+/// The answer when the installed Fleet's version cannot be read (`why`): as for an unsupported
+/// Fleet, Success naming it, since no retry would read another version (issue #38).
+fn unreadable_fleet(cluster: &ClusterView, why: &str) -> HookOutcome {
+    HookOutcome::success(format!(
+        "cannot tell which Fleet release is installed ({why}): Cluster {}/{} is created without the Fleet agent at boot (no bootstrap Secret, so GeneratePatches leaves its control plane alone); install Fleet with spec.install or give its agent image a version tag, or let the Cluster register the usual way once it is running",
+        cluster.namespace, cluster.name
+    ))
 }
 
 /// Why a Cluster boots without the Fleet agent when the installed Fleet is too old (the answer's
@@ -408,7 +542,7 @@ pub fn bootstrap_input(
     fleet: FleetAgentDefaults,
     version: FleetVersion,
 ) -> Result<BootstrapInput, HookOutcome> {
-    let full = fleet::desired_fleet_cluster(
+    let mut full = fleet::desired_fleet_cluster(
         cluster,
         import,
         agent,
@@ -417,6 +551,7 @@ pub fn bootstrap_input(
         },
         None,
     );
+    fleet::default_boot_host_network(&mut full.spec);
     let spec = serde_json::to_value(&full.spec).map_err(|err| {
         HookOutcome::retry(
             RETRY_CONFIG,
@@ -424,6 +559,7 @@ pub fn bootstrap_input(
         )
     })?;
     Ok(BootstrapInput {
+        pull_secrets: Vec::new(),
         token,
         client_id,
         agent: FleetClusterAgent::from_fleet_cluster_spec(&spec),
@@ -490,6 +626,28 @@ pub fn fleet_cluster_of(cluster: &ClusterView, config: Option<&EffectiveConfig>)
         || cluster.name.clone(),
         |config| config.fleet_cluster_name(&cluster.name),
     )
+}
+
+/// What BeforeClusterDelete deletes of what the hooks prepared: the bootstrap Secret, the
+/// ClusterRegistrationToken, and the Fleet Cluster `fleet_cluster` (as read) when
+/// [`deletes_fleet_cluster`].
+pub fn cleanup(cluster: &ClusterView, fleet_cluster: Option<&FleetCluster>) -> Vec<Write> {
+    let ns = Some(cluster.namespace.as_str());
+    let delete = |object| Write::Delete {
+        object,
+        live_check: false,
+    };
+    let secret = names::bootstrap_secret_name(&cluster.name);
+    let token = fleet::registration_token_name(cluster);
+    let fleet = fleet_cluster.filter(|fleet| deletes_fleet_cluster(cluster, fleet));
+    [
+        ObjectId::of::<Secret>(ns, &secret, None),
+        ObjectId::of::<ClusterRegistrationToken>(ns, &token, None),
+    ]
+    .into_iter()
+    .chain(fleet.map(ObjectId::observed))
+    .map(delete)
+    .collect()
 }
 
 /// Whether BeforeClusterDelete deletes this Fleet Cluster: BeforeClusterCreate prepared it (our
@@ -663,9 +821,9 @@ pub fn upgrade_answer(
     )
 }
 
-/// The BundleDeployments that are not ready, as (bundle, state), sorted. Fleet's own rule
-/// (`summary.GetDeploymentState`): not yet applied → `WaitApplied`, not ready → `NotReady`,
-/// drifted → `Modified`.
+/// The BundleDeployments that are not ready, as (bundle, state), sorted, by Fleet's own rule
+/// (rancher/fleet v0.12–v0.16 `internal/cmd/controller/summary/summary.go`
+/// `GetDeploymentState`): see [`bundle_state`].
 pub fn not_ready_bundles(deployments: &[Value]) -> Vec<(String, &'static str)> {
     let mut out: Vec<(String, &'static str)> = deployments
         .iter()
@@ -689,16 +847,31 @@ pub fn not_ready_bundles(deployments: &[Value]) -> Vec<(String, &'static str)> {
     out
 }
 
-/// The state of one BundleDeployment when it is not ready (`None`: ready).
+/// The state of one BundleDeployment when it is not ready (`None`: ready), in Fleet's order:
+/// not applied (`ErrApplied` with its `Deployed` condition False, else `WaitApplied`), not ready,
+/// a new deployment staged but not promoted (`OutOfSync`: a rollout partition or a paused
+/// Bundle or Fleet Cluster keeps the old one ready), drifted (`Modified`; Fleet omits a false
+/// `nonModified`). An absent `stagedDeploymentID` (never written by Fleet) is not OutOfSync.
 pub fn bundle_state(bd: &Value) -> Option<&'static str> {
-    let status = &bd["status"];
-    let wanted = bd["spec"]["deploymentID"].as_str().unwrap_or_default();
-    let applied = status["appliedDeploymentID"].as_str().unwrap_or_default();
-    if wanted != applied {
-        Some("WaitApplied")
+    let (spec, status) = (&bd["spec"], &bd["status"]);
+    let wanted = spec["deploymentID"].as_str().unwrap_or_default();
+    let staged = spec["stagedDeploymentID"].as_str().unwrap_or(wanted);
+    let deployed_false = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Deployed" && c["status"] == "False");
+    if wanted != status["appliedDeploymentID"].as_str().unwrap_or_default() {
+        Some(if deployed_false {
+            "ErrApplied"
+        } else {
+            "WaitApplied"
+        })
     } else if status["ready"].as_bool() != Some(true) {
         Some("NotReady")
-    } else if status["nonModified"].as_bool() == Some(false) {
+    } else if wanted != staged {
+        Some("OutOfSync")
+    } else if status["nonModified"].as_bool() != Some(true) {
         Some("Modified")
     } else {
         None

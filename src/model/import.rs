@@ -28,7 +28,8 @@ use crate::model::fleet::{
 use crate::model::plan::{Change, Next, ObjectId, Plan, Write};
 use crate::model::registration_token::{Renewal, extension_patch, renewal};
 use crate::model::selection::ClusterFacts;
-use crate::model::{teardown, upgrade_steps};
+use crate::model::turtles::{self, Conflict};
+use crate::model::{rollout, teardown, upgrade_steps};
 use crate::names;
 
 /// The decision for one Cluster.
@@ -68,6 +69,9 @@ pub enum Decision {
     /// add-ons, the move Bundles stay reported) and no longer owned by the source Cluster, so
     /// deleting the source copy leaves it alone; a deleted source only loses our finalizer.
     Moved,
+    /// Its Fleet Cluster carries Turtles' `fleet-integration` finalizer
+    /// ([`names::TURTLES_FLEET_FINALIZER`]): left to Turtles, our finalizer released, reported.
+    Turtles,
 }
 
 impl Decision {
@@ -129,6 +133,15 @@ pub fn import_decision(
         return Decision::Paused {
             selected: selected && !cluster.deleting,
         };
+    }
+    let turtles = live
+        .and_then(|l| l.finalizers.as_ref())
+        .into_iter()
+        .flatten();
+    if (selected || cluster.has_finalizer()) && { turtles }
+        .any(|f| f == names::TURTLES_FLEET_FINALIZER)
+    {
+        return Decision::Turtles;
     }
     // Deletion is never held, not even by an invalid configuration, unless the Cluster's
     // workloads are removed first (opt-in, with a deadline).
@@ -222,6 +235,8 @@ pub struct Observed {
     pub now: Timestamp,
     /// The periodic resync (`--sync-period`).
     pub resync: Duration,
+    /// What the conflicts with Rancher Turtles are decided from.
+    pub conflicts: turtles::Seen,
 }
 
 /// What an import reads besides the Cluster and its Fleet Cluster.
@@ -234,6 +249,9 @@ pub struct ImportInputs {
     pub unreadable: Vec<String>,
     /// Where its bootstrap Secret stands with the current registration token.
     pub bootstrap: Bootstrap,
+    /// What its rollout hold depends on: its own facts, and the waves of every class.
+    pub rollout: crate::model::rollout::Facts,
+    pub gates: crate::model::rollout::Gates,
 }
 
 /// Invalid agent settings hold a Cluster: its Fleet Cluster is left as it is (or uncreated), its
@@ -272,24 +290,73 @@ pub fn may_have_bootstrap(view: &ClusterView, live: Option<&FleetCluster>) -> bo
 /// The writes for one observed Cluster, in order, and when to look at it again.
 pub fn plan(observed: &Observed, config: &EffectiveConfig) -> Result<Plan> {
     let o = observed;
-    let writes = match &o.decision {
-        Decision::Paused { .. } | Decision::Hold | Decision::Ignore => vec![],
-        Decision::Moved => o.moved(),
-        Decision::Cleanup => o.cleanup(),
-        Decision::Teardown { deadline } => return Ok(o.teardown(config, *deadline)),
+    let mut plan = match &o.decision {
+        Decision::Paused { .. } | Decision::Hold | Decision::Ignore => Plan::default(),
+        Decision::Moved => Plan::of(o.moved(), Next::AwaitChange),
+        Decision::Cleanup => Plan::of(o.cleanup(), Next::AwaitChange),
+        Decision::Teardown { deadline } => o.teardown(config, *deadline),
         Decision::Release {
             delete_fleet_cluster,
-        } => o.release(*delete_fleet_cluster),
-        Decision::Wait => o.finalizer(true).into_iter().collect(),
+        } => Plan::of(o.release(*delete_fleet_cluster), Next::AwaitChange),
+        Decision::Wait => Plan::of(o.finalizer(true).into_iter().collect(), Next::AwaitChange),
+        Decision::Turtles => Plan::of(o.finalizer(false).into_iter().collect(), Next::AwaitChange),
         Decision::Import { agent_initiated } => match (config.cluster.as_ref(), &o.import) {
-            (Some(import), Some(inputs)) => return o.import(import, inputs, *agent_initiated),
-            _ => vec![],
+            (Some(import), Some(inputs)) => o.import(import, inputs, *agent_initiated)?,
+            _ => Plan::default(),
         },
     };
-    Ok(Plan::of(writes, Next::AwaitChange))
+    // After our finalizer's patch, which the status write's new resourceVersion would fail.
+    let at = plan
+        .writes
+        .iter()
+        .position(|w| matches!(w, Write::Finalizer { .. }));
+    let at = at.map_or(0, |i| i + 1);
+    plan.writes.splice(at..at, o.conflict());
+    Ok(plan)
 }
 
 impl Observed {
+    /// The conflict condition, and a Warning Event when a conflict is new: our finalizer removed
+    /// by someone else, or the Fleet Cluster found under Turtles' `fleet-integration`.
+    fn conflict(&self) -> Vec<Write> {
+        let seen = &self.conflicts;
+        let removals = seen.finalizer.removals;
+        let conflict = match self.decision {
+            Decision::Turtles => Some(Conflict::TurtlesFleetIntegration),
+            Decision::Wait | Decision::Import { .. } if removals > 0 => {
+                Some(Conflict::FinalizerRemoved { removals })
+            }
+            Decision::Wait | Decision::Import { .. } | Decision::Release { .. } => None,
+            Decision::Ignore if !self.view.deleting => None,
+            _ => return vec![],
+        };
+        let cluster = ObjectId::of::<CapiCluster>(
+            Some(&self.view.namespace),
+            &self.view.name,
+            self.cluster_version.as_deref(),
+        );
+        let condition = seen.condition.as_ref();
+        let write =
+            turtles::condition_write(cluster, conflict, condition, seen.generation, self.now);
+        let live_reason = condition
+            .and_then(|c| c.get("reason"))
+            .and_then(Value::as_str);
+        let new = conflict.filter(|c| match c {
+            Conflict::FinalizerRemoved { .. } => seen.removed_now,
+            Conflict::TurtlesFleetIntegration => live_reason != Some(c.reason()),
+        });
+        let event = new.map(|c| {
+            Write::event(
+                &self.regarding,
+                EventType::Warning,
+                c.reason(),
+                "Importing",
+                c.message(),
+            )
+        });
+        write.into_iter().chain(event).collect()
+    }
+
     /// Moved into itself: the Fleet Cluster now serves the self-managed cluster. Keep it, and
     /// keep the garbage collector from deleting it with the source copy.
     fn moved(&self) -> Vec<Write> {
@@ -432,7 +499,45 @@ impl Observed {
         };
         let values = Some(inputs.template_values.clone());
         let mut desired = desired_fleet_cluster(&self.view, import, agent, &registration, values);
+        if agent_initiated && may_have_bootstrap(&self.view, live) {
+            crate::model::fleet::default_boot_host_network(&mut desired.spec);
+        }
+        let held = match (agent_initiated, live) {
+            (true, Some(live)) => {
+                crate::model::fleet::hold_stranding_changes(&mut desired.spec, live)
+            }
+            _ => vec![],
+        };
+        if !held.is_empty() {
+            let annotations = desired
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default);
+            annotations.insert(
+                names::HELD_AGENT_SETTINGS_ANNOTATION.into(),
+                held.join("; "),
+            );
+        }
+        writes.extend(held.into_iter().map(|note| {
+            let reason = crate::model::fleet::AGENT_SETTING_HELD_REASON;
+            Write::event(
+                &self.regarding,
+                EventType::Warning,
+                reason,
+                "Importing",
+                note,
+            )
+        }));
         upgrade_steps::show(&mut desired, &self.view, live);
+        let shown = rollout::show(
+            &mut desired,
+            &self.view,
+            &import.variable_labels,
+            import.rollout.as_ref(),
+            &inputs.rollout,
+            &inputs.gates,
+            self.now,
+        );
         let (object, manager) = (self.fleet_id(), names::FIELD_MANAGER);
         let write = match fleet_cluster_write(import.patch_resource, live) {
             // The cache keeps templateValues as a digest.
@@ -449,6 +554,9 @@ impl Observed {
         // completing our own registration stub) is what every selected Cluster gets: a log line
         // and the imported count in the FleetAddonConfig status, not an Event per Cluster.
         let updated = write.is_some() && live.is_some_and(|live| !is_own_stub(live));
+        if write.is_some() {
+            writes.extend(self.rollout_events(live, &shown));
+        }
         writes.extend(write);
         if updated {
             let note = format!(
@@ -469,6 +577,11 @@ impl Observed {
             false => None,
         };
         let then = token_check.map_or(self.resync, |check| check.min(self.resync));
+        let soak = shown.held.and_then(|h| h.until).map(|until| {
+            let left = until.duration_since(self.now);
+            Duration::try_from(left).unwrap_or_default() + Duration::from_secs(1)
+        });
+        let then = soak.map_or(then, |soak| soak.min(then));
         Ok(Plan::of(writes, Next::After(then)))
     }
 
@@ -547,6 +660,33 @@ impl Observed {
         }))
     }
 
+    /// The Events of a Fleet Cluster write that changes what waves show: values that make no
+    /// label, and a hold that starts, changes or ends.
+    fn rollout_events(&self, live: Option<&FleetCluster>, shown: &rollout::Shown) -> Vec<Write> {
+        let event = |type_, reason, note: String| {
+            Write::event(&self.regarding, type_, reason, "Labelling", note)
+        };
+        let mut events: Vec<Write> = shown
+            .problems
+            .iter()
+            .map(|p| event(EventType::Warning, "RolloutLabelInvalid", p.clone()))
+            .collect();
+        let labels = live.and_then(|l| l.metadata.labels.as_ref());
+        let was = labels.and_then(|l| l.get(names::ROLLOUT_HOLD_LABEL));
+        match (&shown.held, was) {
+            (Some(held), was) if was.map(String::as_str) != Some(held.hold.as_str()) => {
+                let note = format!("{}: {}", held.hold.as_str(), held.message);
+                events.push(event(EventType::Normal, "RolloutHeld", note));
+            }
+            (None, Some(was)) => {
+                let note = format!("the {was} hold ended: Fleet may roll out to this cluster");
+                events.push(event(EventType::Normal, "RolloutReleased", note));
+            }
+            _ => {}
+        }
+        events
+    }
+
     /// A Warning Event on each object carrying a problem: the ClusterClass for its annotation's,
     /// the Cluster for its own; the Cluster's Event names all of them (it is what is held).
     fn held(&self, held: &Held) -> Vec<Write> {
@@ -585,7 +725,8 @@ impl Observed {
     fn finalizer(&self, add: bool) -> Option<Write> {
         let (namespace, name) = (Some(self.view.namespace.as_str()), &self.view.name);
         let seen = self.cluster_version.as_deref();
-        (self.view.has_finalizer() != add).then(|| Write::Finalizer {
+        let allowed = !add || self.conflicts.finalizer.may_add();
+        (self.view.has_finalizer() != add && allowed).then(|| Write::Finalizer {
             object: ObjectId::of::<CapiCluster>(namespace, name, seen),
             add,
             finalizers: self.view.finalizers.clone(),

@@ -500,6 +500,7 @@ fn describe(plan: &Plan) -> Vec<String> {
             let change = match change {
                 Change::Disown { uid } => format!("disown {uid}"),
                 Change::TokenValues { token_uid, .. } => format!("token values of {token_uid}"),
+                Change::ConfigMapKey { key, .. } => format!("key {key}"),
             };
             format!("modify {} {change}", id(object))
         }
@@ -539,6 +540,8 @@ fn inputs() -> ImportInputs {
         template_values: BTreeMap::new(),
         unreadable: vec![],
         bootstrap: Bootstrap::Current,
+        rollout: Default::default(),
+        gates: Default::default(),
     }
 }
 
@@ -590,6 +593,7 @@ fn observed_with_spec(
         import,
         now: now(),
         resync: RESYNC,
+        conflicts: Default::default(),
     }
 }
 
@@ -1072,5 +1076,414 @@ fn teardown_plans() {
         let plan = plan(&observed, &on).expect("plan");
         assert_eq!(describe(&plan), writes, "{name}");
         assert_eq!(plan.then, then, "{name}");
+    }
+}
+
+/// Rollout waves on the Fleet Cluster: variable labels, the wave, the hold and its message; the
+/// hold's Events when it starts and ends; the soak's end as the next look; no write (and no Event)
+/// when nothing changed.
+#[test]
+fn rollout_labels_holds_and_their_events() {
+    let config = config(
+        "cluster: {patchResource: true, variableLabels: [region], rollout: {waveVariable: wave, waves: [canary, rest], soak: 10m}}",
+    );
+    let fin = json!({"finalizers": [FINALIZER]});
+    let spec = json!({"topology": {"classRef": {"name": "cls"}, "version": "v1.33.1", "variables": [
+        {"name": "wave", "value": "rest"}, {"name": "region", "value": "eu west"}]}});
+    let soak_until = now() + Duration::from_secs(300);
+    let gates: crate::model::rollout::Gates = [(
+        ("ns/cls".to_string(), "canary".to_string()),
+        crate::model::rollout::WaveGate {
+            soak_until: Some(soak_until),
+            ..Default::default()
+        },
+    )]
+    .into();
+    let plan_with = |fleet: Option<Arc<FleetCluster>>, gates: &crate::model::rollout::Gates| {
+        let mut o = observed_with_spec(&config, fin.clone(), spec.clone(), fleet, None);
+        if let Some(inputs) = o.import.as_mut() {
+            inputs.gates = gates.clone();
+        }
+        plan(&o, &config).expect("plan")
+    };
+    let held = plan_with(None, &gates);
+    let Some(Write::Apply { body, .. }) = held
+        .writes
+        .iter()
+        .find(|w| matches!(w, Write::Apply { .. }))
+    else {
+        panic!("{held:?}");
+    };
+    let labels = &body["metadata"]["labels"];
+    assert_eq!(labels[names::ROLLOUT_WAVE_LABEL], "rest");
+    assert_eq!(labels[names::ROLLOUT_HOLD_LABEL], "Soaking");
+    assert!(
+        labels
+            .get("variable.fleet.addons.cluster.x-k8s.io/region")
+            .is_none(),
+        "not a label value"
+    );
+    assert_eq!(
+        body["metadata"]["annotations"][names::ROLLOUT_HOLD_MESSAGE_ANNOTATION],
+        "wave rest waits for canary: soaking until 2026-01-01T00:15:00Z"
+    );
+    assert_eq!(
+        describe(&held),
+        [
+            "event RolloutLabelInvalid on Cluster c1",
+            "event RolloutHeld on Cluster c1",
+            "apply fleet.cattle.io/Cluster c1"
+        ]
+    );
+    assert_eq!(
+        held.then,
+        Next::After(Duration::from_secs(301)),
+        "looks again when the soak ends"
+    );
+    // As the cache shows it: nothing to write while the hold stays.
+    let mut live = body.clone();
+    live["metadata"]["managedFields"] = json!([{"manager": names::FIELD_MANAGER, "operation": "Apply",
+        "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {
+            "f:labels": {format!("f:{}", names::ROLLOUT_HOLD_LABEL): {}},
+            "f:annotations": {format!("f:{}", names::ROLLOUT_HOLD_MESSAGE_ANNOTATION): {}}}}}]);
+    let live = fleet_cluster(live);
+    assert!(plan_with(Some(live.clone()), &gates).writes.is_empty());
+    // The soak over: the hold label and message go, with an Event.
+    let released = plan_with(Some(live), &Default::default());
+    assert_eq!(
+        describe(&released),
+        [
+            "event RolloutLabelInvalid on Cluster c1",
+            "event RolloutReleased on Cluster c1",
+            "apply fleet.cattle.io/Cluster c1",
+            "event Updated on Cluster c1"
+        ]
+    );
+    let Some(Write::Apply { body, .. }) = released.writes.get(2) else {
+        panic!("{released:?}");
+    };
+    assert!(
+        body["metadata"]["labels"]
+            .get(names::ROLLOUT_HOLD_LABEL)
+            .is_none()
+    );
+    assert_eq!(
+        body["metadata"]["labels"][names::ROLLOUT_WAVE_LABEL],
+        "rest"
+    );
+}
+
+/// `hostNetwork` defaults to `true` only for a Cluster whose agent boots through the runtime
+/// extension (agent-initiated, with the extension's mark or its class's `fleetAgent` variable);
+/// a manager-initiated import, an adopted CAAPF Cluster or another agent-initiated one keeps
+/// CAAPF's unset, as Fleet's agent namespace has no Pod Security label (issue #38 item 1).
+#[test]
+fn host_network_defaults_only_for_a_first_boot_through_the_extension() {
+    let mark = json!({"metadata": {"name": "c1", "namespace": "ns", "resourceVersion": "9",
+        "annotations": {(names::REGISTRATION_ANNOTATION): names::REGISTRATION_RUNTIME_EXTENSION}},
+        "spec": {"clientID": "abc"}});
+    let plain = json!({"metadata": {"name": "c1", "namespace": "ns", "resourceVersion": "9"},
+        "spec": {"clientID": "abc"}});
+    let variable = json!({"topology": {"classRef": {"name": "qs"}, "version": "v1.33.0",
+        "variables": [{"name": crate::model::agent_bootstrap::FLEET_AGENT_VARIABLE, "value": {"enabled": true}}]}});
+    let fin = json!({"finalizers": [FINALIZER]});
+    let rows = [
+        (
+            "manager-initiated",
+            "cluster: {patchResource: true}",
+            json!({}),
+            None,
+            None,
+        ),
+        ("no FleetAddonConfig", "", json!({}), None, None),
+        (
+            "agent-initiated, no extension",
+            "cluster: {agentInitiated: true, patchResource: true}",
+            json!({}),
+            Some(plain),
+            None,
+        ),
+        (
+            "prepared by BeforeClusterCreate",
+            "cluster: {patchResource: true}",
+            json!({}),
+            Some(mark.clone()),
+            Some(true),
+        ),
+        (
+            "class with the fleetAgent variable",
+            "cluster: {agentInitiated: true, patchResource: true}",
+            variable,
+            Some(
+                json!({"metadata": {"name": "c1", "namespace": "ns", "resourceVersion": "9"}, "spec": {"clientID": "abc"}}),
+            ),
+            Some(true),
+        ),
+        (
+            "set false by the user",
+            "cluster: {hostNetwork: false, patchResource: true}",
+            json!({}),
+            Some(mark),
+            Some(false),
+        ),
+    ];
+    for (name, spec, cluster_spec, live, want) in rows {
+        let config = match spec {
+            "" => EffectiveConfig::default(),
+            spec => config(spec),
+        };
+        let observed = observed_with_spec(
+            &config,
+            fin.clone(),
+            cluster_spec,
+            live.map(fleet_cluster),
+            None,
+        );
+        let mut observed = observed;
+        if name == "set false by the user"
+            && let Some(inputs) = observed.import.as_mut()
+        {
+            inputs.agent = Ok(AgentSettings {
+                host_network: Some(false),
+                ..AgentSettings::default()
+            });
+        }
+        let plan = plan(&observed, &config).expect("plan");
+        let body = plan
+            .writes
+            .iter()
+            .find_map(|w| match w {
+                Write::Apply { body, .. } | Write::Create { body, .. }
+                    if body["kind"] == "Cluster" =>
+                {
+                    Some(body.clone())
+                }
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("{name}: no Fleet Cluster apply in {:?}", describe(&plan)));
+        assert_eq!(
+            body["spec"].get("hostNetwork").and_then(Value::as_bool),
+            want,
+            "{name}"
+        );
+    }
+}
+
+/// A registered agent-initiated Cluster keeps its agent namespace, and gets no priorityClass it
+/// had not at registration, with a Warning Event naming the field and the way out; before
+/// registration, and for a manager-initiated Cluster, the change is written (issue #38 item 2).
+#[test]
+fn stranding_agent_changes_are_held_on_a_registered_agent_initiated_cluster() {
+    let live = |registered: bool| {
+        let mut value = json!({"metadata": {"name": "c1", "namespace": "ns", "resourceVersion": "9"},
+            "spec": {"clientID": "abc", "agentNamespace": "old-agent"}});
+        if registered {
+            value["status"] = json!({"agent": {"lastSeen": "2026-01-01T00:05:00Z"}});
+        }
+        fleet_cluster(value)
+    };
+    let fin = json!({"finalizers": [FINALIZER]});
+    let rows = [
+        (
+            "cluster: {agentInitiated: true, patchResource: true}",
+            true,
+            "old-agent",
+            true,
+        ),
+        (
+            "cluster: {agentInitiated: true, patchResource: true}",
+            false,
+            "new-agent",
+            false,
+        ),
+        ("cluster: {patchResource: true}", true, "new-agent", false),
+    ];
+    for (spec, registered, namespace, held) in rows {
+        let config = config(spec);
+        let mut observed = observed(&config, fin.clone(), Some(live(registered)), None);
+        if let Some(inputs) = observed.import.as_mut() {
+            inputs.agent = Ok(serde_json::from_value(json!({"agentNamespace": "new-agent",
+                "agentSchedulingCustomization": {"priorityClass": {"value": 1000}}}))
+            .expect("settings"));
+        }
+        let plan = plan(&observed, &config).expect("plan");
+        let body = plan
+            .writes
+            .iter()
+            .find_map(|w| match w {
+                Write::Apply { body, .. } if body["kind"] == "Cluster" => Some(body.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("{spec} {registered}: {:?}", describe(&plan)));
+        assert_eq!(
+            body["spec"]["agentNamespace"], namespace,
+            "{spec} {registered}"
+        );
+        assert_eq!(
+            body["spec"]["agentSchedulingCustomization"]
+                .get("priorityClass")
+                .is_none(),
+            held,
+            "{spec} {registered}"
+        );
+        let notes: Vec<&str> = plan
+            .writes
+            .iter()
+            .filter_map(|w| match w {
+                Write::Event { reason, note, .. } if *reason == "AgentSettingHeld" => {
+                    Some(note.as_str())
+                }
+                _ => None,
+            })
+            .collect();
+        // The FleetReady condition shows it (fleet_health: reason AgentSettingsHeld).
+        let mark = &body["metadata"]["annotations"][names::HELD_AGENT_SETTINGS_ANNOTATION];
+        assert_eq!(
+            mark.as_str() == Some(&notes.join("; ")),
+            held,
+            "{spec} {registered}: {mark}"
+        );
+        if held {
+            assert_eq!(notes.len(), 2, "{notes:?}");
+            assert!(
+                notes[0].starts_with("agentNamespace \"new-agent\" is held at \"old-agent\"")
+                    && notes[0].contains("keep agentNamespace \"old-agent\""),
+                "{notes:?}"
+            );
+            assert!(
+                notes[1].starts_with("agentSchedulingCustomization.priorityClass is held")
+                    && notes[1].contains("fleet-agent-priority-class"),
+                "{notes:?}"
+            );
+        } else {
+            assert!(notes.is_empty(), "{notes:?}");
+        }
+    }
+}
+
+/// Beside Rancher Turtles (`model::turtles`): a Fleet Cluster under Turtles' `fleet-integration`
+/// finalizer is left to it (our finalizer released, even while deleting, nothing deleted);
+/// our finalizer removed by someone else is put back a bounded number of times, each removal
+/// reported, then left off while the import goes on.
+#[test]
+fn turtles_conflicts() {
+    use crate::model::turtles::{FinalizerMemory, Seen};
+    let defaults = EffectiveConfig::default();
+    let fin = json!({"finalizers": [FINALIZER]});
+    let deleting = json!({"deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": [FINALIZER]});
+    let turtles = || {
+        Some(fleet_cluster(
+            json!({"metadata": {"name": "c1", "namespace": "ns", "resourceVersion": "9",
+            "finalizers": [names::TURTLES_FLEET_FINALIZER]}}),
+        ))
+    };
+    let (fleet, capi) = ("fleet.cattle.io/Cluster c1", "cluster.x-k8s.io/Cluster c1");
+    let removed = |removals, removed_now| Seen {
+        finalizer: FinalizerMemory {
+            on: false,
+            removals,
+        },
+        removed_now,
+        ..Default::default()
+    };
+    let with = |mut o: Observed, seen: Seen| {
+        o.conflicts = seen;
+        o
+    };
+    let live_turtles = json!({"type": "FleetAddonConflict", "status": "True",
+        "reason": "TurtlesFleetIntegration", "observedGeneration": null});
+    let rows: Vec<(&str, Observed, Vec<String>)> = vec![
+        (
+            "Turtles' Fleet Cluster: released and reported",
+            observed(&defaults, fin.clone(), turtles(), None),
+            vec![
+                format!("remove finalizer {capi}"),
+                format!("apply status {capi}"),
+                "event TurtlesFleetIntegration on Cluster c1".into(),
+            ],
+        ),
+        (
+            "Turtles' Fleet Cluster, deleting: released, not deleted",
+            observed(&defaults, deleting, turtles(), None),
+            vec![
+                format!("remove finalizer {capi}"),
+                format!("apply status {capi}"),
+                "event TurtlesFleetIntegration on Cluster c1".into(),
+            ],
+        ),
+        (
+            "Turtles' Fleet Cluster, already reported: the condition is refreshed, no new Event",
+            with(
+                observed(&defaults, json!({}), turtles(), None),
+                Seen {
+                    condition: Some(live_turtles),
+                    ..Default::default()
+                },
+            ),
+            vec![format!("apply status {capi}")],
+        ),
+        (
+            "first removal: put back, reported",
+            observed(&defaults, json!({}), None, None),
+            vec![
+                format!("add finalizer {capi}"),
+                format!("apply status {capi}"),
+                "event FinalizerRemoved on Cluster c1".into(),
+                format!("apply {fleet}"),
+            ],
+        ),
+        (
+            "fourth removal: left off, reported, the import goes on",
+            observed(&defaults, json!({}), None, None),
+            vec![
+                format!("apply status {capi}"),
+                "event FinalizerRemoved on Cluster c1".into(),
+                format!("apply {fleet}"),
+            ],
+        ),
+        (
+            "given up: no new Event, no finalizer",
+            observed(&defaults, json!({}), None, None),
+            vec![format!("apply status {capi}"), format!("apply {fleet}")],
+        ),
+        (
+            "no conflict (anymore): the condition goes",
+            with(
+                observed(&defaults, fin.clone(), None, None),
+                Seen {
+                    condition: Some(
+                        json!({"type": "FleetAddonConflict", "reason": "FinalizerRemoved"}),
+                    ),
+                    ..Default::default()
+                },
+            ),
+            vec![format!("apply status {capi}"), format!("apply {fleet}")],
+        ),
+    ];
+    let seen = [
+        None,
+        None,
+        None,
+        Some((1, true)),
+        Some((4, true)),
+        Some((4, false)),
+        None,
+    ];
+    for ((name, o, want), seen) in rows.into_iter().zip(seen) {
+        let o = match seen {
+            Some((removals, now)) => with(o, removed(removals, now)),
+            None => o,
+        };
+        let plan = plan(&o, &defaults).expect("plan");
+        assert_eq!(describe(&plan), want, "{name}");
+        if matches!(o.decision, Decision::Turtles) {
+            assert!(
+                !plan
+                    .writes
+                    .iter()
+                    .any(|w| matches!(w, Write::Delete { .. } | Write::Apply { .. })),
+                "{name}"
+            );
+        }
     }
 }

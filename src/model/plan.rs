@@ -19,7 +19,9 @@ use serde_json::{Value, json};
 
 use crate::model::agent_manifest::{TokenValues, with_token_values};
 use crate::model::agent_patch::SCRIPT_KEY;
+use crate::model::config::FleetSettings;
 use crate::model::diff::{apply_would_change, digest_subtree, owned_fields};
+use crate::model::fleet_values::{ServerValues, fleet_controller_config, gates_in_values_yaml};
 use crate::names;
 use crate::{Error, Result};
 
@@ -72,7 +74,8 @@ pub enum Write {
         manager: &'static str,
     },
     /// Server-side apply of `body` to the status subresource: the fields `manager` owns there
-    /// and nothing else. An object gone meanwhile is no error.
+    /// and nothing else. An object gone since it was observed (`object.seen`) is no error; one
+    /// never observed is (its writer keeps trying until it exists).
     ApplyStatus {
         object: ObjectId,
         body: Value,
@@ -82,7 +85,8 @@ pub enum Write {
     /// updates (CAAPF's `patchResource: false`).
     Create { object: ObjectId, body: Value },
     /// Creates `body` as `manager`; when someone else created it first, reads theirs and never
-    /// overwrites it. Its answer is the next observation's: it ends a plan ([`Next::Echo`]).
+    /// overwrites it (gone by that read: an error, try again). Its answer is the next
+    /// observation's: it ends a plan ([`Next::Echo`]).
     CreateOrGet {
         object: ObjectId,
         body: Value,
@@ -159,6 +163,29 @@ impl Write {
         }))
     }
 
+    /// What the write does to which object ("creating Secret"), for the answer naming a failed
+    /// write (`None`: an Event, which never fails).
+    pub fn describe(&self) -> Option<(String, &ObjectId)> {
+        let (verb, object) = match self {
+            Write::Apply { object, .. } => ("applying", object),
+            Write::ApplyStatus { object, .. } => ("writing the status of", object),
+            Write::Create { object, .. } | Write::CreateOrGet { object, .. } => {
+                ("creating", object)
+            }
+            Write::MergePatch { object, .. } | Write::Modify { object, .. } => ("patching", object),
+            Write::Finalizer { object, .. } => ("updating the finalizers of", object),
+            Write::Delete { object, .. } => ("deleting", object),
+            Write::Event { .. } => return None,
+        };
+        let fleet =
+            if object.resource.group == "fleet.cattle.io" && object.resource.kind == "Cluster" {
+                "Fleet "
+            } else {
+                ""
+            };
+        Some((format!("{verb} {fleet}{}", object.resource.kind), object))
+    }
+
     /// A `Normal` or `Warning` Event about `regarding`.
     pub fn event(
         regarding: &ObjectReference,
@@ -190,9 +217,37 @@ pub enum Change {
         values: Box<TokenValues>,
         token_uid: String,
     },
+    /// Rewrite the data key `key` of a ConfigMap someone else's Fleet reads with `text`; the
+    /// ConfigMap must exist (`missing`: why it should).
+    ConfigMapKey {
+        key: &'static str,
+        text: KeyText,
+        missing: &'static str,
+    },
+}
+
+/// The new text of a ConfigMap key ([`crate::model::fleet_values`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum KeyText {
+    /// The feature gates in a values key.
+    FeatureGates(Box<FleetSettings>),
+    /// The API server URL and CA in Fleet's `fleet-controller` config.
+    FleetController(ServerValues),
 }
 
 impl Change {
+    /// The error for an `object` that is absent (`Ok`: nothing to change).
+    pub fn absent(&self, object: &ObjectId) -> Result<()> {
+        match self {
+            Change::ConfigMapKey { missing, .. } => {
+                let namespace = object.namespace.as_deref().unwrap_or_default();
+                let name = format!("{namespace}/{}", object.name);
+                Err(Error::missing("ConfigMap", name, *missing))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The merge patch for the object read as `current` (`None`: nothing to change).
     pub fn patch(&self, current: &Value) -> Result<Option<Value>> {
         match self {
@@ -221,6 +276,28 @@ impl Change {
                     Error::malformed("Secret", name.unwrap_or_default(), reason)
                 })?;
                 Ok(Some(token_values_patch(files, token_uid)))
+            }
+            Change::ConfigMapKey { key, text, .. } => {
+                let value = current
+                    .pointer(&format!("/data/{key}"))
+                    .and_then(Value::as_str);
+                let next = match (text, value) {
+                    (KeyText::FeatureGates(fleet), _) => gates_in_values_yaml(value, fleet),
+                    (KeyText::FleetController(server), Some(value)) => {
+                        fleet_controller_config(value, server)
+                    }
+                    (KeyText::FleetController(_), None) => Err("is missing".to_string()),
+                };
+                let meta = |field: &str| current.pointer(field).and_then(Value::as_str);
+                let full = format!(
+                    "{}/{}",
+                    meta("/metadata/namespace").unwrap_or_default(),
+                    meta("/metadata/name").unwrap_or_default()
+                );
+                let next = next.map_err(|reason| {
+                    Error::malformed("ConfigMap", full, format!("data.{key} {reason}"))
+                })?;
+                Ok(next.map(|next| json!({"data": {*key: next}})))
             }
         }
     }
@@ -400,5 +477,56 @@ mod tests {
             let want = kept.map(|kept| json!({"metadata": {"ownerReferences": kept}}));
             assert_eq!(change.patch(&current).expect("patch"), want, "{name}");
         }
+    }
+
+    /// A ConfigMap key is rewritten only when its text changes; a ConfigMap that is absent, or
+    /// whose `fleet-controller` config is missing, is an error naming it.
+    #[test]
+    fn config_map_keys_are_rewritten_when_they_change() {
+        let server = ServerValues {
+            url: Some("https://10.0.0.1:6443".into()),
+            ..ServerValues::default()
+        };
+        let change = Change::ConfigMapKey {
+            key: "config",
+            text: KeyText::FleetController(server),
+            missing: "Fleet is not installed",
+        };
+        let config_map = |data: Value| {
+            json!({"metadata": {"name": "fleet-controller", "namespace": "cattle-fleet-system"},
+                "data": data})
+        };
+        let patch = change
+            .patch(&config_map(json!({"config": "{}"})))
+            .expect("patch")
+            .expect("a change");
+        let text = patch["data"]["config"].as_str().expect("text");
+        assert!(text.contains("https://10.0.0.1:6443"), "{text}");
+        let again = config_map(json!({"config": text}));
+        assert_eq!(change.patch(&again).expect("patch"), None);
+        let err = change
+            .patch(&config_map(json!({})))
+            .expect_err("missing key");
+        assert!(
+            err.to_string()
+                .contains("ConfigMap cattle-fleet-system/fleet-controller: data.config is missing"),
+            "{err}"
+        );
+        let id = ObjectId::of::<k8s_openapi::api::core::v1::ConfigMap>(
+            Some("cattle-fleet-system"),
+            "fleet-controller",
+            None,
+        );
+        let err = change.absent(&id).expect_err("absent");
+        assert!(
+            err.to_string()
+                .contains("cattle-fleet-system/fleet-controller not found: Fleet is not installed"),
+            "{err}"
+        );
+        let disown = Change::Disown { uid: "u".into() };
+        assert!(
+            disown.absent(&id).is_ok(),
+            "nothing to disown in what is gone"
+        );
     }
 }

@@ -31,15 +31,19 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::Timestamp;
+use kube::core::{Selector, SelectorExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::model::capi::ClusterView;
+use crate::model::config::RuntimeExtensionSettings;
 pub use crate::model::config::{
     DEFAULT_STEP_SETTLE as DEFAULT_SETTLE, DEFAULT_STEP_TIMEOUT as DEFAULT_TIMEOUT,
 };
 use crate::model::hook_plan::{HookOutcome, describe_bundles, not_ready_bundles};
+use crate::model::validation::validate_label_selector;
 use crate::names;
 
 /// The `templateValues` key holding the versions (`${ .ClusterValues.KubernetesVersions… }`).
@@ -115,6 +119,9 @@ pub struct UpgradeStep {
     /// (recorded once, with an Event).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub released: Option<String>,
+    /// The gate's last look at Fleet's targeting: its digest ([`targeting`]) and when (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub looked: Option<(String, String)>,
 }
 
 impl UpgradeStep {
@@ -196,10 +203,30 @@ pub fn next_step(
         }
         UpgradeHook::AfterControlPlaneUpgrade => {
             let version = version?;
-            let workers = previous.map_or_else(|| version.clone(), |p| p.workers.clone());
+            let v1_12 =
+                !(request.control_plane_upgrades.is_empty() && request.workers_upgrades.is_empty());
+            let workers = previous.map_or_else(
+                || version.clone(),
+                // Workers that caught up unseen (no workers hooks registered): the last step
+                // moved them to the control plane's version, which their plan no longer lists.
+                |p| match &p.target {
+                    Some(t)
+                        if v1_12
+                            && *t == p.control_plane
+                            && !request.workers_upgrades.contains(t) =>
+                    {
+                        t.clone()
+                    }
+                    _ => p.workers.clone(),
+                },
+            );
+            // Workers that must catch up first hold the control plane (cluster-api v1.12
+            // `desired_state.go` `computeControlPlaneVersion`): they move next.
             let target = request
-                .control_plane_upgrades
+                .workers_upgrades
                 .first()
+                .filter(|w| **w == version)
+                .or(request.control_plane_upgrades.first())
                 .or(request.workers_upgrades.first())
                 .cloned()
                 // v1.11 (no step lists): the workers follow the control plane.
@@ -235,10 +262,12 @@ pub fn next_step(
         cluster,
         since: now.to_string(),
         released: None,
+        looked: None,
     };
     if let Some(previous) = previous.filter(|p| p.same_step(&step)) {
         step.since = previous.since.clone();
         step.released = previous.released.clone();
+        step.looked = previous.looked.clone();
     }
     Some(step)
 }
@@ -373,35 +402,72 @@ pub fn show(desired: &mut FleetCluster, cluster: &ClusterView, live: Option<&Fle
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GateSettings {
     pub wait_for_bundles: bool,
+    /// Only `beforeClusterUpgrade.waitForBundlesReady`: BeforeClusterUpgrade waits for the
+    /// bundles as they are (no step shown first), with the same timeout and skip.
+    pub as_they_are: bool,
     pub timeout: Duration,
     pub settle: Duration,
+    /// The bundles waited for (`None`: every bundle of the Cluster).
+    pub bundles: Option<Selector>,
     /// Problems with the Cluster's annotations (ignored; the defaults apply), for messages.
     pub problems: Vec<String>,
 }
 
-/// The gate of a Cluster: the configuration's, overridden by the Cluster's annotations.
+impl GateSettings {
+    /// Whether `hook` waits for anything.
+    pub fn gated(&self) -> bool {
+        self.wait_for_bundles || self.as_they_are
+    }
+
+    /// The BundleDeployments the gate waits for (Fleet copies a Bundle's labels to them).
+    pub fn select(&self, deployments: Vec<Value>) -> Vec<Value> {
+        let Some(selector) = &self.bundles else {
+            return deployments;
+        };
+        let empty = serde_json::Map::new();
+        deployments
+            .into_iter()
+            .filter(|bd| {
+                let labels = bd["metadata"]["labels"].as_object().unwrap_or(&empty);
+                let labels: BTreeMap<String, String> = labels
+                    .iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect();
+                selector.matches(&labels)
+            })
+            .collect()
+    }
+}
+
+/// The gate of a Cluster at `hook`: the configuration's, overridden by the Cluster's
+/// annotations (`wait-for-bundles: "false"` turns off both gates, `"true"` the step gate).
+/// `told`: Fleet Clusters are updated (`patchResource`), so a step can be shown.
 pub fn gate_settings(
-    wait_for_bundles: bool,
-    timeout: Duration,
-    settle: Duration,
+    config: &RuntimeExtensionSettings,
+    hook: UpgradeHook,
+    told: bool,
     annotations: &BTreeMap<String, String>,
 ) -> GateSettings {
     let mut settings = GateSettings {
-        wait_for_bundles,
-        timeout,
-        settle,
+        wait_for_bundles: config.step_wait_for_bundles_ready,
+        as_they_are: hook == UpgradeHook::BeforeClusterUpgrade && config.wait_for_bundles_ready,
+        timeout: config.step_timeout,
+        settle: config.step_settle,
+        bundles: None,
         problems: Vec::new(),
     };
     if let Some(value) = annotations.get(names::WAIT_FOR_BUNDLES_ANNOTATION) {
         match value.as_str() {
             "true" => settings.wait_for_bundles = true,
-            "false" => settings.wait_for_bundles = false,
+            "false" => (settings.wait_for_bundles, settings.as_they_are) = (false, false),
             other => settings.problems.push(format!(
                 "annotation {}: {other:?} is not true or false",
                 names::WAIT_FOR_BUNDLES_ANNOTATION
             )),
         }
     }
+    settings.wait_for_bundles &= told;
+    settings.as_they_are &= !settings.wait_for_bundles;
     if let Some(value) = annotations.get(names::UPGRADE_GATE_TIMEOUT_ANNOTATION) {
         match crate::api::duration::parse_duration(value) {
             Ok(timeout) => settings.timeout = timeout,
@@ -411,7 +477,42 @@ pub fn gate_settings(
             )),
         }
     }
+    let key = names::UPGRADE_GATE_BUNDLES_ANNOTATION;
+    let selector = match annotations.get(key) {
+        Some(value) => match_labels(value)
+            .map_err(|err| settings.problems.push(format!("annotation {key}: {err}"))),
+        None => Ok(config.step_bundle_selector.clone()),
+    };
+    // An invalid selector waits for every bundle rather than none.
+    settings.bundles = selector
+        .ok()
+        .flatten()
+        .and_then(|selector| Selector::try_from(selector).ok())
+        .filter(|selector| !selector.selects_all());
     settings
+}
+
+/// `key=value[,key=value]` as a label selector (`None`: empty, every bundle).
+fn match_labels(value: &str) -> Result<Option<LabelSelector>, String> {
+    let mut labels = BTreeMap::new();
+    for pair in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((key, value)) = pair.split_once('=') else {
+            return Err(format!("{pair:?} is not key=value"));
+        };
+        labels.insert(key.trim().to_string(), value.trim().to_string());
+    }
+    let selector = LabelSelector {
+        match_labels: Some(labels),
+        ..Default::default()
+    };
+    let mut errors = Vec::new();
+    validate_label_selector(&selector, "", &mut errors);
+    match errors.first() {
+        Some(error) => Err(error.message.clone()),
+        None => {
+            Ok(Some(selector).filter(|s| s.match_labels.as_ref().is_some_and(|l| !l.is_empty())))
+        }
+    }
 }
 
 /// A gate's answer, and how it let go when not by Fleet (to record once, with an Event).
@@ -448,9 +549,17 @@ pub fn gate_before_bundles(
     } else {
         format!(" ({})", settings.problems.join("; "))
     };
-    if !settings.wait_for_bundles {
+    if !settings.gated() {
         return Err(GateAnswer::plain(HookOutcome::success(format!(
             "Fleet is told of {what}; not waiting for its bundles{notes}"
+        ))));
+    }
+    // Its step is AfterWorkersUpgrade's, and while it holds Cluster API v1.12 refuses any
+    // version change (`internal/webhooks/cluster.go` `validateTopologyVersionUpdate`).
+    if !step.in_progress() {
+        return Err(GateAnswer::plain(HookOutcome::success(format!(
+            "Fleet is told the upgrade ended at {}; AfterClusterUpgrade is not gated",
+            step.control_plane
         ))));
     }
     if let Some(how) = &step.released {
@@ -487,6 +596,9 @@ pub fn gate_before_bundles(
             format!("waiting for the Fleet Cluster to show {what}{notes}"),
         )));
     }
+    if settings.as_they_are {
+        return Ok(());
+    }
     let settled_at = applied_at.unwrap_or(since).max(since);
     let waited = now.duration_since(settled_at).unsigned_abs();
     if waited < settings.settle {
@@ -495,6 +607,69 @@ pub fn gate_before_bundles(
             i32::try_from(left).unwrap_or(RETRY_LABELS),
             format!("giving Fleet {left}s to re-target its bundles for {what}"),
         )));
+    }
+    Ok(())
+}
+
+/// What Fleet targets on the Cluster: a digest of its BundleDeployments and their staged
+/// deployments (Fleet stages a new deployment ID whenever a re-targeting changes a bundle's
+/// options: rancher/fleet v0.12–v0.16 `internal/cmd/controller/target/`).
+pub fn targeting(deployments: &[Value]) -> String {
+    let mut pairs: Vec<String> = deployments
+        .iter()
+        .map(|bd| {
+            let spec = &bd["spec"];
+            let staged = spec["stagedDeploymentID"].as_str();
+            let id = staged.or(spec["deploymentID"].as_str()).unwrap_or_default();
+            format!(
+                "{}={id}",
+                bd["metadata"]["name"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    pairs.sort();
+    crate::model::diff::sha256_hex(pairs.join("\n").as_bytes())[..16].to_string()
+}
+
+/// Positive evidence that Fleet re-targeted for the step (it reports no observed generation):
+/// the same [`targeting`] at two looks `settle` apart, the first after the Fleet Cluster was
+/// applied. Records the look in `step.looked`; `Err` holds until the next look.
+pub fn retargeted(
+    step: &mut UpgradeStep,
+    deployments: &[Value],
+    settle: Duration,
+    applied_at: Option<Timestamp>,
+    now: Timestamp,
+) -> Result<(), HookOutcome> {
+    let digest = targeting(deployments);
+    let looked_at = step
+        .looked
+        .as_ref()
+        .filter(|(seen, _)| *seen == digest)
+        .and_then(|(_, at)| at.parse::<Timestamp>().ok())
+        .filter(|at| applied_at.is_none_or(|applied| *at >= applied));
+    let Some(looked_at) = looked_at else {
+        step.looked = Some((digest, now.to_string()));
+        return Err(HookOutcome::retry(
+            i32::try_from(settle.as_secs().max(1)).unwrap_or(RETRY_LABELS),
+            format!(
+                "giving Fleet {}s to finish re-targeting its bundles for {} (looking again: its {} BundleDeployments changed since the last look)",
+                settle.as_secs().max(1),
+                step.describe(),
+                deployments.len()
+            ),
+        ));
+    };
+    let waited = now.duration_since(looked_at).unsigned_abs();
+    if waited < settle {
+        let left = (settle - waited).as_secs().max(1);
+        return Err(HookOutcome::retry(
+            i32::try_from(left).unwrap_or(RETRY_LABELS),
+            format!(
+                "giving Fleet {left}s to re-target its bundles for {}",
+                step.describe()
+            ),
+        ));
     }
     Ok(())
 }

@@ -2,6 +2,7 @@
 //! calls the hooks (cluster-api v1.12.11 `exp/topology/desiredstate/desired_state.go`
 //! `computeControlPlaneVersion`; v1.11.11 for the single step), and the gate.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::json;
 
 use super::*;
@@ -229,6 +230,245 @@ fn a_single_step_upgrade_of_cluster_api_v1_11() {
     assert!(next_step(BeforeClusterUpgrade, &v111(None, None, None), None, at(0)).is_none());
 }
 
+/// Plays an upgrade as cluster-api v1.12.11 calls the hooks (`exp/topology/desiredstate/
+/// desired_state.go` `computeControlPlaneVersion`: AfterControlPlaneUpgrade, then the workers
+/// when their plan's first version is the control plane's, AfterWorkersUpgrade before the next
+/// BeforeControlPlaneUpgrade), with only the root discovery (`steps: false`: no
+/// Before/AfterWorkersUpgrade, no BeforeControlPlaneUpgrade) or both. Returns, per call, the
+/// hook, what Fleet was shown and the (control plane, workers) minors the machines ran.
+fn play(
+    from: &str,
+    control_plane_plan: &[&str],
+    workers_plan: &[&str],
+    steps: bool,
+) -> Vec<(UpgradeHook, VersionView, (String, String))> {
+    use UpgradeHook::*;
+    let to = *control_plane_plan.last().expect("plan");
+    let (mut cp, mut workers) = (from.to_string(), from.to_string());
+    let mut cp_plan: Vec<&str> = control_plane_plan.to_vec();
+    let mut w_plan: Vec<&str> = workers_plan.to_vec();
+    let mut calls = Vec::new();
+    let mut previous: Option<UpgradeStep> = None;
+    let mut call = |hook,
+                    from: Option<&str>,
+                    to_v: Option<&str>,
+                    version: Option<&str>,
+                    cp_plan: &[&str],
+                    w_plan: &[&str],
+                    actual: (&str, &str)| {
+        let mut req = request(from, to_v, version, cp_plan, w_plan);
+        req.cluster_version = Some(to.to_string());
+        let step = next_step(hook, &req, previous.as_ref(), at(calls.len() as i64)).expect("step");
+        let actual = (
+            minor(actual.0).expect("minor"),
+            minor(actual.1).expect("minor"),
+        );
+        calls.push((hook, of_step(&step), actual));
+        previous = Some(step);
+    };
+    call(
+        BeforeClusterUpgrade,
+        Some(from),
+        Some(to),
+        None,
+        &cp_plan,
+        &w_plan,
+        (&cp, &workers),
+    );
+    while !cp_plan.is_empty() || !w_plan.is_empty() {
+        if w_plan.first() == Some(&cp.as_str()) {
+            if steps {
+                call(
+                    BeforeWorkersUpgrade,
+                    Some(&workers),
+                    Some(&cp),
+                    None,
+                    &cp_plan,
+                    &w_plan,
+                    (&cp, &workers),
+                );
+            }
+            workers = w_plan.remove(0).to_string();
+            if steps {
+                call(
+                    AfterWorkersUpgrade,
+                    None,
+                    None,
+                    Some(&cp),
+                    &cp_plan,
+                    &w_plan,
+                    (&cp, &workers),
+                );
+            }
+        } else {
+            let next = cp_plan[0];
+            if steps {
+                call(
+                    BeforeControlPlaneUpgrade,
+                    Some(&cp),
+                    Some(next),
+                    None,
+                    &cp_plan,
+                    &w_plan,
+                    (&cp, &workers),
+                );
+            }
+            cp = cp_plan.remove(0).to_string();
+            call(
+                AfterControlPlaneUpgrade,
+                None,
+                None,
+                Some(&cp),
+                &cp_plan,
+                &w_plan,
+                (&cp, &workers),
+            );
+        }
+    }
+    call(
+        AfterClusterUpgrade,
+        None,
+        None,
+        Some(to),
+        &[],
+        &[],
+        (&cp, &workers),
+    );
+    calls
+}
+
+/// 1.32 → 1.36: the workers catch up at 1.35 (cluster-api v1.12.11 `exp/topology/
+/// desiredstate/upgrade_plan.go` `DefaultAndValidateUpgradePlans`: a workers step every third
+/// minor), so after the control plane reached 1.35 the next move is the workers', not 1.36.
+#[test]
+fn a_long_jump_never_flips_the_target() {
+    use UpgradeHook::*;
+    let cp_plan = ["v1.33.5", "v1.34.2", "v1.35.0", "v1.36.1"];
+    let expected: [(UpgradeHook, Shown); 14] = [
+        (
+            BeforeClusterUpgrade,
+            (Some("1.32"), Some("1.32"), Some("1.33")),
+        ),
+        (
+            BeforeControlPlaneUpgrade,
+            (Some("1.32"), Some("1.32"), Some("1.33")),
+        ),
+        (
+            AfterControlPlaneUpgrade,
+            (Some("1.33"), Some("1.32"), Some("1.34")),
+        ),
+        (
+            BeforeControlPlaneUpgrade,
+            (Some("1.33"), Some("1.32"), Some("1.34")),
+        ),
+        (
+            AfterControlPlaneUpgrade,
+            (Some("1.34"), Some("1.32"), Some("1.35")),
+        ),
+        (
+            BeforeControlPlaneUpgrade,
+            (Some("1.34"), Some("1.32"), Some("1.35")),
+        ),
+        (
+            AfterControlPlaneUpgrade,
+            (Some("1.35"), Some("1.32"), Some("1.35")),
+        ),
+        (
+            BeforeWorkersUpgrade,
+            (Some("1.35"), Some("1.32"), Some("1.35")),
+        ),
+        (
+            AfterWorkersUpgrade,
+            (Some("1.35"), Some("1.35"), Some("1.36")),
+        ),
+        (
+            BeforeControlPlaneUpgrade,
+            (Some("1.35"), Some("1.35"), Some("1.36")),
+        ),
+        (
+            AfterControlPlaneUpgrade,
+            (Some("1.36"), Some("1.35"), Some("1.36")),
+        ),
+        (
+            BeforeWorkersUpgrade,
+            (Some("1.36"), Some("1.35"), Some("1.36")),
+        ),
+        (AfterWorkersUpgrade, (Some("1.36"), Some("1.36"), None)),
+        (AfterClusterUpgrade, (Some("1.36"), Some("1.36"), None)),
+    ];
+    let calls = play("v1.32.4", &cp_plan, &["v1.35.0", "v1.36.1"], true);
+    assert_eq!(calls.len(), expected.len());
+    for (i, ((hook, view, _), (want_hook, want))) in calls.iter().zip(expected).enumerate() {
+        assert_eq!(*hook, want_hook, "call {i}");
+        assert_eq!(shown(view), owned(want), "call {i} {hook:?}");
+    }
+    // Only the root discovery: AfterControlPlaneUpgrade at 1.36 sees the workers at 1.35.
+    let root = play("v1.32.4", &cp_plan, &["v1.35.0", "v1.36.1"], false);
+    let shown_root: Vec<_> = root.iter().map(|(_, view, _)| shown(view)).collect();
+    let expected_root: Vec<_> = [
+        (Some("1.32"), Some("1.32"), Some("1.33")),
+        (Some("1.33"), Some("1.32"), Some("1.34")),
+        (Some("1.34"), Some("1.32"), Some("1.35")),
+        (Some("1.35"), Some("1.32"), Some("1.35")),
+        (Some("1.36"), Some("1.35"), Some("1.36")),
+        (Some("1.36"), Some("1.36"), None),
+    ]
+    .into_iter()
+    .map(owned)
+    .collect();
+    assert_eq!(shown_root, expected_root);
+}
+
+/// Whatever the plan (Cluster API's default, or a GenerateUpgradePlan extension's with the
+/// workers at every step) and whichever discoveries are registered: the labels show the minors
+/// the machines run, and the target never goes back (a bundle keyed on it is never downgraded).
+#[test]
+fn every_plan_shows_the_machines_and_a_target_that_only_moves_forward() {
+    let plans: [(&str, &[&str], &[&str]); 4] = [
+        ("v1.32.4", &["v1.33.5", "v1.34.2", "v1.35.0"], &["v1.35.0"]),
+        (
+            "v1.32.4",
+            &["v1.33.5", "v1.34.2", "v1.35.0", "v1.36.1"],
+            &["v1.35.0", "v1.36.1"],
+        ),
+        (
+            "v1.30.2",
+            &[
+                "v1.31.1", "v1.32.4", "v1.33.5", "v1.34.2", "v1.35.0", "v1.36.1", "v1.37.0",
+            ],
+            &["v1.33.5", "v1.36.1", "v1.37.0"],
+        ),
+        (
+            "v1.32.4",
+            &["v1.33.5", "v1.34.2", "v1.35.0"],
+            &["v1.33.5", "v1.34.2", "v1.35.0"],
+        ),
+    ];
+    for (from, cp_plan, w_plan) in plans {
+        for steps in [true, false] {
+            let what = format!("{from} {cp_plan:?} {w_plan:?} steps={steps}");
+            let mut last_target = String::new();
+            for (hook, view, (cp, workers)) in play(from, cp_plan, w_plan, steps) {
+                assert_eq!(view.control_plane.as_ref(), Some(&cp), "{what} {hook:?}");
+                assert_eq!(view.workers.as_ref(), Some(&workers), "{what} {hook:?}");
+                if let Some(target) = view.target {
+                    let key =
+                        |m: &str| m.split('.').map(|p| format!("{p:0>4}")).collect::<String>();
+                    assert!(
+                        key(&target) >= key(&last_target),
+                        "{what} {hook:?}: {last_target} -> {target}"
+                    );
+                    assert!(
+                        key(&target) >= key(&cp),
+                        "{what} {hook:?}: target {target} behind {cp}"
+                    );
+                    last_target = target;
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn minors() {
     let rows = [
@@ -353,6 +593,7 @@ fn labels_are_put_and_removed() {
 
 #[test]
 fn per_cluster_gate_settings() {
+    const BCPU: UpgradeHook = UpgradeHook::BeforeControlPlaneUpgrade;
     let annotations = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
         pairs
             .iter()
@@ -414,9 +655,180 @@ fn per_cluster_gate_settings() {
         ),
     ];
     for (what, configured, annotations, wait, timeout, problems) in rows {
-        let settings = gate_settings(configured, DEFAULT_TIMEOUT, DEFAULT_SETTLE, &annotations);
+        let settings = gate_settings(&config(configured, false), BCPU, true, &annotations);
         assert_eq!(settings.wait_for_bundles, wait, "{what}");
         assert_eq!(settings.timeout, timeout, "{what}");
+        assert_eq!(
+            settings.problems.len(),
+            problems,
+            "{what}: {:?}",
+            settings.problems
+        );
+    }
+}
+
+/// The runtime extension's upgrade settings: the step gate and the older BeforeClusterUpgrade
+/// gate.
+fn config(steps: bool, before_upgrade: bool) -> RuntimeExtensionSettings {
+    RuntimeExtensionSettings {
+        step_wait_for_bundles_ready: steps,
+        wait_for_bundles_ready: before_upgrade,
+        ..Default::default()
+    }
+}
+
+/// `beforeClusterUpgrade.waitForBundlesReady` is the gate at BeforeClusterUpgrade only, turned
+/// off (never on) by `wait-for-bundles: "false"`, with the step gate's timeout and skip, and
+/// without waiting for a step to be shown (it works without `patchResource`).
+#[test]
+fn the_older_gate_follows_the_same_rules() {
+    use UpgradeHook::*;
+    let older = config(false, true);
+    let none = BTreeMap::new();
+    let off = BTreeMap::from([(
+        names::WAIT_FOR_BUNDLES_ANNOTATION.to_string(),
+        "false".to_string(),
+    )]);
+    let settings = gate_settings(&older, BeforeClusterUpgrade, false, &none);
+    assert!(settings.as_they_are && !settings.wait_for_bundles && settings.gated());
+    assert!(
+        !gate_settings(&older, BeforeClusterUpgrade, true, &off).gated(),
+        "off by annotation"
+    );
+    assert!(!gate_settings(&older, AfterControlPlaneUpgrade, true, &none).gated());
+    // With the step gate on too, the step gate decides.
+    let both = gate_settings(&config(true, true), BeforeClusterUpgrade, true, &none);
+    assert!(both.wait_for_bundles && !both.as_they_are);
+    let step = next_step(
+        BeforeClusterUpgrade,
+        &request(Some("v1.33.5"), Some("v1.34.2"), None, &[], &[]),
+        None,
+        at(0),
+    )
+    .expect("step");
+    // Not shown, right away: the bundles decide at once.
+    assert_eq!(
+        gate_before_bundles(&step, &settings, None, true, None, at(1)),
+        Ok(())
+    );
+    let timed_out =
+        gate_before_bundles(&step, &settings, None, true, None, at(1800)).expect_err("released");
+    assert_eq!(timed_out.released, Some("timeout"));
+    let skipped =
+        gate_before_bundles(&step, &settings, Some("all"), true, None, at(1)).expect_err("skipped");
+    assert_eq!(skipped.released, Some("skipped"));
+}
+
+/// AfterClusterUpgrade is never held: its step is AfterWorkersUpgrade's, and a held one makes
+/// Cluster API v1.12 refuse version changes (`internal/webhooks/cluster.go`
+/// `validateTopologyVersionUpdate`).
+#[test]
+fn after_cluster_upgrade_is_not_gated() {
+    let on = gate_settings(
+        &config(true, false),
+        UpgradeHook::AfterClusterUpgrade,
+        true,
+        &BTreeMap::new(),
+    );
+    let step = next_step(
+        UpgradeHook::AfterClusterUpgrade,
+        &request(None, None, Some("v1.35.0"), &[], &[]),
+        Some(&gate_step()),
+        at(5),
+    )
+    .expect("step");
+    let answer = gate_before_bundles(&step, &on, None, false, None, at(6)).expect_err("answered");
+    assert!(
+        matches!(answer.outcome, HookOutcome::Success { ref message } if message.contains("not gated")),
+        "{answer:?}"
+    );
+}
+
+/// The gate waits for the bundles chosen by the configuration's selector, which a Cluster's
+/// annotation overrides (`key=value,…`; empty: every bundle); a bad annotation is reported and
+/// waits for every bundle.
+#[test]
+fn the_gate_waits_for_chosen_bundles() {
+    let bd = |name: &str, labels: Value| json!({"metadata": {"name": name, "labels": labels}});
+    let deployments = vec![
+        bd("ccm", json!({"upgrade-gate": "true", "tier": "platform"})),
+        bd("cni", json!({"tier": "platform"})),
+        bd("demo-app", json!({"team": "web"})),
+    ];
+    let names_of = |settings: &GateSettings| -> Vec<String> {
+        settings
+            .select(deployments.clone())
+            .iter()
+            .map(|bd| {
+                bd["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect()
+    };
+    let mut configured = config(true, false);
+    configured.step_bundle_selector = Some(LabelSelector {
+        match_labels: Some(BTreeMap::from([(
+            "upgrade-gate".to_string(),
+            "true".to_string(),
+        )])),
+        ..Default::default()
+    });
+    let hook = UpgradeHook::AfterControlPlaneUpgrade;
+    let annotated = |value: &str| {
+        BTreeMap::from([(
+            names::UPGRADE_GATE_BUNDLES_ANNOTATION.to_string(),
+            value.to_string(),
+        )])
+    };
+    #[allow(clippy::type_complexity)]
+    let rows: [(
+        &str,
+        &RuntimeExtensionSettings,
+        BTreeMap<String, String>,
+        &[&str],
+        usize,
+    ); 5] = [
+        (
+            "default: every bundle",
+            &config(true, false),
+            BTreeMap::new(),
+            &["ccm", "cni", "demo-app"],
+            0,
+        ),
+        (
+            "the configuration's selector",
+            &configured,
+            BTreeMap::new(),
+            &["ccm"],
+            0,
+        ),
+        (
+            "a Cluster's annotation",
+            &configured,
+            annotated("tier=platform"),
+            &["ccm", "cni"],
+            0,
+        ),
+        (
+            "an empty annotation: every bundle",
+            &configured,
+            annotated(""),
+            &["ccm", "cni", "demo-app"],
+            0,
+        ),
+        (
+            "a bad annotation: every bundle, reported",
+            &configured,
+            annotated("tier"),
+            &["ccm", "cni", "demo-app"],
+            1,
+        ),
+    ];
+    for (what, config, annotations, want, problems) in rows {
+        let settings = gate_settings(config, hook, true, &annotations);
+        assert_eq!(names_of(&settings), want, "{what}");
         assert_eq!(
             settings.problems.len(),
             problems,
@@ -440,18 +852,13 @@ fn gate_step() -> UpgradeStep {
 /// settling, then the bundles decide.
 #[test]
 fn the_gate_before_the_bundles() {
-    let on = gate_settings(
-        true,
-        Duration::from_secs(600),
-        DEFAULT_SETTLE,
-        &BTreeMap::new(),
-    );
-    let off = gate_settings(
-        false,
-        Duration::from_secs(600),
-        DEFAULT_SETTLE,
-        &BTreeMap::new(),
-    );
+    let ten_minutes = |steps: bool| RuntimeExtensionSettings {
+        step_timeout: Duration::from_secs(600),
+        ..config(steps, false)
+    };
+    let bcpu = UpgradeHook::BeforeControlPlaneUpgrade;
+    let on = gate_settings(&ten_minutes(true), bcpu, true, &BTreeMap::new());
+    let off = gate_settings(&ten_minutes(false), bcpu, true, &BTreeMap::new());
     let mut released = gate_step();
     released.released = Some("timeout".into());
     /// (what, step, settings, skip, shown, applied at, now, retry after (0: proceed), released)
@@ -629,4 +1036,64 @@ fn the_bundles_decide_and_are_named() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// Fleet re-targeted when its BundleDeployments and their staged deployments stay the same over
+/// `settle`, the first look after the Fleet Cluster was applied; any change looks again.
+#[test]
+fn re_targeting_needs_two_equal_looks_settle_apart() {
+    let bd = |name: &str, staged: &str| json!({"metadata": {"name": name}, "spec": {"deploymentID": "s-old:1", "stagedDeploymentID": staged}});
+    let settle = Duration::from_secs(10);
+    let before = [bd("ccm", "s-ccm-1.33:1"), bd("cni", "s-cni:1")];
+    let retargeted_ccm = [bd("ccm", "s-ccm-1.34:1"), bd("cni", "s-cni:1")];
+    let added = [
+        bd("ccm", "s-ccm-1.34:1"),
+        bd("cni", "s-cni:1"),
+        bd("csi", "s-csi:1"),
+    ];
+    let mut step = gate_step();
+    // (what, deployments, applied at, now, retry after (None: proceed))
+    #[allow(clippy::type_complexity)]
+    let rows: [(&str, &[Value], Option<i64>, i64, Option<i32>); 7] = [
+        ("first look", &before, Some(0), 20, Some(10)),
+        ("the same, too soon", &before, Some(0), 25, Some(5)),
+        (
+            "Fleet re-targets a bundle",
+            &retargeted_ccm,
+            Some(0),
+            29,
+            Some(10),
+        ),
+        ("a bundle appears", &added, Some(0), 38, Some(10)),
+        ("unchanged over settle", &added, Some(0), 48, None),
+        (
+            "the Fleet Cluster applied again after the look",
+            &added,
+            Some(50),
+            60,
+            Some(10),
+        ),
+        ("unchanged since", &added, Some(50), 70, None),
+    ];
+    for (what, deployments, applied, now, retry) in rows {
+        let answer = retargeted(&mut step, deployments, settle, applied.map(at), at(now));
+        match (answer, retry) {
+            (Ok(()), None) => {}
+            (
+                Err(HookOutcome::Retry {
+                    after_seconds,
+                    message,
+                }),
+                Some(retry),
+            ) => {
+                assert_eq!(after_seconds, retry, "{what}: {message}");
+                assert!(message.starts_with("giving Fleet"), "{what}: {message}");
+            }
+            (got, _) => panic!("{what}: {got:?}"),
+        }
+    }
+    // The look is part of the record, kept by the next hook of the same step.
+    let record = UpgradeStep::parse(Some(&step.to_annotation())).expect("record");
+    assert_eq!(record.looked, step.looked);
+    assert_ne!(targeting(&before), targeting(&retargeted_ccm));
 }

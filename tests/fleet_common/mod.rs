@@ -220,6 +220,18 @@ pub struct ChartRepo {
 impl ChartRepo {
     /// Serves `fleet-crd` and `fleet` at `versions`.
     pub async fn start(versions: &[&str]) -> ChartRepo {
+        Self::start_with_auth(versions, None).await
+    }
+
+    /// As [`ChartRepo::start`], answering 401 to every request without basic auth as `auth`
+    /// (user, password).
+    pub async fn start_with_auth(versions: &[&str], auth: Option<(&str, &str)>) -> ChartRepo {
+        use base64::Engine;
+        let expected = auth.map(|(user, password)| {
+            let token =
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+            format!("Basic {token}")
+        });
         let dir = tempfile::tempdir().expect("tempdir");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -229,10 +241,23 @@ impl ChartRepo {
         let index_fetches = Arc::new(AtomicUsize::new(0));
         let root = dir.path().to_path_buf();
         let (m, f) = (mode.clone(), index_fetches.clone());
-        let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
-            let (root, mode, fetches) = (root.clone(), m.clone(), f.clone());
-            async move { serve(&root, &mode, &fetches, uri.path()).await }
-        });
+        let app = axum::Router::new().fallback(
+            move |uri: axum::http::Uri, headers: axum::http::HeaderMap| {
+                let (root, mode, fetches) = (root.clone(), m.clone(), f.clone());
+                let authorized = expected.as_deref().is_none_or(|want| {
+                    headers.get("authorization").and_then(|v| v.to_str().ok()) == Some(want)
+                });
+                async move {
+                    if !authorized {
+                        return (
+                            axum::http::StatusCode::UNAUTHORIZED,
+                            b"401 Unauthorized".to_vec(),
+                        );
+                    }
+                    serve(&root, &mode, &fetches, uri.path()).await
+                }
+            },
+        );
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
@@ -355,6 +380,9 @@ pub struct Options {
     pub helm_binary: PathBuf,
     pub sync_period: Duration,
     pub helm_timeout: Duration,
+    /// Run the `caapf` binary as a process with these extra flags (its log in the Env's
+    /// directory, [`Env::log`]) instead of the manager in this process.
+    pub process_args: Option<Vec<String>>,
 }
 
 impl Default for Options {
@@ -363,6 +391,7 @@ impl Default for Options {
             helm_binary: helm_bin(),
             sync_period: Duration::from_secs(600),
             helm_timeout: Duration::from_secs(60),
+            process_args: None,
         }
     }
 }
@@ -374,13 +403,18 @@ pub struct Env {
     pub dir: tempfile::TempDir,
     shutdown: CancellationToken,
     manager: Option<tokio::task::JoinHandle<caapf::Result<()>>>,
+    process: Option<crate::common::process::ManagerProcess>,
 }
 
 impl Env {
     pub async fn start(options: Options) -> Env {
         let crd = serde_json::to_value(FleetAddonConfig::crd()).expect("CRD serialises");
         let sandbox = Sandbox::start_with(SandboxOptions {
-            crds: Vec::new(),
+            // The binary checks that Cluster API is served before it starts.
+            crds: match options.process_args {
+                Some(_) => vec![kube_sandbox::CrdSet::Capi],
+                None => Vec::new(),
+            },
             extra_crds: vec![crd],
             validate_custom_resources: true,
             ..SandboxOptions::default()
@@ -397,12 +431,34 @@ impl Env {
             dir,
             shutdown: CancellationToken::new(),
             manager: None,
+            process: None,
         };
         env.start_manager(options);
         env
     }
 
     fn start_manager(&mut self, options: Options) {
+        if let Some(extra) = options.process_args {
+            let mut args = vec![
+                format!("--helm-binary={}", options.helm_binary.display()),
+                format!(
+                    "--helm-home={}",
+                    self.dir.path().join("helm-home").display()
+                ),
+                format!("--helm-timeout={}s", options.helm_timeout.as_secs()),
+                format!("--sync-period={}s", options.sync_period.as_secs()),
+            ];
+            args.extend(extra);
+            let process = crate::common::process::ManagerProcess::start(
+                &self.kubeconfig(),
+                self.dir.path(),
+                "caapf",
+                0,
+                &args,
+            );
+            self.process = Some(process);
+            return;
+        }
         let flags = ManagerFlags {
             health_probe_bind_address: "0".to_string(),
             metrics_bind_address: "0".to_string(),
@@ -431,6 +487,16 @@ impl Env {
             let _ = tokio::time::timeout(Duration::from_secs(30), manager).await;
         }
         self.start_manager(options);
+    }
+
+    /// The log of the manager process ([`Options::process_args`]).
+    pub fn log(&self) -> String {
+        let path = self
+            .process
+            .as_ref()
+            .map(|p| p.log.clone())
+            .expect("a manager process");
+        std::fs::read_to_string(path).expect("manager log")
     }
 
     pub fn kubeconfig(&self) -> PathBuf {

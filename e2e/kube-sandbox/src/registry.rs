@@ -195,6 +195,27 @@ pub fn builtins() -> Vec<ResourceDef> {
             &[],
             true,
         ),
+        // Cluster-scoped storage objects a workload cluster's teardown waits for.
+        builtin(
+            "",
+            "v1",
+            "PersistentVolume",
+            "persistentvolumes",
+            false,
+            &["pv"],
+            &[],
+            true,
+        ),
+        builtin(
+            "storage.k8s.io",
+            "v1",
+            "VolumeAttachment",
+            "volumeattachments",
+            false,
+            &[],
+            &[],
+            true,
+        ),
         builtin("", "v1", "Event", "events", true, &["ev"], &[], false),
         builtin(
             "discovery.k8s.io",

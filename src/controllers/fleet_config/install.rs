@@ -39,8 +39,11 @@ pub async fn install_fleet(
 
     // The credentials and CA the spec names, as private files for this reconcile's commands.
     // A Secret that cannot be read or used fails like an unreachable repository.
-    let files = match access::read(&ctx.controllers, &install.access).await {
-        Ok(data) => helm.access_files(data).await,
+    let files = match access::read(&ctx.controllers, &install.access, &install.repository).await {
+        Ok(data) => (helm
+            .access_files(data, &install.repository, &install.access)
+            .await)
+            .map_err(|err| explained(err, install)),
         Err(message) => Err(Error::InvalidConfig(message)),
     };
     let files = match files {

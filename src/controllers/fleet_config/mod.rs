@@ -37,6 +37,7 @@ use crate::controllers::reconcile::{self, retry_after};
 use crate::helm::{Helm, HelmSettings};
 use crate::model::config::EffectiveConfig;
 use crate::model::fleet_status;
+use crate::model::plan::{Next, ObjectId, Plan, Write};
 use crate::{Error, names};
 use watches::WatchTarget;
 
@@ -177,7 +178,14 @@ async fn reconcile_config(object: &FleetAddonConfig, state: &State) -> Result<Ac
         &Time(k8s_openapi::jiff::Timestamp::now()),
     );
     let written = if fleet_status::needs_write(object.status.as_ref(), &desired) {
-        write_status(ctx, &object.name_any(), &desired).await
+        let write = Write::ApplyStatus {
+            object: ObjectId::observed(object),
+            body: fleet_status::apply_body(&object.name_any(), &desired),
+            manager: names::STATUS_FIELD_MANAGER,
+        };
+        ctx.run(Plan::of(vec![write], Next::AwaitChange))
+            .await
+            .map(drop)
     } else {
         Ok(())
     };
@@ -190,17 +198,6 @@ async fn reconcile_config(object: &FleetAddonConfig, state: &State) -> Result<Ac
         (None, Err(err)) => Err(err),
         (None, Ok(())) => Ok(Action::requeue(ctx.flags.sync_period)),
     }
-}
-
-async fn write_status(
-    ctx: &Context,
-    name: &str,
-    desired: &fleet_status::OwnedStatus,
-) -> Result<(), Error> {
-    let api: Api<FleetAddonConfig> = Api::all(ctx.controllers.clone());
-    let body = fleet_status::apply_body(name, desired);
-    crate::apply::apply_status(&api, name, &body, names::STATUS_FIELD_MANAGER).await?;
-    Ok(())
 }
 
 fn error_policy(object: Arc<FleetAddonConfig>, err: &Error, state: Arc<State>) -> Action {

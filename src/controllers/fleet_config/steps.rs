@@ -48,7 +48,7 @@ pub async fn run(
 
     // 3. Feature gates into a values ConfigMap (instead of the helm release).
     if let Some(reference) = &config.fleet.feature_gates_config_map {
-        match settings::write_feature_gates(client, reference, config).await {
+        match settings::write_feature_gates(ctx, reference, config).await {
             Ok(()) => report.set(fleet_status::gates_written_to_config_map(reference, config)),
             Err(err) => {
                 report.keep_install_state();
@@ -69,7 +69,7 @@ pub async fn run(
                 report.set(fleet_status::install_skipped(reference));
             }
             if config.fleet.server.is_some()
-                && let Err(err) = settings::sync_fleet_controller(client, &server).await
+                && let Err(err) = settings::sync_fleet_controller(ctx, &server).await
             {
                 report.fail(Step::FleetControllerConfig, None, err);
             }

@@ -19,9 +19,11 @@ use crate::api::CapiCluster;
 use crate::apply::expectations::Key;
 use crate::controllers::import::import_context::{Decided, ImportContext};
 use crate::controllers::import::references::Lookup;
+use crate::metrics::ReasonLabels;
 use crate::model::agent_manifest::TokenValues;
 use crate::model::agent_patch::SecretFormat;
 use crate::model::agent_settings::Carrier;
+use crate::model::capi;
 use crate::model::capi::ClusterView;
 use crate::model::config::{ClusterImport, EffectiveConfig};
 use crate::model::fleet::template_values;
@@ -30,7 +32,9 @@ use crate::model::import::{
     waits_for_terminating_namespace,
 };
 use crate::model::namespace::NamespaceState;
+use crate::model::plan::Write;
 use crate::model::teardown::is_registered;
+use crate::model::turtles::{self, FINALIZER_REMOVED, TURTLES_FLEET_INTEGRATION};
 use crate::names;
 use crate::{Error, Result};
 
@@ -52,7 +56,26 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
         Ok(observed) => observed,
         Err(hold) => return Ok(hold),
     };
-    let action = ctx.run(plan(&observed, &config)?).await?;
+    let plan = plan(&observed, &config)?;
+    let adds = plan
+        .writes
+        .iter()
+        .any(|w| matches!(w, Write::Finalizer { add: true, .. }));
+    for write in &plan.writes {
+        if let Write::Event { reason, .. } = write
+            && [FINALIZER_REMOVED, TURTLES_FLEET_INTEGRATION].contains(reason)
+        {
+            ctx.base
+                .metrics
+                .conflicts
+                .get_or_create(&ReasonLabels { reason })
+                .inc();
+        }
+    }
+    let action = ctx.run(plan).await?;
+    if adds {
+        ctx.finalizers.added(&observed.view.uid);
+    }
     if let Some(Bootstrap::Replace { token_uid, .. }) = observed.import.map(|i| i.bootstrap) {
         ctx.bootstrap_tokens
             .followed(&observed.view.uid, &token_uid);
@@ -99,6 +122,11 @@ async fn observe(
             Key::token(namespace, name),
             version(token.as_deref().map(|t| &t.metadata)),
         ),
+        // The conflict condition (`model::turtles`), so its Event is not sent twice.
+        (
+            Key::cluster_status(namespace, name),
+            version(Some(cluster.meta())),
+        ),
     ];
     let behind = cached.iter();
     let wait = behind.filter_map(|(key, seen)| ctx.expectations.wait(key, seen.as_deref()));
@@ -126,7 +154,23 @@ async fn observe(
         }
         _ => None,
     };
+    let managed = matches!(decision, Decision::Wait | Decision::Import { .. });
+    let (finalizer, removed_now) = ctx
+        .finalizers
+        .observe(&view.uid, view.has_finalizer(), managed);
+    if removed_now {
+        tracing::warn!(cluster = %name, %namespace, removals = finalizer.removals,
+            "our finalizer was removed by another controller (Rancher Turtles with use-caapf: false?)");
+    }
+    let status = cluster.body.get("status");
+    let conflicts = turtles::Seen {
+        finalizer,
+        removed_now,
+        condition: capi::live_condition(status.as_ref(), names::FLEET_CONFLICT_CONDITION).cloned(),
+        generation: cluster.metadata.generation,
+    };
     Ok(Ok(Observed {
+        conflicts,
         cluster_version: cluster.meta().resource_version.clone(),
         regarding: cluster.object_ref(&()),
         token: token.map(|t| t.metadata.clone()),
@@ -176,11 +220,38 @@ async fn observe_import(
             }
             Held { problems, classes }
         });
+    let class_annotations = view
+        .class
+        .as_ref()
+        .and_then(|c| class(&c.namespace, &c.name));
+    let rollout = import.rollout.as_ref().map(|_| {
+        let status = cluster
+            .to_json()
+            .ok()
+            .and_then(|mut json| json.get_mut("status").map(serde_json::Value::take));
+        let annotations = class_annotations.as_deref().map(|c| c.annotations());
+        let step = live
+            .and_then(|l| l.metadata.annotations.as_ref())
+            .and_then(|a| a.get(crate::names::UPGRADE_STEP_ANNOTATION));
+        let upgrading = crate::model::upgrade_steps::UpgradeStep::parse(step.map(String::as_str))
+            .is_some_and(|s| s.in_progress());
+        crate::model::rollout::facts(view, annotations, status.as_ref(), upgrading)
+    });
+    let gates = match rollout {
+        Some(_) => ctx
+            .rollout_gates
+            .read()
+            .map(|g| g.clone())
+            .unwrap_or_default(),
+        None => Default::default(),
+    };
     let mut inputs = ImportInputs {
         template_values: BTreeMap::new(),
         unreadable: Vec::new(),
         bootstrap: Bootstrap::Current,
         agent,
+        rollout: rollout.unwrap_or_default(),
+        gates,
     };
     if inputs.agent.is_err() {
         return Ok(inputs);

@@ -27,6 +27,7 @@ use crate::model::capi::ClusterView;
 use crate::model::config::EffectiveConfig;
 use crate::model::import::{Decision, import_decision};
 use crate::model::plan::{Next, Plan};
+use crate::model::turtles::FinalizerMemory;
 
 /// What the import controllers share.
 pub struct ImportContext {
@@ -44,6 +45,10 @@ pub struct ImportContext {
     caches_ready: tokio::sync::watch::Receiver<bool>,
     /// Bootstrap Secrets seen to follow their Cluster's current registration token.
     pub bootstrap_tokens: BootstrapTokens,
+    /// Our finalizer on each managed Cluster, to tell its removal by someone else.
+    pub finalizers: PerCluster<FinalizerMemory>,
+    /// The rollout waves of every class, as the status writer last counted them.
+    pub rollout_gates: std::sync::RwLock<crate::model::rollout::Gates>,
 }
 
 impl ImportContext {
@@ -63,6 +68,8 @@ impl ImportContext {
             missing_references: MissingReferences::default(),
             caches_ready,
             bootstrap_tokens: BootstrapTokens::default(),
+            finalizers: PerCluster::default(),
+            rollout_gates: Default::default(),
         }
     }
 
@@ -146,7 +153,10 @@ impl ImportContext {
     /// Drops the reports and bootstrap-token entries of Clusters no longer in the cache (by
     /// uid, so a Cluster re-created under the same name is reported afresh).
     pub fn forget_gone_reports(&self) {
-        if self.missing_references.is_empty() && self.bootstrap_tokens.is_empty() {
+        if self.missing_references.is_empty()
+            && self.bootstrap_tokens.is_empty()
+            && self.finalizers.is_empty()
+        {
             return;
         }
         let live: HashSet<String> = self
@@ -158,6 +168,7 @@ impl ImportContext {
             .collect();
         self.missing_references.retain(&live);
         self.bootstrap_tokens.retain(&live);
+        self.finalizers.retain(&live);
     }
 }
 
@@ -223,6 +234,26 @@ impl BootstrapTokens {
 
     pub(super) fn followed(&self, uid: &str, token_uid: &str) {
         self.lock().insert(uid.to_string(), token_uid.to_string());
+    }
+}
+
+impl PerCluster<FinalizerMemory> {
+    /// [`FinalizerMemory::observe`] for the Cluster `uid` while the import manages it (`managed`);
+    /// forgotten when it does not.
+    pub(super) fn observe(&self, uid: &str, has: bool, managed: bool) -> (FinalizerMemory, bool) {
+        let mut all = self.lock();
+        if !managed {
+            all.remove(uid);
+            return Default::default();
+        }
+        let (memory, removed) = all.get(uid).copied().unwrap_or_default().observe(has);
+        all.insert(uid.to_string(), memory);
+        (memory, removed)
+    }
+
+    /// We added our finalizer to the Cluster `uid`.
+    pub(super) fn added(&self, uid: &str) {
+        self.lock().entry(uid.to_string()).or_default().on = true;
     }
 }
 

@@ -87,7 +87,7 @@ pub async fn run(base: Arc<Context>) {
             }
         });
     }
-    tasks.spawn(status::run(ctx.clone()));
+    tasks.spawn(status::run(ctx.clone(), cluster_tx.clone()));
     tasks.spawn(fan_out_config_changes(
         ctx.clone(),
         config,

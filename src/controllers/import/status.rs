@@ -9,15 +9,21 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
-use serde_json::json;
 
-use crate::api::{ClusterCounts, FleetAddonConfig};
+use std::collections::BTreeSet;
+
+use kube::runtime::reflector::ObjectRef;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::api::{CapiCluster, ClusterCounts, FleetAddonConfig, RolloutStatus};
 use crate::controllers::import::import_context::ImportContext;
 use crate::metrics::ReasonLabels;
+use crate::metrics::WaveLabels;
 use crate::model::config::EffectiveConfig;
-use crate::model::fleet_health;
 use crate::model::import::{Decision, counted_as};
-use crate::names;
+use crate::model::plan::{Next, Plan};
+use crate::model::rollout::{self, Hold, Rollout, Tally};
+use crate::model::{fleet_health, fleet_status};
 
 /// Shortest time between two recounts.
 pub const MIN_INTERVAL: Duration = Duration::from_secs(2);
@@ -29,11 +35,13 @@ pub fn interval_after(took: Duration) -> Duration {
     MIN_INTERVAL.max(took.saturating_mul(10))
 }
 
-/// Counts the Clusters in the caches (and, through `by_reason`, their `FleetReady` reasons).
+/// Counts the Clusters in the caches (and, through `by_reason`, their `FleetReady` reasons;
+/// through `tally`, their rollout waves).
 pub fn count(
     ctx: &ImportContext,
     config: &EffectiveConfig,
     by_reason: &mut BTreeMap<&'static str, i64>,
+    tally: &mut Tally,
 ) -> ClusterCounts {
     let mut counts = ClusterCounts::default();
     let now = Timestamp::now();
@@ -59,6 +67,9 @@ pub fn count(
         }
         if decision.is_imported() {
             counts.imported += 1;
+            if let Some(live) = decided.live.as_deref() {
+                tally.add(rollout::class_key(&decided.view), live);
+            }
         }
         if decision == Decision::Wait {
             counts.waiting += 1;
@@ -68,9 +79,10 @@ pub fn count(
 }
 
 /// Runs until shutdown.
-pub async fn run(ctx: Arc<ImportContext>) {
+pub async fn run(ctx: Arc<ImportContext>, clusters: UnboundedSender<ObjectRef<CapiCluster>>) {
     // What the object's status holds, as far as we know (None: unknown, read it first).
-    let mut written: Option<(Option<i64>, ClusterCounts)> = None;
+    let mut written: Option<(Option<i64>, ClusterCounts, Option<RolloutStatus>)> = None;
+    let mut soaks_read = false;
     loop {
         tokio::select! {
             () = ctx.base.shutdown.cancelled() => return,
@@ -81,7 +93,13 @@ pub async fn run(ctx: Arc<ImportContext>) {
         };
         let started = std::time::Instant::now();
         let mut by_reason = BTreeMap::new();
-        let counts = count(&ctx, &config, &mut by_reason);
+        let mut tally = Tally::default();
+        let counts = count(&ctx, &config, &mut by_reason, &mut tally);
+        let rollout = config.cluster.as_ref().and_then(|c| c.rollout.as_ref());
+        if !soaks_read && rollout.is_some() {
+            soaks_read = read_soaks(&ctx).await;
+        }
+        let rollout = rollout.map(|rollout| advance_waves(&ctx, rollout, &tally, &clusters));
         ctx.forget_gone_reports();
         let pause = interval_after(started.elapsed());
         ctx.base.metrics.selected_clusters.set(counts.selected);
@@ -95,12 +113,14 @@ pub async fn run(ctx: Arc<ImportContext>) {
         }
         // Only an existing FleetAddonConfig has a status to write.
         if config.generation.is_some()
-            && written.as_ref().is_none_or(|(generation, last)| {
-                *generation != config.generation || *last != counts
-            })
+            && written
+                .as_ref()
+                .is_none_or(|(generation, last, last_rollout)| {
+                    *generation != config.generation || *last != counts || *last_rollout != rollout
+                })
         {
-            match write(&ctx, &counts).await {
-                Ok(()) => written = Some((config.generation, counts)),
+            match write(&ctx, &counts, rollout.as_ref()).await {
+                Ok(()) => written = Some((config.generation, counts, rollout)),
                 Err(err) => {
                     tracing::warn!(%err, "writing FleetAddonConfig status.clusters");
                     written = None;
@@ -114,29 +134,95 @@ pub async fn run(ctx: Arc<ImportContext>) {
     }
 }
 
-/// Applies `status.clusters` unless the object already has these counts.
-async fn write(ctx: &ImportContext, counts: &ClusterCounts) -> crate::Result<()> {
+/// The gates after this count (soaks started and ended), published for the Cluster
+/// reconciles; the Clusters of every class whose gates changed are reconciled again; the
+/// rollout gauges. Returns `status.rollout`.
+fn advance_waves(
+    ctx: &ImportContext,
+    rollout: &Rollout,
+    tally: &Tally,
+    clusters: &UnboundedSender<ObjectRef<CapiCluster>>,
+) -> RolloutStatus {
+    let Ok(mut published) = ctx.rollout_gates.write() else {
+        return tally.status(rollout, &Default::default());
+    };
+    let gates = rollout::advance(&published, &tally.gates, rollout.soak, Timestamp::now());
+    let holds = |g: Option<&rollout::WaveGate>| g.map(|g| g.holds(rollout.failing_clusters));
+    let differs = |key: &(String, String)| holds(published.get(key)) != holds(gates.get(key));
+    let changed: BTreeSet<&String> = (published.keys().chain(gates.keys()))
+        .filter(|key| differs(key))
+        .map(|(class, _)| class)
+        .collect();
+    if !changed.is_empty() {
+        for cluster in ctx.stores.clusters.state() {
+            let class =
+                crate::model::capi::ClusterView::of(&cluster).map(|v| rollout::class_key(&v));
+            if class.is_some_and(|class| changed.contains(&class)) {
+                let _ = clusters.send(ObjectRef::from_obj(&*cluster));
+            }
+        }
+    }
+    let status = tally.status(rollout, &gates);
+    *published = gates;
+    let metrics = &ctx.base.metrics;
+    for wave in &status.waves {
+        for (state, value) in [
+            ("clusters", wave.clusters),
+            ("held", wave.held),
+            ("ready", wave.ready),
+        ] {
+            let labels = WaveLabels {
+                wave: wave.name.clone(),
+                state,
+            };
+            metrics
+                .rollout_wave_clusters
+                .get_or_create(&labels)
+                .set(value);
+        }
+    }
+    for hold in Hold::ALL {
+        let reason = hold.as_str();
+        let value = tally.held.get(reason).copied().unwrap_or(0);
+        metrics
+            .rollout_held_clusters
+            .get_or_create(&ReasonLabels { reason })
+            .set(value);
+    }
+    status
+}
+
+/// Seeds the gates with the soaks `status.rollout.soaks` recorded before a restart. Returns
+/// whether it read them.
+async fn read_soaks(ctx: &ImportContext) -> bool {
+    let api: Api<FleetAddonConfig> = Api::all(ctx.base.controllers.clone());
+    let Ok(live) = api.get_opt(FleetAddonConfig::NAME).await else {
+        return false;
+    };
+    let recorded = live.and_then(|l| l.status).and_then(|s| s.rollout);
+    if let (Some(recorded), Ok(mut gates)) = (recorded, ctx.rollout_gates.write()) {
+        gates.extend(rollout::soaks(&recorded));
+    }
+    true
+}
+
+/// Applies `status.clusters` and `status.rollout` unless the object already has them.
+async fn write(
+    ctx: &ImportContext,
+    counts: &ClusterCounts,
+    rollout: Option<&RolloutStatus>,
+) -> crate::Result<()> {
     let api: Api<FleetAddonConfig> = Api::all(ctx.base.controllers.clone());
     let Some(live) = api.get_opt(FleetAddonConfig::NAME).await? else {
         return Ok(());
     };
-    if live.status.as_ref().and_then(|s| s.clusters.as_ref()) == Some(counts) {
-        return Ok(());
-    }
-    let body = json!({
-        "apiVersion": "addons.cluster.x-k8s.io/v1alpha1",
-        "kind": "FleetAddonConfig",
-        "metadata": {"name": FleetAddonConfig::NAME},
-        "status": {"clusters": counts},
-    });
-    crate::apply::apply_status(
-        &api,
-        FleetAddonConfig::NAME,
-        &body,
-        names::IMPORT_STATUS_FIELD_MANAGER,
-    )
-    .await?;
-    Ok(())
+    let writes = fleet_status::clusters_write(&live, counts, rollout)
+        .into_iter()
+        .collect();
+    ctx.base
+        .run(Plan::of(writes, Next::AwaitChange))
+        .await
+        .map(drop)
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@
 //! resourceVersion it was decided from.
 
 mod move_step;
+mod observe;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -8,32 +8,27 @@
 //! decided by [`crate::model::move_target`] and [`crate::model::move_plan`].
 
 use std::collections::BTreeSet;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use k8s_openapi::jiff::Timestamp;
-use kube::api::{DynamicObject, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
+use super::observe::{
+    Plan, Target, fleet_cluster_ready, list_bundles, needs_graph, spec_paused, unix_now,
+};
 use super::{CONFIG_WAIT, FleetBundle, MoveContext};
 use crate::api::CapiCluster;
-use crate::apply::{apply_if_changed, apply_json, create_or_get, delete_if_exists, merge_patch};
-use crate::client::workload;
-use crate::model::config::{DEFAULT_AGENT_CHECKIN_INTERVAL, EffectiveConfig};
-use crate::model::fleet_health::{self, RegistrationPath};
 use crate::model::move_graph::ObjectId;
-use crate::model::move_plan::{
-    self, MOVE_CLUSTER_LABEL, MOVE_FENCE_ANNOTATION, PlanInput, copy_of, stale_bundles,
-};
+use crate::model::move_plan::{MOVE_FENCE_ANNOTATION, copy_of, stale_bundles};
 use crate::model::move_state::{
     self, Action as MoveAction, BundlesStatus, MoveState, Observed, Phase, bundles_status,
     decide_move, next_check, opted_in, parse_state, state_annotation,
 };
-use crate::model::move_target::{self, Key, TargetView};
+use crate::model::move_target::{self, TargetView};
+use crate::model::plan::{Next, ObjectId as WriteId, Plan as MovePlan, Write};
 use crate::move_preview::{self, MoveInputs};
 use crate::{Error, Result, names};
 
@@ -41,40 +36,6 @@ use crate::{Error, Result, names};
 /// would otherwise refuse the deletion (cluster-api v1.12.0
 /// `cmd/clusterctl/api/v1alpha3/annotations.go` `DeleteForMoveAnnotation`).
 const DELETE_FOR_MOVE_ANNOTATION: &str = "clusterctl.cluster.x-k8s.io/delete-for-move";
-
-/// The target's API server: connecting, and one response.
-const TARGET_TIMEOUTS: workload::Timeouts = workload::Timeouts {
-    connect: Duration::from_secs(5),
-    read: Duration::from_secs(30),
-};
-
-fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-}
-
-/// Phases that read the object graph and the target.
-fn needs_graph(phase: Phase) -> bool {
-    matches!(
-        phase,
-        Phase::WaitingUnblocked
-            | Phase::Publishing
-            | Phase::WaitingTarget
-            | Phase::Linking
-            | Phase::FencingSource
-            | Phase::ResumingTarget
-            | Phase::Stalled
-    )
-}
-
-fn spec_paused(cluster: &CapiCluster) -> bool {
-    cluster
-        .body
-        .get("spec")
-        .and_then(|s| s.get("paused").and_then(Value::as_bool))
-        == Some(true)
-}
 
 pub(super) async fn reconcile(meta: &CapiCluster, ctx: &MoveContext) -> Result<Action> {
     let Some(config) = ctx.base.config() else {
@@ -243,6 +204,13 @@ pub(super) async fn reconcile(meta: &CapiCluster, ctx: &MoveContext) -> Result<A
     tracing::debug!(cluster = %name, %namespace, ?phase, ?decision, "move decided");
 
     let mut actions = decision.actions.clone();
+    let run = Run {
+        cluster: &cluster,
+        live: &live,
+        inputs: inputs.as_ref(),
+        target: target.as_ref(),
+        plan: &plan,
+    };
     if let Some(state) = &decision.record {
         // Record first, with a pause change in the same patch; guarded by the resourceVersion
         // everything above was read at, so a concurrent change means deciding again.
@@ -257,24 +225,13 @@ pub(super) async fn reconcile(meta: &CapiCluster, ctx: &MoveContext) -> Result<A
         {
             patch["spec"] = json!({"paused": paused});
         }
-        merge_patch(&clusters, &name, &patch, names::MOVE_FIELD_MANAGER).await?;
+        let record = merge(WriteId::observed(&cluster), patch);
+        run.carry_out(ctx, vec![(Side::Management, record)]).await?;
         if phase != Some(state.phase) {
             report(ctx, &cluster, state).await;
         }
     }
-    let run = Run {
-        ctx,
-        cluster: &cluster,
-        clusters: &clusters,
-        bundle_api: &bundle_api,
-        live: &live,
-        inputs: inputs.as_ref(),
-        target: target.as_ref(),
-        plan: &plan,
-    };
-    for action in actions {
-        run.act(action).await?;
-    }
+    run.carry_out(ctx, run.writes(actions)?).await?;
     let state = decision.record.as_ref().or(current.as_ref());
     Ok(
         match next_check(state, decision.requeue, &ctx.timeouts, now) {
@@ -324,7 +281,6 @@ async fn moved(
     if decision.actions.is_empty() {
         return Ok(Action::await_change());
     }
-    let clusters: Api<CapiCluster> = Api::namespaced(client.clone(), namespace);
     let plan = Plan {
         namespace,
         cluster: name,
@@ -332,165 +288,35 @@ async fn moved(
         copy: copy_of(namespace, name),
     };
     let run = Run {
-        ctx,
         cluster,
-        clusters: &clusters,
-        bundle_api: &bundle_api,
         live: &live,
         inputs: inputs.as_ref(),
         target: None,
         plan: &plan,
     };
-    for action in decision.actions {
-        run.act(action).await?;
-    }
+    run.carry_out(ctx, run.writes(decision.actions)?).await?;
     Ok(Action::requeue(move_state::RECHECK))
 }
 
-async fn list_bundles(api: &Api<FleetBundle>, cluster: &str) -> Result<Vec<FleetBundle>> {
-    Ok(api
-        .list(&ListParams::default().labels(&format!("{MOVE_CLUSTER_LABEL}={cluster}")))
-        .await?
-        .items)
+/// Which cluster a write goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Management,
+    Target,
 }
 
-/// Where the Bundles of one move go.
-struct Plan<'a> {
-    namespace: &'a str,
-    cluster: &'a str,
-    fleet_cluster: &'a str,
-    /// The value of [`move_plan::MOVE_COPY_ANNOTATION`] on this move's copies.
-    copy: String,
-}
-
-impl Plan<'_> {
-    fn input<'b>(
-        &'b self,
-        inputs: &'b MoveInputs,
-        keep: &'b BTreeSet<ObjectId>,
-        target_paused: bool,
-    ) -> PlanInput<'b> {
-        PlanInput {
-            cluster_namespace: self.namespace,
-            cluster_name: self.cluster,
-            fleet_cluster_name: self.fleet_cluster,
-            graph: &inputs.graph,
-            providers: &inputs.providers,
-            target_paused,
-            keep_on_target: keep,
-        }
-    }
-
-    fn bundles(
-        &self,
-        inputs: &MoveInputs,
-        keep: &BTreeSet<ObjectId>,
-        target_paused: bool,
-    ) -> std::result::Result<Vec<Value>, String> {
-        move_plan::bundles(&self.input(inputs, keep, target_paused)).map_err(|e| e.to_string())
-    }
-
-    fn secrets(&self, inputs: &MoveInputs, keep: &BTreeSet<ObjectId>) -> Vec<Value> {
-        move_plan::target_secrets(&self.input(inputs, keep, true))
+/// A merge patch by the move controller.
+fn merge(object: WriteId, patch: Value) -> Write {
+    Write::MergePatch {
+        object,
+        patch,
+        manager: names::MOVE_FIELD_MANAGER,
     }
 }
 
-/// The target as this reconcile read it.
-struct Target {
-    client: Option<kube::Client>,
-    view: std::result::Result<TargetView, String>,
-}
-
-impl Target {
-    /// Connects through the kubeconfig Secret and lists, per type and namespace, the objects of
-    /// the graph and the Secrets the move writes.
-    async fn read(
-        management: &kube::Client,
-        namespace: &str,
-        cluster: &str,
-        inputs: &MoveInputs,
-        plan: &Plan<'_>,
-    ) -> Self {
-        let (client, server) =
-            match workload::connect(management, namespace, cluster, TARGET_TIMEOUTS).await {
-                Ok(found) => found,
-                Err(why) => {
-                    return Self {
-                        client: None,
-                        view: Err(why),
-                    };
-                }
-            };
-        let mut lists: BTreeSet<(String, String, Option<String>)> = BTreeSet::new();
-        for node in inputs.graph.nodes() {
-            lists.insert((
-                node.id.api_version.clone(),
-                node.id.kind.clone(),
-                node.id.namespace.clone(),
-            ));
-        }
-        for secret in plan.secrets(inputs, &BTreeSet::new()) {
-            lists.insert((
-                "v1".into(),
-                "Secret".into(),
-                secret["metadata"]["namespace"].as_str().map(str::to_string),
-            ));
-        }
-        let mut view = TargetView::default();
-        for (api_version, kind, ns) in lists {
-            let Some(rule) = inputs.types.rule(&api_version, &kind) else {
-                continue;
-            };
-            let ar = move_preview::resource(rule);
-            match move_preview::list(&client, &ar, ns.as_deref()).await {
-                Ok(objects) => {
-                    for object in objects {
-                        let key = Key {
-                            group: rule.group.clone(),
-                            kind: rule.kind.clone(),
-                            namespace: object
-                                .metadata
-                                .namespace
-                                .clone()
-                                .filter(|_| rule.namespaced),
-                            name: object.name_any(),
-                        };
-                        view.objects
-                            .insert(key, serde_json::to_value(&object).unwrap_or(Value::Null));
-                    }
-                }
-                Err(err) => {
-                    return Self {
-                        client: Some(client),
-                        view: Err(unanswered(&server, &kind, &err)),
-                    };
-                }
-            }
-        }
-        Self {
-            client: Some(client),
-            view: Ok(view),
-        }
-    }
-}
-
-/// Why the target did not answer, in words that stay the same for one cause.
-fn unanswered(server: &str, what: &str, err: &Error) -> String {
-    match err {
-        Error::Kube(kube::Error::Api(status)) => format!(
-            "its API server at {server} answered {} for {what}: {}",
-            status.code, status.message
-        ),
-        _ => format!("its API server at {server} cannot be reached"),
-    }
-}
-
-/// What one reconcile runs its actions with.
+/// What one reconcile turns its actions into writes with.
 struct Run<'a> {
-    ctx: &'a MoveContext,
     cluster: &'a CapiCluster,
-    clusters: &'a Api<CapiCluster>,
-    bundle_api: &'a Api<FleetBundle>,
     live: &'a [FleetBundle],
     inputs: Option<&'a MoveInputs>,
     target: Option<&'a Target>,
@@ -498,10 +324,6 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    fn name(&self) -> String {
-        self.cluster.name_any()
-    }
-
     /// The target's client and view, when this reconcile could read it.
     fn target(&self) -> Option<(&kube::Client, &TargetView)> {
         let target = self.target?;
@@ -517,193 +339,200 @@ impl Run<'_> {
         }
     }
 
-    async fn act(&self, action: MoveAction) -> Result<()> {
-        let name = self.name();
+    /// The writes of `actions`, in order, each on its side. Every action is idempotent: what
+    /// the reads show done is not written again.
+    fn writes(&self, actions: Vec<MoveAction>) -> Result<Vec<(Side, Write)>> {
+        let mut writes = Vec::new();
+        for action in actions {
+            self.action_writes(action, &mut writes)?;
+        }
+        Ok(writes)
+    }
+
+    fn action_writes(&self, action: MoveAction, writes: &mut Vec<(Side, Write)>) -> Result<()> {
+        use Side::{Management, Target};
         let namespace = self.plan.namespace;
+        let target = self.inputs.zip(self.target());
         match action {
             MoveAction::SetSourcePaused(paused) => {
                 let patch = json!({
                     "metadata": {"resourceVersion": self.cluster.metadata.resource_version},
                     "spec": {"paused": paused},
                 });
-                merge_patch(self.clusters, &name, &patch, names::MOVE_FIELD_MANAGER).await?;
-                tracing::info!(cluster = %name, %namespace, paused, "source spec.paused set");
+                writes.push((Management, merge(WriteId::observed(self.cluster), patch)));
             }
+            // Published only with what the target shows (the objects it keeps).
             MoveAction::ApplyBundles { target_paused } => {
-                // Published only with what the target shows (the objects it keeps).
-                let (Some(inputs), Some(_)) = (self.inputs, self.target()) else {
+                let Some((inputs, _)) = target else {
                     return Ok(());
                 };
-                let keep = self.keep();
-                let bundles = self
-                    .plan
-                    .bundles(inputs, &keep, target_paused)
+                let bundles = (self.plan)
+                    .bundles(inputs, &self.keep(), target_paused)
                     .map_err(Error::Serialization)?;
                 for bundle in &bundles {
                     let bundle: FleetBundle = serde_json::from_value(bundle.clone())?;
+                    let name = bundle.metadata.name.as_deref();
                     let existing = self
                         .live
                         .iter()
-                        .find(|l| l.metadata.name == bundle.metadata.name);
-                    let written = apply_if_changed(
-                        self.bundle_api,
+                        .find(|l| l.metadata.name.as_deref() == name);
+                    let seen = existing.and_then(|l| l.metadata.resource_version.as_deref());
+                    let object =
+                        WriteId::of::<FleetBundle>(Some(namespace), name.unwrap_or_default(), seen);
+                    let write = Write::apply_if_changed(
+                        object,
                         &bundle,
                         existing,
                         names::MOVE_FIELD_MANAGER,
-                    )
-                    .await?;
-                    tracing::debug!(cluster = %name, %namespace, bundle = ?bundle.metadata.name, outcome = ?written.outcome, "move Bundle");
+                        None,
+                    )?;
+                    writes.extend(write.map(|write| (Management, write)));
                 }
                 let live: Vec<String> = self.live.iter().map(ResourceExt::name_any).collect();
                 for stale in stale_bundles(&bundles, &live) {
-                    delete_if_exists(self.bundle_api, &stale).await?;
-                    tracing::info!(cluster = %name, %namespace, bundle = %stale, "stale move Bundle removed");
+                    let object = WriteId::of::<FleetBundle>(Some(namespace), &stale, None);
+                    let live_check = false;
+                    writes.push((Management, Write::Delete { object, live_check }));
                 }
             }
+            // Fleet creates a Bundle's namespaces only when it deploys it; the Secrets may come
+            // first.
             MoveAction::WriteSecrets => {
-                let (Some(inputs), Some((client, view))) = (self.inputs, self.target()) else {
+                let Some((inputs, (_, view))) = target else {
                     return Ok(());
                 };
                 let secrets = self.plan.secrets(inputs, &self.keep());
-                let writes = move_target::secret_writes(&secrets, view);
                 let mut namespaces = BTreeSet::new();
-                for secret in writes {
+                for secret in move_target::secret_writes(&secrets, view) {
                     let ns = secret["metadata"]["namespace"]
                         .as_str()
                         .unwrap_or(namespace);
                     if namespaces.insert(ns.to_string()) {
-                        ensure_namespace(client, ns).await?;
+                        writes.push((Target, Write::CreateOrGet {
+                            object: WriteId::of::<Namespace>(None, ns, None),
+                            body: json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+                            manager: names::MOVE_FIELD_MANAGER,
+                        }));
                     }
-                    let secret_name = secret["metadata"]["name"].as_str().unwrap_or_default();
-                    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
-                    apply_json(&api, secret_name, secret, names::MOVE_FIELD_MANAGER).await?;
-                    tracing::info!(cluster = %name, %namespace, secret = %format!("{ns}/{secret_name}"), "Secret written to the target");
+                    let name = secret["metadata"]["name"].as_str().unwrap_or_default();
+                    writes.push((
+                        Target,
+                        Write::Apply {
+                            object: WriteId::of::<Secret>(Some(ns), name, None),
+                            body: secret.clone(),
+                            manager: names::MOVE_FIELD_MANAGER,
+                        },
+                    ));
                 }
             }
             MoveAction::LinkOwners => {
-                let (Some(inputs), Some((client, view))) = (self.inputs, self.target()) else {
+                let Some((inputs, (_, view))) = target else {
                     return Ok(());
                 };
                 let links = move_target::owner_links(&inputs.graph, view, &self.keep());
                 for (id, refs) in links.patches {
-                    let api = dynamic_api(client, inputs, &id)?;
                     let patch = json!({"metadata": {"ownerReferences": refs}});
-                    merge_patch(&api, &id.name, &patch, names::MOVE_FIELD_MANAGER).await?;
+                    writes.push((Target, merge(object_id(inputs, &id)?, patch)));
                 }
             }
             MoveAction::FenceSource => {
                 let Some(inputs) = self.inputs else {
                     return Ok(());
                 };
-                let management = self.ctx.base.controllers.clone();
                 for node in move_target::unfenced(&inputs.graph) {
-                    let api = dynamic_api(&management, inputs, &node.id)?;
                     let patch = json!({"metadata": {"annotations": {
                         names::CAPI_PAUSED_ANNOTATION: "",
                         MOVE_FENCE_ANNOTATION: self.plan.copy,
                     }}});
-                    merge_patch(&api, &node.id.name, &patch, names::MOVE_FIELD_MANAGER).await?;
-                    tracing::info!(cluster = %name, %namespace, object = %node.id, "source object fenced");
+                    writes.push((Management, merge(object_id(inputs, &node.id)?, patch)));
                 }
             }
             MoveAction::DeleteBundles => {
-                for bundle in self.live {
-                    delete_if_exists(self.bundle_api, &bundle.name_any()).await?;
-                }
+                writes.extend(self.live.iter().map(|bundle| {
+                    let object = WriteId::observed(bundle);
+                    (
+                        Management,
+                        Write::Delete {
+                            object,
+                            live_check: false,
+                        },
+                    )
+                }));
             }
+            // Finalizers first, as clusterctl deletes the source: nothing on the target may act
+            // on the deletion of a paused copy (a KCP would otherwise start over).
             MoveAction::RemoveCopies => {
-                let (Some(inputs), Some((client, view))) = (self.inputs, self.target()) else {
+                let Some((inputs, (_, view))) = target else {
                     return Ok(());
                 };
                 let copies = move_target::copies_to_remove(&inputs.graph, view, &self.plan.copy);
-                // Finalizers first, as clusterctl deletes the source: nothing on the target may
-                // act on the deletion of a paused copy (a KCP would otherwise start over).
-                for id in &copies {
-                    let api = dynamic_api(client, inputs, id)?;
+                let ids = copies
+                    .iter()
+                    .map(|id| object_id(inputs, id))
+                    .collect::<Result<Vec<_>>>()?;
+                for object in &ids {
                     let patch = json!({"metadata": {
                         "annotations": {DELETE_FOR_MOVE_ANNOTATION: ""},
                         "finalizers": null,
                     }});
-                    merge_patch(&api, &id.name, &patch, names::MOVE_FIELD_MANAGER).await?;
+                    writes.push((Target, merge(object.clone(), patch)));
                 }
-                for id in &copies {
-                    let api = dynamic_api(client, inputs, id)?;
-                    delete_if_exists(&api, &id.name).await?;
-                    tracing::info!(cluster = %name, %namespace, object = %id, "copy removed from the target");
-                }
+                writes.extend(ids.into_iter().map(|object| {
+                    (
+                        Target,
+                        Write::Delete {
+                            object,
+                            live_check: false,
+                        },
+                    )
+                }));
             }
             MoveAction::Warn(reason, message) => {
-                tracing::warn!(cluster = %name, %namespace, reason, %message, "move");
-                self.ctx
-                    .base
-                    .event(
-                        &self.cluster.object_ref(&()),
-                        EventType::Warning,
-                        reason,
-                        "Moving",
-                        message,
-                    )
-                    .await;
+                tracing::warn!(cluster = %self.cluster.name_any(), %namespace, reason, %message, "move");
+                let regarding = self.cluster.object_ref(&());
+                let event = Write::event(&regarding, EventType::Warning, reason, "Moving", message);
+                writes.push((Management, event));
             }
+        }
+        Ok(())
+    }
+
+    /// Carries out `writes` in order through the one runner, on the management cluster or the
+    /// target; stops at the first error.
+    async fn carry_out(&self, ctx: &MoveContext, writes: Vec<(Side, Write)>) -> Result<()> {
+        let recorder = &ctx.base.recorder;
+        for (side, write) in writes {
+            let client = match side {
+                Side::Management => &ctx.base.controllers,
+                Side::Target => self.target().map(|(client, _)| client).ok_or_else(|| {
+                    Error::Serialization("a write to a target that was not read".into())
+                })?,
+            };
+            let target = crate::apply::Target {
+                client,
+                recorder,
+                expectations: None,
+            };
+            target
+                .run(MovePlan::of(vec![write], Next::AwaitChange))
+                .await?;
         }
         Ok(())
     }
 }
 
-/// The dynamic API of an object of the graph, on either side.
-fn dynamic_api(
-    client: &kube::Client,
-    inputs: &MoveInputs,
-    id: &ObjectId,
-) -> Result<Api<DynamicObject>> {
+/// The identity of an object of the graph, on either side.
+fn object_id(inputs: &MoveInputs, id: &ObjectId) -> Result<WriteId> {
     let rule = inputs
         .types
         .rule(&id.api_version, &id.kind)
         .ok_or_else(|| Error::Serialization(format!("{id}: not a move type")))?;
-    let ar = move_preview::resource(rule);
-    Ok(match &id.namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
-        None => Api::all_with(client.clone(), &ar),
+    Ok(WriteId {
+        resource: move_preview::resource(rule),
+        namespace: id.namespace.clone(),
+        name: id.name.clone(),
+        seen: None,
     })
-}
-
-/// Creates `namespace` on the target when it is missing (Fleet creates a Bundle's namespaces
-/// only when it deploys it; the Secrets may come first).
-async fn ensure_namespace(client: &kube::Client, namespace: &str) -> Result<()> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let object: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}}))?;
-    create_or_get(&api, &object, names::MOVE_FIELD_MANAGER).await?;
-    Ok(())
-}
-
-/// Whether the Cluster's Fleet Cluster is ready, as the `FleetReady` condition says it
-/// ([`fleet_health::evaluate`]: the agent checks in and every bundle targeting it is ready).
-async fn fleet_cluster_ready(
-    client: &kube::Client,
-    namespace: &str,
-    cluster: &str,
-    fleet_name: &str,
-    config: &EffectiveConfig,
-) -> Result<bool> {
-    let api: Api<FleetCluster> = Api::namespaced(client.clone(), namespace);
-    let Some(fleet) = api.get_opt(fleet_name).await? else {
-        return Ok(false);
-    };
-    let interval = config
-        .cluster
-        .as_ref()
-        .map_or(DEFAULT_AGENT_CHECKIN_INTERVAL, |c| c.agent_checkin_interval);
-    // The registration only shapes messages, which are not used here.
-    let registration = RegistrationPath::ManagerInitiated {
-        kubeconfig_secret: format!("{namespace}/{}", names::kubeconfig_secret_name(cluster)),
-    };
-    Ok(fleet_health::evaluate(
-        &registration,
-        fleet.status.as_ref(),
-        interval,
-        Timestamp::now(),
-    )
-    .ready)
 }
 
 /// An Event and a log line when the phase changes (reason `Move<Phase>`).
@@ -733,4 +562,75 @@ async fn report(ctx: &MoveContext, cluster: &CapiCluster, state: &MoveState) {
             note,
         )
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without the graph or the target nothing is published, written there or fenced; the
+    /// source's pause is guarded by the resourceVersion read; the Bundles are deleted as listed.
+    #[test]
+    fn actions_become_writes_on_their_side() {
+        let cluster: CapiCluster = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "c1", "namespace": "team-a", "uid": "u1", "resourceVersion": "7"},
+            "spec": {},
+        }))
+        .expect("cluster");
+        let bundle: FleetBundle = serde_json::from_value(json!({
+            "apiVersion": "fleet.cattle.io/v1alpha1", "kind": "Bundle",
+            "metadata": {"name": "move-c1-a", "namespace": "team-a"}, "spec": {},
+        }))
+        .expect("bundle");
+        let plan = Plan {
+            namespace: "team-a",
+            cluster: "c1",
+            fleet_cluster: "c1",
+            copy: copy_of("team-a", "c1"),
+        };
+        let run = Run {
+            cluster: &cluster,
+            live: std::slice::from_ref(&bundle),
+            inputs: None,
+            target: None,
+            plan: &plan,
+        };
+        let writes = run
+            .writes(vec![
+                MoveAction::ApplyBundles {
+                    target_paused: true,
+                },
+                MoveAction::WriteSecrets,
+                MoveAction::FenceSource,
+                MoveAction::SetSourcePaused(true),
+                MoveAction::DeleteBundles,
+                MoveAction::Warn("MoveStalled", "stuck".into()),
+            ])
+            .expect("writes");
+        let shapes: Vec<String> = writes
+            .iter()
+            .map(|(side, write)| match write {
+                Write::MergePatch {
+                    object,
+                    patch,
+                    manager,
+                } => {
+                    assert_eq!(*manager, names::MOVE_FIELD_MANAGER);
+                    format!("{side:?} patch {} {patch}", object.name)
+                }
+                Write::Delete { object, .. } => format!("{side:?} delete {}", object.name),
+                Write::Event { reason, .. } => format!("{side:?} event {reason}"),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            shapes,
+            [
+                r#"Management patch c1 {"metadata":{"resourceVersion":"7"},"spec":{"paused":true}}"#,
+                "Management delete move-c1-a",
+                "Management event MoveStalled",
+            ]
+        );
+    }
 }

@@ -38,19 +38,19 @@ use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
 use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::events::EventType;
-use serde_json::json;
 
 use crate::api::FleetAddonConfig;
 use crate::hooks::cluster::{ClusterInfo, ClusterShape};
-use crate::hooks::handlers::api::{create_or_get, get_opt, merge_patch, namespace_labels};
+use crate::hooks::handlers::api::{get_opt, namespace_labels};
 use crate::hooks::hook_context::HookContext;
 use crate::model::agent_manifest::bootstrap_files;
 use crate::model::agent_settings;
 use crate::model::config::{ClusterImport, EffectiveConfig};
 use crate::model::fleet;
 use crate::model::hook_plan::{
-    self as plan, HookImport, HookOutcome, RETRY_API, RETRY_CONFIG, RETRY_FLEET,
+    self as plan, HookImport, HookOutcome, RETRY_API, RETRY_CONFIG, RETRY_FLEET, api_retry,
 };
+use crate::model::plan::{ObjectId, Write};
 use crate::model::selection::WatchScope;
 use crate::names;
 
@@ -313,9 +313,10 @@ async fn prepare_agent_initiated(
         .await?
         .and_then(|config| config.status)
         .and_then(|status| status.installed_version);
-    let location = plan::agent_chart(config, installed.as_deref(), &defaults)?;
-    let version = match plan::supported_fleet(cluster, &location) {
-        Ok(version) => version,
+    let located = plan::agent_chart(cluster, config, installed.as_deref(), &defaults)
+        .and_then(|location| Ok((plan::supported_fleet(cluster, &location)?, location)));
+    let (version, location) = match located {
+        Ok(located) => located,
         Err(answer) => {
             if asker == Asker::BeforeClusterCreate {
                 report_unsupported(ctx, cluster, &answer).await;
@@ -341,48 +342,32 @@ async fn prepare_agent_initiated(
 
     let fleet_clusters: Api<FleetCluster> = Api::namespaced(ctx.base.client.clone(), ns);
     let fleet_name = import.fleet_cluster_name(&cluster.name);
-    let fleet_cluster = match get_opt(&fleet_clusters, &fleet_name, "Fleet Cluster", ns).await? {
-        Some(existing) => existing,
-        None => {
-            let stub = fleet::runtime_extension_stub(cluster, import, &fleet::random_client_id());
-            create_or_get(&fleet_clusters, &stub, "Fleet Cluster", ns).await?
-        }
-    };
-    plan::check_not_manager_initiated(&fleet_cluster, ns)?;
-    let client_id = match plan::existing_client_id(&fleet_cluster) {
-        Some(id) => id,
-        None => {
-            let id = fleet::random_client_id();
-            merge_patch(
-                &fleet_clusters,
-                &fleet_name,
-                &json!({"spec": {"clientID": id}}),
-                "setting the client ID of Fleet Cluster",
-                ns,
-            )
-            .await?;
-            id
-        }
-    };
-
+    let fleet_cluster = get_opt(&fleet_clusters, &fleet_name, "Fleet Cluster", ns).await?;
     let tokens: Api<ClusterRegistrationToken> = Api::namespaced(ctx.base.client.clone(), ns);
     let token_name = fleet::registration_token_name(cluster);
-    let token = match get_opt(&tokens, &token_name, "ClusterRegistrationToken", ns).await? {
-        Some(token) => token,
-        None => {
-            let desired = fleet::desired_registration_token(
-                cluster,
-                import,
-                k8s_openapi::jiff::Timestamp::now(),
-            );
-            create_or_get(&tokens, &desired, "ClusterRegistrationToken", ns).await?
-        }
-    };
-    let values_secret = plan::issued_values_secret(&token, ns)?;
+    let token = get_opt(&tokens, &token_name, "ClusterRegistrationToken", ns).await?;
+    let (writes, ready) = plan::registration(
+        cluster,
+        import,
+        fleet_cluster.as_ref(),
+        token.as_ref(),
+        &fleet::random_client_id(),
+        k8s_openapi::jiff::Timestamp::now(),
+    )
+    .map_err(|err| {
+        api_retry(
+            "planning the registration of Cluster",
+            ns,
+            &cluster.name,
+            &err,
+        )
+    })?;
+    ctx.write(writes).await?;
+    let (client_id, values_secret) = ready?;
     let values = get_opt(&secrets, &values_secret, "Secret", ns).await?;
     let token_values = plan::registration_values(values.as_ref(), ns, &values_secret)?;
 
-    let input = plan::bootstrap_input(
+    let mut input = plan::bootstrap_input(
         cluster,
         import,
         &agent,
@@ -391,6 +376,17 @@ async fn prepare_agent_initiated(
         defaults,
         version,
     )?;
+    let fleet_secrets: Api<Secret> = Api::namespaced(ctx.base.client.clone(), fleet_ns);
+    for name in crate::model::agent_manifest::propagated_pull_secrets(&input) {
+        let secret = get_opt(&fleet_secrets, &name, "Secret", fleet_ns).await?;
+        // Fleet fails the same way (`manageagent.go`: "failed to get image pull secret").
+        input.pull_secrets.push(secret.ok_or_else(|| {
+            HookOutcome::retry(
+                RETRY_CONFIG,
+                format!("Fleet's imagePullSecrets names Secret {fleet_ns}/{name}, which does not exist: create it (the first-boot agent's image is pulled with it)"),
+            )
+        })?);
+    }
     let objects = ctx
         .agent_chart
         .render(
@@ -409,9 +405,18 @@ async fn prepare_agent_initiated(
     })?;
     // Another replica's copy wins: the Secret is written once (the import controller rewrites
     // only a replaced token's values).
-    let token_uid = token.metadata.uid.clone().unwrap_or_default();
+    let token_uid = token
+        .and_then(|token| token.metadata.uid)
+        .unwrap_or_default();
     let secret = plan::desired_bootstrap_secret(cluster, files, &token_uid);
-    create_or_get(&secrets, &secret, "Secret", ns).await?;
+    let body = serde_json::to_value(&secret)
+        .map_err(|err| api_retry("encoding Secret", ns, &secret_name, &err.into()))?;
+    ctx.write(vec![Write::CreateOrGet {
+        object: ObjectId::of::<Secret>(Some(ns), &secret_name, None),
+        body,
+        manager: names::RUNTIME_EXTENSION_FIELD_MANAGER,
+    }])
+    .await?;
     Ok(plan::prepared(cluster, &fleet_name, &location.version))
 }
 

@@ -14,25 +14,22 @@ use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
 use fleet_api_rs::fleet_cluster_registration_token::ClusterRegistrationToken;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
-use kube::Resource;
 use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
-use kube::runtime::events::EventType;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::api::CapiCluster;
 use crate::hooks::cluster::ClusterInfo;
-use crate::hooks::handlers::api::{
-    api_retry, bundle_deployments, delete_if_present, get_opt, merge_patch,
-};
+use crate::hooks::handlers::api::{bundle_deployments, get_opt};
 use crate::hooks::hook_context::HookContext;
 use crate::hooks::workload_cluster;
 use crate::model::capi;
 use crate::model::config::EffectiveConfig;
 use crate::model::fleet;
 use crate::model::hook_plan::{self as plan, DeleteStart, HookOutcome};
+use crate::model::plan::{ObjectId, Write};
 use crate::model::teardown::{self, BundleRef, Downstream, Mode, Progress, Verdict, reason};
-use crate::{Error, names};
+use crate::names;
 
 /// BeforeClusterDelete.
 pub async fn before_cluster_delete(ctx: &HookContext, cluster: &ClusterInfo) -> HookOutcome {
@@ -121,14 +118,10 @@ impl Steps<'_> {
         let secret_name = names::bootstrap_secret_name(&cluster.name);
         let token_name = fleet::registration_token_name(cluster);
 
-        delete_if_present(&secrets, &secret_name, "Secret", ns).await?;
-        delete_if_present(&tokens, &token_name, "ClusterRegistrationToken", ns).await?;
-        let fleet_name = self.fleet_name();
-        if let Some(fleet) = get_opt(&fleet_clusters, &fleet_name, "Fleet Cluster", ns).await?
-            && plan::deletes_fleet_cluster(cluster, &fleet)
-        {
-            delete_if_present(&fleet_clusters, &fleet_name, "Fleet Cluster", ns).await?;
-        }
+        let fleet = get_opt(&fleet_clusters, &self.fleet_name(), "Fleet Cluster", ns).await?;
+        self.ctx
+            .write(plan::cleanup(cluster, fleet.as_ref()))
+            .await?;
 
         let mut remaining = Vec::new();
         if get_opt(&secrets, &secret_name, "Secret", ns)
@@ -226,14 +219,8 @@ impl Steps<'_> {
                     ))
                     .await;
             }
-            merge_patch(
-                &fleet_clusters,
-                &fleet_name,
-                &teardown::start_patch(left.len()),
-                "starting the removal of the workloads of Fleet Cluster",
-                ns,
-            )
-            .await?;
+            self.patch(&fleet, teardown::start_patch(left.len()))
+                .await?;
             tracing::info!(cluster = %self.cluster.name, namespace = %ns, fleet_cluster = %fleet_name,
                 bundles = left.len(), "removing the Cluster's Fleet workloads before its deletion");
             return self
@@ -263,14 +250,8 @@ impl Steps<'_> {
             let since = match gone {
                 Some(since) => since,
                 None => {
-                    merge_patch(
-                        &fleet_clusters,
-                        &fleet_name,
-                        &teardown::bundles_gone_patch(Some(self.now)),
-                        "recording when the last BundleDeployment went, on Fleet Cluster",
-                        ns,
-                    )
-                    .await?;
+                    self.patch(&fleet, teardown::bundles_gone_patch(Some(self.now)))
+                        .await?;
                     self.now
                 }
             };
@@ -295,14 +276,8 @@ impl Steps<'_> {
             if gone.is_some() {
                 // BundleDeployments came back (a bundle started targeting the cluster): the
                 // settle period starts again when they are gone.
-                merge_patch(
-                    &fleet_clusters,
-                    &fleet_name,
-                    &teardown::bundles_gone_patch(None),
-                    "forgetting when the BundleDeployments went, on Fleet Cluster",
-                    ns,
-                )
-                .await?;
+                self.patch(&fleet, teardown::bundles_gone_patch(None))
+                    .await?;
             }
             None
         };
@@ -384,60 +359,24 @@ impl Steps<'_> {
         out
     }
 
-    /// The `FleetWorkloadsRemoved` condition on the Cluster (applied only when it changes, by
-    /// its own field manager owning only that condition), and the Event of a change of its
-    /// reason; nothing when the condition is absent and `always` is false.
+    /// Merge-patches the Fleet Cluster `fleet` (as read) with the hooks' field manager.
+    async fn patch(&self, fleet: &FleetCluster, patch: Value) -> Result<(), HookOutcome> {
+        self.ctx
+            .write(vec![Write::MergePatch {
+                object: ObjectId::observed(fleet),
+                patch,
+                manager: names::RUNTIME_EXTENSION_FIELD_MANAGER,
+            }])
+            .await
+    }
+
+    /// Reports `reason` and `message` on the Cluster ([`teardown::report`]).
     async fn report(&self, reason: &str, message: &str, always: bool) -> Result<(), HookOutcome> {
-        let ns = self.ns();
-        let name = &self.cluster.name;
-        let api: Api<CapiCluster> = Api::namespaced(self.ctx.base.client.clone(), ns);
-        let Some(live) = get_opt(&api, name, "Cluster", ns).await? else {
+        let api: Api<CapiCluster> = Api::namespaced(self.ctx.base.client.clone(), self.ns());
+        let Some(live) = get_opt(&api, &self.cluster.name, "Cluster", self.ns()).await? else {
             return Ok(());
         };
-        let status = live.body.get("status");
-        let current = capi::live_condition(status.as_ref(), names::WORKLOADS_REMOVED_CONDITION);
-        if current.is_none() && !always {
-            return Ok(());
-        }
-        let wanted = teardown::condition(reason, message);
-        if let Some(condition) =
-            capi::condition_to_apply(current, &wanted, live.metadata.generation, self.now)
-        {
-            let body = json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2",
-                "kind": "Cluster",
-                "metadata": {"name": name},
-                "status": {"conditions": [condition]},
-            });
-            match crate::apply::apply_status(&api, name, &body, names::TEARDOWN_FIELD_MANAGER).await
-            {
-                Ok(_) => {}
-                // Gone meanwhile: nothing to report on.
-                Err(Error::Kube(kube::Error::Api(status))) if status.code == 404 => return Ok(()),
-                Err(err) => {
-                    return Err(api_retry(
-                        &format!(
-                            "writing the {} condition of Cluster",
-                            names::WORKLOADS_REMOVED_CONDITION
-                        ),
-                        ns,
-                        name,
-                        &err,
-                    ));
-                }
-            }
-        }
-        if let Some((event, warning, note)) = teardown::event_for(current, reason, message) {
-            let type_ = if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            };
-            self.ctx
-                .base
-                .event(&live.object_ref(&()), type_, event, "Deleting", note)
-                .await;
-        }
-        Ok(())
+        let writes = teardown::report(&live, reason, message, always, self.now);
+        self.ctx.write(writes).await
     }
 }

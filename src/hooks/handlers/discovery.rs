@@ -6,11 +6,11 @@
 
 use crate::hooks::handlers::{Catalog, HOOKS};
 use crate::hooks::types::{
-    API_VERSION, ExtensionHandler, GroupVersionHook, Hook, Response, ResponseBody,
+    API_VERSION, ExtensionHandler, FailurePolicy, GroupVersionHook, Hook, Response, ResponseBody,
 };
 
-/// The discovery response of `catalog`.
-pub fn handle(catalog: Catalog) -> Response {
+/// The discovery response of `catalog`, BeforeClusterDelete with `delete_policy`.
+pub fn handle(catalog: Catalog, delete_policy: FailurePolicy) -> Response {
     Response::success(
         Hook::Discovery,
         ResponseBody::Handlers {
@@ -26,7 +26,11 @@ pub fn handle(catalog: Catalog) -> Response {
                             hook: spec.hook.name().to_string(),
                         },
                         timeout_seconds: advertised.timeout_seconds,
-                        failure_policy: advertised.failure_policy,
+                        failure_policy: if spec.hook == Hook::BeforeClusterDelete {
+                            delete_policy
+                        } else {
+                            advertised.failure_policy
+                        },
                     })
                 })
                 .collect(),
@@ -112,8 +116,10 @@ mod tests {
             .chain(CAPI_1_12_ADDED.iter())
             .copied()
             .collect();
-        let base = serde_json::to_value(handle(Catalog::Base)).expect("json");
-        let steps = serde_json::to_value(handle(Catalog::UpgradeSteps)).expect("json");
+        let base =
+            serde_json::to_value(handle(Catalog::Base, FailurePolicy::Ignore)).expect("json");
+        let steps = serde_json::to_value(handle(Catalog::UpgradeSteps, FailurePolicy::Ignore))
+            .expect("json");
         assert_eq!(valid_for(&CAPI_1_11_HOOKS, &base), Ok(()));
         assert_eq!(valid_for(&v1_12, &base), Ok(()));
         assert_eq!(valid_for(&v1_12, &steps), Ok(()));
@@ -162,7 +168,8 @@ mod tests {
             ),
         ] {
             let fixture: serde_json::Value = serde_json::from_str(fixture).expect("fixture");
-            let answer = serde_json::to_value(handle(catalog)).expect("json");
+            let answer =
+                serde_json::to_value(handle(catalog, FailurePolicy::Ignore)).expect("json");
             assert_eq!(answer, fixture["response"], "{catalog:?}");
             let names: Vec<&str> = answer["handlers"]
                 .as_array()
@@ -176,6 +183,21 @@ mod tests {
                 .filter_map(|spec| spec.advertised.map(|a| a.name))
                 .collect();
             assert_eq!(names, rows, "{catalog:?}");
+        }
+    }
+
+    /// `--before-cluster-delete-failure-policy=Fail`: BeforeClusterDelete fail-closed, the rest
+    /// as the table says.
+    #[test]
+    fn before_cluster_delete_can_fail_closed() {
+        let answer =
+            serde_json::to_value(handle(Catalog::Base, FailurePolicy::Fail)).expect("json");
+        for handler in answer["handlers"].as_array().expect("handlers") {
+            let want = match handler["requestHook"]["hook"].as_str() {
+                Some("BeforeClusterDelete" | "GeneratePatches" | "DiscoverVariables") => "Fail",
+                _ => "Ignore",
+            };
+            assert_eq!(handler["failurePolicy"], want, "{handler}");
         }
     }
 }

@@ -164,7 +164,7 @@ const fn advertised(
 /// | BeforeClusterCreate | `Ignore` | Cluster API calls it for every Cluster of the selected namespaces, so an outage of ours must not block them all; the control-plane patch follows the bootstrap Secret (GeneratePatches adds it only once the Secret exists), so a Cluster created while this hook was unreachable gets its bootstrap one reconcile later, never a patch naming a missing Secret |
 /// | AfterControlPlaneInitialized | `Ignore` | informational only; the import controller does not depend on it |
 /// | BeforeClusterUpgrade and the other upgrade hooks | `Ignore` | optional gates: an unreachable extension must not stop upgrades (an answer "retry" still holds them); a step Fleet was not told of is told at the next hook |
-/// | BeforeClusterDelete | `Ignore` | an uninstalled extension must not block every deletion; what it would clean up is owned by the CAPI Cluster (garbage-collected) or expires (the token's TTL) |
+/// | BeforeClusterDelete | `Ignore` (`Fail` with `--before-cluster-delete-failure-policy=Fail`) | an uninstalled extension must not block every deletion; what it would clean up is owned by the CAPI Cluster (garbage-collected) or expires (the token's TTL). `Ignore` turns a transport error into success (cluster-api v1.11.11 `internal/runtime/client/client.go` `CallExtension`), which ends a teardown half-done: `Fail` is the fail-closed choice |
 /// | GeneratePatches | `Fail` | `Ignore` would apply the templates without the patch on a transport error, flipping the desired control plane and rolling machines |
 /// | DiscoverVariables | `Fail` | the ClusterClass must know `fleetAgent` before Clusters use it; CAPI retries |
 pub const HOOKS: &[HookSpec] = &[
@@ -295,7 +295,14 @@ pub async fn handle_in(ctx: &HookContext, catalog: Catalog, hook: Hook, body: &[
         ));
     }
     match spec.serve {
-        Serve::Discovery => discovery::handle(catalog),
+        Serve::Discovery => discovery::handle(
+            catalog,
+            if ctx.base.flags.before_cluster_delete_failure_policy == "Fail" {
+                FailurePolicy::Fail
+            } else {
+                FailurePolicy::Ignore
+            },
+        ),
         Serve::DiscoverVariables => topology::discover_variables(),
         Serve::GeneratePatches => match serde_json::from_value::<GeneratePatchesRequest>(value) {
             Ok(request) => topology::serve_generate_patches(ctx, &request).await,

@@ -159,6 +159,22 @@ fn answer(
     classified: &[Classified],
     secret: Option<SecretFormat>,
 ) -> Response {
+    // The control plane's machine template (CAPI v1.11 patches/engine.go: its holder field path).
+    let infra = request.items.iter().find(|item| {
+        let path = &item.holder_reference.field_path;
+        path.starts_with("spec.machineTemplate.") && path.ends_with("infrastructureRef")
+    });
+    for (item, seen) in request.items.iter().zip(classified) {
+        if let (Some(infra), Some(_), Ok(Some(template))) = (infra, secret, &seen.template)
+            && patch_plan(seen.setting, true) == PatchPlan::Patch
+            && let Some(message) = crate::model::agent_patch::user_data_overflow(
+                &infra.object,
+                crate::model::agent_patch::user_data_format(&item.object, *template),
+            )
+        {
+            return Response::failure(Some(Hook::GeneratePatches), message);
+        }
+    }
     let mut items = Vec::with_capacity(request.items.len());
     for (item, seen) in request.items.iter().zip(classified) {
         let patch = match item_patch(&item.object, seen, secret) {

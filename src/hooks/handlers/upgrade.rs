@@ -3,8 +3,8 @@
 //! Cluster's Fleet Cluster, so Fleet sees where the cluster is, and, with a gate on, holds the
 //! step until Fleet's bundles are ready for it. What to record and when to hold is decided in
 //! [`crate::model::upgrade_steps`]; `spec.runtimeExtension.beforeClusterUpgrade
-//! .waitForBundlesReady` keeps its own, older gate at BeforeClusterUpgrade
-//! ([`crate::model::hook_plan::upgrade_answer`]).
+//! .waitForBundlesReady` is the same gate at BeforeClusterUpgrade over the bundles as they are,
+//! answered as before ([`crate::model::hook_plan::upgrade_answer`]).
 
 use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
 use k8s_openapi::jiff::Timestamp;
@@ -13,16 +13,18 @@ use kube::runtime::events::EventType;
 use serde_json::json;
 
 use crate::hooks::cluster::ClusterInfo;
-use crate::hooks::handlers::api::{api_retry, bundle_deployments, get_opt};
+use crate::hooks::handlers::api::{bundle_deployments, get_opt, namespace_labels};
 use crate::hooks::hook_context::HookContext;
 use crate::hooks::types::LifecycleRequest;
 use crate::model::config::EffectiveConfig;
-use crate::model::hook_plan::{self as plan, HookOutcome};
+use crate::model::hook_plan::{self as plan, HookImport, HookOutcome};
+use crate::model::plan::{ObjectId, Write};
+use crate::model::selection::WatchScope;
 use crate::model::upgrade_steps::{
     GateSettings, StepRequest, UpgradeHook, UpgradeStep, gate_before_bundles, gate_bundles,
-    gate_settings, next_step, of_step,
+    gate_settings, next_step, of_step, retargeted,
 };
-use crate::{apply, names};
+use crate::names;
 
 /// One upgrade hook.
 pub async fn upgrade_step(
@@ -36,28 +38,14 @@ pub async fn upgrade_step(
     };
     // Create-only Fleet Clusters (CAAPF's `patchResource: false`) never show a step.
     let told = config.cluster.as_ref().is_some_and(|i| i.patch_resource);
-    let mut settings = gate_settings(
-        config.runtime_extension.step_wait_for_bundles_ready,
-        config.runtime_extension.step_timeout,
-        config.runtime_extension.step_settle,
-        &cluster.annotations,
-    );
-    settings.wait_for_bundles &= told;
-    let old_gate = hook == UpgradeHook::BeforeClusterUpgrade
-        && config.runtime_extension.wait_for_bundles_ready
-        && !settings.wait_for_bundles;
-    if !told && !old_gate {
+    let settings = gate_settings(&config.runtime_extension, hook, told, &cluster.annotations);
+    if !told && !settings.gated() {
         return HookOutcome::success(
             "Fleet is not told of upgrade steps: FleetAddonConfig spec.cluster.patchResource is not true, so Fleet Clusters are never updated",
         );
     }
-    let gated = settings.wait_for_bundles || old_gate;
-    let mode = Mode {
-        settings,
-        told,
-        old_gate,
-    };
-    match step(ctx, cluster, hook, request, &config, &mode).await {
+    let gated = settings.gated();
+    match step(ctx, cluster, hook, request, &config, &settings, told).await {
         Ok(outcome) | Err(outcome) if gated => outcome,
         // Without a gate our own trouble never holds an upgrade: Fleet is told at the next call.
         Ok(outcome) => outcome,
@@ -68,30 +56,29 @@ pub async fn upgrade_step(
     }
 }
 
-/// How a hook acts on this Cluster.
-struct Mode {
-    settings: GateSettings,
-    /// The Fleet Cluster is updated (`patchResource`): Fleet can be shown the step.
-    told: bool,
-    /// Only `beforeClusterUpgrade.waitForBundlesReady`: BeforeClusterUpgrade waits for the
-    /// bundles as they are.
-    old_gate: bool,
-}
-
 async fn step(
     ctx: &HookContext,
     cluster: &ClusterInfo,
     hook: UpgradeHook,
     request: &LifecycleRequest,
     config: &EffectiveConfig,
-    mode: &Mode,
+    settings: &GateSettings,
+    told: bool,
 ) -> Result<HookOutcome, HookOutcome> {
-    let Mode {
-        settings,
-        told,
-        old_gate,
-    } = mode;
     let ns = cluster.namespace.as_str();
+    if settings.gated() {
+        // A Cluster we do not import gets no labels: nothing to wait for.
+        let labels = namespace_labels(&ctx.base.client, ns).await?;
+        let flags = &ctx.base.flags;
+        let scope = WatchScope::new(flags.watch_namespace(), flags.watch_filter_label());
+        if let Ok(HookImport::NotImported(reason)) =
+            plan::hook_import(config, &scope, cluster, &labels)
+        {
+            return Ok(HookOutcome::success(format!(
+                "not waiting for Fleet: {reason}"
+            )));
+        }
+    }
     // One GET of the Fleet Cluster the import controller keeps for this Cluster: live, since a
     // gate must not follow a stale copy.
     let fleet_clusters: Api<FleetCluster> = Api::namespaced(ctx.base.client.clone(), ns);
@@ -121,7 +108,8 @@ async fn step(
         )));
     };
     let labels = fleet.metadata.labels.clone().unwrap_or_default();
-    let shown = of_step(&step).shown_by(&labels);
+    // The older gate looks at the bundles as they are: nothing to show first.
+    let shown = settings.as_they_are || of_step(&step).shown_by(&labels);
     let gate = gate_before_bundles(
         &step,
         settings,
@@ -137,8 +125,21 @@ async fn step(
     if let Some(how) = released {
         step.released = Some(how.to_string());
     }
-    if *told && previous.as_ref() != Some(&step) {
-        record(ctx, ns, &fleet_name, &step).await?;
+    let mut answer = gate.err().map(|answer| answer.outcome);
+    let mut deployments = Vec::new();
+    if answer.is_none() {
+        match bundles(ctx, cluster, &fleet, settings).await {
+            Ok(found) => deployments = found,
+            Err(outcome) => answer = Some(outcome),
+        }
+    }
+    if answer.is_none() && settings.wait_for_bundles {
+        let applied_at = import_applied_at(&fleet);
+        answer = retargeted(&mut step, &deployments, settings.settle, applied_at, now).err();
+    }
+    // The older gate records its step too, for its timeout.
+    if (told || settings.as_they_are) && previous.as_ref() != Some(&step) {
+        ctx.write(vec![record(&fleet, &step)]).await?;
         if let Some(how) = released {
             ctx.base
                 .event(
@@ -151,26 +152,32 @@ async fn step(
                 .await;
         }
     }
-    if *old_gate {
-        let bundle_ns = plan::bundle_namespace(cluster, Some(&fleet))?;
-        let deployments = bundle_deployments(&ctx.base.client, &bundle_ns).await?;
-        return Ok(plan::upgrade_answer(
+    if let Some(answer) = answer {
+        return Ok(answer);
+    }
+    let fleet_key = format!("{ns}/{fleet_name}");
+    Ok(if settings.as_they_are {
+        plan::upgrade_answer(
             cluster,
             &fleet_name,
             &deployments,
             request.to_kubernetes_version.as_deref(),
-        ));
-    }
-    if let Err(answer) = gate {
-        return Ok(answer.outcome);
-    }
-    let bundle_ns = plan::bundle_namespace(cluster, Some(&fleet))?;
+        )
+    } else {
+        gate_bundles(&step, &fleet_key, &deployments)
+    })
+}
+
+/// The live BundleDeployments of the Fleet Cluster the gate waits for.
+async fn bundles(
+    ctx: &HookContext,
+    cluster: &ClusterInfo,
+    fleet: &FleetCluster,
+    settings: &GateSettings,
+) -> Result<Vec<serde_json::Value>, HookOutcome> {
+    let bundle_ns = plan::bundle_namespace(cluster, Some(fleet))?;
     let deployments = bundle_deployments(&ctx.base.client, &bundle_ns).await?;
-    Ok(gate_bundles(
-        &step,
-        &format!("{ns}/{fleet_name}"),
-        &deployments,
-    ))
+    Ok(settings.select(deployments))
 }
 
 /// The versions of `request`, with the Cluster's target version.
@@ -205,28 +212,17 @@ fn import_applied_at(fleet: &FleetCluster) -> Option<Timestamp> {
         .max()
 }
 
-/// Writes the step on the Fleet Cluster (its own field manager; the import controller reads it).
-async fn record(
-    ctx: &HookContext,
-    ns: &str,
-    name: &str,
-    step: &UpgradeStep,
-) -> Result<(), HookOutcome> {
-    let api: Api<FleetCluster> = Api::namespaced(ctx.base.client.clone(), ns);
+/// The write of the step on the Fleet Cluster `fleet` (its own field manager; the import
+/// controller reads it).
+fn record(fleet: &FleetCluster, step: &UpgradeStep) -> Write {
     let patch = json!({"metadata": {"annotations": {
         names::UPGRADE_STEP_ANNOTATION: step.to_annotation(),
     }}});
-    apply::merge_patch(&api, name, &patch, names::UPGRADE_STEP_FIELD_MANAGER)
-        .await
-        .map(drop)
-        .map_err(|err| {
-            api_retry(
-                "recording the upgrade step on Fleet Cluster",
-                ns,
-                name,
-                &err,
-            )
-        })
+    Write::MergePatch {
+        object: ObjectId::observed(fleet),
+        patch,
+        manager: names::UPGRADE_STEP_FIELD_MANAGER,
+    }
 }
 
 /// The CAPI Cluster, for Events.

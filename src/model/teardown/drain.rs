@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 
 use crate::model::capi::{ClusterView, StringMap};
 use crate::model::config::ClusterImport;
-use crate::model::fleet::{Registration, class_labels, desired_fleet_cluster};
+use crate::model::fleet::{Registration, desired_fleet_cluster, fleet_cluster_class_labels};
 use crate::model::teardown::report::rfc3339;
 use crate::names;
 
@@ -59,7 +59,7 @@ pub fn selection_label_keys(
         None => {
             let mut labels = view.labels.clone();
             if let Some(class) = &view.class {
-                labels.extend(class_labels(class));
+                labels.extend(fleet_cluster_class_labels(class));
             }
             labels.into_keys().collect()
         }

@@ -165,13 +165,26 @@ pub fn agent_namespace(fleet: &FleetCluster) -> String {
         .unwrap_or_else(|| names::DEFAULT_AGENT_NAMESPACE.to_string())
 }
 
+/// What the workload cluster still holds cloud resources with, as listed.
+#[derive(Clone, Debug, Default)]
+pub struct WorkloadObjects {
+    pub services: Vec<Value>,
+    pub claims: Vec<Value>,
+    pub volumes: Vec<Value>,
+    pub attachments: Vec<Value>,
+}
+
 /// What still holds cloud resources on the workload cluster, sorted: Services of type
 /// `LoadBalancer` (the object stays until the cloud controller released the load balancer,
-/// finalizer `service.kubernetes.io/load-balancer-cleanup`) and PersistentVolumeClaims (their
-/// volumes), outside `kube-system` and the agent's namespace.
-pub fn leftovers(services: &[Value], claims: &[Value], agent_namespace: &str) -> Vec<String> {
-    let outside = |object: &Value| {
-        let ns = object["metadata"]["namespace"].as_str().unwrap_or_default();
+/// finalizer `service.kubernetes.io/load-balancer-cleanup`) and PersistentVolumeClaims outside
+/// `kube-system` and the agent's namespace; PersistentVolumes with reclaim policy `Delete`
+/// whose claim was there (a claim is gone before its cloud volume is detached and deleted: the
+/// volume outlives it under `kubernetes.io/pv-protection` and the CSI provisioner's
+/// `external-provisioner.volume.kubernetes.io/finalizer`), with their phase, and the
+/// VolumeAttachments of those volumes.
+pub fn leftovers(objects: &WorkloadObjects, agent_namespace: &str) -> Vec<String> {
+    let outside = |ns: &Value| {
+        let ns = ns.as_str().unwrap_or_default();
         ns != SYSTEM_NAMESPACE && ns != agent_namespace
     };
     let key = |object: &Value| {
@@ -181,16 +194,56 @@ pub fn leftovers(services: &[Value], claims: &[Value], agent_namespace: &str) ->
             object["metadata"]["name"].as_str().unwrap_or_default()
         )
     };
-    let mut out: Vec<String> = services
+    let name = |object: &Value| {
+        object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let volumes: Vec<&Value> = objects
+        .volumes
         .iter()
-        .filter(|svc| outside(svc) && svc["spec"]["type"] == "LoadBalancer")
+        .filter(|pv| {
+            let claim = &pv["spec"]["claimRef"];
+            pv["spec"]["persistentVolumeReclaimPolicy"] == "Delete"
+                && claim.is_object()
+                && outside(&claim["namespace"])
+        })
+        .collect();
+    let mut out: Vec<String> = objects
+        .services
+        .iter()
+        .filter(|svc| {
+            outside(&svc["metadata"]["namespace"]) && svc["spec"]["type"] == "LoadBalancer"
+        })
         .map(|svc| format!("Service {} (LoadBalancer)", key(svc)))
         .chain(
-            claims
+            objects
+                .claims
                 .iter()
-                .filter(|pvc| outside(pvc))
+                .filter(|pvc| outside(&pvc["metadata"]["namespace"]))
                 .map(|pvc| format!("PersistentVolumeClaim {}", key(pvc))),
         )
+        .chain(volumes.iter().map(|pv| {
+            let claim = &pv["spec"]["claimRef"];
+            format!(
+                "PersistentVolume {} (claim {}/{}, {})",
+                name(pv),
+                claim["namespace"].as_str().unwrap_or_default(),
+                claim["name"].as_str().unwrap_or_default(),
+                pv["status"]["phase"].as_str().unwrap_or("Pending")
+            )
+        }))
+        .chain(objects.attachments.iter().filter_map(|va| {
+            let volume = va["spec"]["source"]["persistentVolumeName"].as_str()?;
+            volumes.iter().any(|pv| name(pv) == volume).then(|| {
+                format!(
+                    "VolumeAttachment {} (PersistentVolume {volume} on node {})",
+                    name(va),
+                    va["spec"]["nodeName"].as_str().unwrap_or_default()
+                )
+            })
+        }))
         .collect();
     out.sort();
     out

@@ -3,9 +3,13 @@
 use std::time::Duration;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use serde_json::Value;
+use kube::Resource;
+use kube::runtime::events::EventType;
+use serde_json::{Value, json};
 
+use crate::api::CapiCluster;
 use crate::model::capi::{self, event_note};
+use crate::model::plan::{ObjectId, Write};
 use crate::model::teardown::leftovers::{BundleRef, Downstream};
 use crate::model::teardown::mode::Mode;
 use crate::names;
@@ -93,7 +97,7 @@ pub fn verdict(progress: &Progress<'_>) -> Verdict {
             "removing Fleet workloads: Fleet removed {removed}; checking the workload cluster; {until}"
         )),
         Some(Downstream::Checked { leftovers }) if leftovers.is_empty() => Verdict::Done(format!(
-            "Fleet removed {removed} of Fleet Cluster {fleet_key}, and the workload cluster has no LoadBalancer Service or PersistentVolumeClaim left"
+            "Fleet removed {removed} of Fleet Cluster {fleet_key}, and the workload cluster has no LoadBalancer Service, PersistentVolumeClaim or PersistentVolume left"
         )),
         Some(Downstream::Checked { leftovers }) => Verdict::Hold(format!(
             "removing Fleet workloads: Fleet removed {removed}; waiting for the workload cluster to delete {}; {until}",
@@ -228,6 +232,47 @@ pub fn event_for(
         _ => return None,
     };
     Some((event, warning, event_note(message)))
+}
+
+/// The writes reporting `reason` and `message` on the Cluster `live`: the `FleetWorkloadsRemoved`
+/// condition, applied only when it changes by its own field manager owning only that condition,
+/// and the Event of a change of its reason; none when the condition is absent and `always` is
+/// false.
+pub fn report(
+    live: &CapiCluster,
+    reason: &str,
+    message: &str,
+    always: bool,
+    now: Timestamp,
+) -> Vec<Write> {
+    let status = live.body.get("status");
+    let current = capi::live_condition(status.as_ref(), names::WORKLOADS_REMOVED_CONDITION);
+    if current.is_none() && !always {
+        return Vec::new();
+    }
+    let wanted = condition(reason, message);
+    let generation = live.metadata.generation;
+    let applied = capi::condition_to_apply(current, &wanted, generation, now).map(|condition| {
+        Write::ApplyStatus {
+            object: ObjectId::observed(live),
+            body: json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2",
+                "kind": "Cluster",
+                "metadata": {"name": live.metadata.name},
+                "status": {"conditions": [condition]},
+            }),
+            manager: names::TEARDOWN_FIELD_MANAGER,
+        }
+    });
+    let event = event_for(current, reason, message).map(|(event, warning, note)| {
+        let type_ = if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        Write::event(&live.object_ref(&()), type_, event, "Deleting", note)
+    });
+    applied.into_iter().chain(event).collect()
 }
 
 /// A time as Kubernetes writes it (RFC 3339, seconds, UTC).

@@ -249,6 +249,9 @@ fn the_drain_removes_the_labels_bundles_select_the_cluster_by() {
     let labels = labels_of(&live);
     let keys = selection_label_keys(&capi_cluster(&[]), Some(&import()), &live);
     let want: BTreeSet<String> = [
+        // Turtles' class labels, written beside ours (removed only where present).
+        "cluster-api.cattle.io/clusterclass-name",
+        "cluster-api.cattle.io/clusterclass-namespace",
         "clusterclass-name.fleet.addons.cluster.x-k8s.io",
         "clusterclass-namespace.fleet.addons.cluster.x-k8s.io",
         "env",
@@ -474,22 +477,42 @@ fn bundles_that_still_target_the_drained_cluster_are_explained() {
 fn leftovers_are_load_balancers_and_volumes_outside_the_system_and_agent_namespaces() {
     let objects = fixture("workload-objects.yaml");
     let list = |key: &str| objects[key].as_array().expect("list").clone();
-    let (services, claims) = (list("services"), list("claims"));
+    let all = WorkloadObjects {
+        services: list("services"),
+        claims: list("claims"),
+        volumes: list("volumes"),
+        attachments: list("attachments"),
+    };
     let fleet = fleet_cluster();
     assert_eq!(agent_namespace(&fleet), "fleet-addon-agent");
     assert_eq!(
-        leftovers(&services, &claims, &agent_namespace(&fleet)),
+        leftovers(&all, &agent_namespace(&fleet)),
         vec![
+            "PersistentVolume pvc-0b7f (claim db/data-postgres-0, Released)".to_string(),
             "PersistentVolumeClaim db/data-postgres-0".to_string(),
             "Service ingress-nginx/ingress-nginx-controller (LoadBalancer)".to_string(),
+            "VolumeAttachment csi-3f1e0c5b7a9d (PersistentVolume pvc-0b7f on node prod-eu-1-md-0-x7k2p)".to_string(),
         ]
     );
-    assert!(leftovers(&services[1..], &claims[1..], "fleet-addon-agent").is_empty());
+    // The claim gone, its volume is still being detached and deleted: not done yet.
+    let claim_gone = WorkloadObjects {
+        claims: vec![],
+        ..all.clone()
+    };
+    assert_eq!(leftovers(&claim_gone, "fleet-addon-agent").len(), 3);
+    let done = WorkloadObjects {
+        services: all.services[1..].to_vec(),
+        claims: all.claims[1..].to_vec(),
+        volumes: all.volumes[1..].to_vec(),
+        attachments: all.attachments.clone(),
+    };
+    assert!(leftovers(&done, "fleet-addon-agent").is_empty());
     // Another agent namespace: its Services count as leftovers then.
-    assert_eq!(
-        leftovers(&services[4..], &[], "cattle-fleet-system").len(),
-        1
-    );
+    let other = WorkloadObjects {
+        services: all.services[4..].to_vec(),
+        ..Default::default()
+    };
+    assert_eq!(leftovers(&other, "cattle-fleet-system").len(), 1);
     // Where the agent runs: what Fleet reports, else what it was asked, else ours.
     let mut unregistered = fleet.clone();
     unregistered.status = None;
@@ -590,7 +613,7 @@ fn the_verdict_says_what_the_deletion_waits_for() {
                 ..base.clone()
             },
             Verdict::Done(
-                "Fleet removed 3 BundleDeployments of Fleet Cluster clusters/c1, and the workload cluster has no LoadBalancer Service or PersistentVolumeClaim left".into(),
+                "Fleet removed 3 BundleDeployments of Fleet Cluster clusters/c1, and the workload cluster has no LoadBalancer Service, PersistentVolumeClaim or PersistentVolume left".into(),
             ),
         ),
         (
@@ -725,5 +748,52 @@ fn early_ends_and_annotation_problems_are_said() {
     assert_eq!(
         with_problems("", &["annotation a: bad".into()]),
         "annotation a: bad"
+    );
+}
+
+/// The condition is written only when it changes, the Event only when its reason changes; a
+/// Cluster without the condition gets one only when `always`.
+#[test]
+fn the_report_writes_only_changes() {
+    use crate::model::plan::Write;
+    let now = Timestamp::from_second(1_800_000_000).expect("time");
+    let cluster = |conditions: Value| -> crate::api::CapiCluster {
+        serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "c1", "namespace": "team-a", "uid": "u-1", "generation": 2},
+            "status": {"conditions": conditions},
+        }))
+        .expect("cluster")
+    };
+    let kinds = |writes: &[Write]| -> Vec<&'static str> {
+        writes
+            .iter()
+            .map(|write| match write {
+                Write::ApplyStatus { body, manager, .. } => {
+                    assert_eq!(*manager, names::TEARDOWN_FIELD_MANAGER);
+                    let condition = &body["status"]["conditions"][0];
+                    assert_eq!(condition["type"], names::WORKLOADS_REMOVED_CONDITION);
+                    "condition"
+                }
+                Write::Event { reason, .. } => reason,
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect()
+    };
+    let none = cluster(json!([]));
+    assert!(report(&none, reason::REMOVING, "m", false, now).is_empty());
+    let first = report(&none, reason::REMOVING, "m", true, now);
+    assert_eq!(kinds(&first), ["condition", "FleetWorkloadsRemoving"]);
+    let Write::ApplyStatus { body, .. } = &first[0] else {
+        unreachable!()
+    };
+    let written = cluster(body["status"]["conditions"].clone());
+    assert!(report(&written, reason::REMOVING, "m", false, now).is_empty());
+    let reworded = report(&written, reason::REMOVING, "m2", false, now);
+    assert_eq!(kinds(&reworded), ["condition"]);
+    let skipped = report(&written, reason::SKIPPED, "m", false, now);
+    assert_eq!(
+        kinds(&skipped),
+        ["condition", "FleetWorkloadsRemovalSkipped"]
     );
 }

@@ -34,7 +34,7 @@ pub fn validate_label_selector(selector: &LabelSelector, path: &str, errors: &mu
     }
 }
 
-fn label_key_problem(key: &str) -> Option<String> {
+pub(super) fn label_key_problem(key: &str) -> Option<String> {
     let (prefix, name) = match key.split_once('/') {
         Some((prefix, name)) => (Some(prefix), name),
         None => (None, key),

@@ -3,24 +3,24 @@
 use k8s_openapi::api::core::v1::ObjectReference;
 
 use super::FieldError;
-use super::grammar::validate_label_selector;
+use super::grammar::{is_dns1123_label, label_key_problem, validate_label_selector};
 use super::{validate_agent_overrides, validate_agent_settings};
-use crate::api::{FleetAddonConfigSpec, FleetInstall, Server};
+use crate::api::{ChartTlsConfig, FleetAddonConfigSpec, FleetInstall, Server};
 
 /// Returns every problem in `spec`, in field order. Empty means valid.
 pub fn validate(spec: &FleetAddonConfigSpec) -> Vec<FieldError> {
     let mut errors = Vec::new();
     if let Some(runtime) = &spec.runtime_extension {
-        if let Some(repository) = &runtime.agent_chart_repository
-            && !is_allowed_repository(repository)
-        {
-            errors.push(FieldError::new(
-                "spec.runtimeExtension.agentChartRepository",
-                format!(
-                    "{:?} must start with https:// or oci:// (http:// only for 127.0.0.1, localhost or [::1])",
-                    without_credentials(repository)
+        if let Some(repository) = &runtime.agent_chart_repository {
+            validate_repository(
+                repository,
+                runtime.agent_chart_tls_config.as_ref(),
+                (
+                    "spec.runtimeExtension.agentChartRepository",
+                    "spec.runtimeExtension.agentChartCredentials",
                 ),
-            ));
+                &mut errors,
+            );
         }
         // The agent chart's repository: its own, else the installation's, else Fleet's.
         let repository = runtime
@@ -29,15 +29,9 @@ pub fn validate(spec: &FleetAddonConfigSpec) -> Vec<FieldError> {
             .or(spec.install.as_ref().and_then(|i| i.repository.as_deref()))
             .unwrap_or(crate::names::DEFAULT_FLEET_REPOSITORY);
         validate_access(
-            (
-                runtime.agent_chart_credentials.is_some(),
-                runtime.agent_chart_tls_config.is_some(),
-            ),
+            runtime.agent_chart_tls_config.as_ref(),
             repository,
-            (
-                "spec.runtimeExtension.agentChartCredentials",
-                "spec.runtimeExtension.agentChartTLSConfig",
-            ),
+            "spec.runtimeExtension.agentChartTLSConfig",
             &mut errors,
         );
         if let Some(steps) = &runtime.upgrade_steps {
@@ -71,6 +65,18 @@ pub fn validate(spec: &FleetAddonConfigSpec) -> Vec<FieldError> {
                 )),
             }
         }
+    }
+    if let Some(selector) = spec
+        .runtime_extension
+        .as_ref()
+        .and_then(|r| r.upgrade_steps.as_ref())
+        .and_then(|u| u.bundle_selector.as_ref())
+    {
+        validate_label_selector(
+            selector,
+            "spec.runtimeExtension.upgradeSteps.bundleSelector",
+            &mut errors,
+        );
     }
     if let Some(cluster) = &spec.cluster {
         if let Some(selector) = &cluster.selector {
@@ -108,6 +114,18 @@ pub fn validate(spec: &FleetAddonConfigSpec) -> Vec<FieldError> {
                 "spec.cluster.agentCheckinInterval",
                 format!("{interval:?} is not a duration such as 15m or 1h"),
             ));
+        }
+        for (i, name) in cluster.variable_labels.iter().flatten().enumerate() {
+            let key = format!("{}{name}", crate::names::VARIABLE_LABEL_PREFIX);
+            if let Some(problem) = label_key_problem(&key) {
+                errors.push(FieldError::new(
+                    format!("spec.cluster.variableLabels[{i}]"),
+                    problem,
+                ));
+            }
+        }
+        if let Some(rollout) = &cluster.rollout {
+            validate_rollout(rollout, &mut errors);
         }
         if let Some(policy) = &cluster.deselect_policy
             && policy != "Retain"
@@ -219,59 +237,97 @@ fn validate_install(install: &FleetInstall, errors: &mut Vec<FieldError>) {
             format!("{version:?} is not a semantic version such as 0.13.1"),
         ));
     }
-    if let Some(repository) = &install.repository
-        && !is_allowed_repository(repository)
-    {
-        errors.push(FieldError::new(
-            format!("{path}.repository"),
-            format!(
-                "{:?} must start with https:// or oci:// (http:// only for 127.0.0.1, localhost or [::1])",
-                without_credentials(repository)
-            ),
-        ));
+    if let Some(repository) = &install.repository {
+        validate_repository(
+            repository,
+            install.tls_config.as_ref(),
+            ("spec.install.repository", "spec.install.credentials"),
+            errors,
+        );
     }
     validate_access(
-        (install.credentials.is_some(), install.tls_config.is_some()),
+        install.tls_config.as_ref(),
         install
             .repository
             .as_deref()
             .unwrap_or(crate::names::DEFAULT_FLEET_REPOSITORY),
-        ("spec.install.credentials", "spec.install.tlsConfig"),
+        "spec.install.tlsConfig",
         errors,
     );
 }
 
-/// Credentials and TLS settings that fit the chart repository (`paths`: where each is written).
-/// Their Secret references' grammar is the CRD schema's (`secret_reference_grammar` in
-/// `crate::api`).
-fn validate_access(
-    (credentials, tls): (bool, bool),
+/// A repository URL helm may be pointed at (`plain HTTP` anywhere only with
+/// `tlsConfig.insecurePlainHTTP`), without user information: a password there would reach
+/// helm's command line, so credentials come from the Secret at `credentials_path`.
+fn validate_repository(
     repository: &str,
-    (credentials_path, tls_path): (&str, &str),
+    tls: Option<&ChartTlsConfig>,
+    (path, credentials_path): (&str, &str),
     errors: &mut Vec<FieldError>,
 ) {
-    if credentials && !crate::model::chart_access::is_oci(repository) {
+    let opt_in = tls.is_some_and(|t| t.insecure_plain_http == Some(true));
+    if !is_allowed_repository(repository, opt_in) {
         errors.push(FieldError::new(
-            credentials_path,
-            "credentials (a registry config.json) apply to oci:// repositories only, and this repository is not one: for an https:// chart repository, put the user in its URL",
+            path,
+            format!(
+                "{:?} must start with https:// or oci:// (http:// only for 127.0.0.1, localhost or [::1], or with tlsConfig.insecurePlainHTTP)",
+                without_credentials(repository)
+            ),
         ));
-    }
-    if tls && repository.trim().starts_with("http://") {
+    } else if without_credentials(repository) != repository {
         errors.push(FieldError::new(
-            tls_path,
-            "the repository is plain http://, which has no TLS",
+            path,
+            format!(
+                "user information in the URL is refused (helm would get it on its command line): put the user and password in a Secret and name it in {credentials_path}"
+            ),
         ));
     }
 }
 
-/// Whether helm may be pointed at `url`: https and OCI anywhere, plain HTTP only on loopback.
-pub fn is_allowed_repository(url: &str) -> bool {
+/// TLS settings that fit the chart repository (`tls_path`: where they are written). Their
+/// Secret references' grammar is the CRD schema's (`secret_reference_grammar` in `crate::api`).
+fn validate_access(
+    tls: Option<&ChartTlsConfig>,
+    repository: &str,
+    tls_path: &str,
+    errors: &mut Vec<FieldError>,
+) {
+    let Some(tls) = tls else { return };
+    if (tls.ca_secret.is_some() || tls.insecure_skip_tls_verify.is_some())
+        && repository.trim().starts_with("http://")
+    {
+        errors.push(FieldError::new(
+            tls_path,
+            "the repository is plain http://, which has no TLS",
+        ));
+    } else if tls.insecure_plain_http == Some(true)
+        && (tls.ca_secret.is_some() || tls.insecure_skip_tls_verify == Some(true))
+    {
+        // helm ignores --plain-http when given a CA or --insecure-skip-tls-verify (helm v3.17.2
+        // cmd/helm/root.go, v4.1.4 pkg/cmd/root.go newRegistryClient) and speaks HTTPS.
+        errors.push(FieldError::new(
+            format!("{tls_path}.insecurePlainHTTP"),
+            "plain HTTP has no TLS: remove caSecret and insecureSkipTLSVerify (helm ignores plain HTTP when either is set)",
+        ));
+    }
+    if tls.insecure_plain_http == Some(true) && repository.trim().starts_with("https://") {
+        errors.push(FieldError::new(
+            format!("{tls_path}.insecurePlainHTTP"),
+            "the repository is https://: plain HTTP applies to oci:// registries and http:// repositories",
+        ));
+    }
+}
+
+/// Whether helm may be pointed at `url`: https and OCI anywhere, plain HTTP only on loopback
+/// unless `plain_http_opt_in` (`tlsConfig.insecurePlainHTTP`).
+pub fn is_allowed_repository(url: &str, plain_http_opt_in: bool) -> bool {
     if let Some(rest) = url.strip_prefix("https://").or(url.strip_prefix("oci://")) {
         return !rest.is_empty() && !rest.chars().any(char::is_whitespace);
     }
     url.starts_with("http://")
-        && crate::model::chart_access::repository_host(url)
-            .is_some_and(|host| crate::model::chart_access::is_loopback_host(&host))
+        && (plain_http_opt_in
+            || crate::model::chart_access::repository_host(url)
+                .is_some_and(|host| crate::model::chart_access::is_loopback_host(&host)))
 }
 
 /// Compiles a namespace pattern so it must match the whole name.
@@ -302,6 +358,50 @@ pub fn without_credentials(url: &str) -> String {
     match rest[..authority_end].rfind('@') {
         Some(at) => format!("{scheme}://<redacted>@{}", &rest[at + 1..]),
         None => url.to_string(),
+    }
+}
+
+/// `spec.cluster.rollout`: waves named once each as label values, a known default wave, a soak
+/// duration.
+fn validate_rollout(rollout: &crate::api::RolloutConfig, errors: &mut Vec<FieldError>) {
+    let path = "spec.cluster.rollout";
+    let waves = rollout.waves.as_deref().unwrap_or_default();
+    if waves.is_empty() {
+        errors.push(FieldError::new(
+            format!("{path}.waves"),
+            "name at least one wave",
+        ));
+    }
+    for (i, wave) in waves.iter().enumerate() {
+        if wave.is_empty() || !is_dns1123_label(wave) {
+            errors.push(FieldError::new(
+                format!("{path}.waves[{i}]"),
+                format!(
+                    "{wave:?} is not a lowercase name of at most 63 characters (a label value)"
+                ),
+            ));
+        } else if waves[..i].contains(wave) {
+            errors.push(FieldError::new(
+                format!("{path}.waves[{i}]"),
+                format!("{wave:?} is named twice"),
+            ));
+        }
+    }
+    if let Some(default) = &rollout.default_wave
+        && !waves.contains(default)
+    {
+        errors.push(FieldError::new(
+            format!("{path}.defaultWave"),
+            format!("{default:?} is not one of the waves {waves:?}"),
+        ));
+    }
+    if let Some(soak) = &rollout.soak
+        && crate::api::duration::parse_duration(soak).is_err()
+    {
+        errors.push(FieldError::new(
+            format!("{path}.soak"),
+            format!("{soak:?} is not a duration such as 30m or 2h"),
+        ));
     }
 }
 
@@ -373,6 +473,10 @@ install: {followLatest: true}
             "runtimeExtension: {agentChartRepository: \"oci://mirror.example.com/fleet\", agentChartCredentials: {secret: {name: mirror, namespace: caapf-system}}, agentChartTLSConfig: {caSecret: {name: mirror-ca, namespace: caapf-system}}}",
             // The agent chart's repository is the installation's when it has none of its own.
             "install: {followLatest: true, repository: \"oci://r.example.com/c\"}\nruntimeExtension: {agentChartCredentials: {secret: {name: r, namespace: ns}}}",
+            // An https:// repository's user and password from a basic-auth Secret.
+            "install: {followLatest: true, credentials: {secret: {name: charts, namespace: caapf-system}}}",
+            // Plain HTTP to a registry or repository in the cluster, opted in.
+            "install: {followLatest: true, repository: \"oci://registry.kube-system.svc:5000/charts\", tlsConfig: {insecurePlainHTTP: true}}\nruntimeExtension: {agentChartRepository: \"http://charts.kube-system.svc/\", agentChartTLSConfig: {insecurePlainHTTP: true}}",
         ] {
             assert_eq!(problems(yaml), Vec::<String>::new(), "{yaml}");
         }
@@ -385,20 +489,39 @@ install: {followLatest: true}
     fn every_problem_has_its_field_path() {
         let rows: &[(&str, &[&str])] = &[
             (
-                "install: {followLatest: true, credentials: {secret: {name: r, namespace: ns}}}",
+                "install: {followLatest: true, repository: \"https://fleet:hunter2@charts.example.com/\"}",
                 &[
-                    "spec.install.credentials: credentials (a registry config.json) apply to oci:// repositories only, and this repository is not one: for an https:// chart repository, put the user in its URL",
+                    "spec.install.repository: user information in the URL is refused (helm would get it on its command line): put the user and password in a Secret and name it in spec.install.credentials",
+                ],
+            ),
+            (
+                "runtimeExtension: {agentChartRepository: \"oci://u:p@r.example.com/c\"}",
+                &[
+                    "spec.runtimeExtension.agentChartRepository: user information in the URL is refused (helm would get it on its command line): put the user and password in a Secret and name it in spec.runtimeExtension.agentChartCredentials",
+                ],
+            ),
+            (
+                "install: {followLatest: true, repository: \"oci://registry.kube-system.svc:5000/charts\", tlsConfig: {insecurePlainHTTP: true, insecureSkipTLSVerify: true}}\nruntimeExtension: {agentChartRepository: \"oci://r.kube-system.svc/c\", agentChartTLSConfig: {insecurePlainHTTP: true, caSecret: {name: ca, namespace: caapf-system}}}",
+                &[
+                    "spec.runtimeExtension.agentChartTLSConfig.insecurePlainHTTP: plain HTTP has no TLS: remove caSecret and insecureSkipTLSVerify (helm ignores plain HTTP when either is set)",
+                    "spec.install.tlsConfig.insecurePlainHTTP: plain HTTP has no TLS: remove caSecret and insecureSkipTLSVerify (helm ignores plain HTTP when either is set)",
+                ],
+            ),
+            (
+                "install: {followLatest: true, tlsConfig: {insecurePlainHTTP: true}}",
+                &[
+                    "spec.install.tlsConfig.insecurePlainHTTP: the repository is https://: plain HTTP applies to oci:// registries and http:// repositories",
+                ],
+            ),
+            (
+                "install: {followLatest: true, repository: \"oci://registry.kube-system.svc:5000/charts\", tlsConfig: {insecurePlainHTTP: false}}\nruntimeExtension: {agentChartRepository: \"http://charts.kube-system.svc/\"}",
+                &[
+                    "spec.runtimeExtension.agentChartRepository: \"http://charts.kube-system.svc/\" must start with https:// or oci:// (http:// only for 127.0.0.1, localhost or [::1], or with tlsConfig.insecurePlainHTTP)",
                 ],
             ),
             (
                 "install: {followLatest: true, repository: \"http://127.0.0.1:8879/\", tlsConfig: {insecureSkipTLSVerify: true}}",
                 &["spec.install.tlsConfig: the repository is plain http://, which has no TLS"],
-            ),
-            (
-                "runtimeExtension: {agentChartCredentials: {secret: {name: r}}, agentChartTLSConfig: {caSecret: {name: c}}}",
-                &[
-                    "spec.runtimeExtension.agentChartCredentials: credentials (a registry config.json) apply to oci:// repositories only, and this repository is not one: for an https:// chart repository, put the user in its URL",
-                ],
             ),
             (
                 "cluster: {namespaceRegexes: [\"ok\", \"foo(\"]}",
@@ -443,13 +566,13 @@ install: {followLatest: true}
             (
                 "install: {followLatest: true, repository: \"http://charts.example.com\"}",
                 &[
-                    "spec.install.repository: \"http://charts.example.com\" must start with https:// or oci:// (http:// only for 127.0.0.1, localhost or [::1])",
+                    "spec.install.repository: \"http://charts.example.com\" must start with https:// or oci:// (http:// only for 127.0.0.1, localhost or [::1], or with tlsConfig.insecurePlainHTTP)",
                 ],
             ),
             (
                 "runtimeExtension: {agentChartRepository: \"ftp://charts.example.com\"}",
                 &[
-                    "spec.runtimeExtension.agentChartRepository: \"ftp://charts.example.com\" must start with https:// or oci:// (http:// only for 127.0.0.1, localhost or [::1])",
+                    "spec.runtimeExtension.agentChartRepository: \"ftp://charts.example.com\" must start with https:// or oci:// (http:// only for 127.0.0.1, localhost or [::1], or with tlsConfig.insecurePlainHTTP)",
                 ],
             ),
             (
@@ -504,7 +627,10 @@ install: {followLatest: true}
             ("ftp://x", false),
             ("https://", false),
         ] {
-            assert_eq!(is_allowed_repository(url), ok, "{url}");
+            assert_eq!(is_allowed_repository(url, false), ok, "{url}");
+            assert!(
+                is_allowed_repository(url, true) || url.starts_with("ftp") || url == "https://"
+            );
         }
     }
 }

@@ -1,0 +1,269 @@
+//! Living beside Rancher Turtles (docs/migration.md "Beside Rancher Turtles"), pure.
+//!
+//! - Turtles v0.27.0 removes our finalizer from every CAPI Cluster it imports while its
+//!   `use-caapf` feature gate is false, its default (rancher/turtles v0.27.0
+//!   `internal/controllers/import_controller.go` `reconcileExternalFleetManagement`, gate in
+//!   `feature/feature.go`), and Rancher deploys its own agent. Put back each time, the two
+//!   controllers would fight on every change: it is put back [`MAX_FINALIZER_READDS`] times,
+//!   then left off and reported.
+//! - Turtles' alpha `fleet-integration` gate (PR #2803) manages Fleet Clusters under the
+//!   finalizer [`names::TURTLES_FLEET_FINALIZER`]: never both on one cluster, such a Fleet Cluster
+//!   is left to it ([`crate::model::import::Decision::Turtles`]).
+//!
+//! Both are reported by the condition [`names::FLEET_CONFLICT_CONDITION`] and a Warning Event.
+
+use k8s_openapi::jiff::Timestamp;
+use serde_json::{Value, json};
+
+use crate::model::capi;
+use crate::model::config::EffectiveConfig;
+use crate::model::plan::{ObjectId, Write};
+use crate::names;
+
+/// Times our finalizer is put back after someone else removed it; the next removal is left.
+pub const MAX_FINALIZER_READDS: u32 = 3;
+
+/// Condition and Event reason: our finalizer was removed by another controller.
+pub const FINALIZER_REMOVED: &str = "FinalizerRemoved";
+/// Condition and Event reason: the Fleet Cluster carries Turtles' `fleet-integration` finalizer.
+pub const TURTLES_FLEET_INTEGRATION: &str = "TurtlesFleetIntegration";
+
+/// What the import remembers of our finalizer on one Cluster between reconciles (in memory: a
+/// restart forgets, and allows [`MAX_FINALIZER_READDS`] more).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FinalizerMemory {
+    /// The finalizer was on the Cluster when last observed.
+    pub on: bool,
+    /// Removals by someone else seen so far.
+    pub removals: u32,
+}
+
+impl FinalizerMemory {
+    /// The memory after observing the finalizer present (`has`) or not on a Cluster the import
+    /// manages, and whether someone else removed it since the last observation (we remove it only
+    /// when we stop managing the Cluster, which forgets it).
+    pub fn observe(self, has: bool) -> (Self, bool) {
+        match (self.on, has) {
+            (true, false) => (
+                Self {
+                    on: false,
+                    removals: self.removals + 1,
+                },
+                true,
+            ),
+            // Back after we gave up: someone restored it (the documented fix); start afresh.
+            (false, true) if !self.may_add() => (
+                Self {
+                    on: true,
+                    removals: 0,
+                },
+                false,
+            ),
+            (_, has) => (Self { on: has, ..self }, false),
+        }
+    }
+
+    /// Whether the import may (still) add the finalizer.
+    pub fn may_add(&self) -> bool {
+        self.removals <= MAX_FINALIZER_READDS
+    }
+}
+
+/// What the Cluster controller observed for the conflicts of one Cluster.
+#[derive(Clone, Debug, Default)]
+pub struct Seen {
+    /// Our finalizer, as remembered after this observation.
+    pub finalizer: FinalizerMemory,
+    /// Someone else removed it since the last observation.
+    pub removed_now: bool,
+    /// The live [`names::FLEET_CONFLICT_CONDITION`] condition, and the Cluster's generation.
+    pub condition: Option<Value>,
+    pub generation: Option<i64>,
+}
+
+/// The conflict a Cluster is in, for its condition (`None`: none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Conflict {
+    /// Our finalizer was removed this many times.
+    FinalizerRemoved { removals: u32 },
+    /// Its Fleet Cluster is managed by Turtles' `fleet-integration`.
+    TurtlesFleetIntegration,
+}
+
+impl Conflict {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Conflict::FinalizerRemoved { .. } => FINALIZER_REMOVED,
+            Conflict::TurtlesFleetIntegration => TURTLES_FLEET_INTEGRATION,
+        }
+    }
+
+    /// What happened, the likely cause and the fix.
+    pub fn message(&self) -> String {
+        let fin = names::FINALIZER;
+        match *self {
+            Conflict::FinalizerRemoved { removals } => {
+                let done = if removals <= MAX_FINALIZER_READDS {
+                    format!("put back ({removals} of {MAX_FINALIZER_READDS} times)")
+                } else {
+                    format!(
+                        "left off after {MAX_FINALIZER_READDS} re-adds: the Fleet Cluster is still kept, but deleting the Cluster no longer waits for its cleanup"
+                    )
+                };
+                format!(
+                    "Finalizer {fin} was removed by another controller, {done}. Rancher Turtles (v0.27.0 and later) removes it while its use-caapf feature gate is false, its default, and lets Rancher deploy a second Fleet agent: set the rancher-turtles chart value features.use-caapf.enabled=true, then add the finalizer back (docs/migration.md)"
+                )
+            }
+            Conflict::TurtlesFleetIntegration => format!(
+                "The Fleet Cluster carries {}: Rancher Turtles' fleet-integration manages it, so this provider leaves it alone and released the Cluster (finalizer {fin}). Run one of the two per cluster (docs/migration.md)",
+                names::TURTLES_FLEET_FINALIZER
+            ),
+        }
+    }
+}
+
+/// The status apply that keeps the conflict condition of `cluster` (True with the conflict, or
+/// removed when there is none and one is `live`); `None` when it says so already.
+pub fn condition_write(
+    cluster: ObjectId,
+    conflict: Option<Conflict>,
+    live: Option<&Value>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Option<Write> {
+    let condition = match conflict {
+        None if live.is_none() => return None,
+        None => None,
+        Some(conflict) => {
+            let message = conflict.message();
+            let wanted = capi::Condition {
+                type_: names::FLEET_CONFLICT_CONDITION,
+                status: true,
+                reason: conflict.reason(),
+                message: &message,
+            };
+            Some(capi::condition_to_apply(live, &wanted, generation, now)?)
+        }
+    };
+    let mut body = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": cluster.name}});
+    if let Some(condition) = condition {
+        body["status"] = json!({"conditions": [condition]});
+    }
+    Some(Write::ApplyStatus {
+        object: cluster,
+        body,
+        manager: names::CONFLICT_FIELD_MANAGER,
+    })
+}
+
+/// The API group of Turtles' CRDs (`CAPIProvider`, `ClusterctlConfig`): Turtles is installed.
+pub const TURTLES_API_GROUP: &str = "turtles-capi.cattle.io";
+
+/// The warning due when Turtles is installed (`turtles`) and `config` puts Fleet agents into the
+/// namespace Turtles deletes on every cluster it imports (rancher/turtles v0.18.0 to v0.27.0
+/// `internal/controllers/helpers.go` `removeFleetNamespace`: [`names::DEFAULT_AGENT_NAMESPACE`]).
+pub fn agent_namespace_warning(turtles: bool, config: &EffectiveConfig) -> Option<String> {
+    let import = config.cluster.as_ref().filter(|_| turtles)?;
+    let namespace = import.agent.agent_namespace.as_deref();
+    (namespace == Some(names::DEFAULT_AGENT_NAMESPACE)).then(|| {
+        format!(
+            "Rancher Turtles is installed and Fleet agents go to namespace {}, which Turtles deletes on the clusters it imports: set spec.cluster.agentNamespace: cattle-fleet-system (docs/migration.md)",
+            names::DEFAULT_AGENT_NAMESPACE
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::CapiCluster;
+
+    /// Turtles removes the finalizer after each re-add: put back three times, the fourth
+    /// removal is left, and restoring it by hand starts afresh.
+    #[test]
+    fn finalizer_removals_are_bounded() {
+        let start = FinalizerMemory::default();
+        // (finalizer present?, removed by someone else?, may add?, removals)
+        let rows = [
+            (true, false, true, 0),
+            (false, true, true, 1),
+            (false, false, true, 1),
+            (true, false, true, 1),
+            (false, true, true, 2),
+            (true, false, true, 2),
+            (false, true, true, 3),
+            (true, false, true, 3),
+            (false, true, false, 4),
+            (false, false, false, 4),
+            (true, false, true, 0),
+            (false, true, true, 1),
+        ];
+        let mut memory = start;
+        for (i, (has, removed, may_add, removals)) in rows.into_iter().enumerate() {
+            let (next, seen) = memory.observe(has);
+            memory = next;
+            assert_eq!(
+                (seen, memory.may_add(), memory.removals),
+                (removed, may_add, removals),
+                "row {i}"
+            );
+        }
+        let never_on = start.observe(false);
+        assert_eq!(never_on, (start, false), "a missing finalizer we never saw");
+    }
+
+    #[test]
+    fn the_namespace_turtles_deletes_is_warned_about_only_under_turtles() {
+        let config = |yaml: &str| {
+            let spec: crate::api::FleetAddonConfigSpec = serde_yaml::from_str(yaml).expect("spec");
+            EffectiveConfig::from_spec(&spec)
+        };
+        let defaults = EffectiveConfig::default();
+        let turtles_setup = config("cluster: {agentNamespace: cattle-fleet-system}");
+        let explicit = config("cluster: {agentNamespace: fleet-addon-agent}");
+        let no_import = config("config: {}");
+        let rows = [
+            (true, &defaults, true),
+            (false, &defaults, false),
+            (true, &explicit, true),
+            (true, &turtles_setup, false),
+            (true, &no_import, false),
+        ];
+        for (i, (turtles, config, warned)) in rows.into_iter().enumerate() {
+            let warning = agent_namespace_warning(turtles, config);
+            assert_eq!(warning.is_some(), warned, "row {i}");
+            assert!(warning.is_none_or(|w| w.contains("cattle-fleet-system")));
+        }
+    }
+
+    #[test]
+    fn condition_names_the_cause_and_the_fix() {
+        let id = ObjectId::of::<CapiCluster>(Some("ns"), "c1", Some("4"));
+        let now = Timestamp::UNIX_EPOCH;
+        let conflict = Conflict::FinalizerRemoved { removals: 4 };
+        let Some(Write::ApplyStatus { body, manager, .. }) =
+            condition_write(id.clone(), Some(conflict), None, Some(2), now)
+        else {
+            panic!("a condition")
+        };
+        assert_eq!(manager, names::CONFLICT_FIELD_MANAGER);
+        let condition = &body["status"]["conditions"][0];
+        assert_eq!(condition["type"], names::FLEET_CONFLICT_CONDITION);
+        assert_eq!(condition["reason"], FINALIZER_REMOVED);
+        let message = condition["message"].as_str().expect("message");
+        for part in ["use-caapf", "enabled=true", "left off after 3"] {
+            assert!(message.contains(part), "{part}: {message}");
+        }
+        let live = condition.clone();
+        let same = condition_write(id.clone(), Some(conflict), Some(&live), Some(2), now);
+        assert_eq!(same, None, "unchanged");
+        let Some(Write::ApplyStatus { body, .. }) =
+            condition_write(id.clone(), None, Some(&live), Some(2), now)
+        else {
+            panic!("removed")
+        };
+        assert!(body.get("status").is_none(), "applied without it");
+        assert_eq!(condition_write(id, None, None, Some(2), now), None);
+    }
+}

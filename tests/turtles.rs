@@ -1,0 +1,460 @@
+//! Living beside Rancher Turtles (docs/migration.md, docs/installation.md): the FleetAddonConfig
+//! Turtles embeds, as rendered from its chart (`tests/fixtures/turtles/`, rancher/turtles
+//! v0.27.0), against the sandbox, and what Turtles' own code and `scripts/migrate-caapf.sh` look
+//! for on the objects we write.
+
+use crate::common;
+
+use caapf::api::{CapiCluster, FleetAddonConfig};
+use caapf::model::config::EffectiveConfig;
+use caapf::names;
+use common::{Harness, eventually, has_finalizer};
+use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
+use kube::ResourceExt;
+use serde_json::{Value, json};
+
+/// The objects of rancher/turtles v0.27.0 `charts/rancher-turtles-providers/templates/addon-fleet.yaml`
+/// as the chart renders them with `providers.addonFleet.enabled: true`.
+pub fn turtles_chart_objects() -> Vec<Value> {
+    let text = include_str!("fixtures/turtles/addon-fleet-v0.27.0.yaml");
+    serde_yaml::Deserializer::from_str(text)
+        .map(|doc| serde::Deserialize::deserialize(doc).expect("YAML"))
+        .filter(|doc: &Value| !doc.is_null())
+        .collect()
+}
+
+/// The FleetAddonConfig Turtles embeds: the first document of the `manifests` key of the
+/// ConfigMap `fleet-addon-config`, which the CAPIProvider names in `additionalManifests`.
+pub fn turtles_fleet_addon_config() -> Value {
+    let objects = turtles_chart_objects();
+    let map = objects
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "fleet-addon-config")
+        .expect("the chart renders the ConfigMap");
+    let manifests = map["data"]["manifests"].as_str().expect("manifests");
+    let first = manifests.split("\n---").next().expect("a document");
+    serde_yaml::from_str(first).expect("FleetAddonConfig YAML")
+}
+
+#[test]
+fn turtles_embedded_config_is_valid_and_means_what_its_chart_says() {
+    let object = turtles_fleet_addon_config();
+    assert_eq!(object["kind"], "FleetAddonConfig");
+    let config: FleetAddonConfig = serde_json::from_value(object).expect("decodes");
+    let effective = EffectiveConfig::resolve(Some(&config));
+    assert!(effective.problems.is_empty(), "{:?}", effective.problems);
+    let reference = effective
+        .fleet
+        .feature_gates_config_map
+        .expect("configMap.ref");
+    assert_eq!(
+        (reference.namespace.as_deref(), reference.name.as_deref()),
+        (Some("cattle-system"), Some("rancher-config"))
+    );
+    let import = effective.cluster.expect("spec.cluster");
+    assert!(import.apply_class_group && import.patch_resource && import.set_owner_references);
+    assert_eq!(
+        import.agent.agent_namespace.as_deref(),
+        Some("cattle-fleet-system")
+    );
+    assert_eq!(import.agent.host_network, Some(true));
+    let env: Vec<(String, Option<String>)> = (import.agent.agent_env_vars.iter().flatten())
+        .map(|e| (e.name.clone(), e.value.clone()))
+        .collect();
+    assert_eq!(
+        env,
+        [
+            (
+                "FLEET_AGENT_METRICS_BIND_ADDRESS".into(),
+                Some(":18080".into())
+            ),
+            (
+                "FLEET_AGENT_PROBE_BIND_ADDRESS".into(),
+                Some(":18081".into())
+            ),
+        ]
+    );
+    let classes = effective.cluster_class.expect("spec.clusterClass");
+    assert!(classes.patch_resource && classes.set_owner_references);
+}
+
+/// What rancher/turtles v0.27.0 `scripts/migrate-caapf.sh` (`discover_caapf_clusters`) finds:
+/// Fleet Clusters owned by a `cluster.x-k8s.io` Cluster whose CAPI Cluster carries CAAPF's
+/// finalizer, as `namespace/fleet-name/capi-name`.
+pub async fn migrate_script_finds(h: &Harness, namespaces: &[&str]) -> Vec<String> {
+    let mut found = vec![];
+    for namespace in namespaces {
+        for fleet in h.list::<FleetCluster>(namespace).await {
+            let owners = fleet.owner_references().iter();
+            let capi = owners
+                .filter(|o| o.kind == "Cluster" && o.api_version.starts_with("cluster.x-k8s.io"));
+            for owner in capi {
+                let cluster = h.get::<CapiCluster>(namespace, &owner.name).await;
+                if cluster.as_ref().is_some_and(has_finalizer) {
+                    found.push(format!("{namespace}/{}/{}", fleet.name_any(), owner.name));
+                }
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Turtles' FleetAddonConfig selects a Cluster labelled `cluster-api.cattle.io/rancher-auto-import:
+/// "true"` without `disable-fleet-auto-import`, or any Cluster in a namespace labelled so
+/// (the two rules are OR-ed, as in CAAPF); each Fleet Cluster carries what Turtles' migration
+/// script discovers it by.
+#[tokio::test]
+async fn turtles_embedded_config_selects_in_the_sandbox() {
+    const AUTO: &str = "cluster-api.cattle.io/rancher-auto-import";
+    const OFF: &str = "cluster-api.cattle.io/disable-fleet-auto-import";
+    let mut h = Harness::new().await;
+    h.namespace("plain", json!({})).await;
+    h.namespace("auto", json!({AUTO: "true"})).await;
+    h.namespace("auto-off", json!({AUTO: "true", OFF: "true"}))
+        .await;
+    // (namespace, name, labels, selected)
+    let rows = [
+        ("plain", "labelled", json!({AUTO: "true"}), true),
+        ("plain", "unlabelled", json!({}), false),
+        (
+            "plain",
+            "disabled",
+            json!({AUTO: "true", OFF: "true"}),
+            false,
+        ),
+        ("plain", "false", json!({AUTO: "false"}), false),
+        ("auto", "any", json!({}), true),
+        // The namespace rule selects it: the Cluster's own labels do not take it out (unlike
+        // Turtles' Rancher import, where the Cluster's `"false"` wins: docs/migration.md).
+        ("auto", "disabled", json!({OFF: "true"}), true),
+        ("auto", "false", json!({AUTO: "false"}), true),
+        ("auto-off", "labelled", json!({AUTO: "true"}), true),
+        ("auto-off", "unlabelled", json!({}), false),
+    ];
+    for (namespace, name, labels, _) in &rows {
+        h.initialized_cluster(namespace, json!({"metadata": {"name": name, "labels": labels},
+            "spec": {"controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "KubeadmControlPlane", "name": "cp"}}}))
+        .await;
+    }
+    let config = turtles_fleet_addon_config();
+    h.config(&serde_yaml::to_string(&config["spec"]).expect("spec"))
+        .await;
+    h.start().await;
+
+    let mut expected = vec![];
+    for (namespace, name, labels, selected) in &rows {
+        if !selected {
+            continue;
+        }
+        let fleet = h
+            .wait_fleet_cluster(&format!("{namespace}/{name}"), namespace, name, |_| true)
+            .await;
+        let owner = fleet.owner_references().first().cloned().expect("owned");
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str()),
+            ("Cluster", *name)
+        );
+        assert!(owner.api_version.starts_with("cluster.x-k8s.io/"));
+        for (key, value) in labels.as_object().expect("labels") {
+            assert_eq!(
+                fleet.labels().get(key),
+                value.as_str().map(str::to_string).as_ref()
+            );
+        }
+        assert_eq!(
+            fleet.spec.agent_namespace.as_deref(),
+            Some("cattle-fleet-system")
+        );
+        assert_eq!(fleet.spec.host_network, Some(true));
+        expected.push(format!("{namespace}/{name}/{name}"));
+    }
+    h.wait_finalizer("last selected Cluster", "auto-off", "labelled", true)
+        .await;
+    for (namespace, name, _, selected) in &rows {
+        let cluster = h
+            .get::<CapiCluster>(namespace, name)
+            .await
+            .expect("cluster");
+        assert_eq!(has_finalizer(&cluster), *selected, "{namespace}/{name}");
+        if !selected {
+            assert!(
+                h.fleet_cluster(namespace, name).await.is_none(),
+                "{namespace}/{name}"
+            );
+        }
+    }
+    expected.sort();
+    let found = eventually("migrate-caapf.sh discovery", || async {
+        let found = migrate_script_finds(&h, &["plain", "auto", "auto-off"]).await;
+        (found == expected).then_some(found)
+    })
+    .await;
+    assert_eq!(found.len(), 5);
+}
+
+const NS: &str = "capi";
+const AUTO: (&str, &str) = ("cluster-api.cattle.io/rancher-auto-import", "true");
+
+/// A sandbox with Turtles' FleetAddonConfig and one imported Cluster `capi/c1`, the manager
+/// running.
+async fn imported() -> Harness {
+    let mut h = Harness::new().await;
+    h.namespace(NS, json!({})).await;
+    h.initialized_cluster(NS, json!({"metadata": {"name": "c1", "labels": {AUTO.0: AUTO.1}},
+        "spec": {"controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "KubeadmControlPlane", "name": "cp"}}}))
+    .await;
+    let config = turtles_fleet_addon_config();
+    h.config(&serde_yaml::to_string(&config["spec"]).expect("spec"))
+        .await;
+    h.start().await;
+    h.wait_fleet_cluster("imported", NS, "c1", |_| true).await;
+    h.wait_finalizer("our finalizer", NS, "c1", true).await;
+    h
+}
+
+/// Plays Turtles v0.27.0 with `use-caapf: false`: `reconcileExternalFleetManagement` drops our
+/// finalizer from the Cluster's list and the patch helper sends the list without it (a merge
+/// patch of `metadata.finalizers`).
+async fn strip_like_turtles(h: &Harness) {
+    let cluster = h.get::<CapiCluster>(NS, "c1").await.expect("cluster");
+    let kept: Vec<&String> = (cluster.finalizers().iter())
+        .filter(|f| *f != names::FINALIZER)
+        .collect();
+    h.merge_cluster(NS, "c1", json!({"metadata": {"finalizers": kept}}))
+        .await;
+}
+
+async fn conflict_condition(h: &Harness) -> Option<Value> {
+    let cluster = h.get::<CapiCluster>(NS, "c1").await?;
+    let conditions = cluster
+        .body
+        .get("status")?
+        .get("conditions")?
+        .as_array()?
+        .clone();
+    conditions
+        .into_iter()
+        .find(|c| c["type"] == names::FLEET_CONFLICT_CONDITION)
+}
+
+/// How many times a Warning Event with `reason` was published in the namespace.
+async fn warnings(h: &Harness, reason: &str) -> usize {
+    let api: kube::Api<k8s_openapi::api::events::v1::Event> =
+        kube::Api::namespaced(h.client.clone(), NS);
+    let events = api.list(&Default::default()).await.expect("events").items;
+    let ours = |e: &&k8s_openapi::api::events::v1::Event| {
+        e.reason.as_deref() == Some(reason) && e.type_.as_deref() == Some("Warning")
+    };
+    // kube's Recorder counts a repeated reason in the first Event's `series`.
+    let times = |e: &k8s_openapi::api::events::v1::Event| e.series.as_ref().map_or(1, |s| s.count);
+    events.iter().filter(ours).map(times).sum::<i32>() as usize
+}
+
+fn metric(h: &Harness, reason: &str) -> Option<String> {
+    let text = h.manager.as_ref().expect("manager").ctx.metrics.render();
+    let series = format!("caapf_import_conflicts_total{{reason=\"{reason}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&series).map(str::to_string))
+}
+
+/// Turtles strips our finalizer after every re-add: it is put back three times, each removal
+/// reported (Warning Event, condition naming `use-caapf`, metric), then left off while the
+/// Fleet Cluster stays; restoring it by hand starts afresh.
+#[tokio::test]
+async fn a_finalizer_turtles_strips_is_put_back_three_times_then_left() {
+    let h = imported().await;
+    for round in 1..=4 {
+        h.wait_finalizer(&format!("finalizer before strip {round}"), NS, "c1", true)
+            .await;
+        strip_like_turtles(&h).await;
+        eventually(&format!("removal {round} reported"), || async {
+            let message = conflict_condition(&h).await?["message"]
+                .as_str()?
+                .to_string();
+            let expected = match round {
+                4 => "left off after 3 re-adds".to_string(),
+                n => format!("put back ({n} of 3 times)"),
+            };
+            message.contains(&expected).then_some(())
+        })
+        .await;
+    }
+    let condition = conflict_condition(&h).await.expect("condition");
+    assert_eq!(condition["status"], "True");
+    assert_eq!(condition["reason"], "FinalizerRemoved");
+    assert!(
+        condition["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("use-caapf"))
+    );
+    eventually("four Warning Events", || async {
+        (warnings(&h, "FinalizerRemoved").await == 4).then_some(())
+    })
+    .await;
+    assert_eq!(metric(&h, "FinalizerRemoved").as_deref(), Some("4"));
+
+    // Left off: another change of the Cluster is reconciled without putting it back.
+    let before = h.reconciles("cluster");
+    h.label_cluster(NS, "c1", json!({"env": "prod"})).await;
+    h.wait_fleet_cluster("the import goes on", NS, "c1", |f| {
+        f.labels().get("env").is_some_and(|v| v == "prod")
+    })
+    .await;
+    h.wait_reconciled_since("label seen", "cluster", before)
+        .await;
+    let cluster = h.get::<CapiCluster>(NS, "c1").await.expect("cluster");
+    assert!(!has_finalizer(&cluster), "left off");
+
+    // The documented fix: Turtles told to leave it (use-caapf: true), the finalizer added back.
+    let mut finalizers = cluster.finalizers().to_vec();
+    finalizers.push(names::FINALIZER.into());
+    h.merge_cluster(NS, "c1", json!({"metadata": {"finalizers": finalizers}}))
+        .await;
+    eventually("the condition goes", || async {
+        conflict_condition(&h).await.is_none().then_some(())
+    })
+    .await;
+}
+
+/// Turtles' fleet-integration took the Fleet Cluster (its finalizer on it): we release the
+/// Cluster, report it once, and no longer write the Fleet Cluster.
+#[tokio::test]
+async fn a_fleet_cluster_under_turtles_fleet_integration_is_left_alone() {
+    let h = imported().await;
+    let fleet_api: kube::Api<FleetCluster> = kube::Api::namespaced(h.client.clone(), NS);
+    let patch = json!({"metadata": {"finalizers": [names::TURTLES_FLEET_FINALIZER]}});
+    fleet_api
+        .patch("c1", &Default::default(), &kube::api::Patch::Merge(patch))
+        .await
+        .expect("Turtles' finalizer");
+    h.wait_finalizer("ours released", NS, "c1", false).await;
+    let condition = eventually("reported", || conflict_condition(&h)).await;
+    assert_eq!(condition["reason"], "TurtlesFleetIntegration");
+    assert_eq!(warnings(&h, "TurtlesFleetIntegration").await, 1);
+    assert_eq!(metric(&h, "TurtlesFleetIntegration").as_deref(), Some("1"));
+
+    let version = h
+        .fleet_cluster(NS, "c1")
+        .await
+        .expect("fleet")
+        .resource_version();
+    let before = h.reconciles("cluster");
+    h.label_cluster(NS, "c1", json!({"env": "prod"})).await;
+    h.wait_reconciled_since("label seen", "cluster", before)
+        .await;
+    let fleet = h.fleet_cluster(NS, "c1").await.expect("kept");
+    assert_eq!(fleet.resource_version(), version, "not written");
+    assert!(fleet.labels().get("env").is_none());
+    assert_eq!(
+        warnings(&h, "TurtlesFleetIntegration").await,
+        1,
+        "reported once"
+    );
+}
+
+/// The recipe of docs/installation.md "Under Rancher Turtles" against the release assets
+/// `hack/release-manifests.sh` builds: the CAPIProvider fetches our components under a name
+/// Rancher Prime's `addon-rancher-fleet` image override does not match, pins our image, names
+/// the FleetAddonConfig ConfigMap as Turtles' chart does; the ExtensionConfig, rewritten as the
+/// recipe says, points at the namespace Turtles installs into.
+#[test]
+fn the_turtles_recipe_matches_the_release_manifests() {
+    use common::render::{documents, root};
+    let out = tempfile::tempdir().expect("tempdir");
+    let script = std::process::Command::new(root().join("hack/release-manifests.sh"))
+        .args([
+            "--out",
+            out.path().to_str().expect("path"),
+            "--tag",
+            "v0.1.0",
+        ])
+        .output()
+        .expect("release script runs");
+    assert!(
+        script.status.success(),
+        "{}",
+        String::from_utf8_lossy(&script.stderr)
+    );
+    let read = |file: &str| std::fs::read_to_string(out.path().join(file)).expect(file);
+    let components = read("addon-components.yaml");
+
+    let doc = std::fs::read_to_string(root().join("docs/installation.md")).expect("doc");
+    let section = doc
+        .split("## Under Rancher Turtles")
+        .nth(1)
+        .expect("section");
+    let provider = common::guide::documents(section)
+        .into_iter()
+        .find(|o| o["kind"] == "CAPIProvider")
+        .expect("the recipe's CAPIProvider");
+    let (spec, namespace) = (
+        &provider["spec"],
+        provider["metadata"]["namespace"].as_str(),
+    );
+    assert_eq!(
+        namespace,
+        Some("fleet-addon-system"),
+        "where Turtles installs CAAPF"
+    );
+    assert_eq!(spec["type"], "addon");
+    let name = spec["name"].as_str().expect("spec.name");
+    assert_ne!(
+        name, "rancher-fleet",
+        "Prime's addon-rancher-fleet image override"
+    );
+    let label = format!("cluster.x-k8s.io/provider: addon-{name}");
+    assert!(components.contains(&label), "the components carry {label}");
+    let version = spec["version"].as_str().expect("version");
+    let url = spec["fetchConfig"]["url"]
+        .as_str()
+        .expect("fetchConfig.url");
+    assert!(
+        url.ends_with(&format!("/{version}/addon-components.yaml")),
+        "{url}"
+    );
+    for (variable, value) in spec["variables"].as_object().expect("variables") {
+        let default = format!("${{{variable}:={}}}", value.as_str().expect("string"));
+        assert!(
+            components.contains(&default),
+            "{default} in addon-components.yaml"
+        );
+    }
+    let turtles_map = turtles_chart_objects()
+        .into_iter()
+        .find(|o| o["kind"] == "ConfigMap")
+        .expect("Turtles' ConfigMap");
+    assert_eq!(
+        spec["additionalManifests"]["name"],
+        turtles_map["metadata"]["name"]
+    );
+    assert_eq!(
+        spec["additionalManifests"]["namespace"],
+        turtles_map["metadata"]["namespace"]
+    );
+
+    // The ExtensionConfig, rewritten as the recipe's `sed`.
+    let extension = read("runtime-extension.yaml").replace("caapf-system", "fleet-addon-system");
+    let objects = documents(&extension);
+    let config = objects
+        .iter()
+        .find(|o| o["kind"] == "ExtensionConfig")
+        .expect("ExtensionConfig");
+    let service = &config["spec"]["clientConfig"]["service"];
+    assert_eq!(service["namespace"], "fleet-addon-system");
+    let service_name = service["name"].as_str().expect("service name");
+    assert!(
+        components.contains(&format!("name: {service_name}")),
+        "{service_name} is ours"
+    );
+    let inject =
+        config["metadata"]["annotations"]["runtime.cluster.x-k8s.io/inject-ca-from-secret"]
+            .as_str()
+            .expect("CA injection");
+    assert!(inject.starts_with("fleet-addon-system/"), "{inject}");
+    let binding = objects
+        .iter()
+        .find(|o| o["kind"] == "ClusterRoleBinding")
+        .expect("binding");
+    assert_eq!(binding["subjects"][0]["namespace"], "fleet-addon-system");
+}
