@@ -6,6 +6,7 @@ pub mod agent_patch;
 pub mod agent_settings;
 pub mod api_server;
 pub mod authorization;
+pub mod boot_script;
 pub mod capi;
 pub mod chart_access;
 pub mod class_groups;

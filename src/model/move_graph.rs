@@ -323,7 +323,7 @@ pub fn move_graph(
     }) else {
         let listed = types
             .iter()
-            .any(|rule| rule.group == "cluster.x-k8s.io" && rule.kind == "Cluster");
+            .any(|rule| rule.group == CAPI_GROUP && rule.kind == "Cluster");
         return Err(if listed {
             GraphError::ClusterNotFound {
                 namespace: namespace.into(),
@@ -465,10 +465,7 @@ fn link_owners(nodes: &mut [Node], by_uid: &HashMap<String, usize>) {
             .into_iter()
             .map(|r| {
                 let idx = by_uid.get(&r.uid).copied();
-                let namespace = match idx {
-                    Some(o) => nodes[o].id.namespace.clone(),
-                    None => nodes[i].id.namespace.clone(),
-                };
+                let namespace = nodes[idx.unwrap_or(i)].id.namespace.clone();
                 let link = OwnerLink {
                     api_version: r.api_version,
                     kind: r.kind,
@@ -486,24 +483,19 @@ fn link_owners(nodes: &mut [Node], by_uid: &HashMap<String, usize>) {
 
 /// Soft edges (`setSoftOwnership`), plus objects labelled with the Cluster's name.
 fn link_soft_owners(nodes: &mut [Node]) {
-    let clusters: HashMap<(String, String), usize> = nodes
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| n.is_capi_cluster())
-        .map(|(i, n)| {
-            let ns = n.id.namespace.clone().unwrap_or_default();
-            ((ns, n.id.name.clone()), i)
-        })
-        .collect();
-    let classes: HashMap<(String, String), usize> = nodes
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| n.is(CAPI_GROUP, "ClusterClass"))
-        .map(|(i, n)| {
-            let ns = n.id.namespace.clone().unwrap_or_default();
-            ((ns, n.id.name.clone()), i)
-        })
-        .collect();
+    // The nodes of one kind by (namespace, name).
+    let index = |kind: &str| -> HashMap<(String, String), usize> {
+        nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.is(CAPI_GROUP, kind))
+            .map(|(i, n)| {
+                let ns = n.id.namespace.clone().unwrap_or_default();
+                ((ns, n.id.name.clone()), i)
+            })
+            .collect()
+    };
+    let (clusters, classes) = (index("Cluster"), index("ClusterClass"));
     let mut soft_edges: Vec<(usize, usize)> = Vec::new();
     for (i, node) in nodes.iter().enumerate() {
         let ns = node.id.namespace.clone().unwrap_or_default();
@@ -600,14 +592,10 @@ fn select(
         if !in_scope || foreign(i) || (builtin && node.label(MOVE_LABEL).is_none()) {
             continue;
         }
-        if node.force_move_hierarchy && !builtin {
+        if node.label(MOVE_HIERARCHY_LABEL).is_some() || (node.force_move_hierarchy && !builtin) {
             walk(i, &mut included);
-        } else if node.force_move || node.label(MOVE_HIERARCHY_LABEL).is_some() {
-            if node.label(MOVE_HIERARCHY_LABEL).is_some() {
-                walk(i, &mut included);
-            } else {
-                included.insert(i);
-            }
+        } else if node.force_move {
+            included.insert(i);
         }
     }
     loop {

@@ -168,6 +168,17 @@ pub enum BundlesStatus {
     Ready,
 }
 
+impl BundlesStatus {
+    /// Why the Bundles are not ready yet (`None`: they are).
+    fn not_ready(&self) -> Option<String> {
+        match self {
+            Self::Missing => Some("the move Bundles are missing; creating them again".into()),
+            Self::Waiting(why) => Some(why.clone()),
+            Self::Ready => None,
+        }
+    }
+}
+
 /// Compares the live Bundles with the desired ones (by name and `spec.resources`) and reads
 /// Fleet's readiness as Fleet's Bundle controller reports it (rancher/fleet
 /// `internal/cmd/controller/reconciler/bundle_controller.go`, v0.12 to v0.16):
@@ -511,9 +522,18 @@ pub fn decide_move(
             );
         }
     }
-    let paused_by_move = true;
     let publish = |paused: bool| Action::ApplyBundles {
         target_paused: paused,
+    };
+    // The next phase of a move that paused the source.
+    let advance = |phase: Phase, message: &str, actions: Vec<Action>| {
+        MoveDecision::to(MoveState::new(phase, obs.now, true, message), actions)
+    };
+    let secrets_pending = || {
+        format!(
+            "{} Secret(s) not written to the target yet",
+            obs.secrets_pending
+        )
     };
     match state.phase {
         Phase::Pending => {
@@ -545,10 +565,7 @@ pub fn decide_move(
                     Vec::new(),
                 );
             }
-            MoveDecision::to(
-                MoveState::new(Phase::Pausing, obs.now, paused_by_move, ""),
-                vec![Action::SetSourcePaused(true)],
-            )
+            advance(Phase::Pausing, "", vec![Action::SetSourcePaused(true)])
         }
         Phase::Pausing => {
             if !obs.spec_paused {
@@ -558,10 +575,7 @@ pub fn decide_move(
                     vec![Action::SetSourcePaused(true)],
                 );
             }
-            MoveDecision::to(
-                MoveState::new(Phase::WaitingUnblocked, obs.now, paused_by_move, ""),
-                Vec::new(),
-            )
+            advance(Phase::WaitingUnblocked, "", Vec::new())
         }
         Phase::WaitingUnblocked => {
             if !obs.not_provisioned.is_empty() {
@@ -577,8 +591,9 @@ pub fn decide_move(
                 );
             }
             if obs.blocking.is_empty() {
-                return MoveDecision::to(
-                    MoveState::new(Phase::Publishing, obs.now, paused_by_move, ""),
+                return advance(
+                    Phase::Publishing,
+                    "",
                     vec![Action::WriteSecrets, publish(true)],
                 );
             }
@@ -599,28 +614,18 @@ pub fn decide_move(
                     vec![Action::WriteSecrets, publish(true)],
                 );
             }
-            MoveDecision::to(
-                MoveState::new(Phase::WaitingTarget, obs.now, paused_by_move, ""),
+            advance(
+                Phase::WaitingTarget,
+                "",
                 vec![Action::WriteSecrets, publish(true)],
             )
         }
         Phase::WaitingTarget => {
-            let why = match (&obs.bundles, &obs.target_error) {
-                (BundlesStatus::Missing, _) => {
-                    "the move Bundles are missing; creating them again".to_string()
-                }
-                (BundlesStatus::Waiting(why), _) => why.clone(),
-                (BundlesStatus::Ready, Some(error)) => format!("the target: {error}"),
-                (BundlesStatus::Ready, None) if obs.secrets_pending > 0 => format!(
-                    "{} Secret(s) not written to the target yet",
-                    obs.secrets_pending
-                ),
-                (BundlesStatus::Ready, None) => {
-                    return MoveDecision::to(
-                        MoveState::new(Phase::Linking, obs.now, paused_by_move, ""),
-                        vec![Action::LinkOwners],
-                    );
-                }
+            let why = match (obs.bundles.not_ready(), &obs.target_error) {
+                (Some(why), _) => why,
+                (None, Some(error)) => format!("the target: {error}"),
+                (None, None) if obs.secrets_pending > 0 => secrets_pending(),
+                (None, None) => return advance(Phase::Linking, "", vec![Action::LinkOwners]),
             };
             if elapsed(state, obs.now) > timeouts.target {
                 return fail(
@@ -636,22 +641,17 @@ pub fn decide_move(
             MoveDecision::stay(state, why, actions)
         }
         Phase::Linking => {
-            let why = match (&obs.target_error, &obs.links_pending) {
-                (Some(error), _) => format!("the target: {error}"),
-                (None, Some(why)) => why.clone(),
-                (None, None) if obs.bundles != BundlesStatus::Ready => match &obs.bundles {
-                    BundlesStatus::Waiting(why) => why.clone(),
-                    _ => "the move Bundles are missing; creating them again".into(),
-                },
-                (None, None) if obs.secrets_pending > 0 => format!(
-                    "{} Secret(s) not written to the target yet",
-                    obs.secrets_pending
-                ),
-                (None, None) => {
-                    return MoveDecision::to(
-                        MoveState::new(Phase::FencingSource, obs.now, paused_by_move, ""),
-                        vec![Action::FenceSource],
-                    );
+            let why = match (
+                &obs.target_error,
+                &obs.links_pending,
+                obs.bundles.not_ready(),
+            ) {
+                (Some(error), _, _) => format!("the target: {error}"),
+                (None, Some(why), _) => why.clone(),
+                (None, None, Some(why)) => why,
+                (None, None, None) if obs.secrets_pending > 0 => secrets_pending(),
+                (None, None, None) => {
+                    return advance(Phase::FencingSource, "", vec![Action::FenceSource]);
                 }
             };
             if elapsed(state, obs.now) > timeouts.target {
@@ -687,33 +687,22 @@ pub fn decide_move(
             if !actions.is_empty() {
                 return MoveDecision::stay(state, String::new(), actions);
             }
-            MoveDecision::to(
-                MoveState::new(Phase::ResumingTarget, obs.now, paused_by_move, ""),
-                vec![publish(false)],
-            )
+            advance(Phase::ResumingTarget, "", vec![publish(false)])
         }
         Phase::ResumingTarget | Phase::Stalled => {
             // The target may already reconcile: never unpause the source from here on.
             let mut actions = Vec::new();
             keep_fenced(obs, &mut actions);
-            match &obs.bundles {
-                BundlesStatus::Ready => {
+            match obs.bundles.not_ready() {
+                None => {
                     actions.push(Action::DeleteBundles);
-                    MoveDecision::to(
-                        MoveState::new(
-                            Phase::Moved,
-                            obs.now,
-                            paused_by_move,
-                            "the Cluster manages itself; the source copy stays paused and fenced",
-                        ),
+                    advance(
+                        Phase::Moved,
+                        "the Cluster manages itself; the source copy stays paused and fenced",
                         actions,
                     )
                 }
-                other => {
-                    let why = match other {
-                        BundlesStatus::Waiting(why) => why.clone(),
-                        _ => "the move Bundles are missing; creating them again".into(),
-                    };
+                Some(why) => {
                     actions.push(publish(false));
                     if state.phase == Phase::ResumingTarget
                         && elapsed(state, obs.now) > timeouts.resume
@@ -722,10 +711,7 @@ pub fn decide_move(
                             "the target has not reported the resumed copies ready after {}s: {why}; the source stays paused and fenced, look at the target",
                             timeouts.resume.as_secs()
                         );
-                        return MoveDecision::to(
-                            MoveState::new(Phase::Stalled, obs.now, paused_by_move, message),
-                            actions,
-                        );
+                        return advance(Phase::Stalled, &message, actions);
                     }
                     let message = if state.phase == Phase::Stalled {
                         state.message.clone()
