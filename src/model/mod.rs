@@ -22,6 +22,7 @@ pub mod hook_plan;
 pub mod import;
 pub mod json;
 pub mod lease;
+pub mod move_decide;
 #[cfg(test)]
 pub mod move_fixtures;
 pub mod move_graph;

@@ -16,6 +16,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::DynamicObject;
 use serde_json::Value;
 
+use super::capi::class_ref;
 use crate::names;
 
 /// Label clusterctl puts on every provider component; only CRDs carrying it are move types.
@@ -539,21 +540,9 @@ fn secret_cluster_name(secret: &str) -> Option<&str> {
     SECRET_PURPOSES.contains(&purpose).then_some(cluster)
 }
 
-/// `(namespace, name)` of a topology Cluster's class: `v1beta2` `spec.topology.classRef`, or
-/// `v1beta1` `spec.topology.class` / `classNamespace`; the namespace defaults to the Cluster's.
+/// `(namespace, name)` of a topology Cluster's class ([`class_ref`] of `spec.topology`).
 pub fn topology_class(data: &Value, cluster_namespace: &str) -> Option<(String, String)> {
-    let topology = &data["spec"]["topology"];
-    let (name, namespace) = match topology["classRef"]["name"].as_str() {
-        Some(name) => (name, topology["classRef"]["namespace"].as_str()),
-        None => (
-            topology["class"].as_str()?,
-            topology["classNamespace"].as_str(),
-        ),
-    };
-    let namespace = namespace
-        .filter(|ns| !ns.is_empty())
-        .unwrap_or(cluster_namespace);
-    (!name.is_empty()).then(|| (namespace.to_string(), name.to_string()))
+    class_ref(&data["spec"]["topology"], cluster_namespace).map(|c| (c.namespace, c.name))
 }
 
 /// The objects moved with Cluster `cluster`: its hierarchy, the force-move objects of its
