@@ -292,6 +292,7 @@ mod lint_tests {
     }
 
     #[test]
+    #[allow(clippy::type_complexity)]
     fn findings_by_case() {
         let held_zero = json!({"partitions": [
             {"name": "a", "clusterSelector": {"matchLabels": {"rollout-wave.fleet.addons.cluster.x-k8s.io": "canary"}}, "maxUnavailable": 0},
