@@ -9,6 +9,7 @@
 //! while its clusters roll out or fail, and for `soak` after they are all ready again
 //! ([`advance`], [`hold`]).
 
+pub mod strategy;
 pub mod walk;
 
 use std::collections::BTreeMap;
