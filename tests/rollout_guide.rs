@@ -21,6 +21,7 @@ use common::fleet_walk::{self, Fleet};
 use common::guide::{apply, documents};
 use common::{Harness, eventually};
 use fleet_api_rs::fleet_clustergroup::ClusterGroup;
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
@@ -499,6 +500,21 @@ async fn the_guide_rolls_a_helmop_out_in_three_waves() {
             .collect();
         (waves == WAVES.map(|w| (w, 4, 0, 4))).then_some(())
     })
+    .await;
+    // Holds and releases are Events on the Cluster (kube-runtime's Recorder makes one Event
+    // per reason and Cluster, its first note, counting the repeats as a series).
+    eventually(
+        "Events RolloutHeld and RolloutReleased on early-3",
+        || async {
+            let events: Vec<Event> = h.list(NS).await;
+            let on = |e: &Event| e.regarding.as_ref()?.name.clone();
+            let reasons: BTreeSet<&str> = (events.iter())
+                .filter(|e| on(e).as_deref() == Some("early-3"))
+                .filter_map(|e| e.reason.as_deref())
+                .collect();
+            (reasons.contains("RolloutHeld") && reasons.contains("RolloutReleased")).then_some(())
+        },
+    )
     .await;
     h.stop().await;
 }
