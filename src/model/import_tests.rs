@@ -594,6 +594,7 @@ fn observed_with_spec(
         now: now(),
         resync: RESYNC,
         conflicts: Default::default(),
+        removal: None,
     }
 }
 

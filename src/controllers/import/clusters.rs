@@ -169,8 +169,10 @@ async fn observe(
         condition: capi::live_condition(status.as_ref(), names::FLEET_CONFLICT_CONDITION).cloned(),
         generation: cluster.metadata.generation,
     };
+    let removal = capi::live_condition(status.as_ref(), names::WORKLOADS_REMOVED_CONDITION);
     Ok(Ok(Observed {
         conflicts,
+        removal: removal.cloned(),
         cluster_version: cluster.meta().resource_version.clone(),
         regarding: cluster.object_ref(&()),
         token: token.map(|t| t.metadata.clone()),
