@@ -580,8 +580,7 @@ pub fn gate_before_bundles(
         });
     }
     let since = step.since.parse::<Timestamp>().unwrap_or(now);
-    let elapsed = now.duration_since(since).unsigned_abs();
-    if elapsed >= settings.timeout {
+    if elapsed(since, now) >= settings.timeout {
         return Err(GateAnswer {
             outcome: HookOutcome::success(format!(
                 "the gate of {what} timed out after {:?}; going on without Fleet's bundles",
@@ -600,7 +599,7 @@ pub fn gate_before_bundles(
         return Ok(());
     }
     let settled_at = applied_at.unwrap_or(since).max(since);
-    let waited = now.duration_since(settled_at).unsigned_abs();
+    let waited = elapsed(settled_at, now);
     if waited < settings.settle {
         let left = (settings.settle - waited).as_secs().max(1);
         return Err(GateAnswer::plain(HookOutcome::retry(
@@ -609,6 +608,12 @@ pub fn gate_before_bundles(
         )));
     }
     Ok(())
+}
+
+/// The time from `since` to `now`, zero when `since` is in the future (a clock ahead of ours: the
+/// API server's for `managedFields`, another replica's for a record): skew never ends a wait early.
+fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
+    Duration::try_from(now.duration_since(since)).unwrap_or_default()
 }
 
 /// What Fleet targets on the Cluster: a digest of its BundleDeployments and their staged
@@ -660,7 +665,7 @@ pub fn retargeted(
             ),
         ));
     };
-    let waited = now.duration_since(looked_at).unsigned_abs();
+    let waited = elapsed(looked_at, now);
     if waited < settle {
         let left = (settle - waited).as_secs().max(1);
         return Err(HookOutcome::retry(

@@ -873,7 +873,7 @@ fn the_gate_before_the_bundles() {
         Option<i32>,
         Option<&'static str>,
     );
-    let rows: [Row; 9] = [
+    let rows: [Row; 11] = [
         (
             "gate off",
             gate_step(),
@@ -960,6 +960,28 @@ fn the_gate_before_the_bundles() {
             Some(-100),
             3,
             Some(7),
+            None,
+        ),
+        (
+            "labels applied in the future (a clock ahead): the whole settle",
+            gate_step(),
+            &on,
+            None,
+            true,
+            Some(30),
+            10,
+            Some(10),
+            None,
+        ),
+        (
+            "a step begun in the future (a clock ahead) has not timed out",
+            gate_step(),
+            &on,
+            None,
+            false,
+            None,
+            -700,
+            Some(RETRY_LABELS),
             None,
         ),
         (
@@ -1092,6 +1114,20 @@ fn re_targeting_needs_two_equal_looks_settle_apart() {
             (got, _) => panic!("{what}: {got:?}"),
         }
     }
+    // A look recorded in the future (a replica whose clock is ahead) is no time waited.
+    let mut ahead = gate_step();
+    assert!(retargeted(&mut ahead, &added, settle, None, at(100)).is_err());
+    let early = retargeted(&mut ahead, &added, settle, None, at(80));
+    assert!(
+        matches!(
+            early,
+            Err(HookOutcome::Retry {
+                after_seconds: 10,
+                ..
+            })
+        ),
+        "{early:?}"
+    );
     // The look is part of the record, kept by the next hook of the same step.
     let record = UpgradeStep::parse(Some(&step.to_annotation())).expect("record");
     assert_eq!(record.looked, step.looked);
