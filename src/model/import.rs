@@ -249,6 +249,8 @@ pub struct ImportInputs {
     pub template_values: BTreeMap<String, Value>,
     /// The referenced objects that cannot be read, each reported once (a Warning Event).
     pub unreadable: Vec<String>,
+    /// The versions a Cluster without a topology runs ([`upgrade_steps::machine_versions`]).
+    pub machines: Option<upgrade_steps::VersionView>,
     /// Where its bootstrap Secret stands with the current registration token.
     pub bootstrap: Bootstrap,
     /// What its rollout hold depends on: its own facts, and the waves of every class.
@@ -551,7 +553,7 @@ impl Observed {
                 note,
             )
         }));
-        upgrade_steps::show(&mut desired, &self.view, live);
+        upgrade_steps::show(&mut desired, &self.view, live, inputs.machines.as_ref());
         let shown = rollout::show(
             &mut desired,
             &self.view,
