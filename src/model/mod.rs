@@ -6,6 +6,7 @@ pub mod agent_patch;
 pub mod agent_settings;
 pub mod api_server;
 pub mod authorization;
+pub mod boot_script;
 pub mod capi;
 pub mod chart_access;
 pub mod class_groups;
@@ -21,6 +22,7 @@ pub mod hook_plan;
 pub mod import;
 pub mod json;
 pub mod lease;
+pub mod move_decide;
 #[cfg(test)]
 pub mod move_fixtures;
 pub mod move_graph;

@@ -16,6 +16,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::DynamicObject;
 use serde_json::Value;
 
+use super::capi::class_ref;
 use crate::names;
 
 /// Label clusterctl puts on every provider component; only CRDs carrying it are move types.
@@ -323,7 +324,7 @@ pub fn move_graph(
     }) else {
         let listed = types
             .iter()
-            .any(|rule| rule.group == "cluster.x-k8s.io" && rule.kind == "Cluster");
+            .any(|rule| rule.group == CAPI_GROUP && rule.kind == "Cluster");
         return Err(if listed {
             GraphError::ClusterNotFound {
                 namespace: namespace.into(),
@@ -465,10 +466,7 @@ fn link_owners(nodes: &mut [Node], by_uid: &HashMap<String, usize>) {
             .into_iter()
             .map(|r| {
                 let idx = by_uid.get(&r.uid).copied();
-                let namespace = match idx {
-                    Some(o) => nodes[o].id.namespace.clone(),
-                    None => nodes[i].id.namespace.clone(),
-                };
+                let namespace = nodes[idx.unwrap_or(i)].id.namespace.clone();
                 let link = OwnerLink {
                     api_version: r.api_version,
                     kind: r.kind,
@@ -486,24 +484,19 @@ fn link_owners(nodes: &mut [Node], by_uid: &HashMap<String, usize>) {
 
 /// Soft edges (`setSoftOwnership`), plus objects labelled with the Cluster's name.
 fn link_soft_owners(nodes: &mut [Node]) {
-    let clusters: HashMap<(String, String), usize> = nodes
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| n.is_capi_cluster())
-        .map(|(i, n)| {
-            let ns = n.id.namespace.clone().unwrap_or_default();
-            ((ns, n.id.name.clone()), i)
-        })
-        .collect();
-    let classes: HashMap<(String, String), usize> = nodes
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| n.is(CAPI_GROUP, "ClusterClass"))
-        .map(|(i, n)| {
-            let ns = n.id.namespace.clone().unwrap_or_default();
-            ((ns, n.id.name.clone()), i)
-        })
-        .collect();
+    // The nodes of one kind by (namespace, name).
+    let index = |kind: &str| -> HashMap<(String, String), usize> {
+        nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.is(CAPI_GROUP, kind))
+            .map(|(i, n)| {
+                let ns = n.id.namespace.clone().unwrap_or_default();
+                ((ns, n.id.name.clone()), i)
+            })
+            .collect()
+    };
+    let (clusters, classes) = (index("Cluster"), index("ClusterClass"));
     let mut soft_edges: Vec<(usize, usize)> = Vec::new();
     for (i, node) in nodes.iter().enumerate() {
         let ns = node.id.namespace.clone().unwrap_or_default();
@@ -547,21 +540,9 @@ fn secret_cluster_name(secret: &str) -> Option<&str> {
     SECRET_PURPOSES.contains(&purpose).then_some(cluster)
 }
 
-/// `(namespace, name)` of a topology Cluster's class: `v1beta2` `spec.topology.classRef`, or
-/// `v1beta1` `spec.topology.class` / `classNamespace`; the namespace defaults to the Cluster's.
+/// `(namespace, name)` of a topology Cluster's class ([`class_ref`] of `spec.topology`).
 pub fn topology_class(data: &Value, cluster_namespace: &str) -> Option<(String, String)> {
-    let topology = &data["spec"]["topology"];
-    let (name, namespace) = match topology["classRef"]["name"].as_str() {
-        Some(name) => (name, topology["classRef"]["namespace"].as_str()),
-        None => (
-            topology["class"].as_str()?,
-            topology["classNamespace"].as_str(),
-        ),
-    };
-    let namespace = namespace
-        .filter(|ns| !ns.is_empty())
-        .unwrap_or(cluster_namespace);
-    (!name.is_empty()).then(|| (namespace.to_string(), name.to_string()))
+    class_ref(&data["spec"]["topology"], cluster_namespace).map(|c| (c.namespace, c.name))
 }
 
 /// The objects moved with Cluster `cluster`: its hierarchy, the force-move objects of its
@@ -600,14 +581,10 @@ fn select(
         if !in_scope || foreign(i) || (builtin && node.label(MOVE_LABEL).is_none()) {
             continue;
         }
-        if node.force_move_hierarchy && !builtin {
+        if node.label(MOVE_HIERARCHY_LABEL).is_some() || (node.force_move_hierarchy && !builtin) {
             walk(i, &mut included);
-        } else if node.force_move || node.label(MOVE_HIERARCHY_LABEL).is_some() {
-            if node.label(MOVE_HIERARCHY_LABEL).is_some() {
-                walk(i, &mut included);
-            } else {
-                included.insert(i);
-            }
+        } else if node.force_move {
+            included.insert(i);
         }
     }
     loop {

@@ -519,18 +519,27 @@ pub fn is_manager_agent(agent: &str) -> bool {
 }
 
 /// Waits until `check` returns `Some`, polling; panics with `what` after [`TIMEOUT`].
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    eventually_within(what, TIMEOUT, check).await
+}
+
+/// [`eventually`] with its own deadline, for waits whose work grows with a test's size.
+pub async fn eventually_within<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
     loop {
         if let Some(value) = check().await {
             return value;
         }
         if tokio::time::Instant::now() > deadline {
-            panic!("timed out after {TIMEOUT:?} waiting for: {what}");
+            panic!("timed out after {timeout:?} waiting for: {what}");
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }

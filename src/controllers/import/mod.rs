@@ -136,7 +136,7 @@ pub async fn run(base: Arc<Context>) {
     .watches_shared_stream(hubs.classes.subscribe(), {
         let (stores, classes) = (
             stores.clone(),
-            namespace_triggers::ClassAgentSettings::default(),
+            namespace_triggers::ClassAnnotations::default(),
         );
         move |class: Arc<CapiClusterClass>| classes.clusters_to_reconcile(&stores, &class)
     })
