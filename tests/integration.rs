@@ -42,6 +42,7 @@ mod packaging;
 mod playground;
 mod rbac;
 mod request_budget;
+mod rollout_guide;
 #[path = "move.rs"]
 mod self_managed_move;
 mod structure;
