@@ -9,6 +9,7 @@
 //! while its clusters roll out or fail, and for `soak` after they are all ready again
 //! ([`advance`], [`hold`]).
 
+pub mod upgrades;
 pub mod walk;
 
 use std::collections::BTreeMap;
@@ -34,6 +35,8 @@ pub struct Rollout {
     pub default_wave: usize,
     pub soak: Duration,
     pub failing_clusters: usize,
+    /// `kubernetesUpgrades`: BeforeClusterUpgrade follows the waves ([`upgrades`]).
+    pub kubernetes_upgrades: bool,
 }
 
 impl Rollout {
@@ -58,6 +61,7 @@ impl Rollout {
                 .as_ref()
                 .and_then(|h| h.failing_clusters)
                 .map_or(DEFAULT_FAILING_CLUSTERS, |n| n.max(1) as usize),
+            kubernetes_upgrades: config.kubernetes_upgrades == Some(true),
             waves,
         })
     }
