@@ -42,6 +42,7 @@ mod packaging;
 mod playground;
 mod rbac;
 mod request_budget;
+mod rollout_lint;
 #[path = "move.rs"]
 mod self_managed_move;
 mod structure;
