@@ -378,6 +378,10 @@ pub struct RolloutConfig {
     pub soak: Option<String>,
     /// When later waves are held besides.
     pub hold: Option<RolloutHoldConfig>,
+    /// Kubernetes upgrades follow the waves too: BeforeClusterUpgrade holds a Cluster while a
+    /// Cluster of an earlier wave of its ClusterClass is below the target version, or has not
+    /// been `FleetReady` and `Available` for `soak` since it reached it. Default: false.
+    pub kubernetes_upgrades: Option<bool>,
 }
 
 /// `spec.cluster.rollout.hold`.

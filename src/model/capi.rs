@@ -329,7 +329,8 @@ impl ClassView {
 /// Keeps, of a Cluster's `status`, only what the provider reads: `initialization` (see
 /// [`ClusterView`]), the `FleetReady` condition
 /// ([`crate::model::fleet_health::live_condition`]), `FleetAddonConflict`, `TopologyReconciled`
-/// ([`ClusterView::topology_settled`]), `FleetRolloutHeld`, and `Available` while False
+/// ([`ClusterView::topology_settled`]), `FleetRolloutHeld`, `FleetWorkloadsRemoved`
+/// ([`crate::model::teardown::interrupted`]), and `Available` while False
 /// ([`crate::model::rollout::unavailable`]). The caches hold every Cluster, and Cluster
 /// API's own conditions (v1beta2 and the deprecated v1beta1 ones) are most of a live Cluster's
 /// status; nothing here reads them (`templateValues` take metadata and spec only).
@@ -346,6 +347,7 @@ pub fn keep_read_status(body: &mut serde_json::Map<String, Value>) {
                 crate::names::FLEET_READY_CONDITION,
                 crate::names::FLEET_CONFLICT_CONDITION,
                 crate::names::ROLLOUT_HELD_CONDITION,
+                crate::names::WORKLOADS_REMOVED_CONDITION,
                 TOPOLOGY_RECONCILED,
             ];
             // Rollout waves hold a Cluster Cluster API reports not available.
@@ -685,7 +687,8 @@ mod tests {
             "conditions": [
                 {"type": "Available", "status": "True"},
                 {"type": "FleetReady", "status": "False", "reason": "AgentNotCheckedIn"},
-                {"type": "RemoteConnectionProbe", "status": "True"}
+                {"type": "RemoteConnectionProbe", "status": "True"},
+                {"type": "FleetWorkloadsRemoved", "status": "False", "reason": "Removing"}
             ],
             "deprecated": {"v1beta1": {"conditions": [{"type": "Ready", "status": "True"}]}},
             "controlPlane": {"replicas": 3}
@@ -697,7 +700,8 @@ mod tests {
             body["status"],
             json!({
                 "initialization": {"controlPlaneInitialized": true, "infrastructureProvisioned": true},
-                "conditions": [{"type": "FleetReady", "status": "False", "reason": "AgentNotCheckedIn"}]
+                "conditions": [{"type": "FleetReady", "status": "False", "reason": "AgentNotCheckedIn"},
+                    {"type": "FleetWorkloadsRemoved", "status": "False", "reason": "Removing"}]
             })
         );
         let pruned = Value::Object(body.clone());

@@ -29,6 +29,7 @@ pub mod move_graph;
 pub mod move_plan;
 pub mod move_state;
 pub mod move_target;
+pub mod move_types;
 pub mod namespace;
 pub mod plan;
 pub mod registration_token;

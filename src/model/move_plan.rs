@@ -36,7 +36,8 @@ use kube::api::DynamicObject;
 use serde_json::{Map, Value, json};
 
 use super::json::object_at;
-use super::move_graph::{MoveGraph, MoveNode, ObjectId, group_of};
+use super::move_graph::{MoveGraph, MoveNode, ObjectId};
+use super::move_types::group_of;
 
 /// On every move Bundle: the CAPI Cluster it moves.
 pub const MOVE_CLUSTER_LABEL: &str = "fleet.addons.cluster.x-k8s.io/move-cluster";

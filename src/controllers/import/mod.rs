@@ -20,6 +20,7 @@ pub mod mappings;
 pub mod namespace_triggers;
 pub mod namespaces;
 pub mod references;
+pub mod rollout_lint;
 pub mod status;
 pub mod stores;
 
@@ -286,6 +287,7 @@ pub async fn run(base: Arc<Context>) {
     controllers.spawn(groups);
     controllers.spawn(health);
     controllers.spawn(mappings);
+    controllers.spawn(rollout_lint::controller(ctx.clone()));
     if let Some(moves) = moves {
         controllers.spawn(moves);
     }

@@ -10,6 +10,7 @@
 //! ([`advance`], [`hold`]).
 
 pub mod strategy;
+pub mod upgrades;
 pub mod walk;
 
 use std::collections::BTreeMap;
@@ -35,6 +36,8 @@ pub struct Rollout {
     pub default_wave: usize,
     pub soak: Duration,
     pub failing_clusters: usize,
+    /// `kubernetesUpgrades`: BeforeClusterUpgrade follows the waves ([`upgrades`]).
+    pub kubernetes_upgrades: bool,
 }
 
 impl Rollout {
@@ -59,6 +62,7 @@ impl Rollout {
                 .as_ref()
                 .and_then(|h| h.failing_clusters)
                 .map_or(DEFAULT_FAILING_CLUSTERS, |n| n.max(1) as usize),
+            kubernetes_upgrades: config.kubernetes_upgrades == Some(true),
             waves,
         })
     }

@@ -2,7 +2,8 @@
 //! a FleetAddonConfig ([`for_config`]), and the lint of the strategies Bundles carry ([`lint`]),
 //! over the clusters a Bundle targets ([`BundleTargets`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Mutex;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -140,13 +141,28 @@ impl BundleTargets {
     }
 }
 
+/// What the lint controller read of one Bundle generation, and the findings it published for it.
+#[derive(Default)]
+pub struct Linted {
+    pub generation: Option<i64>,
+    pub read: Option<Result<(Strategy, BundleTargets), String>>,
+    pub published: BTreeSet<String>,
+}
+
+/// The lint's memory, by Bundle UID.
+pub type LintMemory = Mutex<HashMap<String, Linted>>;
+
 /// The findings of the lint on a Bundle's `strategy` over the Fleet Clusters we own that it
 /// deploys to (`clusters`: name and labels), each a sentence: a partition that cannot gate
 /// (no more clusters than its `maxUnavailable`, as Fleet's `limit` computes it) while a later
 /// partition has clusters it would hold; `maxUnavailable: 0` on a partition whose selector does
 /// not require the hold label; clusters no partition selects. A strategy without partitions
 /// (Fleet's automatic ones) does not use our waves: no findings.
-pub fn lint(strategy: &Strategy, clusters: &[(String, Labels)]) -> Result<Vec<String>, String> {
+/// Each finding comes with its kind (`CannotGate`, `FrozenPartition`, `UnmatchedClusters`).
+pub fn lint(
+    strategy: &Strategy,
+    clusters: &[(String, Labels)],
+) -> Result<Vec<(&'static str, String)>, String> {
     let hold = names::ROLLOUT_HOLD_LABEL;
     let mut members = Vec::new();
     for p in &strategy.partitions {
@@ -166,7 +182,7 @@ pub fn lint(strategy: &Strategy, clusters: &[(String, Labels)]) -> Result<Vec<St
         let (count, max) = members[i];
         let later = members[i + 1..].iter().any(|&(n, max)| n > 0 && max > 0);
         if count > 0 && count <= max && later {
-            findings.push(format!("partition {:?} cannot gate: its {count} cluster(s) are no more than its maxUnavailable ({max}), so Fleet updates the next partition in the same pass; make it larger than its maxUnavailable", p.name));
+            findings.push(("CannotGate", format!("partition {:?} cannot gate: its {count} cluster(s) are no more than its maxUnavailable ({max}), so Fleet updates the next partition in the same pass; make it larger than its maxUnavailable", p.name)));
         }
         let zero = p
             .max_unavailable
@@ -181,7 +197,7 @@ pub fn lint(strategy: &Strategy, clusters: &[(String, Labels)]) -> Result<Vec<St
             || (p.selector.match_expressions.iter().flatten())
                 .any(|e| e.key == hold && matches!(&*e.operator, "Exists" | "In"));
         if zero == Some(&IntOrString::Int(0)) && !requires_hold {
-            findings.push(format!("partition {:?} has maxUnavailable: 0 but does not select on {hold}: Fleet never updates its healthy clusters; use 0 only for the held partition", p.name));
+            findings.push(("FrozenPartition", format!("partition {:?} has maxUnavailable: 0 but does not select on {hold}: Fleet never updates its healthy clusters; use 0 only for the held partition", p.name)));
         }
     }
     let selectors: Vec<Selector> = (strategy.partitions.iter())
@@ -204,7 +220,7 @@ pub fn lint(strategy: &Strategy, clusters: &[(String, Labels)]) -> Result<Vec<St
         } else {
             String::new()
         };
-        findings.push(format!("{} Fleet Cluster(s) with rollout waves match no partition and are never updated (fleet #3828): {shown}{more}; keep a catch-all partition", unmatched.len()));
+        findings.push(("UnmatchedClusters", format!("{} Fleet Cluster(s) with rollout waves match no partition and are never updated (fleet #3828): {shown}{more}; keep a catch-all partition", unmatched.len())));
     }
     Ok(findings)
 }
@@ -301,7 +317,8 @@ mod lint_tests {
             {"name": "canary", "clusterSelector": {"matchLabels": {"rollout-wave.fleet.addons.cluster.x-k8s.io": "canary"}}, "maxUnavailable": 2}]});
         let canary = |n: usize| (0..n).map(|i| cluster(&format!("c{i}"), "canary", false));
         let rest = |n: usize| (0..n).map(|i| cluster(&format!("r{i}"), "rest", false));
-        let cases: Vec<(&str, Strategy, Vec<(String, Labels)>, &[&str])> = vec![
+        type Case<'a> = (&'a str, Strategy, Vec<(String, Labels)>, &'a [&'a str]);
+        let cases: Vec<Case> = vec![
             (
                 "printed, two canaries",
                 printed(),
@@ -350,7 +367,7 @@ mod lint_tests {
         for (case, strategy, clusters, want) in cases {
             let found = lint(&strategy, &clusters).unwrap();
             assert_eq!(found.len(), want.len(), "{case}: {found:?}");
-            for (f, w) in found.iter().zip(want) {
+            for ((_, f), w) in found.iter().zip(want) {
                 assert!(f.starts_with(w), "{case}: {f}");
             }
         }

@@ -152,6 +152,7 @@ fn rollout() -> Rollout {
         default_wave: 2,
         soak: Duration::from_secs(600),
         failing_clusters: 1,
+        kubernetes_upgrades: false,
     }
 }
 
