@@ -48,4 +48,5 @@ mod structure;
 mod teardown;
 mod turtles;
 mod upgrade_steps;
+mod upgrade_waves;
 mod watch_list;
