@@ -45,6 +45,18 @@ pub enum Command {
     /// Print the object graph of a CAPI Cluster and the Fleet Bundles that would move it into
     /// itself (docs/self-managed.md). Reads the management cluster; writes nothing.
     MovePreview(MovePreviewArgs),
+    /// Print the `rolloutStrategy` for fleet.yaml or a HelmOp from the waves of
+    /// `spec.cluster.rollout` (docs/rollout.md), read from the FleetAddonConfig of the current
+    /// kubeconfig's cluster or from a file.
+    RolloutStrategy(RolloutStrategyArgs),
+}
+
+/// Arguments of `caapf rollout-strategy`.
+#[derive(Args, Debug, Clone)]
+pub struct RolloutStrategyArgs {
+    /// A FleetAddonConfig as YAML, instead of the cluster's.
+    #[arg(short = 'f', long = "filename")]
+    pub file: Option<std::path::PathBuf>,
 }
 
 /// Arguments of `caapf move-preview`.

@@ -2,6 +2,7 @@
 
 use std::process::ExitCode;
 
+use caapf::api::FleetAddonConfig;
 use caapf::cli::{Cli, Command, PreviewOutput};
 
 fn main() -> ExitCode {
@@ -71,6 +72,24 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Some(Command::RolloutStrategy(args)) => {
+            let Some(runtime) = runtime(tokio::runtime::Builder::new_current_thread()) else {
+                return ExitCode::FAILURE;
+            };
+            let result = runtime.block_on(rollout_strategy(&cli, args.file.as_deref()));
+            match result
+                .and_then(|config| caapf::model::rollout::strategy::for_config(config.as_ref()))
+            {
+                Ok(text) => {
+                    print!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(err) => {
+                    eprintln!("error: {err}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Some(Command::Run(_)) | None => {
             let flags = cli.manager_flags().clone();
             caapf::telemetry::init(flags.log_format, flags.verbosity);
@@ -89,6 +108,29 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// The FleetAddonConfig of `caapf rollout-strategy`: the `file`'s, else the cluster's.
+async fn rollout_strategy(
+    cli: &Cli,
+    file: Option<&std::path::Path>,
+) -> Result<Option<FleetAddonConfig>, String> {
+    if let Some(path) = file {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        return serde_yaml::from_str(&text)
+            .map(Some)
+            .map_err(|e| format!("{}: not a FleetAddonConfig: {e}", path.display()));
+    }
+    let clients = caapf::manager::connect(&cli.manager)
+        .await
+        .map_err(|e| e.to_string())?;
+    let api = kube::Api::<FleetAddonConfig>::all(clients.controllers);
+    (api.get_opt(caapf::names::CONFIG_NAME).await).map_err(|e| {
+        format!(
+            "reading FleetAddonConfig {}: {e}",
+            caapf::names::CONFIG_NAME
+        )
+    })
 }
 
 /// Builds the async runtime, reporting a failure on stderr.

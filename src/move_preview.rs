@@ -18,9 +18,10 @@ use serde_json::Value;
 
 use crate::api::FleetAddonConfig;
 use crate::model::config::EffectiveConfig;
-use crate::model::move_graph::{self, MoveGraph, MoveTypes, TypeRule};
+use crate::model::move_graph::{self, MoveGraph};
 use crate::model::move_plan::{self, INVENTORY_API_VERSION, PlanInput, ProviderPlan};
 use crate::model::move_target;
+use crate::model::move_types::{self, MoveTypes, TypeRule};
 use crate::{Error, Result, names};
 
 /// What the preview found.
@@ -147,7 +148,7 @@ pub async fn gather(
 ) -> Result<std::result::Result<MoveInputs, String>> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crds = crds
-        .list(&ListParams::default().labels(move_graph::CLUSTERCTL_LABEL))
+        .list(&ListParams::default().labels(move_types::CLUSTERCTL_LABEL))
         .await?
         .items;
     let types = MoveTypes::from_crds(&crds);
@@ -187,7 +188,7 @@ pub async fn gather(
         .iter()
         .find(|o| {
             o.types.as_ref().is_some_and(|t| {
-                move_graph::group_of(&t.api_version) == "cluster.x-k8s.io" && t.kind == "Cluster"
+                move_types::group_of(&t.api_version) == "cluster.x-k8s.io" && t.kind == "Cluster"
             }) && o.name_any() == cluster
         })
         .and_then(|o| move_graph::topology_class(&o.data, namespace))

@@ -11,8 +11,8 @@ use crate::fleet_common;
 
 use caapf::hooks::handlers;
 use caapf::hooks::types::{Hook, Response, ResponseBody, ResponseStatus};
-use caapf::model::agent_manifest::script_objects;
 use caapf::model::agent_patch::SCRIPT_KEY;
+use caapf::model::boot_script::script_objects;
 use caapf::names::AGENT_SETTINGS_ANNOTATION;
 use common::guide::{apply, documents};
 use common::{Harness, eventually};

@@ -194,3 +194,112 @@ async fn the_kubeconfig_flag_wins_over_the_environment() {
     );
     assert!(!all.contains("ignored"), "the flag is not ignored: {all}");
 }
+
+const ROLLOUT_CONFIG: &str = r#"apiVersion: addons.cluster.x-k8s.io/v1alpha1
+kind: FleetAddonConfig
+metadata: {name: fleet-addon-config}
+spec:
+  cluster:
+    rollout: {waveVariable: wave, waves: [canary, early, late], soak: 30m}
+"#;
+
+/// Runs `caapf rollout-strategy -f` on `config` (no server: the kubeconfig's refuses).
+fn rollout_strategy_of(dir: &Path, config: &str) -> Output {
+    let file = dir.join("config.yaml");
+    std::fs::write(&file, config).expect("write config");
+    let file = file.display().to_string();
+    caapf(
+        &["rollout-strategy", "-f", &file],
+        &unreachable_kubeconfig(dir),
+    )
+}
+
+/// `caapf rollout-strategy -f`: the printed YAML is a `rolloutStrategy` Fleet's walk plays with
+/// the canary wave first; no rollout or an invalid one fails naming the field.
+#[test]
+fn rollout_strategy_prints_the_waves_from_a_file() {
+    use caapf::model::rollout::walk::{Deployment, Strategy, Target, walk};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = rollout_strategy_of(dir.path(), ROLLOUT_CONFIG);
+    assert!(out.status.success(), "{}", text(&out));
+    let yaml: serde_json::Value = serde_yaml::from_slice(&out.stdout).expect("the output is YAML");
+    let strategy = Strategy::from_json(&yaml["rolloutStrategy"]).expect("a rolloutStrategy");
+    let names: Vec<&str> = strategy.partitions.iter().map(|p| &*p.name).collect();
+    assert_eq!(names, ["canary", "early", "late", "other", "held"]);
+    let wave = caapf::names::ROLLOUT_WAVE_LABEL;
+    let mut targets: Vec<Target> = ["late", "canary", "early", "canary", "early", "late"]
+        .iter()
+        .map(|w| Target {
+            labels: [(wave.to_string(), w.to_string())].into(),
+            deployment: Some(Deployment {
+                deployment: "v1".into(),
+                staged: "v1".into(),
+                applied: "v1".into(),
+                ready: true,
+            }),
+            ..Target::default()
+        })
+        .collect();
+    let status = walk(&strategy, &mut targets, "v2").expect("walk");
+    let promoted: Vec<bool> = (targets.iter())
+        .map(|t| t.deployment.as_ref().is_some_and(|d| d.deployment == "v2"))
+        .collect();
+    assert_eq!(promoted, [false, true, false, false, false, false]);
+    assert_eq!((status[0].count, status[0].max_unavailable), (2, 1));
+
+    for (config, want) in [
+        (
+            ROLLOUT_CONFIG.replace(
+                "    rollout: {waveVariable: wave, waves: [canary, early, late], soak: 30m}\n",
+                "    {}\n",
+            ),
+            "spec.cluster.rollout is not set",
+        ),
+        (
+            ROLLOUT_CONFIG.replace("early, late", "Early, late"),
+            "spec.cluster.rollout.waves[1]: ",
+        ),
+    ] {
+        let out = rollout_strategy_of(dir.path(), &config);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        assert!(out.stdout.is_empty());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(want), "{want}: {stderr}");
+    }
+}
+
+/// `caapf rollout-strategy` reads the cluster of the current kubeconfig: none there fails naming
+/// `spec.cluster.rollout`; once there, it prints what `-f` prints for the same object.
+#[tokio::test]
+async fn rollout_strategy_reads_the_cluster_of_the_kubeconfig() {
+    use kube_sandbox::{CrdSet, Sandbox, SandboxOptions};
+    let sandbox = Sandbox::start_with(SandboxOptions {
+        crds: vec![CrdSet::Fleet, CrdSet::Provider],
+        ..SandboxOptions::default()
+    })
+    .await
+    .expect("sandbox");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("sandbox-kubeconfig");
+    sandbox.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    let run = |kubeconfig: std::path::PathBuf| {
+        tokio::task::spawn_blocking(move || caapf(&["rollout-strategy"], &kubeconfig))
+    };
+    let out = run(kubeconfig.clone()).await.expect("caapf ran");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no FleetAddonConfig: spec.cluster.rollout is not set"),
+        "{stderr}"
+    );
+
+    let config: caapf::api::FleetAddonConfig = serde_yaml::from_str(ROLLOUT_CONFIG).unwrap();
+    let api = kube::Api::<caapf::api::FleetAddonConfig>::all(sandbox.client());
+    api.create(&Default::default(), &config)
+        .await
+        .expect("create");
+    let out = run(kubeconfig).await.expect("caapf ran");
+    assert!(out.status.success(), "{}", text(&out));
+    let from_file = rollout_strategy_of(dir.path(), ROLLOUT_CONFIG);
+    assert_eq!(out.stdout, from_file.stdout);
+}

@@ -646,7 +646,7 @@ impl Boot {
             json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "fleet-agent-bootstrap", "namespace": "fleet-addon-agent"},
                    "data": {"token": "dG9rZW4="}}),
         ];
-        let files = caapf::model::agent_manifest::bootstrap_files(&objects).expect("files");
+        let files = caapf::model::boot_script::bootstrap_files(&objects).expect("files");
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(dir.path().join("bin")).expect("bin");
         std::fs::create_dir_all(dir.path().join("state")).expect("state");
@@ -736,7 +736,7 @@ fn the_boot_script_creates_the_agent_only_on_a_cluster_where_it_did_not_register
         let (calls, _) = boot.run(written);
         assert_eq!(creates(&calls), 1, "{written:?}: {calls:?}");
         let created = std::fs::read_to_string(boot.state("created.yaml")).expect("created");
-        let carried = caapf::model::agent_manifest::script_objects(&boot.script).expect("objects");
+        let carried = caapf::model::boot_script::script_objects(&boot.script).expect("objects");
         let documents: Vec<Value> = serde_yaml::Deserializer::from_str(&created)
             .map(|d| <Value as serde::Deserialize>::deserialize(d).expect("yaml"))
             .filter(|d| !d.is_null())

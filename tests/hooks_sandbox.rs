@@ -17,13 +17,13 @@ use std::sync::Arc;
 use caapf::hooks::handlers;
 use caapf::hooks::hook_context::HookContext;
 use caapf::hooks::types::{Hook, Response, ResponseBody, ResponseStatus};
-use caapf::model::agent_manifest::script_objects;
 use caapf::model::agent_manifest::{
     BootstrapInput, FleetAgentDefaults, FleetClusterAgent, TokenValues, chart_values, finish,
 };
 use caapf::model::agent_patch::{
     LEGACY_MANIFEST_KEY, SCRIPT_GZIP_KEY, SCRIPT_KEY, SCRIPT_PATH, Template, boot_command,
 };
+use caapf::model::boot_script::script_objects;
 use caapf::model::config::EffectiveConfig;
 use caapf::model::fleet_agent_bundle::FleetVersion;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
@@ -1248,13 +1248,13 @@ fn what_the_bootstrap_adds_to_a_control_plane_machine_s_user_data() {
         };
         let rendered = render_agent_chart(home.path(), &archive, &input);
         let objects = finish(&rendered, &input).expect("finished");
-        let files = caapf::model::agent_manifest::bootstrap_files(&objects).expect("files");
+        let files = caapf::model::boot_script::bootstrap_files(&objects).expect("files");
         if let Ok(dir) = std::env::var("CAAPF_DUMP_BOOT_SCRIPT") {
             std::fs::write(std::path::Path::new(&dir).join(fixture), &files[SCRIPT_KEY])
                 .expect("dump");
         }
         // What an earlier release added: the plain manifest, indented, and its command.
-        let manifest = caapf::model::agent_manifest::script_objects(&files[SCRIPT_KEY])
+        let manifest = caapf::model::boot_script::script_objects(&files[SCRIPT_KEY])
             .expect("objects")
             .iter()
             .map(|o| format!("---\n{}", serde_yaml::to_string(o).expect("yaml")))

@@ -1318,8 +1318,8 @@ async fn the_token_is_extended_until_the_cluster_registered() {
 /// then on register (issue #29, defect 3). The patch, which names the Secret, does not change.
 #[tokio::test]
 async fn a_replaced_token_s_values_reach_the_bootstrap_secret() {
-    use caapf::model::agent_manifest::{bootstrap_files, script_objects};
     use caapf::model::agent_patch::{SCRIPT_GZIP_KEY, SCRIPT_KEY};
+    use caapf::model::boot_script::{bootstrap_files, script_objects};
 
     // Prepared by BeforeClusterCreate (its mark on the Fleet Cluster), or agent-initiated by the
     // configuration with a class using the extension (the `fleetAgent` variable).

@@ -42,6 +42,8 @@ mod packaging;
 mod playground;
 mod rbac;
 mod request_budget;
+mod rollout_guide;
+mod rollout_lint;
 #[path = "move.rs"]
 mod self_managed_move;
 mod structure;

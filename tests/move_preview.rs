@@ -787,8 +787,9 @@ fn fleet_detects_no_lookup_in_the_move_bundles() {
 /// The Bundles the move publishes for a kubeadm Cluster (a ClusterClass with Go template text in
 /// its patches, a KubeadmControlPlane and a Machine it owns, the Cluster's CA Secret).
 fn move_bundles(target_paused: bool) -> Vec<Value> {
-    use caapf::model::move_graph::{MoveTypes, TypeRule, move_graph};
+    use caapf::model::move_graph::move_graph;
     use caapf::model::move_plan::{PlanInput, ProviderPlan, bundles};
+    use caapf::model::move_types::{MoveTypes, TypeRule};
     let mut types = MoveTypes::core();
     for (group, kind, plural, hierarchy) in [
         ("cluster.x-k8s.io", "Cluster", "clusters", true),

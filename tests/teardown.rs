@@ -813,3 +813,64 @@ async fn clusters_with_nothing_to_remove_are_never_held() {
     assert!(condition(&h).await.is_none());
     h.stop().await;
 }
+
+/// Cluster API marks the Cluster `ok-to-delete` while the removal is under way (a call that
+/// failed under `failurePolicy: Ignore`, cluster-api v1.11.11 `internal/runtime/client/
+/// client.go` `CallExtension`): the import controller lets go, and says so once, with the
+/// condition's reason and a Warning Event that more reconciles do not repeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ok_to_delete_during_the_removal_is_reported_once() {
+    let mut h = imported(
+        "cluster: {}\nruntimeExtension: {beforeClusterDelete: {removeWorkloads: true}}",
+        json!({}),
+    )
+    .await;
+    register(&h).await;
+    deploy(&h, &["fleet-agent-c1", "apps-ingress"]).await;
+    delete(&h).await;
+    assert_hold(
+        &call(&h, &request(&h, "v1beta2", None).await).await,
+        "1 of 1 BundleDeployments left: clusters/apps-ingress",
+    );
+    wait_drained(&h).await;
+    // The next call fails on the way (the provider restarting): Cluster API counts it as success.
+    h.merge_cluster(
+        NS,
+        "c1",
+        json!({"metadata": {"annotations": {names::CAPI_OK_TO_DELETE_ANNOTATION: ""}}}),
+    )
+    .await;
+    let interrupted = eventually("the interruption is reported", || async {
+        let condition = condition(&h).await?;
+        (condition["reason"] == "FleetWorkloadsRemovalInterrupted").then_some(condition)
+    })
+    .await;
+    assert_eq!(interrupted["status"], "False");
+    let message = interrupted["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("last progress: removing Fleet workloads"),
+        "{message}"
+    );
+    eventually("our finalizer is removed", || async {
+        let cluster: CapiCluster = h.get(NS, "c1").await?;
+        (!has_finalizer(&cluster)).then_some(())
+    })
+    .await;
+    // More changes of the Cluster (each one a reconcile): no second Event.
+    for n in 0..3 {
+        let before = h.reconciles("cluster");
+        h.merge_cluster(
+            NS,
+            "c1",
+            json!({"metadata": {"labels": {"touched": n.to_string()}}}),
+        )
+        .await;
+        h.wait_reconciled_since("the change is seen", "cluster", before)
+            .await;
+    }
+    h.stop().await;
+    let warnings = events(&h, "FleetWorkloadsRemovalInterrupted").await;
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].type_.as_deref(), Some("Warning"));
+    assert_eq!(events(&h, "FleetWorkloadsRemoved").await.len(), 0);
+}

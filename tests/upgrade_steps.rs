@@ -382,6 +382,11 @@ async fn a_chained_upgrade_is_shown_to_fleet_and_gated_step_by_step() {
         "workersUpgrades": [{"version": "v1.35.0"}]});
     up.call(Hook::AfterControlPlaneUpgrade, acpu.clone()).await;
     up.wait_shown("1.33", "1.32", Some("1.34")).await;
+    let values = &up.fleet_cluster().await["spec"]["templateValues"]["KubernetesVersions"];
+    assert_eq!(
+        values["finalTargetMinor"], "1.35",
+        "the whole upgrade's target"
+    );
     up.play_ccm(false).await;
     let held = up
         .call_until_fleet_shows(Hook::AfterControlPlaneUpgrade, acpu.clone())
@@ -865,5 +870,161 @@ async fn clusters_not_imported_are_not_gated() {
         "not waiting for Fleet",
     );
     let mut h = up.h;
+    h.stop().await;
+}
+
+/// A Cluster without a topology (a plain RKE2ControlPlane, no lifecycle hooks) gets the same
+/// version labels from its machines: the control plane's lowest version (`status.version`
+/// while a rollout runs) and its MachineDeployments' lowest, followed through the caches (no
+/// read per reconcile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_without_topology_shows_its_machines_versions() {
+    use kube::ResourceExt;
+    let mut h = Harness::new().await;
+    h.config("cluster: {patchResource: true}").await;
+    h.namespace(NS, json!({})).await;
+    let cluster = h
+        .cluster(
+            NS,
+            json!({"metadata": {"name": "c1"}, "spec": {
+                "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "RKE2ControlPlane", "name": "c1-cp"}}}),
+        )
+        .await;
+    let owner = json!([{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c1", "uid": cluster.uid()}]);
+    let control_planes: Api<DynamicObject> = Api::namespaced_with(
+        h.client.clone(),
+        NS,
+        &resource(
+            "controlplane.cluster.x-k8s.io",
+            "v1beta2",
+            "RKE2ControlPlane",
+            "rke2controlplanes",
+        ),
+    );
+    let deployments: Api<DynamicObject> = Api::namespaced_with(
+        h.client.clone(),
+        NS,
+        &resource(
+            "cluster.x-k8s.io",
+            "v1beta2",
+            "MachineDeployment",
+            "machinedeployments",
+        ),
+    );
+    let create = |api: &Api<DynamicObject>, body: Value| {
+        let api = api.clone();
+        async move {
+            let object: DynamicObject = serde_json::from_value(body).expect("object");
+            api.create(&PostParams::default(), &object)
+                .await
+                .expect("create");
+        }
+    };
+    create(
+        &control_planes,
+        json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "RKE2ControlPlane",
+        "metadata": {"name": "c1-cp", "ownerReferences": owner},
+        "spec": {"replicas": 3, "version": "v1.33.5+rke2r1"}}),
+    )
+    .await;
+    // MachineDeployments as Cluster API v1.11 keeps them (owned by their Cluster, labelled).
+    let md = |name: &str, cluster: &str, owner: &Value, version: &str| {
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
+            "metadata": {"name": name, "ownerReferences": owner,
+                "labels": {"cluster.x-k8s.io/cluster-name": cluster}},
+            "spec": {"clusterName": cluster, "replicas": 1,
+                "selector": {"matchLabels": {"cluster.x-k8s.io/cluster-name": cluster}},
+                "template": {"metadata": {"labels": {"cluster.x-k8s.io/cluster-name": cluster}},
+                    "spec": {"clusterName": cluster, "version": version,
+                    "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io",
+                        "kind": "RKE2ConfigTemplate", "name": name}},
+                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                        "kind": "DockerMachineTemplate", "name": name}}}}})
+    };
+    for (name, version) in [("c1-md-0", "v1.33.5+rke2r1"), ("c1-md-1", "v1.32.9+rke2r1")] {
+        create(&deployments, md(name, "c1", &owner, version)).await;
+    }
+    // Another Cluster's MachineDeployment does not count.
+    let other = json!([{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "other", "uid": "u-other"}]);
+    create(
+        &deployments,
+        md("other-md", "other", &other, "v1.31.0+rke2r1"),
+    )
+    .await;
+    h.initialize(NS, "c1").await;
+    h.start().await;
+    let shown = |control_plane: &'static str, workers: &'static str| {
+        move |fleet: &fleet_api_rs::fleet_cluster::Cluster| {
+            let labels = fleet.metadata.labels.clone().unwrap_or_default();
+            let values = fleet.spec.template_values.clone().unwrap_or_default();
+            labels
+                .get(names::CONTROL_PLANE_MINOR_LABEL)
+                .map(String::as_str)
+                == Some(control_plane)
+                && labels.get(names::WORKERS_MINOR_LABEL).map(String::as_str) == Some(workers)
+                && !labels.contains_key(names::UPGRADE_TARGET_MINOR_LABEL)
+                && values.get("KubernetesVersions").is_some_and(|v| {
+                    v["controlPlaneMinor"] == control_plane && v["workersMinor"] == workers
+                })
+        }
+    };
+    h.wait_fleet_cluster("1.33 / 1.32", NS, "c1", shown("1.33", "1.32"))
+        .await;
+
+    // The lagging MachineDeployment is upgraded: the workers' minor follows.
+    deployments
+        .patch(
+            "c1-md-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"spec": {"version": "v1.33.5+rke2r1"}}}})),
+        )
+        .await
+        .expect("upgrade md-1");
+    h.wait_fleet_cluster("1.33 / 1.33", NS, "c1", shown("1.33", "1.33"))
+        .await;
+
+    // The control plane upgrade starts: its machines still run 1.33 (status.version), so the
+    // label stays until the last one moved.
+    control_planes
+        .patch_status(
+            "c1-cp",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"version": "v1.33.5+rke2r1"}})),
+        )
+        .await
+        .expect("status");
+    control_planes
+        .patch(
+            "c1-cp",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"version": "v1.34.2+rke2r1"}})),
+        )
+        .await
+        .expect("upgrade the control plane");
+    let fleet = h
+        .wait_fleet_cluster("the edit is seen", NS, "c1", |fleet| {
+            let values = fleet.spec.template_values.clone().unwrap_or_default();
+            values
+                .get("ControlPlane")
+                .is_some_and(|cp| cp["spec"]["version"] == "v1.34.2+rke2r1")
+        })
+        .await;
+    assert!(shown("1.33", "1.33")(&fleet), "{:?}", fleet.metadata.labels);
+    control_planes
+        .patch_status(
+            "c1-cp",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"version": "v1.34.2+rke2r1"}})),
+        )
+        .await
+        .expect("rolled out");
+    h.wait_fleet_cluster("1.34 / 1.33", NS, "c1", shown("1.34", "1.33"))
+        .await;
+    let reads = h.sandbox.requests().count(|r| {
+        common::from_manager(r)
+            && matches!(r.verb, Verb::Get)
+            && (r.resource == "machinedeployments" || r.resource == "rke2controlplanes")
+    });
+    assert_eq!(reads, 0, "read from the caches");
     h.stop().await;
 }

@@ -12,13 +12,17 @@ use fleet_api_rs::fleet_cluster::{
     ClusterAgentSchedulingCustomization, ClusterAgentTolerations,
 };
 use k8s_openapi::api::core::v1::{ObjectReference, SecretReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use serde_with::skip_serializing_none;
 
+use super::fleet_addon_config_status::FleetAddonConfigStatus;
+use super::schema::{
+    DNS1123_LABEL, GO_DURATION, free_form_object, label_selector_grammar, secret_reference_grammar,
+};
 use crate::names;
 
 /// Desired configuration of the provider: which parts are enabled and how they behave.
@@ -203,7 +207,7 @@ pub struct BeforeClusterDeleteConfig {
     /// How long after a Cluster's deletion started its deletion may wait for its Fleet
     /// workloads to be removed (Go duration, e.g. `30m`, `1h`); then it proceeds anyway, with a
     /// Warning Event. Default: `30m`.
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    #[schemars(regex(pattern = GO_DURATION))]
     pub timeout: Option<String>,
 }
 
@@ -316,7 +320,7 @@ pub struct ClusterConfig {
     /// duration, e.g. `24h`, `90m`). Fleet deletes the token when it expires; an agent that has
     /// not registered by then cannot. Default: `24h`. Added by this provider.
     #[serde(rename = "registrationTokenTTL")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    #[schemars(regex(pattern = GO_DURATION))]
     pub registration_token_ttl: Option<String>,
 
     /// What happens to the Fleet Cluster of a CAPI Cluster that stops being selected (or when
@@ -334,7 +338,7 @@ pub struct ClusterConfig {
     /// not seen for more than twice this interval is reported as not seen in `FleetReady`.
     /// Default: `spec.install.values.agentCheckinInterval` when set, else Fleet's default `15m`.
     /// Added by this provider.
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    #[schemars(regex(pattern = GO_DURATION))]
     pub agent_checkin_interval: Option<String>,
 
     /// Move the Clusters matching this label selector into themselves through Fleet, so they
@@ -370,7 +374,7 @@ pub struct RolloutConfig {
     pub default_wave: Option<String>,
     /// How long later waves wait after an earlier wave's clusters are all ready again (Go
     /// duration). Default: no soak.
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    #[schemars(regex(pattern = GO_DURATION))]
     pub soak: Option<String>,
     /// When later waves are held besides.
     pub hold: Option<RolloutHoldConfig>,
@@ -424,6 +428,10 @@ pub struct AgentOverride {
     /// The settings, over the FleetAddonConfig's and the ClusterClass's.
     pub settings: AgentSettings,
 }
+
+/// The Fleet Cluster name a naming gives a Cluster named `x` is a DNS-1123 subdomain. Its
+/// strings are bounded (`maxLength`), so the API server's cost estimate of the rule is small.
+const NAMING_RULE: &str = r"((has(self.prefix) ? self.prefix : '') + 'x' + (has(self.suffix) ? self.suffix : '')).matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')";
 
 /// Fleet Cluster naming.
 #[skip_serializing_none]
@@ -560,144 +568,6 @@ pub struct FleetInstall {
     #[serde(default)] // a custom schema is required unless the field has a default
     #[schemars(schema_with = "free_form_object")]
     pub values: Option<BTreeMap<String, Value>>,
-}
-
-/// Observed state.
-#[skip_serializing_none]
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct FleetAddonConfigStatus {
-    /// Fleet version installed by this provider.
-    pub installed_version: Option<String>,
-
-    /// Conditions: `Ready`, `Installed`, `RepoAdd`, `RepoUpdate`, `FlagsUpdate`, `ConfigValid`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
-    pub conditions: Vec<Condition>,
-
-    /// Cluster import counts, updated at a bounded rate.
-    pub clusters: Option<ClusterCounts>,
-
-    /// Rollout waves: per wave the clusters, held and ready, and the bundles rolling out; the
-    /// soaks under way. Added by this provider.
-    pub rollout: Option<RolloutStatus>,
-}
-
-/// `status.rollout`.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RolloutStatus {
-    #[serde(default)]
-    pub waves: Vec<WaveStatus>,
-    /// Soaks under way, per ClusterClass (`namespace/name`) and wave: kept across restarts.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub soaks: Vec<SoakStatus>,
-}
-
-/// One wave in `status.rollout.waves`.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct WaveStatus {
-    pub name: String,
-    pub clusters: i64,
-    pub held: i64,
-    pub ready: i64,
-    /// Bundles not ready on clusters of the wave (at most 10).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub rolling: Vec<String>,
-}
-
-/// One soak in `status.rollout.soaks`.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SoakStatus {
-    pub class: String,
-    pub wave: String,
-    /// RFC 3339.
-    pub until: String,
-}
-
-/// Counts of CAPI Clusters by import state.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ClusterCounts {
-    /// CAPI Clusters selected by the configuration.
-    pub selected: i64,
-    /// Selected Clusters with a Fleet Cluster.
-    pub imported: i64,
-    /// Selected Clusters waiting for their control plane to be initialized.
-    pub waiting: i64,
-    /// Imported Clusters whose Fleet agent checks in and whose Fleet bundles are all ready (their
-    /// `FleetReady` condition is, or would be, True). Added by this provider.
-    #[serde(default)]
-    pub ready: i64,
-}
-
-// Kubernetes' grammar of names and labels, for the schema to say (the API server's own checks
-// for its types: kubernetes/kubernetes staging/src/k8s.io/apimachinery/pkg/util/validation/
-// validation.go `IsDNS1123Label`, `IsDNS1123Subdomain`, and pkg/api/validate/content/kube.go
-// `IsLabelValue`, read at commit 008b365 and 26c0309; the same since Kubernetes 1.2).
-const DNS1123_LABEL: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
-const DNS1123_SUBDOMAIN: &str =
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
-const LABEL_VALUE: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
-/// The Fleet Cluster name a naming gives a Cluster named `x` is a DNS-1123 subdomain. Its
-/// strings are bounded (`maxLength`), so the API server's cost estimate of the rule is small.
-const NAMING_RULE: &str = r"((has(self.prefix) ? self.prefix : '') + 'x' + (has(self.suffix) ? self.suffix : '')).matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')";
-
-/// Adds `constraints` (an object's fields) to the schema node at the JSON `pointer`.
-fn constrain(schema: &mut schemars::Schema, pointer: &str, constraints: Value) {
-    if let (Some(Value::Object(node)), Value::Object(constraints)) =
-        (schema.pointer_mut(pointer), constraints)
-    {
-        node.extend(constraints);
-    }
-}
-
-/// `metav1.LabelSelector` with the API server's grammar of its operators and values (what
-/// k8s.io/apimachinery pkg/apis/meta/v1/validation `ValidateLabelSelector` checks for its own
-/// types). Label keys and the operator's need of values stay in
-/// [`crate::model::validation::validate_label_selector`]: a structural schema cannot constrain
-/// a map's keys, and a CEL rule per list item is multiplied by the list's unbounded length in
-/// the API server's cost estimate.
-fn label_selector_grammar(schema: &mut schemars::Schema) {
-    let value = json!({"maxLength": 63, "pattern": LABEL_VALUE});
-    constrain(
-        schema,
-        "/properties/matchLabels/additionalProperties",
-        value.clone(),
-    );
-    let requirement = "/properties/matchExpressions/items/properties";
-    constrain(schema, &format!("{requirement}/values/items"), value);
-    constrain(
-        schema,
-        &format!("{requirement}/operator"),
-        json!({"enum": ["In", "NotIn", "Exists", "DoesNotExist"]}),
-    );
-}
-
-/// A Secret this cluster-scoped object names: `name` (a DNS-1123 subdomain) and `namespace` (a
-/// DNS-1123 label), both required.
-fn secret_reference_grammar(schema: &mut schemars::Schema) {
-    constrain(schema, "", json!({"required": ["name", "namespace"]}));
-    constrain(
-        schema,
-        "/properties/name",
-        json!({"maxLength": 253, "pattern": DNS1123_SUBDOMAIN}),
-    );
-    constrain(
-        schema,
-        "/properties/namespace",
-        json!({"maxLength": 63, "pattern": DNS1123_LABEL}),
-    );
-}
-
-fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({
-        "type": "object",
-        "nullable": true,
-        "x-kubernetes-preserve-unknown-fields": true,
-    })
 }
 
 impl ClusterConfig {

@@ -40,10 +40,13 @@ pub mod compact;
 pub mod duration;
 mod fleet;
 mod fleet_addon_config;
+mod fleet_addon_config_status;
+mod schema;
 
 pub use capi::{CapiCluster, CapiClusterClass};
 pub use fleet::{BundleNamespaceMapping, CachedFleetCluster};
 pub use fleet_addon_config::*;
+pub use fleet_addon_config_status::*;
 
 use kube::CustomResourceExt;
 

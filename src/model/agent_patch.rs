@@ -12,7 +12,7 @@
 //! # What the file holds, and how it is encoded
 //!
 //! The file is a small POSIX shell script holding the agent's objects
-//! ([`crate::model::agent_manifest::boot_script`]): it creates them with `kubectl create`, unless
+//! ([`crate::model::boot_script::boot_script`]): it creates them with `kubectl create`, unless
 //! the agent registered already. The bootstrap Secret holds it twice:
 //! - [`SCRIPT_GZIP_KEY`]: `base64(gzip(script))` as text, referenced with `encoding:
 //!   gzip+base64` by cloud-init templates. Both providers copy a `contentFrom` value into the

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
+use serde_with::skip_serializing_none;
 
 use crate::api::{CapiCluster, CapiClusterClass};
 use crate::names;
@@ -251,14 +252,16 @@ fn topology_settled(metadata: &Value, status: &Value, annotations: &StringMap) -
     reconciled && !upgrading
 }
 
-/// The fields of a Cluster's body that [`ClusterView::from_parts`] reads.
+/// The fields of a Cluster's body that [`ClusterView::from_parts`] reads (written back, absent
+/// fields left out, as the spec and status it reads).
 #[derive(serde::Deserialize)]
 struct ViewedBody {
     spec: Option<ViewedSpec>,
     status: Option<ViewedStatus>,
 }
 
-#[derive(serde::Deserialize)]
+#[skip_serializing_none]
+#[derive(serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 struct ViewedSpec {
     paused: Option<Value>,
@@ -267,7 +270,8 @@ struct ViewedSpec {
     topology: Option<ViewedTopology>,
 }
 
-#[derive(serde::Deserialize)]
+#[skip_serializing_none]
+#[derive(serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 struct ViewedTopology {
     class_ref: Option<Value>,
@@ -277,56 +281,19 @@ struct ViewedTopology {
     version: Option<Value>,
 }
 
-#[derive(serde::Deserialize)]
+#[skip_serializing_none]
+#[derive(serde::Deserialize, serde::Serialize)]
 struct ViewedStatus {
     initialization: Option<Value>,
     conditions: Option<Value>,
 }
 
 impl ViewedBody {
-    /// `spec` and `status` holding just the viewed fields.
+    /// `spec` and `status` holding just the viewed fields (`null` when absent, which
+    /// [`ClusterView::from_parts`] reads as empty).
     fn into_parts(self) -> (Value, Value) {
-        let mut spec = Map::new();
-        if let Some(viewed) = self.spec {
-            let mut put = |key: &str, value: Option<Value>| {
-                if let Some(value) = value {
-                    spec.insert(key.to_string(), value);
-                }
-            };
-            put("paused", viewed.paused);
-            put("controlPlaneRef", viewed.control_plane_ref);
-            put("infrastructureRef", viewed.infrastructure_ref);
-            put(
-                "topology",
-                viewed.topology.map(|topology| {
-                    let mut kept = Map::new();
-                    for (key, value) in [
-                        ("classRef", topology.class_ref),
-                        ("class", topology.class),
-                        ("classNamespace", topology.class_namespace),
-                        ("variables", topology.variables),
-                        ("version", topology.version),
-                    ] {
-                        if let Some(value) = value {
-                            kept.insert(key.to_string(), value);
-                        }
-                    }
-                    Value::Object(kept)
-                }),
-            );
-        }
-        let mut status = Map::new();
-        if let Some(viewed) = self.status {
-            for (key, value) in [
-                ("initialization", viewed.initialization),
-                ("conditions", viewed.conditions),
-            ] {
-                if let Some(value) = value {
-                    status.insert(key.to_string(), value);
-                }
-            }
-        }
-        (Value::Object(spec), Value::Object(status))
+        let spec = serde_json::to_value(self.spec).unwrap_or_default();
+        (spec, serde_json::to_value(self.status).unwrap_or_default())
     }
 }
 
@@ -362,7 +329,8 @@ impl ClassView {
 /// Keeps, of a Cluster's `status`, only what the provider reads: `initialization` (see
 /// [`ClusterView`]), the `FleetReady` condition
 /// ([`crate::model::fleet_health::live_condition`]), `FleetAddonConflict`, `TopologyReconciled`
-/// ([`ClusterView::topology_settled`]), `FleetRolloutHeld`, and `Available` while False
+/// ([`ClusterView::topology_settled`]), `FleetRolloutHeld`, `FleetWorkloadsRemoved`
+/// ([`crate::model::teardown::interrupted`]), and `Available` while False
 /// ([`crate::model::rollout::unavailable`]). The caches hold every Cluster, and Cluster
 /// API's own conditions (v1beta2 and the deprecated v1beta1 ones) are most of a live Cluster's
 /// status; nothing here reads them (`templateValues` take metadata and spec only).
@@ -379,6 +347,7 @@ pub fn keep_read_status(body: &mut serde_json::Map<String, Value>) {
                 crate::names::FLEET_READY_CONDITION,
                 crate::names::FLEET_CONFLICT_CONDITION,
                 crate::names::ROLLOUT_HELD_CONDITION,
+                crate::names::WORKLOADS_REMOVED_CONDITION,
                 TOPOLOGY_RECONCILED,
             ];
             // Rollout waves hold a Cluster Cluster API reports not available.
@@ -435,8 +404,9 @@ pub fn template_object(object: &Value) -> Value {
     Value::Object(out)
 }
 
-fn class_ref(topology: &Value, cluster_namespace: &str) -> Option<ClassRef> {
-    // v1beta2: classRef {name, namespace}; v1beta1: class + classNamespace.
+/// The ClusterClass of a Cluster's `spec.topology`: `v1beta2` `classRef {name, namespace}`, or
+/// `v1beta1` `class` and `classNamespace`; the namespace defaults to the Cluster's.
+pub fn class_ref(topology: &Value, cluster_namespace: &str) -> Option<ClassRef> {
     let (name, namespace) = match topology.get("classRef") {
         Some(r) if r.is_object() => (str_at(r, "name")?, str_at(r, "namespace")),
         _ => (
@@ -717,7 +687,8 @@ mod tests {
             "conditions": [
                 {"type": "Available", "status": "True"},
                 {"type": "FleetReady", "status": "False", "reason": "AgentNotCheckedIn"},
-                {"type": "RemoteConnectionProbe", "status": "True"}
+                {"type": "RemoteConnectionProbe", "status": "True"},
+                {"type": "FleetWorkloadsRemoved", "status": "False", "reason": "Removing"}
             ],
             "deprecated": {"v1beta1": {"conditions": [{"type": "Ready", "status": "True"}]}},
             "controlPlane": {"replicas": 3}
@@ -729,7 +700,8 @@ mod tests {
             body["status"],
             json!({
                 "initialization": {"controlPlaneInitialized": true, "infrastructureProvisioned": true},
-                "conditions": [{"type": "FleetReady", "status": "False", "reason": "AgentNotCheckedIn"}]
+                "conditions": [{"type": "FleetReady", "status": "False", "reason": "AgentNotCheckedIn"},
+                    {"type": "FleetWorkloadsRemoved", "status": "False", "reason": "Removing"}]
             })
         );
         let pruned = Value::Object(body.clone());

@@ -779,19 +779,12 @@ pub fn bundle_namespace(
             HookOutcome::retry(
                 RETRY_UPGRADE,
                 format!(
-                    "waiting for Fleet Cluster {} to register with Fleet before upgrading",
-                    fleet_key(cluster, fleet)
+                    "waiting for Fleet Cluster {}/{} to register with Fleet before upgrading",
+                    cluster.namespace,
+                    fleet.metadata.name.as_deref().unwrap_or_default()
                 ),
             )
         })
-}
-
-fn fleet_key(cluster: &ClusterView, fleet: &FleetCluster) -> String {
-    format!(
-        "{}/{}",
-        cluster.namespace,
-        fleet.metadata.name.as_deref().unwrap_or_default()
-    )
 }
 
 /// BeforeClusterUpgrade's answer from the live BundleDeployments of the Fleet Cluster named

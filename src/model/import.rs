@@ -237,6 +237,8 @@ pub struct Observed {
     pub resync: Duration,
     /// What the conflicts with Rancher Turtles are decided from.
     pub conflicts: turtles::Seen,
+    /// The live `FleetWorkloadsRemoved` condition ([`teardown::interrupted`]).
+    pub removal: Option<Value>,
 }
 
 /// What an import reads besides the Cluster and its Fleet Cluster.
@@ -247,6 +249,8 @@ pub struct ImportInputs {
     pub template_values: BTreeMap<String, Value>,
     /// The referenced objects that cannot be read, each reported once (a Warning Event).
     pub unreadable: Vec<String>,
+    /// The versions a Cluster without a topology runs ([`upgrade_steps::machine_versions`]).
+    pub machines: Option<upgrade_steps::VersionView>,
     /// Where its bootstrap Secret stands with the current registration token.
     pub bootstrap: Bootstrap,
     /// What its rollout hold depends on: its own facts, and the waves of every class.
@@ -311,7 +315,8 @@ pub fn plan(observed: &Observed, config: &EffectiveConfig) -> Result<Plan> {
         .iter()
         .position(|w| matches!(w, Write::Finalizer { .. }));
     let at = at.map_or(0, |i| i + 1);
-    plan.writes.splice(at..at, o.conflict());
+    plan.writes
+        .splice(at..at, o.conflict().into_iter().chain(o.interrupted()));
     Ok(plan)
 }
 
@@ -355,6 +360,26 @@ impl Observed {
             )
         });
         write.into_iter().chain(event).collect()
+    }
+
+    /// The teardown's condition and Warning Event when Cluster API let a deleting Cluster go
+    /// while its workloads were still being removed ([`teardown::interrupted`]), whatever the
+    /// decision (our finalizer may be gone already).
+    fn interrupted(&self) -> Vec<Write> {
+        let view = &self.view;
+        let Some(message) = teardown::interrupted(&view.annotations, self.removal.as_ref())
+            .filter(|_| view.deleting)
+        else {
+            return vec![];
+        };
+        let cluster = ObjectId::of::<CapiCluster>(
+            Some(&view.namespace),
+            &view.name,
+            self.cluster_version.as_deref(),
+        );
+        let live = (self.removal.as_ref(), self.conflicts.generation);
+        let reason = teardown::reason::INTERRUPTED;
+        teardown::report_on(cluster, &self.regarding, live, reason, &message, self.now)
     }
 
     /// Moved into itself: the Fleet Cluster now serves the self-managed cluster. Keep it, and
@@ -528,7 +553,7 @@ impl Observed {
                 note,
             )
         }));
-        upgrade_steps::show(&mut desired, &self.view, live);
+        upgrade_steps::show(&mut desired, &self.view, live, inputs.machines.as_ref());
         let shown = rollout::show(
             &mut desired,
             &self.view,

@@ -539,6 +539,7 @@ fn inputs() -> ImportInputs {
         agent: Ok(AgentSettings::default()),
         template_values: BTreeMap::new(),
         unreadable: vec![],
+        machines: None,
         bootstrap: Bootstrap::Current,
         rollout: Default::default(),
         gates: Default::default(),
@@ -594,6 +595,7 @@ fn observed_with_spec(
         now: now(),
         resync: RESYNC,
         conflicts: Default::default(),
+        removal: None,
     }
 }
 

@@ -9,9 +9,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::api::{DynamicObject, TypeMeta};
 use serde_json::{Value, json};
 
-use super::move_graph::{
-    BLOCK_MOVE_ANNOTATION, MOVE_HIERARCHY_LABEL, MOVE_LABEL, MoveTypes, ObjectId, TypeRule,
-};
+use super::move_graph::{BLOCK_MOVE_ANNOTATION, ObjectId};
+use super::move_types::{MOVE_HIERARCHY_LABEL, MOVE_LABEL, MoveTypes, TypeRule};
 
 pub const CAPI: &str = "cluster.x-k8s.io/v1beta2";
 pub const CP: &str = "controlplane.cluster.x-k8s.io/v1beta2";

@@ -9,26 +9,21 @@
 //! after all its owners. Departures (one Cluster instead of a namespace; objects labelled
 //! `cluster.x-k8s.io/cluster-name`) are documented there.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt;
 use kube::api::DynamicObject;
 use serde_json::Value;
 
+use super::capi::class_ref;
+use super::move_types::{
+    ADDONS_GROUP, CAPI_GROUP, MOVE_HIERARCHY_LABEL, MOVE_LABEL, MoveTypes, is_builtin_hierarchy,
+};
 use crate::names;
 
-/// Label clusterctl puts on every provider component; only CRDs carrying it are move types.
-pub const CLUSTERCTL_LABEL: &str = "clusterctl.cluster.x-k8s.io";
-/// On a CRD or an object: move it even when it belongs to no Cluster.
-pub const MOVE_LABEL: &str = "clusterctl.cluster.x-k8s.io/move";
-/// On a CRD or an object: move it and everything it owns.
-pub const MOVE_HIERARCHY_LABEL: &str = "clusterctl.cluster.x-k8s.io/move-hierarchy";
 /// On any moved object: the move waits until it is removed.
 pub const BLOCK_MOVE_ANNOTATION: &str = "clusterctl.cluster.x-k8s.io/block-move";
-
-const CAPI_GROUP: &str = "cluster.x-k8s.io";
-const ADDONS_GROUP: &str = "addons.cluster.x-k8s.io";
 
 /// Suffixes of the Secrets CAPI creates for a Cluster (`util/secret/consts.go`).
 const SECRET_PURPOSES: [&str; 6] = [
@@ -39,114 +34,6 @@ const SECRET_PURPOSES: [&str; 6] = [
     "proxy",
     "apiserver-etcd-client",
 ];
-
-/// A type clusterctl considers for move.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TypeRule {
-    pub group: String,
-    /// The storage version (clusterctl lists each type in its storage version).
-    pub version: String,
-    pub kind: String,
-    pub plural: String,
-    pub namespaced: bool,
-    pub force_move: bool,
-    pub force_move_hierarchy: bool,
-}
-
-impl TypeRule {
-    /// `group/version`, or `version` for the core group.
-    pub fn api_version(&self) -> String {
-        if self.group.is_empty() {
-            self.version.clone()
-        } else {
-            format!("{}/{}", self.group, self.version)
-        }
-    }
-}
-
-/// The move types, by (group, kind).
-#[derive(Clone, Debug, Default)]
-pub struct MoveTypes {
-    rules: BTreeMap<(String, String), TypeRule>,
-}
-
-impl MoveTypes {
-    /// Core `v1` Secret and ConfigMap, which clusterctl always considers.
-    pub fn core() -> Self {
-        let mut types = Self::default();
-        for (kind, plural) in [("Secret", "secrets"), ("ConfigMap", "configmaps")] {
-            types.insert(TypeRule {
-                group: String::new(),
-                version: "v1".into(),
-                kind: kind.into(),
-                plural: plural.into(),
-                namespaced: true,
-                force_move: false,
-                force_move_hierarchy: false,
-            });
-        }
-        types
-    }
-
-    /// The core types plus every CRD labelled `clusterctl.cluster.x-k8s.io`, in its storage
-    /// version (`getDiscoveryTypes`).
-    pub fn from_crds(crds: &[CustomResourceDefinition]) -> Self {
-        let mut types = Self::core();
-        for crd in crds {
-            let labels = crd.metadata.labels.clone().unwrap_or_default();
-            if !labels.contains_key(CLUSTERCTL_LABEL) {
-                continue;
-            }
-            let spec = &crd.spec;
-            let Some(storage) = spec.versions.iter().find(|v| v.storage) else {
-                continue;
-            };
-            let hierarchy = is_builtin_hierarchy(&spec.group, &spec.names.kind)
-                || labels.contains_key(MOVE_HIERARCHY_LABEL);
-            types.insert(TypeRule {
-                group: spec.group.clone(),
-                version: storage.name.clone(),
-                kind: spec.names.kind.clone(),
-                plural: spec.names.plural.clone(),
-                namespaced: spec.scope == "Namespaced",
-                force_move: hierarchy || labels.contains_key(MOVE_LABEL),
-                force_move_hierarchy: hierarchy,
-            });
-        }
-        types
-    }
-
-    /// Adds or replaces a type.
-    pub fn insert(&mut self, rule: TypeRule) {
-        self.rules
-            .insert((rule.group.clone(), rule.kind.clone()), rule);
-    }
-
-    /// The rule for an object's `apiVersion` and `kind` (any version of the group).
-    pub fn rule(&self, api_version: &str, kind: &str) -> Option<&TypeRule> {
-        self.rules
-            .get(&(group_of(api_version).to_string(), kind.to_string()))
-    }
-
-    /// Every type, in a stable order.
-    pub fn iter(&self) -> impl Iterator<Item = &TypeRule> {
-        self.rules.values()
-    }
-}
-
-/// `Cluster`, `ClusterClass` and `ClusterResourceSet` root hierarchies without any label.
-fn is_builtin_hierarchy(group: &str, kind: &str) -> bool {
-    (group == CAPI_GROUP && (kind == "Cluster" || kind == "ClusterClass"))
-        || (group == ADDONS_GROUP && kind == "ClusterResourceSet")
-}
-
-/// The group of an `apiVersion` (empty for the core group).
-pub fn group_of(api_version: &str) -> &str {
-    match api_version.split_once('/') {
-        Some((group, _)) => group,
-        None => "",
-    }
-}
 
 /// Identity of an object in the graph.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -260,7 +147,7 @@ impl Node {
         self.is(CAPI_GROUP, "Cluster")
     }
     fn label(&self, key: &str) -> Option<&String> {
-        self.object.metadata.labels.as_ref()?.get(key)
+        self.object.labels().get(key)
     }
     fn has_owner_references(&self) -> bool {
         !self.owners.is_empty()
@@ -305,7 +192,7 @@ pub fn move_graph(
         if uid.is_empty() {
             return Err(GraphError::MissingUid(id));
         }
-        let labels = object.metadata.labels.clone().unwrap_or_default();
+        let labels = object.labels();
         by_uid.insert(uid, nodes.len());
         nodes.push(Node {
             id,
@@ -323,7 +210,7 @@ pub fn move_graph(
     }) else {
         let listed = types
             .iter()
-            .any(|rule| rule.group == "cluster.x-k8s.io" && rule.kind == "Cluster");
+            .any(|rule| rule.group == CAPI_GROUP && rule.kind == "Cluster");
         return Err(if listed {
             GraphError::ClusterNotFound {
                 namespace: namespace.into(),
@@ -455,20 +342,14 @@ fn shared_owners(
 /// Hard edges from owner references, matched by UID (`processOwnerReferences`).
 fn link_owners(nodes: &mut [Node], by_uid: &HashMap<String, usize>) {
     for i in 0..nodes.len() {
-        let refs = nodes[i]
+        let owners = nodes[i]
             .object
-            .metadata
-            .owner_references
-            .clone()
-            .unwrap_or_default();
-        let owners = refs
-            .into_iter()
+            .owner_references()
+            .iter()
+            .cloned()
             .map(|r| {
                 let idx = by_uid.get(&r.uid).copied();
-                let namespace = match idx {
-                    Some(o) => nodes[o].id.namespace.clone(),
-                    None => nodes[i].id.namespace.clone(),
-                };
+                let namespace = nodes[idx.unwrap_or(i)].id.namespace.clone();
                 let link = OwnerLink {
                     api_version: r.api_version,
                     kind: r.kind,
@@ -486,24 +367,19 @@ fn link_owners(nodes: &mut [Node], by_uid: &HashMap<String, usize>) {
 
 /// Soft edges (`setSoftOwnership`), plus objects labelled with the Cluster's name.
 fn link_soft_owners(nodes: &mut [Node]) {
-    let clusters: HashMap<(String, String), usize> = nodes
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| n.is_capi_cluster())
-        .map(|(i, n)| {
-            let ns = n.id.namespace.clone().unwrap_or_default();
-            ((ns, n.id.name.clone()), i)
-        })
-        .collect();
-    let classes: HashMap<(String, String), usize> = nodes
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| n.is(CAPI_GROUP, "ClusterClass"))
-        .map(|(i, n)| {
-            let ns = n.id.namespace.clone().unwrap_or_default();
-            ((ns, n.id.name.clone()), i)
-        })
-        .collect();
+    // The nodes of one kind by (namespace, name).
+    let index = |kind: &str| -> HashMap<(String, String), usize> {
+        nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.is(CAPI_GROUP, kind))
+            .map(|(i, n)| {
+                let ns = n.id.namespace.clone().unwrap_or_default();
+                ((ns, n.id.name.clone()), i)
+            })
+            .collect()
+    };
+    let (clusters, classes) = (index("Cluster"), index("ClusterClass"));
     let mut soft_edges: Vec<(usize, usize)> = Vec::new();
     for (i, node) in nodes.iter().enumerate() {
         let ns = node.id.namespace.clone().unwrap_or_default();
@@ -547,21 +423,9 @@ fn secret_cluster_name(secret: &str) -> Option<&str> {
     SECRET_PURPOSES.contains(&purpose).then_some(cluster)
 }
 
-/// `(namespace, name)` of a topology Cluster's class: `v1beta2` `spec.topology.classRef`, or
-/// `v1beta1` `spec.topology.class` / `classNamespace`; the namespace defaults to the Cluster's.
+/// `(namespace, name)` of a topology Cluster's class ([`class_ref`] of `spec.topology`).
 pub fn topology_class(data: &Value, cluster_namespace: &str) -> Option<(String, String)> {
-    let topology = &data["spec"]["topology"];
-    let (name, namespace) = match topology["classRef"]["name"].as_str() {
-        Some(name) => (name, topology["classRef"]["namespace"].as_str()),
-        None => (
-            topology["class"].as_str()?,
-            topology["classNamespace"].as_str(),
-        ),
-    };
-    let namespace = namespace
-        .filter(|ns| !ns.is_empty())
-        .unwrap_or(cluster_namespace);
-    (!name.is_empty()).then(|| (namespace.to_string(), name.to_string()))
+    class_ref(&data["spec"]["topology"], cluster_namespace).map(|c| (c.namespace, c.name))
 }
 
 /// The objects moved with Cluster `cluster`: its hierarchy, the force-move objects of its
@@ -600,14 +464,10 @@ fn select(
         if !in_scope || foreign(i) || (builtin && node.label(MOVE_LABEL).is_none()) {
             continue;
         }
-        if node.force_move_hierarchy && !builtin {
+        if node.label(MOVE_HIERARCHY_LABEL).is_some() || (node.force_move_hierarchy && !builtin) {
             walk(i, &mut included);
-        } else if node.force_move || node.label(MOVE_HIERARCHY_LABEL).is_some() {
-            if node.label(MOVE_HIERARCHY_LABEL).is_some() {
-                walk(i, &mut included);
-            } else {
-                included.insert(i);
-            }
+        } else if node.force_move {
+            included.insert(i);
         }
     }
     loop {
@@ -664,10 +524,8 @@ fn order(
                         owners: node.owners.iter().map(|(_, l)| l.clone()).collect(),
                         blocking: node
                             .object
-                            .metadata
-                            .annotations
-                            .as_ref()
-                            .is_some_and(|a| a.contains_key(BLOCK_MOVE_ANNOTATION)),
+                            .annotations()
+                            .contains_key(BLOCK_MOVE_ANNOTATION),
                         object: node.object.clone(),
                         exclusive: !global[i] && users[i].len() == 1 && users[i].contains(&cluster),
                         global: global[i],
@@ -724,8 +582,6 @@ fn global_hierarchy(nodes: &[Node]) -> Vec<bool> {
                 .owners
                 .iter()
                 .filter_map(|(o, _)| *o)
-                .collect::<Vec<_>>()
-                .into_iter()
                 .any(|o| visit(o, nodes, memo, on_path));
             on_path.remove(&i);
         }

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::model::move_fixtures::*;
+use crate::model::move_types::CLUSTERCTL_LABEL;
 
 impl MoveGraph {
     /// Nodes that hold the move.

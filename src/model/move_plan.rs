@@ -36,7 +36,8 @@ use kube::api::DynamicObject;
 use serde_json::{Map, Value, json};
 
 use super::json::object_at;
-use super::move_graph::{MoveGraph, MoveNode, ObjectId, group_of};
+use super::move_graph::{MoveGraph, MoveNode, ObjectId};
+use super::move_types::group_of;
 
 /// On every move Bundle: the CAPI Cluster it moves.
 pub const MOVE_CLUSTER_LABEL: &str = "fleet.addons.cluster.x-k8s.io/move-cluster";
@@ -382,16 +383,8 @@ pub struct PlanInput<'a> {
 /// owner references (restored with the others).
 pub fn target_secrets(input: &PlanInput) -> Vec<Value> {
     let copy = copy_of(input.cluster_namespace, input.cluster_name);
-    let mut out: Vec<Value> = input
-        .providers
-        .secrets
-        .iter()
-        .cloned()
-        .map(|mut s| {
-            mark_copy(&mut s, &copy);
-            s
-        })
-        .collect();
+    let mut out = input.providers.secrets.clone();
+    out.iter_mut().for_each(|s| mark_copy(s, &copy));
     out.extend(
         input
             .graph
@@ -410,16 +403,21 @@ pub fn providers_bundle_name(cluster: &str) -> String {
 
 /// Name of the Bundle of creation group `index` (0-based; names count from 01).
 pub fn group_bundle_name(cluster: &str, index: usize) -> String {
-    bounded(&format!("{cluster}-move-{:02}", index + 1))
+    group_part_bundle_name(cluster, index, 0)
 }
 
-/// Name of part `part` (0-based) of creation group `index`: the group's name for the first,
-/// `-K` (K from 2) after it for the others.
+/// Name of part `part` (0-based) of creation group `index`: `<cluster>-move-` and its
+/// [`group_step`].
 pub fn group_part_bundle_name(cluster: &str, index: usize, part: usize) -> String {
-    if part == 0 {
-        group_bundle_name(cluster, index)
-    } else {
-        bounded(&format!("{cluster}-move-{:02}-{}", index + 1, part + 1))
+    bounded(&format!("{cluster}-move-{}", group_step(index, part)))
+}
+
+/// The [`MOVE_STEP_LABEL`] of part `part` (0-based) of creation group `index`: `NN` for the
+/// first, `NN-K` (K from 2) for the others.
+fn group_step(index: usize, part: usize) -> String {
+    match part {
+        0 => format!("{:02}", index + 1),
+        _ => format!("{:02}-{}", index + 1, part + 1),
     }
 }
 
@@ -504,15 +502,10 @@ pub fn bundles(input: &PlanInput) -> Result<Vec<Value>, PlanError> {
         }
         for (part, (resources, namespaces, _)) in parts.into_iter().enumerate() {
             let name = group_part_bundle_name(input.cluster_name, index, part);
-            let step = if part == 0 {
-                format!("{:02}", index + 1)
-            } else {
-                format!("{:02}-{}", index + 1, part + 1)
-            };
             out.push(bundle(
                 input,
                 &name,
-                &step,
+                &group_step(index, part),
                 previous.as_deref(),
                 namespaces,
                 resources,

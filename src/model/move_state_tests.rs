@@ -2,6 +2,7 @@
 //! failed move, opt-in rules and Fleet's Bundle readiness.
 
 use super::*;
+use crate::model::move_decide::*;
 use serde_json::json;
 
 const T0: i64 = 1_000_000;

@@ -19,8 +19,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
-use super::move_graph::{MoveGraph, MoveNode, ObjectId, group_of};
+use super::move_graph::{MoveGraph, MoveNode, ObjectId};
 use super::move_plan::MOVE_COPY_ANNOTATION;
+use super::move_types::group_of;
 use crate::names;
 
 /// An object on either side, by API group (not version: the target may list another version of

@@ -17,8 +17,9 @@ use kube::runtime::events::EventType;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::model::agent_manifest::{TokenValues, with_token_values};
+use crate::model::agent_manifest::TokenValues;
 use crate::model::agent_patch::SCRIPT_KEY;
+use crate::model::boot_script::with_token_values;
 use crate::model::config::FleetSettings;
 use crate::model::diff::{apply_would_change, digest_subtree, owned_fields};
 use crate::model::fleet_values::{ServerValues, fleet_controller_config, gates_in_values_yaml};

@@ -288,6 +288,8 @@ pub struct VersionView {
     pub target: Option<String>,
     /// The hook of the step under way.
     pub step: Option<String>,
+    /// The minor the whole upgrade under way goes to (its record's `cluster`).
+    pub final_target: Option<String>,
 }
 
 /// What the Fleet Cluster of `cluster` shows: `spec.topology.version` once Cluster API reached
@@ -304,8 +306,7 @@ pub fn versions(
         return VersionView {
             control_plane: Some(version.clone()),
             workers: Some(version),
-            target: None,
-            step: None,
+            ..VersionView::default()
         };
     }
     if let Some(step) = step {
@@ -316,8 +317,49 @@ pub fn versions(
         control_plane: live(names::CONTROL_PLANE_MINOR_LABEL),
         workers: live(names::WORKERS_MINOR_LABEL),
         target: live(names::UPGRADE_TARGET_MINOR_LABEL),
-        step: None,
+        ..VersionView::default()
     }
+}
+
+/// Whether a Cluster's version labels follow its machines: no `spec.topology`, so no upgrade
+/// hooks (a plain KubeadmControlPlane or RKE2ControlPlane Cluster), and a control plane.
+pub fn follows_machines(cluster: &ClusterView) -> bool {
+    cluster.class.is_none()
+        && cluster.topology_version.is_none()
+        && cluster.control_plane_ref.is_some()
+}
+
+/// What the Fleet Cluster of a Cluster that [`follows_machines`] shows, from its control plane
+/// object and MachineDeployments: the control plane's minor is the lower of its `spec.version`
+/// and `status.version` (the lowest its machines run: cluster-api v1.11.11 KubeadmControlPlane
+/// and rancher/cluster-api-provider-rke2 v0.25.0 RKE2ControlPlane, `v1.30.2+rke2r1`), so it
+/// never runs ahead of an API server during a rollout; the workers' is the lowest
+/// `spec.template.spec.version` of the MachineDeployments not being deleted (the control
+/// plane's when there is none, as for a topology without workers). `None` without a version.
+pub fn machine_versions(control_plane: &Value, deployments: &[Value]) -> Option<VersionView> {
+    let text = |object: &Value, path: &str| object.pointer(path)?.as_str().map(str::to_string);
+    let own = ["/spec/version", "/status/version"].map(|path| text(control_plane, path));
+    let control_plane = lowest_minor(own.into_iter().flatten())?;
+    let workers = deployments
+        .iter()
+        .filter(|md| md.pointer("/metadata/deletionTimestamp").is_none())
+        .filter_map(|md| text(md, "/spec/template/spec/version"));
+    Some(VersionView {
+        workers: Some(lowest_minor(workers).unwrap_or_else(|| control_plane.clone())),
+        control_plane: Some(control_plane),
+        ..VersionView::default()
+    })
+}
+
+/// The lowest minor of `versions` (by number: 1.9 < 1.10).
+fn lowest_minor(versions: impl Iterator<Item = String>) -> Option<String> {
+    let number = |minor: &String| -> Vec<u64> {
+        minor
+            .split('.')
+            .map(|n| n.parse().unwrap_or_default())
+            .collect()
+    };
+    versions.filter_map(|v| minor(&v)).min_by_key(number)
 }
 
 /// What the Fleet Cluster shows during `step`.
@@ -327,6 +369,7 @@ pub fn of_step(step: &UpgradeStep) -> VersionView {
         workers: minor(&step.workers),
         target: step.target.as_deref().and_then(minor),
         step: step.in_progress().then(|| step.hook.clone()),
+        final_target: step.in_progress().then(|| minor(&step.cluster)).flatten(),
     }
 }
 
@@ -370,14 +413,21 @@ impl VersionView {
             "workersMinor": text(&self.workers),
             "targetMinor": text(&self.target),
             "step": text(&self.step),
+            "finalTargetMinor": text(&self.final_target),
         })
     }
 }
 
-/// Puts what the Fleet Cluster of `cluster` shows (see [`versions`]) on the `desired` Fleet
-/// Cluster: the version labels and `templateValues.KubernetesVersions` (when it has
-/// `templateValues`). `live` is the Fleet Cluster as it is: its step record and its labels.
-pub fn show(desired: &mut FleetCluster, cluster: &ClusterView, live: Option<&FleetCluster>) {
+/// Puts what the Fleet Cluster of `cluster` shows (see [`versions`], or `machines`:
+/// [`machine_versions`]) on the `desired` Fleet Cluster: the version labels and
+/// `templateValues.KubernetesVersions` (when it has `templateValues`). `live` is the Fleet
+/// Cluster as it is: its step record and its labels.
+pub fn show(
+    desired: &mut FleetCluster,
+    cluster: &ClusterView,
+    live: Option<&FleetCluster>,
+    machines: Option<&VersionView>,
+) {
     let live_meta = live.map(|fleet| &fleet.metadata);
     let step = UpgradeStep::parse(
         live_meta
@@ -389,7 +439,9 @@ pub fn show(desired: &mut FleetCluster, cluster: &ClusterView, live: Option<&Fle
     let live_labels = live_meta
         .and_then(|meta| meta.labels.as_ref())
         .unwrap_or(&empty);
-    let view = versions(cluster, step.as_ref(), live_labels);
+    let view = machines
+        .cloned()
+        .unwrap_or_else(|| versions(cluster, step.as_ref(), live_labels));
     let mut labels = desired.metadata.labels.take().unwrap_or_default();
     view.put_labels(&mut labels);
     desired.metadata.labels = Some(labels).filter(|labels| !labels.is_empty());
@@ -580,8 +632,7 @@ pub fn gate_before_bundles(
         });
     }
     let since = step.since.parse::<Timestamp>().unwrap_or(now);
-    let elapsed = now.duration_since(since).unsigned_abs();
-    if elapsed >= settings.timeout {
+    if elapsed(since, now) >= settings.timeout {
         return Err(GateAnswer {
             outcome: HookOutcome::success(format!(
                 "the gate of {what} timed out after {:?}; going on without Fleet's bundles",
@@ -600,7 +651,7 @@ pub fn gate_before_bundles(
         return Ok(());
     }
     let settled_at = applied_at.unwrap_or(since).max(since);
-    let waited = now.duration_since(settled_at).unsigned_abs();
+    let waited = elapsed(settled_at, now);
     if waited < settings.settle {
         let left = (settings.settle - waited).as_secs().max(1);
         return Err(GateAnswer::plain(HookOutcome::retry(
@@ -609,6 +660,12 @@ pub fn gate_before_bundles(
         )));
     }
     Ok(())
+}
+
+/// The time from `since` to `now`, zero when `since` is in the future (a clock ahead of ours: the
+/// API server's for `managedFields`, another replica's for a record): skew never ends a wait early.
+fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
+    Duration::try_from(now.duration_since(since)).unwrap_or_default()
 }
 
 /// What Fleet targets on the Cluster: a digest of its BundleDeployments and their staged
@@ -660,7 +717,7 @@ pub fn retargeted(
             ),
         ));
     };
-    let waited = now.duration_since(looked_at).unsigned_abs();
+    let waited = elapsed(looked_at, now);
     if waited < settle {
         let left = (settle - waited).as_secs().max(1);
         return Err(HookOutcome::retry(

@@ -145,6 +145,9 @@ fn a_chained_upgrade_moves_the_labels_one_step_at_a_time() {
         assert_eq!(step.hook, hook.name());
         assert_eq!(step.cluster, "v1.35.0", "step {i}");
         assert_eq!(step.in_progress(), hook != AfterClusterUpgrade, "step {i}");
+        let final_target = of_step(&step).template_value()["finalTargetMinor"].clone();
+        let expected = if step.in_progress() { "1.35" } else { "" };
+        assert_eq!(final_target, expected, "step {i}: the final target");
         previous = Some(step);
     }
 }
@@ -554,7 +557,7 @@ fn what_the_fleet_cluster_shows() {
     let nothing = versions(&cluster("", false), None, &BTreeMap::new());
     assert_eq!(
         nothing.template_value(),
-        json!({"controlPlaneMinor": "", "workersMinor": "", "targetMinor": "", "step": ""}),
+        json!({"controlPlaneMinor": "", "workersMinor": "", "targetMinor": "", "step": "", "finalTargetMinor": ""}),
         "every key is present"
     );
 }
@@ -873,7 +876,7 @@ fn the_gate_before_the_bundles() {
         Option<i32>,
         Option<&'static str>,
     );
-    let rows: [Row; 9] = [
+    let rows: [Row; 11] = [
         (
             "gate off",
             gate_step(),
@@ -960,6 +963,28 @@ fn the_gate_before_the_bundles() {
             Some(-100),
             3,
             Some(7),
+            None,
+        ),
+        (
+            "labels applied in the future (a clock ahead): the whole settle",
+            gate_step(),
+            &on,
+            None,
+            true,
+            Some(30),
+            10,
+            Some(10),
+            None,
+        ),
+        (
+            "a step begun in the future (a clock ahead) has not timed out",
+            gate_step(),
+            &on,
+            None,
+            false,
+            None,
+            -700,
+            Some(RETRY_LABELS),
             None,
         ),
         (
@@ -1092,8 +1117,133 @@ fn re_targeting_needs_two_equal_looks_settle_apart() {
             (got, _) => panic!("{what}: {got:?}"),
         }
     }
+    // A look recorded in the future (a replica whose clock is ahead) is no time waited.
+    let mut ahead = gate_step();
+    assert!(retargeted(&mut ahead, &added, settle, None, at(100)).is_err());
+    let early = retargeted(&mut ahead, &added, settle, None, at(80));
+    assert!(
+        matches!(
+            early,
+            Err(HookOutcome::Retry {
+                after_seconds: 10,
+                ..
+            })
+        ),
+        "{early:?}"
+    );
     // The look is part of the record, kept by the next hook of the same step.
     let record = UpgradeStep::parse(Some(&step.to_annotation())).expect("record");
     assert_eq!(record.looked, step.looked);
     assert_ne!(targeting(&before), targeting(&retargeted_ccm));
+}
+
+/// A Cluster without a topology shows its machines' versions: the control plane's from a
+/// KubeadmControlPlane (cluster-api v1.11.11 `api/controlplane/kubeadm/v1beta2`) or an
+/// RKE2ControlPlane (rancher/cluster-api-provider-rke2 v0.25.0 `controlplane/api/v1beta2`,
+/// versions like `v1.30.2+rke2r1`), the lower of `spec.version` and `status.version`; the
+/// workers' the lowest MachineDeployment `spec.template.spec.version`.
+#[test]
+fn a_cluster_without_topology_shows_its_machines() {
+    let kcp = |spec: &str, status: Option<&str>| {
+        let mut kcp = json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2",
+            "kind": "KubeadmControlPlane", "metadata": {"name": "c1-cp", "namespace": "ns"},
+            "spec": {"replicas": 3, "version": spec,
+                "machineTemplate": {"spec": {"infrastructureRef": {"apiGroup":
+                    "infrastructure.cluster.x-k8s.io", "kind": "DockerMachineTemplate", "name": "c1-cp"}}}}});
+        if let Some(status) = status {
+            kcp["status"] = json!({"version": status});
+        }
+        kcp
+    };
+    let rke2 = json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "RKE2ControlPlane",
+        "metadata": {"name": "c1-cp", "namespace": "ns"},
+        "spec": {"replicas": 3, "version": "v1.30.2+rke2r1", "rolloutStrategy": {"type": "RollingUpdate"}},
+        "status": {"version": "v1.30.2+rke2r1"}});
+    let md = |version: &str, deleting: bool| {
+        let mut md = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
+            "metadata": {"name": "c1-md", "namespace": "ns",
+                "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
+            "spec": {"clusterName": "c1", "replicas": 2,
+                "template": {"spec": {"clusterName": "c1", "version": version,
+                    "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io",
+                        "kind": "KubeadmConfigTemplate", "name": "c1-md"}}}}}});
+        if deleting {
+            md["metadata"]["deletionTimestamp"] = json!("2026-11-28T10:00:00Z");
+        }
+        md
+    };
+    // (what, control plane, MachineDeployments, control plane minor, workers minor)
+    #[allow(clippy::type_complexity)]
+    let rows: [(&str, Value, Vec<Value>, Option<&str>, Option<&str>); 7] = [
+        (
+            "settled",
+            kcp("v1.33.5", Some("v1.33.5")),
+            vec![md("v1.33.5", false)],
+            Some("1.33"),
+            Some("1.33"),
+        ),
+        (
+            "control plane rolling out: its lowest machines",
+            kcp("v1.34.2", Some("v1.33.5")),
+            vec![md("v1.33.5", false)],
+            Some("1.33"),
+            Some("1.33"),
+        ),
+        (
+            "workers: the lowest minor, by number",
+            kcp("v1.10.1", None),
+            vec![md("v1.10.1", false), md("v1.9.11", false)],
+            Some("1.10"),
+            Some("1.9"),
+        ),
+        (
+            "a MachineDeployment being deleted does not count",
+            kcp("v1.34.2", Some("v1.34.2")),
+            vec![md("v1.34.2", false), md("v1.33.5", true)],
+            Some("1.34"),
+            Some("1.34"),
+        ),
+        (
+            "no MachineDeployment: the control plane's",
+            kcp("v1.34.2", Some("v1.34.2")),
+            vec![],
+            Some("1.34"),
+            Some("1.34"),
+        ),
+        (
+            "RKE2",
+            rke2.clone(),
+            vec![md("v1.30.2+rke2r1", false)],
+            Some("1.30"),
+            Some("1.30"),
+        ),
+        (
+            "no version yet",
+            json!({"spec": {"replicas": 1}}),
+            vec![md("v1.33.5", false)],
+            None,
+            None,
+        ),
+    ];
+    for (what, control_plane, deployments, cp, workers) in rows {
+        let view = machine_versions(&control_plane, &deployments);
+        assert_eq!(
+            view.as_ref()
+                .map(|v| (v.control_plane.as_deref(), v.workers.as_deref())),
+            cp.map(|cp| (Some(cp), workers)),
+            "{what}"
+        );
+        if let Some(view) = view {
+            assert_eq!(view.target, None, "{what}: nothing announced without hooks");
+        }
+    }
+    let plain = ClusterView::from_json(&json!({"metadata": {"name": "c1", "namespace": "ns"},
+        "spec": {"controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io",
+            "kind": "RKE2ControlPlane", "name": "c1-cp"}}}))
+    .expect("view");
+    assert!(follows_machines(&plain));
+    assert!(!follows_machines(&cluster("v1.33.5", true)), "a topology");
+    let mut no_control_plane = plain.clone();
+    no_control_plane.control_plane_ref = None;
+    assert!(!follows_machines(&no_control_plane));
 }

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod fleet_walk;
 pub mod guide;
 pub mod pod_security;
 pub mod process;

@@ -24,7 +24,7 @@ use crate::model::agent_manifest::TokenValues;
 use crate::model::agent_patch::SecretFormat;
 use crate::model::agent_settings::Carrier;
 use crate::model::capi;
-use crate::model::capi::ClusterView;
+use crate::model::capi::{ClusterView, ProviderRef};
 use crate::model::config::{ClusterImport, EffectiveConfig};
 use crate::model::fleet::template_values;
 use crate::model::import::{
@@ -35,6 +35,7 @@ use crate::model::namespace::NamespaceState;
 use crate::model::plan::Write;
 use crate::model::teardown::is_registered;
 use crate::model::turtles::{self, FINALIZER_REMOVED, TURTLES_FLEET_INTEGRATION};
+use crate::model::upgrade_steps;
 use crate::names;
 use crate::{Error, Result};
 
@@ -169,8 +170,10 @@ async fn observe(
         condition: capi::live_condition(status.as_ref(), names::FLEET_CONFLICT_CONDITION).cloned(),
         generation: cluster.metadata.generation,
     };
+    let removal = capi::live_condition(status.as_ref(), names::WORKLOADS_REMOVED_CONDITION);
     Ok(Ok(Observed {
         conflicts,
+        removal: removal.cloned(),
         cluster_version: cluster.meta().resource_version.clone(),
         regarding: cluster.object_ref(&()),
         token: token.map(|t| t.metadata.clone()),
@@ -248,6 +251,7 @@ async fn observe_import(
     let mut inputs = ImportInputs {
         template_values: BTreeMap::new(),
         unreadable: Vec::new(),
+        machines: None,
         bootstrap: Bootstrap::Current,
         agent,
         rollout: rollout.unwrap_or_default(),
@@ -288,6 +292,28 @@ async fn observe_import(
     let json = cluster.to_json()?;
     inputs.template_values =
         template_values(&json, view, control_plane.as_ref(), infrastructure.as_ref());
+    if let Some(control_plane) = control_plane.filter(|_| upgrade_steps::follows_machines(view)) {
+        let deployments = ProviderRef {
+            group: "cluster.x-k8s.io".into(),
+            version: None,
+            kind: "MachineDeployment".into(),
+            name: view.name.clone(),
+            namespace: view.namespace.clone(),
+        };
+        match ctx.references.owned_by(&deployments).await {
+            Ok(owned) => {
+                reported.resolved(&view.uid, "MachineDeployments");
+                inputs.machines = upgrade_steps::machine_versions(&control_plane, &owned);
+            }
+            // The labels stay as shown meanwhile; reported once.
+            Err(problem) if reported.first_report(&view.uid, "MachineDeployments") => {
+                inputs
+                    .unreadable
+                    .push(format!("MachineDeployments cannot be read: {problem}"));
+            }
+            Err(_) => {}
+        }
+    }
     if let Some(token) = token
         && may_have_bootstrap(view, live)
     {

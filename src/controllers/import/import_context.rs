@@ -49,6 +49,8 @@ pub struct ImportContext {
     pub finalizers: PerCluster<FinalizerMemory>,
     /// The rollout waves of every class, as the status writer last counted them.
     pub rollout_gates: std::sync::RwLock<crate::model::rollout::Gates>,
+    /// What the rollout lint read and published of each Bundle.
+    pub bundle_lint: super::rollout_lint::LintMemory,
 }
 
 impl ImportContext {
@@ -70,6 +72,7 @@ impl ImportContext {
             bootstrap_tokens: BootstrapTokens::default(),
             finalizers: PerCluster::default(),
             rollout_gates: Default::default(),
+            bundle_lint: Default::default(),
         }
     }
 

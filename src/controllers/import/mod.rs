@@ -20,6 +20,7 @@ pub mod mappings;
 pub mod namespace_triggers;
 pub mod namespaces;
 pub mod references;
+pub mod rollout_lint;
 pub mod status;
 pub mod stores;
 
@@ -136,7 +137,7 @@ pub async fn run(base: Arc<Context>) {
     .watches_shared_stream(hubs.classes.subscribe(), {
         let (stores, classes) = (
             stores.clone(),
-            namespace_triggers::ClassAgentSettings::default(),
+            namespace_triggers::ClassAnnotations::default(),
         );
         move |class: Arc<CapiClusterClass>| classes.clusters_to_reconcile(&stores, &class)
     })
@@ -286,6 +287,7 @@ pub async fn run(base: Arc<Context>) {
     controllers.spawn(groups);
     controllers.spawn(health);
     controllers.spawn(mappings);
+    controllers.spawn(rollout_lint::controller(ctx.clone()));
     if let Some(moves) = moves {
         controllers.spawn(moves);
     }

@@ -119,26 +119,37 @@ impl ClusterInputs {
     }
 }
 
-/// What a Cluster reconcile reads of its ClusterClass: the `agent-settings` annotation
-/// ([`crate::model::agent_settings`]). Cluster API writes a class's status on every change of
-/// the class; only a change of the annotation reconciles the Clusters of the class.
+/// What a Cluster reconcile reads of its ClusterClass: the annotations [`CLASS_ANNOTATIONS`].
+/// Cluster API writes a class's status on every change of the class; only a change of one of
+/// them reconciles the Clusters of the class.
 #[derive(Default)]
-pub struct ClassAgentSettings(
-    std::sync::Mutex<std::collections::HashMap<(String, String), Option<String>>>,
-);
+pub struct ClassAnnotations(std::sync::Mutex<std::collections::HashMap<(String, String), Values>>);
 
-impl ClassAgentSettings {
-    /// Records the class's annotation; whether it changed. A class seen for the first time
-    /// changed only when it has the annotation (every Cluster reconciles at start anyway, and a
-    /// class created after its Clusters must reach them).
+/// The values of [`CLASS_ANNOTATIONS`] on a class, in order.
+type Values = Vec<Option<String>>;
+
+/// The ClusterClass annotations a Cluster reconcile reads: agent settings
+/// ([`crate::model::agent_settings`]), the manual rollout hold and the soak release
+/// ([`crate::model::rollout::facts`]).
+pub const CLASS_ANNOTATIONS: [&str; 3] = [
+    crate::names::AGENT_SETTINGS_ANNOTATION,
+    crate::names::ROLLOUT_HOLD_ANNOTATION,
+    crate::names::ROLLOUT_RELEASE_ANNOTATION,
+];
+
+impl ClassAnnotations {
+    /// Records the class's annotations; whether they changed. A class seen for the first time
+    /// changed only when it has one (every Cluster reconciles at start anyway, and a class
+    /// created after its Clusters must reach them).
     pub fn changed(&self, class: &CapiClusterClass) -> bool {
         let key = (class.namespace().unwrap_or_default(), class.name_any());
-        let now = class
-            .annotations()
-            .get(crate::names::AGENT_SETTINGS_ANNOTATION)
-            .cloned();
+        let annotations = class.annotations();
+        let now: Values = CLASS_ANNOTATIONS
+            .iter()
+            .map(|k| annotations.get(*k).cloned())
+            .collect();
         let mut last = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let had = now.is_some();
+        let had = now.iter().any(Option::is_some);
         match last.insert(key, now.clone()) {
             None => had,
             Some(before) => before != now,
@@ -146,7 +157,7 @@ impl ClassAgentSettings {
     }
 
     /// The Clusters to reconcile after `class` changed: those using it (from its namespace and
-    /// from the namespaces using it across namespaces), when its annotation [`Self::changed`].
+    /// from the namespaces using it across namespaces), when its annotations [`Self::changed`].
     pub fn clusters_to_reconcile(
         &self,
         stores: &Stores,
@@ -244,48 +255,65 @@ mod tests {
     }
 
     #[test]
-    fn only_an_agent_settings_change_of_a_class_reconciles_its_clusters() {
-        let class = |annotation: Option<&str>, generation: i64| -> CapiClusterClass {
-            let mut meta =
-                json!({"name": "quick-start", "namespace": "classes", "generation": generation});
-            if let Some(text) = annotation {
-                meta["annotations"] = json!({crate::names::AGENT_SETTINGS_ANNOTATION: text});
-            }
+    fn only_a_change_of_an_annotation_clusters_read_of_a_class_reconciles_its_clusters() {
+        use crate::names::ROLLOUT_RELEASE_ANNOTATION as RELEASE;
+        use crate::names::{AGENT_SETTINGS_ANNOTATION, ROLLOUT_HOLD_ANNOTATION as HOLD};
+        let class = |annotations: serde_json::Value, generation: i64| -> CapiClusterClass {
             serde_json::from_value(json!({
                 "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "ClusterClass",
-                "metadata": meta, "status": {"observedGeneration": generation},
+                "metadata": {"name": "quick-start", "namespace": "classes", "generation": generation,
+                    "annotations": annotations},
+                "status": {"observedGeneration": generation},
             }))
             .expect("class")
         };
-        let seen = ClassAgentSettings::default();
+        let settings = |text: &str| json!({AGENT_SETTINGS_ANNOTATION: text});
+        let seen = ClassAnnotations::default();
         // (what happened, the class now, reconciles its Clusters)
         let steps = [
-            ("first seen without the annotation", class(None, 1), false),
-            ("status written", class(None, 2), false),
             (
-                "annotation added",
-                class(Some("hostNetwork: false"), 2),
+                "first seen without the annotations",
+                class(json!({}), 1),
+                false,
+            ),
+            ("status written", class(json!({}), 2), false),
+            (
+                "an annotation nobody reads",
+                class(json!({"team": "a"}), 2),
+                false,
+            ),
+            (
+                "agent settings added",
+                class(settings("hostNetwork: false"), 2),
                 true,
             ),
             (
                 "status written again",
-                class(Some("hostNetwork: false"), 3),
+                class(settings("hostNetwork: false"), 3),
                 false,
             ),
             (
-                "annotation changed",
-                class(Some("hostNetwork: true"), 3),
+                "agent settings changed",
+                class(settings("hostNetwork: true"), 3),
                 true,
             ),
-            ("annotation removed", class(None, 3), true),
+            ("agent settings removed", class(json!({}), 3), true),
+            (
+                "a manual rollout hold",
+                class(json!({HOLD: "change window"}), 3),
+                true,
+            ),
+            ("the hold removed", class(json!({}), 3), true),
+            ("a soak released", class(json!({RELEASE: "true"}), 3), true),
+            ("the release removed", class(json!({}), 3), true),
         ];
         for (what, class, reconciles) in steps {
             assert_eq!(seen.changed(&class), reconciles, "{what}");
         }
-        let other = ClassAgentSettings::default();
+        let other = ClassAnnotations::default();
         assert!(
-            other.changed(&class(Some("hostNetwork: false"), 1)),
-            "first seen with the annotation: its Clusters may predate it"
+            other.changed(&class(settings("hostNetwork: false"), 1)),
+            "first seen with an annotation: its Clusters may predate it"
         );
     }
 }

@@ -85,20 +85,10 @@ impl References {
 
     /// Looks up a referenced object in its cache, starting the cache on first use.
     pub async fn lookup(&self, reference: &ProviderRef) -> Lookup {
-        let Watched { cache, mut listed } = match self.store_for(reference).await {
-            Ok(found) => found,
+        let cache = match self.synced(reference).await {
+            Ok(cache) => cache,
             Err(reason) => return Lookup::Unavailable(reason),
         };
-        let first_list = listed.wait_for(|listed| *listed);
-        if !matches!(
-            tokio::time::timeout(FIRST_LIST_WAIT, first_list).await,
-            Ok(Ok(_))
-        ) {
-            return Lookup::Unavailable(format!(
-                "{} objects are not readable yet (watch not synced)",
-                reference.kind
-            ));
-        }
         let found = cache.get(&reference.namespace, &reference.name);
         match found.map(|object| serde_json::to_value(&*object)) {
             Some(Ok(object)) => Lookup::Found(object),
@@ -108,6 +98,39 @@ impl References {
                 reference.kind, reference.namespace, reference.name
             )),
             None => Lookup::Missing,
+        }
+    }
+
+    /// The objects of `reference`'s group and kind in its namespace that the Cluster
+    /// `reference.name` owns (Cluster API sets that owner reference on its MachineDeployments:
+    /// cluster-api v1.11.11 `internal/controllers/machinedeployment/machinedeployment_controller.go`
+    /// `reconcile`), from the same caches; `Err`: why they cannot be read.
+    pub async fn owned_by(&self, reference: &ProviderRef) -> Result<Vec<Value>, String> {
+        let cache = self.synced(reference).await?;
+        let owned = cache
+            .read()
+            .values()
+            .filter(|object| {
+                object.metadata.namespace.as_deref() == Some(reference.namespace.as_str())
+                    && owning_clusters(&***object)
+                        .iter()
+                        .any(|owner| owner.name == reference.name)
+            })
+            .map(|object| serde_json::to_value(&**object))
+            .collect::<Result<Vec<_>, _>>();
+        owned.map_err(|err| format!("{} cannot be serialised: {err}", reference.kind))
+    }
+
+    /// The cache of `reference`'s kind once it holds its first list.
+    async fn synced(&self, reference: &ProviderRef) -> Result<Cache, String> {
+        let Watched { cache, mut listed } = self.store_for(reference).await?;
+        let first_list = listed.wait_for(|listed| *listed);
+        match tokio::time::timeout(FIRST_LIST_WAIT, first_list).await {
+            Ok(Ok(_)) => Ok(cache),
+            _ => Err(format!(
+                "{} objects are not readable yet (watch not synced)",
+                reference.kind
+            )),
         }
     }
 
@@ -304,12 +327,32 @@ fn changed(before: Option<&CompactObject>, now: &CompactObject) -> bool {
     })
 }
 
+/// What the cache keeps of a referenced object: all but managedFields and the status, except
+/// `status.version` (a control plane's lowest machine version: cluster-api v1.11.11
+/// `api/controlplane/kubeadm/v1beta2` and rancher/cluster-api-provider-rke2 v0.25.0
+/// `controlplane/api/v1beta2` `status.version`), whose change re-triggers its owners too: the
+/// version labels of a Cluster without a topology follow it.
 pub fn cached_reference(mut object: DynamicObject) -> CompactObject {
+    use std::hash::{Hash, Hasher};
     object.metadata.managed_fields = None;
+    let mut version = None;
     if let Some(data) = object.data.as_object_mut() {
-        data.remove("status");
+        version = data
+            .remove("status")
+            .and_then(|mut s| s.get_mut("version").map(Value::take));
+        if let Some(version) = version.clone() {
+            data.insert("status".into(), serde_json::json!({"version": version}));
+        }
     }
-    CompactObject::of(object)
+    let mut compact = CompactObject::of(object);
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (
+        compact.user_visible_hash,
+        version.as_ref().and_then(Value::as_str),
+    )
+        .hash(&mut hasher);
+    compact.user_visible_hash = hasher.finish();
+    compact
 }
 
 /// CAPI sets an owner reference from the Cluster on its referenced objects.
@@ -445,5 +488,29 @@ mod tests {
                 .is_some_and(|a| a.get("status").is_none()),
             "status is not cached"
         );
+    }
+
+    /// Of the status only `version` is kept (a control plane's lowest machine version), and its
+    /// change is one the owners see.
+    #[test]
+    fn the_status_version_is_kept_and_seen() {
+        let kcp = |status: serde_json::Value| {
+            cached_reference(
+                serde_json::from_value(serde_json::json!({
+                    "apiVersion": "controlplane.cluster.x-k8s.io/v1beta2",
+                    "kind": "KubeadmControlPlane",
+                    "metadata": {"name": "cp", "namespace": "ns", "uid": "u", "generation": 2},
+                    "spec": {"version": "v1.33.5"}, "status": status,
+                }))
+                .expect("object"),
+            )
+        };
+        let rolling = kcp(serde_json::json!({"version": "v1.32.4", "replicas": 3}));
+        let json = serde_json::to_value(&rolling).expect("json");
+        assert_eq!(json["status"], serde_json::json!({"version": "v1.32.4"}));
+        let more = kcp(serde_json::json!({"version": "v1.32.4", "replicas": 4}));
+        assert!(!changed(Some(&rolling), &more), "another status field");
+        let reached = kcp(serde_json::json!({"version": "v1.33.5", "replicas": 3}));
+        assert!(changed(Some(&rolling), &reached), "status.version moved");
     }
 }

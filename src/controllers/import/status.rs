@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
-use kube::Api;
+use kube::{Api, ResourceExt};
 
 use std::collections::BTreeSet;
 
@@ -146,7 +146,20 @@ fn advance_waves(
     let Ok(mut published) = ctx.rollout_gates.write() else {
         return tally.status(rollout, &Default::default());
     };
-    let gates = rollout::advance(&published, &tally.gates, rollout.soak, Timestamp::now());
+    let mut gates = rollout::advance(&published, &tally.gates, rollout.soak, Timestamp::now());
+    let released = ctx.stores.classes.state().into_iter().filter_map(|class| {
+        let release = class
+            .annotations()
+            .get(crate::names::ROLLOUT_RELEASE_ANNOTATION);
+        (release.map(String::as_str) == Some("true")).then(|| {
+            format!(
+                "{}/{}",
+                class.namespace().unwrap_or_default(),
+                class.name_any()
+            )
+        })
+    });
+    rollout::release(&mut gates, &released.collect());
     let holds = |g: Option<&rollout::WaveGate>| g.map(|g| g.holds(rollout.failing_clusters));
     let differs = |key: &(String, String)| holds(published.get(key)) != holds(gates.get(key));
     let changed: BTreeSet<&String> = (published.keys().chain(gates.keys()))

@@ -1,6 +1,6 @@
 //! The move controller: hands the Cluster API definition of a self-managed Cluster over to the
 //! workload cluster itself through Fleet Bundles (docs/self-managed.md). A thin adapter over
-//! [`crate::model::move_state::decide_move`]: [`reconcile`] observes, the model decides, the state is
+//! [`crate::model::move_decide::decide_move`]: [`reconcile`] observes, the model decides, the state is
 //! recorded on the Cluster, then the actions run.
 //!
 //! Watches (none of its own over every Cluster):

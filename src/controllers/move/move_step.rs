@@ -1,7 +1,7 @@
 //! One reconcile of the move controller: observe the Cluster (fresh), its Fleet Cluster, its
 //! move Bundles and, when the phase needs them, its object graph and what the target (the
 //! workload cluster, through the Cluster's kubeconfig Secret) shows of the move; let
-//! [`crate::model::move_state::decide_move`] choose; record the new state on the Cluster
+//! [`crate::model::move_decide::decide_move`] choose; record the new state on the Cluster
 //! (folding a pause change into the same guarded patch, so the state and the pause never
 //! disagree); then run the remaining actions. Every action is idempotent and re-issued until
 //! its effect is seen, so a restart at any point resumes. What to write on either side is
@@ -21,11 +21,12 @@ use super::observe::{
 };
 use super::{CONFIG_WAIT, FleetBundle, MoveContext};
 use crate::api::CapiCluster;
+use crate::model::move_decide::{decide_move, next_check};
 use crate::model::move_graph::ObjectId;
 use crate::model::move_plan::{MOVE_FENCE_ANNOTATION, copy_of, stale_bundles};
 use crate::model::move_state::{
     self, Action as MoveAction, BundlesStatus, MoveState, Observed, Phase, bundles_status,
-    decide_move, next_check, opted_in, parse_state, state_annotation,
+    opted_in, parse_state, state_annotation,
 };
 use crate::model::move_target::{self, TargetView};
 use crate::model::plan::{Next, ObjectId as WriteId, Plan as MovePlan, Write};

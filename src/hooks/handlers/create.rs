@@ -43,8 +43,8 @@ use crate::api::FleetAddonConfig;
 use crate::hooks::cluster::{ClusterInfo, ClusterShape};
 use crate::hooks::handlers::api::{get_opt, namespace_labels};
 use crate::hooks::hook_context::HookContext;
-use crate::model::agent_manifest::bootstrap_files;
 use crate::model::agent_settings;
+use crate::model::boot_script::bootstrap_files;
 use crate::model::config::{ClusterImport, EffectiveConfig};
 use crate::model::fleet;
 use crate::model::hook_plan::{

@@ -9,6 +9,7 @@
 //! while its clusters roll out or fail, and for `soak` after they are all ready again
 //! ([`advance`], [`hold`]).
 
+pub mod strategy;
 pub mod upgrades;
 pub mod walk;
 
@@ -301,6 +302,18 @@ pub fn advance(prev: &Gates, observed: &Gates, soak: Duration, now: Timestamp) -
         }
     }
     gates
+}
+
+/// Ends the soaks of the `released` classes (those whose ClusterClass carries
+/// [`names::ROLLOUT_RELEASE_ANNOTATION`] `"true"`): removing the annotation afterwards does not
+/// bring a soak back, and no soak of such a class starts.
+pub fn release(gates: &mut Gates, released: &std::collections::BTreeSet<String>) {
+    gates.retain(|(class, _), gate| {
+        if released.contains(class) {
+            gate.soak_until = None;
+        }
+        *gate != WaveGate::default()
+    });
 }
 
 /// What a Cluster's own hold depends on besides the waves.

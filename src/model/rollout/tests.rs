@@ -250,6 +250,45 @@ fn a_wave_soaks_after_it_rolled_out_and_not_when_first_seen_ready() {
 }
 
 #[test]
+fn a_release_ends_the_soaks_of_its_class() {
+    let soak = Duration::from_secs(600);
+    let rolling = observed(&[("canary", 1, 0), ("early", 1, 0)]);
+    let mut gates = advance(
+        &rolling,
+        &observed(&[("canary", 0, 0), ("early", 1, 0)]),
+        soak,
+        at(0),
+    );
+    let other = ("ns/other".to_string(), "canary".to_string());
+    let other_gate = WaveGate {
+        soak_until: Some(at(10)),
+        ..WaveGate::default()
+    };
+    gates.insert(other.clone(), other_gate.clone());
+    let released = std::collections::BTreeSet::from(["ns/cls".to_string()]);
+    release(&mut gates, &released);
+    let key = |wave: &str| ("ns/cls".to_string(), wave.to_string());
+    assert!(
+        !gates.contains_key(&key("canary")),
+        "the soak ended: {gates:?}"
+    );
+    assert_eq!(
+        gates[&key("early")].rolling,
+        1,
+        "a wave rolling still holds"
+    );
+    assert_eq!(gates[&other], other_gate, "another class soaks on");
+    // The annotation removed: the soak does not come back.
+    let later = advance(
+        &gates,
+        &observed(&[("canary", 0, 0), ("early", 1, 0)]),
+        soak,
+        at(1),
+    );
+    assert!(!later.contains_key(&key("canary")), "{later:?}");
+}
+
+#[test]
 fn holds_in_order_of_precedence() {
     let r = rollout();
     let none = Facts::default();

@@ -225,3 +225,41 @@ pub fn agents_apply(targets: &mut [Target], fails: impl Fn(usize) -> bool) {
         }
     }
 }
+
+impl Strategy {
+    /// A `rolloutStrategy` as JSON (a Bundle's `spec.rolloutStrategy`, fleet.yaml's, a HelmOp's;
+    /// rancher/fleet v0.16.1 `bundle_types.go` `RolloutStrategy`, `Partition`). A partition
+    /// that selects by `clusterName`, `clusterGroup` or `clusterGroupSelector`, or by nothing
+    /// (Fleet's matcher then matches no cluster), is not modelled: an error.
+    pub fn from_json(value: &serde_json::Value) -> Result<Self, String> {
+        let int_or_string = |v: &serde_json::Value, field: &str| {
+            let v = v.get(field).filter(|v| !v.is_null());
+            v.map(|v| serde_json::from_value::<IntOrString>(v.clone()))
+                .transpose()
+                .map_err(|e| format!("{field}: {e}"))
+        };
+        let parts = value.get("partitions").and_then(|p| p.as_array());
+        let partitions = parts.into_iter().flatten().map(|p| {
+            let name = p.get("name").and_then(|n| n.as_str()).unwrap_or_default();
+            let by_other = ["clusterName", "clusterGroup", "clusterGroupSelector"];
+            let selector = p.get("clusterSelector").filter(|s| !s.is_null());
+            let Some(selector) = selector.filter(|_| by_other.iter().all(|f| p.get(f).is_none()))
+            else {
+                return Err(format!(
+                    "partition {name:?}: only a clusterSelector is modelled"
+                ));
+            };
+            Ok(PartitionDef {
+                name: name.to_string(),
+                selector: serde_json::from_value(selector.clone())
+                    .map_err(|e| format!("partition {name:?}: clusterSelector: {e}"))?,
+                max_unavailable: int_or_string(p, "maxUnavailable")?,
+            })
+        });
+        Ok(Strategy {
+            max_unavailable: int_or_string(value, "maxUnavailable")?,
+            max_unavailable_partitions: int_or_string(value, "maxUnavailablePartitions")?,
+            partitions: partitions.collect::<Result<_, _>>()?,
+        })
+    }
+}

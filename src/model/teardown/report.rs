@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Resource;
 use kube::runtime::events::EventType;
@@ -201,6 +202,30 @@ pub mod reason {
     pub const SKIPPED: &str = "Skipped";
     /// False: the deadline passed first.
     pub const TIMED_OUT: &str = "TimedOut";
+    /// False: Cluster API let the deletion proceed while the removal was under way
+    /// ([`super::interrupted`]). Also the reason of its Warning Event.
+    pub const INTERRUPTED: &str = "FleetWorkloadsRemovalInterrupted";
+}
+
+/// The message when Cluster API marked the Cluster `ok-to-delete` while the removal was still
+/// under way (`live`, its condition, still says [`reason::REMOVING`]; `None` otherwise). Cluster
+/// API marks it after BeforeClusterDelete answered without a retry
+/// (kubernetes-sigs/cluster-api v1.11.11 and v1.12.11 `internal/controllers/topology/cluster/
+/// cluster_controller.go` `reconcileDelete` → `internal/hooks/tracking.go` `MarkAsOkToDelete`),
+/// and also when the call failed under `failurePolicy: Ignore` (`internal/runtime/client/
+/// client.go` `CallExtension` turns the error into success) or, from v1.12, when no extension
+/// registers the hook any more. Our answers write the condition before they let a deletion
+/// proceed, so a condition still saying `Removing` means none of them did. Once: the condition
+/// then says [`reason::INTERRUPTED`].
+pub fn interrupted(annotations: &capi::StringMap, live: Option<&Value>) -> Option<String> {
+    let live = live.filter(|_| annotations.contains_key(names::CAPI_OK_TO_DELETE_ANNOTATION))?;
+    (live.get("reason").and_then(Value::as_str) == Some(reason::REMOVING)).then(|| {
+        let last = live.get("message").and_then(Value::as_str).unwrap_or_default();
+        format!(
+            "Cluster API let the deletion proceed ({}) while the Fleet workloads were still being removed (a failed BeforeClusterDelete call under failurePolicy: Ignore, or the extension unregistered): what Fleet deployed may be left behind; last progress: {last}",
+            names::CAPI_OK_TO_DELETE_ANNOTATION
+        )
+    })
 }
 
 /// The condition for `reason` with `message`.
@@ -229,15 +254,14 @@ pub fn event_for(
         reason::REMOVED => ("FleetWorkloadsRemoved", false),
         reason::SKIPPED => ("FleetWorkloadsRemovalSkipped", true),
         reason::TIMED_OUT => ("FleetWorkloadsRemovalTimedOut", true),
+        reason::INTERRUPTED => (reason::INTERRUPTED, true),
         _ => return None,
     };
     Some((event, warning, event_note(message)))
 }
 
-/// The writes reporting `reason` and `message` on the Cluster `live`: the `FleetWorkloadsRemoved`
-/// condition, applied only when it changes by its own field manager owning only that condition,
-/// and the Event of a change of its reason; none when the condition is absent and `always` is
-/// false.
+/// The writes reporting `reason` and `message` on the Cluster `live` ([`report_on`]); none when
+/// the condition is absent and `always` is false.
 pub fn report(
     live: &CapiCluster,
     reason: &str,
@@ -250,17 +274,40 @@ pub fn report(
     if current.is_none() && !always {
         return Vec::new();
     }
-    let wanted = condition(reason, message);
+    let (object, regarding) = (ObjectId::observed(live), live.object_ref(&()));
     let generation = live.metadata.generation;
+    report_on(
+        object,
+        &regarding,
+        (current, generation),
+        reason,
+        message,
+        now,
+    )
+}
+
+/// The writes reporting `reason` and `message` on the Cluster `object` whose condition is
+/// `current` (and generation `generation`): the `FleetWorkloadsRemoved` condition, applied only
+/// when it changes by its own field manager owning only that condition, and the Event of a
+/// change of its reason.
+pub fn report_on(
+    object: ObjectId,
+    regarding: &ObjectReference,
+    (current, generation): (Option<&Value>, Option<i64>),
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) -> Vec<Write> {
+    let wanted = condition(reason, message);
     let applied = capi::condition_to_apply(current, &wanted, generation, now).map(|condition| {
         Write::ApplyStatus {
-            object: ObjectId::observed(live),
             body: json!({
                 "apiVersion": "cluster.x-k8s.io/v1beta2",
                 "kind": "Cluster",
-                "metadata": {"name": live.metadata.name},
+                "metadata": {"name": object.name},
                 "status": {"conditions": [condition]},
             }),
+            object,
             manager: names::TEARDOWN_FIELD_MANAGER,
         }
     });
@@ -270,7 +317,7 @@ pub fn report(
         } else {
             EventType::Normal
         };
-        Write::event(&live.object_ref(&()), type_, event, "Deleting", note)
+        Write::event(regarding, type_, event, "Deleting", note)
     });
     applied.into_iter().chain(event).collect()
 }

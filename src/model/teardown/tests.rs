@@ -707,6 +707,12 @@ fn the_condition_and_its_events() {
             Some(("FleetWorkloadsRemovalTimedOut", true)),
         ),
         (Some(live(reason::TIMED_OUT)), reason::TIMED_OUT, None),
+        (
+            Some(live(reason::REMOVING)),
+            reason::INTERRUPTED,
+            Some(("FleetWorkloadsRemovalInterrupted", true)),
+        ),
+        (Some(live(reason::INTERRUPTED)), reason::INTERRUPTED, None),
     ];
     for (current, reason, want) in rows {
         let got = event_for(current.as_ref(), reason, "note");
@@ -796,4 +802,38 @@ fn the_report_writes_only_changes() {
         kinds(&skipped),
         ["condition", "FleetWorkloadsRemovalSkipped"]
     );
+}
+
+/// `ok-to-delete` (as Cluster API v1.11.11/v1.12.11 `MarkAsOkToDelete` writes it: an empty
+/// value) on a Cluster whose condition still says `Removing`: the removal was interrupted. Any
+/// other reason was written by our own answer before the deletion could proceed, and an
+/// interrupted one is said once.
+#[test]
+fn ok_to_delete_during_the_removal_is_an_interruption() {
+    let ok = annotations(&[(names::CAPI_OK_TO_DELETE_ANNOTATION, "")]);
+    let none = annotations(&[]);
+    let live = |reason: &str| {
+        json!({"type": "FleetWorkloadsRemoved", "status": "False", "reason": reason,
+               "message": "removing Fleet workloads: 1 of 2 BundleDeployments left: clusters/backup"})
+    };
+    let rows: [(&StringMap, Option<Value>, bool); 7] = [
+        (&ok, Some(live(reason::REMOVING)), true),
+        (&none, Some(live(reason::REMOVING)), false),
+        (&ok, Some(live(reason::REMOVED)), false),
+        (&ok, Some(live(reason::SKIPPED)), false),
+        (&ok, Some(live(reason::TIMED_OUT)), false),
+        (&ok, Some(live(reason::INTERRUPTED)), false),
+        (&ok, None, false),
+    ];
+    for (annotations, condition, want) in rows {
+        let got = interrupted(annotations, condition.as_ref());
+        assert_eq!(got.is_some(), want, "{annotations:?} {condition:?}");
+        if let Some(message) = got {
+            assert!(
+                message.contains("runtime.cluster.x-k8s.io/ok-to-delete")
+                    && message.ends_with("last progress: removing Fleet workloads: 1 of 2 BundleDeployments left: clusters/backup"),
+                "{message}"
+            );
+        }
+    }
 }
