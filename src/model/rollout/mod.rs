@@ -190,7 +190,9 @@ impl Hold {
 pub enum Progress {
     Ready,
     /// Some bundle is not ready yet: staged and not promoted (`OutOfSync`), not applied yet
-    /// (`WaitApplied`), new (`Pending`) or modified.
+    /// (`WaitApplied`: also an agent that is offline) or new (`Pending`). Drift (`Modified`: the
+    /// deployment applied, its resources changed on the cluster) is not a rollout and holds no
+    /// later wave.
     Rolling,
     /// Some bundle failed to apply (`ErrApplied`) or its resources are not ready (`NotReady`).
     Failing,
@@ -203,7 +205,7 @@ pub fn progress(status: Option<&ClusterStatus>) -> Progress {
     let n = |v: Option<i64>| v.unwrap_or(0);
     if n(s.err_applied) + n(s.not_ready) > 0 {
         Progress::Failing
-    } else if n(s.ready) < n(s.desired_ready) {
+    } else if n(s.ready) + n(s.modified) < n(s.desired_ready) {
         Progress::Rolling
     } else {
         Progress::Ready

@@ -425,8 +425,13 @@ fn progress_and_update_pending_from_fleet_summary() {
         serde_json::json!({"desiredReady": 2, "ready": 1, "errApplied": 1,
         "nonReadyResources": [{"name": "cni", "bundleState": "ErrApplied"}]}),
     );
+    let drifted = summary(
+        serde_json::json!({"desiredReady": 2, "ready": 1, "modified": 1,
+        "nonReadyResources": [{"name": "cni", "bundleState": "Modified"}]}),
+    );
     let cases = [
         (&ready, Progress::Ready, false),
+        (&drifted, Progress::Ready, false),
         (&pending, Progress::Rolling, true),
         (&waiting, Progress::Rolling, false),
         (&failing, Progress::Failing, false),
