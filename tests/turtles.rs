@@ -317,6 +317,47 @@ async fn a_finalizer_turtles_strips_is_put_back_three_times_then_left() {
     .await;
 }
 
+/// A removal whose reconcile fails (the re-adding PATCH answered 503) is reported and counted
+/// once, after the retry that succeeds: not counted without its Event, nor lost.
+#[tokio::test]
+async fn a_removal_whose_run_fails_is_reported_on_the_retry() {
+    use kube_sandbox::{FaultConfig, FaultRule, FaultTarget};
+    let h = imported().await;
+    let mut rule = FaultRule::fail(FaultTarget::Writes, 1.0, 503).for_resource("clusters");
+    rule.verbs = Some(vec!["PATCH".into()]);
+    h.sandbox.set_faults(FaultConfig {
+        rules: vec![rule],
+        ..Default::default()
+    });
+    // Stripped with a PUT, which the fault leaves through.
+    let api: kube::Api<CapiCluster> = kube::Api::namespaced(h.client.clone(), NS);
+    let mut cluster = api.get("c1").await.expect("cluster");
+    cluster.finalizers_mut().retain(|f| f != names::FINALIZER);
+    api.replace("c1", &Default::default(), &cluster)
+        .await
+        .expect("strip");
+    let failed = |r: &kube_sandbox::RequestRecord| {
+        common::from_manager(r) && r.resource == "clusters" && r.verb.as_str() == "PATCH"
+    };
+    eventually("the re-add failed", || async {
+        let count = h.sandbox.requests().count(|r| failed(r) && r.code == 503);
+        (count > 0).then_some(())
+    })
+    .await;
+    assert_eq!(metric(&h, "FinalizerRemoved"), None, "not counted yet");
+    h.sandbox.set_faults(FaultConfig::default());
+    h.wait_finalizer("put back on the retry", NS, "c1", true)
+        .await;
+    eventually("one Warning Event", || async {
+        (warnings(&h, "FinalizerRemoved").await == 1).then_some(())
+    })
+    .await;
+    assert_eq!(metric(&h, "FinalizerRemoved").as_deref(), Some("1"));
+    let condition = conflict_condition(&h).await.expect("condition");
+    let message = condition["message"].as_str().expect("message");
+    assert!(message.contains("put back (1 of 3 times)"), "{message}");
+}
+
 /// Turtles' fleet-integration took the Fleet Cluster (its finalizer on it): we release the
 /// Cluster, report it once, and no longer write the Fleet Cluster.
 #[tokio::test]
