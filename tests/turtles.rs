@@ -395,10 +395,11 @@ async fn a_fleet_cluster_under_turtles_fleet_integration_is_left_alone() {
 }
 
 /// The recipe of docs/installation.md "Under Rancher Turtles" against the release assets
-/// `hack/release-manifests.sh` builds: the CAPIProvider fetches our components under a name
-/// Rancher Prime's `addon-rancher-fleet` image override does not match, pins our image, names
-/// the FleetAddonConfig ConfigMap as Turtles' chart does; the ExtensionConfig, rewritten as the
-/// recipe says, points at the namespace Turtles installs into.
+/// `hack/release-manifests.sh` builds and Turtles' chart: self-contained (every object it names
+/// is in it, none of them one the chart renders, and so deletes with `addonFleet.enabled:
+/// false`), Turtles' FleetAddonConfig inside; the CAPIProvider fetches our components under a
+/// name Rancher Prime's `addon-rancher-fleet` image override does not match and pins our image;
+/// the release's ExtensionConfig names the recipe's namespace.
 #[test]
 fn the_turtles_recipe_matches_the_release_manifests() {
     use common::render::{documents, root};
@@ -425,19 +426,62 @@ fn the_turtles_recipe_matches_the_release_manifests() {
         .split("## Under Rancher Turtles")
         .nth(1)
         .expect("section");
-    let provider = common::guide::documents(section)
-        .into_iter()
+    let recipe = common::guide::documents(section);
+    let find = |kind: &str, namespace: Option<&str>, name: &str| {
+        recipe.iter().find(|o| {
+            o["kind"] == kind
+                && o["metadata"]["namespace"].as_str() == namespace
+                && o["metadata"]["name"] == name
+        })
+    };
+    let provider = (recipe.iter())
         .find(|o| o["kind"] == "CAPIProvider")
         .expect("the recipe's CAPIProvider");
-    let (spec, namespace) = (
-        &provider["spec"],
-        provider["metadata"]["namespace"].as_str(),
-    );
+    let spec = &provider["spec"];
+    let namespace = provider["metadata"]["namespace"]
+        .as_str()
+        .expect("namespace");
+
+    // Self-contained: each namespace, and the ConfigMap of `additionalManifests`, is in the recipe.
+    for object in &recipe {
+        if let Some(ns) = object["metadata"]["namespace"].as_str() {
+            assert!(find("Namespace", None, ns).is_some(), "Namespace {ns}");
+        }
+    }
+    let manifests = &spec["additionalManifests"];
+    let map_name = manifests["name"]
+        .as_str()
+        .expect("additionalManifests.name");
+    let map_namespace = manifests["namespace"].as_str().or(Some(namespace));
+    let map = find("ConfigMap", map_namespace, map_name).expect("the recipe's ConfigMap");
+    let text = map["data"]["manifests"].as_str().expect("manifests");
+    let inside: Vec<Value> = serde_yaml::Deserializer::from_str(text)
+        .map(|d| serde::Deserialize::deserialize(d).expect("YAML"))
+        .collect();
     assert_eq!(
-        namespace,
-        Some("fleet-addon-system"),
-        "where Turtles installs CAAPF"
+        inside,
+        [turtles_fleet_addon_config()],
+        "Turtles' FleetAddonConfig"
     );
+    // None of them is an object Turtles' chart renders (and helm deletes), or in its namespace.
+    let key = |o: &Value| {
+        (
+            o["kind"].clone(),
+            o["metadata"]["namespace"].clone(),
+            o["metadata"]["name"].clone(),
+        )
+    };
+    for chart in turtles_chart_objects() {
+        assert!(!recipe.iter().any(|o| key(o) == key(&chart)), "{chart}");
+        if chart["kind"] == "Namespace" {
+            let ns = &chart["metadata"]["name"];
+            assert!(
+                !recipe.iter().any(|o| &o["metadata"]["namespace"] == ns),
+                "in {ns}"
+            );
+        }
+    }
+
     assert_eq!(spec["type"], "addon");
     let name = spec["name"].as_str().expect("spec.name");
     assert_ne!(
@@ -461,28 +505,15 @@ fn the_turtles_recipe_matches_the_release_manifests() {
             "{default} in addon-components.yaml"
         );
     }
-    let turtles_map = turtles_chart_objects()
-        .into_iter()
-        .find(|o| o["kind"] == "ConfigMap")
-        .expect("Turtles' ConfigMap");
-    assert_eq!(
-        spec["additionalManifests"]["name"],
-        turtles_map["metadata"]["name"]
-    );
-    assert_eq!(
-        spec["additionalManifests"]["namespace"],
-        turtles_map["metadata"]["namespace"]
-    );
 
-    // The ExtensionConfig, rewritten as the recipe's `sed`.
-    let extension = read("runtime-extension.yaml").replace("caapf-system", "fleet-addon-system");
-    let objects = documents(&extension);
+    // The release's ExtensionConfig, unchanged, points at the recipe's namespace.
+    let objects = documents(&read("runtime-extension.yaml"));
     let config = objects
         .iter()
         .find(|o| o["kind"] == "ExtensionConfig")
         .expect("ExtensionConfig");
     let service = &config["spec"]["clientConfig"]["service"];
-    assert_eq!(service["namespace"], "fleet-addon-system");
+    assert_eq!(service["namespace"], namespace);
     let service_name = service["name"].as_str().expect("service name");
     assert!(
         components.contains(&format!("name: {service_name}")),
@@ -492,10 +523,10 @@ fn the_turtles_recipe_matches_the_release_manifests() {
         config["metadata"]["annotations"]["runtime.cluster.x-k8s.io/inject-ca-from-secret"]
             .as_str()
             .expect("CA injection");
-    assert!(inject.starts_with("fleet-addon-system/"), "{inject}");
+    assert!(inject.starts_with(&format!("{namespace}/")), "{inject}");
     let binding = objects
         .iter()
         .find(|o| o["kind"] == "ClusterRoleBinding")
         .expect("binding");
-    assert_eq!(binding["subjects"][0]["namespace"], "fleet-addon-system");
+    assert_eq!(binding["subjects"][0]["namespace"], namespace);
 }
