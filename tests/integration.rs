@@ -50,4 +50,5 @@ mod structure;
 mod teardown;
 mod turtles;
 mod upgrade_steps;
+mod upgrade_waves;
 mod watch_list;

@@ -687,7 +687,7 @@ async fn hooks_scenario(rbac: Vec<Value>) -> Vec<RequestRecord> {
         .expect("credentials secret");
     h.flags.helm_binary = fleet_common::helm_bin().display().to_string();
     h.config(&format!(
-        "cluster: {{agentInitiated: true, setOwnerReferences: true}}\n\
+        "cluster: {{agentInitiated: true, setOwnerReferences: true, rollout: {{waves: [canary, rest], kubernetesUpgrades: true}}}}\n\
          runtimeExtension: {{beforeClusterUpgrade: {{waitForBundlesReady: true}}, beforeClusterDelete: {{removeWorkloads: true}}, agentChartRepository: \"{}\", \
          agentChartCredentials: {{secret: {{name: agent-pull, namespace: team-a}}}}}}",
         registry.url()
@@ -872,7 +872,8 @@ async fn hooks_scenario(rbac: Vec<Value>) -> Vec<RequestRecord> {
         || async { tokens.get_opt("c2").await.expect("get").map(|_| ()) },
     )
     .await;
-    // Upgrade gate: the registered Fleet Cluster's BundleDeployments are listed.
+    // Upgrade gate: the Clusters of the namespace are listed (c1 is of the later wave `rest`),
+    // and the registered Fleet Cluster's BundleDeployments.
     Api::<DynamicObject>::namespaced_with(
         h.client.clone(),
         "team-a",
@@ -890,6 +891,14 @@ async fn hooks_scenario(rbac: Vec<Value>) -> Vec<RequestRecord> {
     .await
     .expect("registered");
     call(Hook::BeforeClusterUpgrade).await;
+    let waves_listed = |r: &RequestRecord| {
+        r.verb == Verb::List && r.resource == "clusters" && r.namespace == "team-a"
+    };
+    let requests = h.sandbox.requests().all();
+    assert!(
+        requests.iter().any(waves_listed),
+        "no LIST of team-a's Clusters"
+    );
     call(Hook::BeforeClusterDelete).await;
 
     // Teardown before deletion (docs/lifecycle.md): the agent checked in (the Fleet Cluster the

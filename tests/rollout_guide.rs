@@ -21,6 +21,7 @@ use common::fleet_walk::{self, Fleet};
 use common::guide::{apply, documents};
 use common::{Harness, eventually};
 use fleet_api_rs::fleet_clustergroup::ClusterGroup;
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
@@ -133,6 +134,19 @@ fn resource(kind: &str) -> ApiResource {
         _ => ("cluster.x-k8s.io", "v1beta2", kind, "clusters"),
     };
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+/// Waits until `status.rollout` counts every wave ready, none held: the waves settled.
+async fn wait_settled(h: &Harness) {
+    eventually("status.rollout: every wave ready, none held", || async {
+        let rollout = h.addon_config().await?.status?.rollout?;
+        let waves = rollout.waves.iter();
+        let counts: Vec<_> = waves
+            .map(|w| (w.name.as_str(), w.clusters, w.held, w.ready))
+            .collect();
+        (counts == WAVES.map(|w| (w, 4, 0, 4))).then_some(())
+    })
+    .await;
 }
 
 /// Calls an upgrade hook for `name` through the manager's hooks, as Cluster API v1.12 sends it
@@ -486,19 +500,37 @@ async fn the_guide_rolls_a_helmop_out_in_three_waves() {
     fleet
         .play_until(&h, "everything updated", &WAVES, all)
         .await;
+    // A manual hold on the ClusterClass holds all its Clusters; removing it resumes. (Once the
+    // waves settled: their last change reconciles every Cluster of the class anyway.)
+    wait_settled(&h).await;
+    merge(&h, &class, "quick-start", hold(json!("freeze"))).await;
+    wait_holds(&h, "the class held by hand", &names, |_| Some("Manual")).await;
+    fleet.id = "3.12.5".into();
+    fleet.stays(&h, "nothing moves in a held class").await;
+    assert!(fleet.promoted().is_empty());
+    merge(&h, &class, "quick-start", hold(Value::Null)).await;
+    fleet
+        .play_until(&h, "everything updated", &WAVES, all)
+        .await;
     merge(&h, &class, "quick-start", release(Value::Null)).await;
     wait_held(&h, "early-3", "NotHeld", "").await;
 
     // status.rollout counts the waves, none held after the release was removed.
-    eventually("status.rollout: every wave ready, none held", || async {
-        let rollout = h.addon_config().await?.status?.rollout?;
-        let waves: Vec<_> = rollout
-            .waves
-            .iter()
-            .map(|w| (w.name.as_str(), w.clusters, w.held, w.ready))
-            .collect();
-        (waves == WAVES.map(|w| (w, 4, 0, 4))).then_some(())
-    })
+    wait_settled(&h).await;
+    // Holds and releases are Events on the Cluster (kube-runtime's Recorder makes one Event
+    // per reason and Cluster, its first note, counting the repeats as a series).
+    eventually(
+        "Events RolloutHeld and RolloutReleased on early-3",
+        || async {
+            let events: Vec<Event> = h.list(NS).await;
+            let on = |e: &Event| e.regarding.as_ref()?.name.clone();
+            let reasons: BTreeSet<&str> = (events.iter())
+                .filter(|e| on(e).as_deref() == Some("early-3"))
+                .filter_map(|e| e.reason.as_deref())
+                .collect();
+            (reasons.contains("RolloutHeld") && reasons.contains("RolloutReleased")).then_some(())
+        },
+    )
     .await;
     h.stop().await;
 }

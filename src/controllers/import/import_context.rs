@@ -50,7 +50,7 @@ pub struct ImportContext {
     /// The rollout waves of every class, as the status writer last counted them.
     pub rollout_gates: std::sync::RwLock<crate::model::rollout::Gates>,
     /// What the rollout lint read and published of each Bundle.
-    pub bundle_lint: super::rollout_lint::LintMemory,
+    pub bundle_lint: crate::model::rollout::strategy::LintMemory,
 }
 
 impl ImportContext {

@@ -4,8 +4,7 @@
 //! bodies hold every manifest); a Bundle is read when its generation is new to us, and each
 //! finding is published once per Bundle generation, so Fleet's status writes cost no Event.
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
@@ -17,7 +16,7 @@ use super::import_context::ImportContext;
 use crate::Result;
 use crate::controllers::r#move::FleetBundle;
 use crate::model::plan::{Plan, Write};
-use crate::model::rollout::strategy::{BundleTargets, Labels, lint};
+use crate::model::rollout::strategy::{BundleTargets, Labels, Linted, lint};
 use crate::model::rollout::walk::Strategy;
 use crate::names;
 
@@ -25,17 +24,6 @@ pub const CONTROLLER: &str = "bundle-lint";
 
 /// Reason of the lint's Warning Events.
 pub const REASON: &str = "RolloutStrategyLint";
-
-/// What was read of one Bundle generation, and the findings published for it.
-#[derive(Default)]
-pub struct Linted {
-    generation: Option<i64>,
-    read: Option<std::result::Result<(Strategy, BundleTargets), String>>,
-    published: BTreeSet<String>,
-}
-
-/// By Bundle UID.
-pub type LintMemory = Mutex<HashMap<String, Linted>>;
 
 pub async fn reconcile(
     bundle: Arc<PartialObjectMeta<FleetBundle>>,

@@ -4,21 +4,26 @@
 //! step until Fleet's bundles are ready for it. What to record and when to hold is decided in
 //! [`crate::model::upgrade_steps`]; `spec.runtimeExtension.beforeClusterUpgrade
 //! .waitForBundlesReady` is the same gate at BeforeClusterUpgrade over the bundles as they are,
-//! answered as before ([`crate::model::hook_plan::upgrade_answer`]).
+//! answered as before ([`crate::model::hook_plan::upgrade_answer`]). Before them, with
+//! `spec.cluster.rollout.kubernetesUpgrades`, BeforeClusterUpgrade waits for the earlier rollout
+//! waves of the Cluster's class ([`crate::model::rollout::upgrades`]).
 
 use fleet_api_rs::fleet_cluster::Cluster as FleetCluster;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::Api;
+use kube::api::{Api, ListParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::events::EventType;
 use serde_json::json;
 
 use crate::hooks::cluster::ClusterInfo;
-use crate::hooks::handlers::api::{bundle_deployments, get_opt, namespace_labels};
+use crate::hooks::handlers::api::{api_retry, bundle_deployments, get_opt, namespace_labels};
 use crate::hooks::hook_context::HookContext;
 use crate::hooks::types::LifecycleRequest;
 use crate::model::config::EffectiveConfig;
 use crate::model::hook_plan::{self as plan, HookImport, HookOutcome};
 use crate::model::plan::{ObjectId, Write};
+use crate::model::rollout::Rollout;
+use crate::model::rollout::upgrades::{self, Peer};
 use crate::model::selection::WatchScope;
 use crate::model::upgrade_steps::{
     GateSettings, StepRequest, UpgradeHook, UpgradeStep, gate_before_bundles, gate_bundles,
@@ -36,6 +41,11 @@ pub async fn upgrade_step(
     let Some(config) = ctx.base.config() else {
         return plan::config_not_read();
     };
+    if hook == UpgradeHook::BeforeClusterUpgrade
+        && let Some(held) = wave_wait(ctx, cluster, request, &config).await
+    {
+        return held;
+    }
     // Create-only Fleet Clusters (CAAPF's `patchResource: false`) never show a step.
     let told = config.cluster.as_ref().is_some_and(|i| i.patch_resource);
     let settings = gate_settings(&config.runtime_extension, hook, told, &cluster.annotations);
@@ -166,6 +176,47 @@ async fn step(
     } else {
         gate_bundles(&step, &fleet_key, &deployments)
     })
+}
+
+/// The hold of the rollout waves (`spec.cluster.rollout.kubernetesUpgrades`), before the bundle
+/// gates: one LIST of the Clusters that may share the class, only for a Cluster of a later wave
+/// ([`upgrades::wait`]): the namespace the provider watches, else the Cluster's own when its
+/// class is there, else all (a class of another namespace is shared across namespaces).
+async fn wave_wait(
+    ctx: &HookContext,
+    cluster: &ClusterInfo,
+    request: &LifecycleRequest,
+    config: &EffectiveConfig,
+) -> Option<HookOutcome> {
+    let rollout = config.cluster.as_ref().and_then(|c| c.rollout.as_ref());
+    let later = |r: &&Rollout| r.kubernetes_upgrades && r.wave_of(cluster).0 > 0;
+    rollout.filter(later)?;
+    let target = request.to_kubernetes_version.as_deref()?;
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Cluster"),
+        "clusters",
+    );
+    let own = cluster.class.as_ref()?.namespace == cluster.namespace;
+    let scope = ctx.base.flags.watch_namespace();
+    let scope = scope.or(own.then_some(cluster.namespace.as_str()));
+    let client = ctx.base.client.clone();
+    let api: Api<DynamicObject> = match scope {
+        Some(ns) => Api::namespaced_with(client, ns, &resource),
+        None => Api::all_with(client, &resource),
+    };
+    let listed = match api.list(&ListParams::default()).await {
+        Ok(listed) => listed,
+        Err(err) => {
+            let ns = scope.unwrap_or_default();
+            return Some(api_retry("listing Clusters in", ns, "", &err.into()));
+        }
+    };
+    let peers: Vec<Peer> = listed
+        .items
+        .into_iter()
+        .filter_map(|c| Peer::from_json(serde_json::to_value(c).ok()?))
+        .collect();
+    upgrades::wait(rollout, cluster, target, &peers, Timestamp::now())
 }
 
 /// The live BundleDeployments of the Fleet Cluster the gate waits for.

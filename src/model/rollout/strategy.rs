@@ -2,7 +2,8 @@
 //! a FleetAddonConfig ([`for_config`]), and the lint of the strategies Bundles carry ([`lint`]),
 //! over the clusters a Bundle targets ([`BundleTargets`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Mutex;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -139,6 +140,17 @@ impl BundleTargets {
         first.is_some_and(|(_, skip)| !skip)
     }
 }
+
+/// What the lint controller read of one Bundle generation, and the findings it published for it.
+#[derive(Default)]
+pub struct Linted {
+    pub generation: Option<i64>,
+    pub read: Option<Result<(Strategy, BundleTargets), String>>,
+    pub published: BTreeSet<String>,
+}
+
+/// The lint's memory, by Bundle UID.
+pub type LintMemory = Mutex<HashMap<String, Linted>>;
 
 /// The findings of the lint on a Bundle's `strategy` over the Fleet Clusters we own that it
 /// deploys to (`clusters`: name and labels), each a sentence: a partition that cannot gate

@@ -20,7 +20,7 @@ use crate::names;
 /// The longest `retryAfterSeconds` during a soak: asked again when the soak ends, or sooner.
 pub const MAX_SOAK_RETRY: u64 = 600;
 
-/// Another Cluster, as listed: its view and its `status`.
+/// Another Cluster, as listed (`cluster.x-k8s.io/v1beta2`): its view and its `status`.
 #[derive(Clone, Debug)]
 pub struct Peer {
     pub view: ClusterView,
@@ -99,17 +99,13 @@ fn blocker(
         let at = version.unwrap_or_default();
         return Some((format!("is upgrading to {at}"), RETRY_UPGRADE));
     }
-    let v1beta1 = peer.status.get("v1beta2");
-    let condition = |type_: &str| {
-        live_condition(Some(&peer.status), type_).or_else(|| live_condition(v1beta1, type_))
-    };
     let mut since = None;
     for type_ in [
         TOPOLOGY_RECONCILED,
         names::FLEET_READY_CONDITION,
         "Available",
     ] {
-        let found = condition(type_);
+        let found = live_condition(Some(&peer.status), type_);
         let field = |name: &str| found.and_then(|c| c.get(name)).and_then(Value::as_str);
         if field("status") != Some("True") {
             let reason = field("reason")
