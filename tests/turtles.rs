@@ -490,12 +490,26 @@ fn the_turtles_recipe_matches_the_release_manifests() {
     );
     let label = format!("cluster.x-k8s.io/provider: addon-{name}");
     assert!(components.contains(&label), "the components carry {label}");
+    // Prime's image overrides (keyed by manifest label, or `all`) miss ours: CAAPF_IMAGE would
+    // not survive one, clusterctl substitutes variables before it applies the overrides.
+    let images: serde_json::Map<String, Value> = serde_yaml::from_str(include_str!(
+        "fixtures/turtles/config-prime-images-v0.27.0.yaml"
+    ))
+    .expect("images");
+    assert!(images.contains_key("addon-rancher-fleet"), "the fixture");
+    for key in [format!("addon-{name}"), "all".into()] {
+        assert!(!images.contains_key(&key), "Prime overrides {key}");
+    }
+    // clusterctl's GitHub form (cluster-api v1.13.3 repository_github.go NewGitHubRepository):
+    // https://github.com/<owner>/<repo>/releases/<version or latest>/<file>.
     let version = spec["version"].as_str().expect("version");
     let url = spec["fetchConfig"]["url"]
         .as_str()
         .expect("fetchConfig.url");
+    let path = url.strip_prefix("https://github.com/").unwrap_or_default();
+    let segments: Vec<&str> = path.split('/').collect();
     assert!(
-        url.ends_with(&format!("/{version}/addon-components.yaml")),
+        matches!(segments[..], [_, _, "releases", v, "addon-components.yaml"] if v == version || v == "latest"),
         "{url}"
     );
     for (variable, value) in spec["variables"].as_object().expect("variables") {
