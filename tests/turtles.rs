@@ -317,6 +317,47 @@ async fn a_finalizer_turtles_strips_is_put_back_three_times_then_left() {
     .await;
 }
 
+/// A removal whose reconcile fails (the re-adding PATCH answered 503) is reported and counted
+/// once, after the retry that succeeds: not counted without its Event, nor lost.
+#[tokio::test]
+async fn a_removal_whose_run_fails_is_reported_on_the_retry() {
+    use kube_sandbox::{FaultConfig, FaultRule, FaultTarget};
+    let h = imported().await;
+    let mut rule = FaultRule::fail(FaultTarget::Writes, 1.0, 503).for_resource("clusters");
+    rule.verbs = Some(vec!["PATCH".into()]);
+    h.sandbox.set_faults(FaultConfig {
+        rules: vec![rule],
+        ..Default::default()
+    });
+    // Stripped with a PUT, which the fault leaves through.
+    let api: kube::Api<CapiCluster> = kube::Api::namespaced(h.client.clone(), NS);
+    let mut cluster = api.get("c1").await.expect("cluster");
+    cluster.finalizers_mut().retain(|f| f != names::FINALIZER);
+    api.replace("c1", &Default::default(), &cluster)
+        .await
+        .expect("strip");
+    let failed = |r: &kube_sandbox::RequestRecord| {
+        common::from_manager(r) && r.resource == "clusters" && r.verb.as_str() == "PATCH"
+    };
+    eventually("the re-add failed", || async {
+        let count = h.sandbox.requests().count(|r| failed(r) && r.code == 503);
+        (count > 0).then_some(())
+    })
+    .await;
+    assert_eq!(metric(&h, "FinalizerRemoved"), None, "not counted yet");
+    h.sandbox.set_faults(FaultConfig::default());
+    h.wait_finalizer("put back on the retry", NS, "c1", true)
+        .await;
+    eventually("one Warning Event", || async {
+        (warnings(&h, "FinalizerRemoved").await == 1).then_some(())
+    })
+    .await;
+    assert_eq!(metric(&h, "FinalizerRemoved").as_deref(), Some("1"));
+    let condition = conflict_condition(&h).await.expect("condition");
+    let message = condition["message"].as_str().expect("message");
+    assert!(message.contains("put back (1 of 3 times)"), "{message}");
+}
+
 /// Turtles' fleet-integration took the Fleet Cluster (its finalizer on it): we release the
 /// Cluster, report it once, and no longer write the Fleet Cluster.
 #[tokio::test]
@@ -354,10 +395,11 @@ async fn a_fleet_cluster_under_turtles_fleet_integration_is_left_alone() {
 }
 
 /// The recipe of docs/installation.md "Under Rancher Turtles" against the release assets
-/// `hack/release-manifests.sh` builds: the CAPIProvider fetches our components under a name
-/// Rancher Prime's `addon-rancher-fleet` image override does not match, pins our image, names
-/// the FleetAddonConfig ConfigMap as Turtles' chart does; the ExtensionConfig, rewritten as the
-/// recipe says, points at the namespace Turtles installs into.
+/// `hack/release-manifests.sh` builds and Turtles' chart: self-contained (every object it names
+/// is in it, none of them one the chart renders, and so deletes with `addonFleet.enabled:
+/// false`), Turtles' FleetAddonConfig inside; the CAPIProvider fetches our components under a
+/// name Rancher Prime's `addon-rancher-fleet` image override does not match and pins our image;
+/// the release's ExtensionConfig names the recipe's namespace.
 #[test]
 fn the_turtles_recipe_matches_the_release_manifests() {
     use common::render::{documents, root};
@@ -384,19 +426,62 @@ fn the_turtles_recipe_matches_the_release_manifests() {
         .split("## Under Rancher Turtles")
         .nth(1)
         .expect("section");
-    let provider = common::guide::documents(section)
-        .into_iter()
+    let recipe = common::guide::documents(section);
+    let find = |kind: &str, namespace: Option<&str>, name: &str| {
+        recipe.iter().find(|o| {
+            o["kind"] == kind
+                && o["metadata"]["namespace"].as_str() == namespace
+                && o["metadata"]["name"] == name
+        })
+    };
+    let provider = (recipe.iter())
         .find(|o| o["kind"] == "CAPIProvider")
         .expect("the recipe's CAPIProvider");
-    let (spec, namespace) = (
-        &provider["spec"],
-        provider["metadata"]["namespace"].as_str(),
-    );
+    let spec = &provider["spec"];
+    let namespace = provider["metadata"]["namespace"]
+        .as_str()
+        .expect("namespace");
+
+    // Self-contained: each namespace, and the ConfigMap of `additionalManifests`, is in the recipe.
+    for object in &recipe {
+        if let Some(ns) = object["metadata"]["namespace"].as_str() {
+            assert!(find("Namespace", None, ns).is_some(), "Namespace {ns}");
+        }
+    }
+    let manifests = &spec["additionalManifests"];
+    let map_name = manifests["name"]
+        .as_str()
+        .expect("additionalManifests.name");
+    let map_namespace = manifests["namespace"].as_str().or(Some(namespace));
+    let map = find("ConfigMap", map_namespace, map_name).expect("the recipe's ConfigMap");
+    let text = map["data"]["manifests"].as_str().expect("manifests");
+    let inside: Vec<Value> = serde_yaml::Deserializer::from_str(text)
+        .map(|d| serde::Deserialize::deserialize(d).expect("YAML"))
+        .collect();
     assert_eq!(
-        namespace,
-        Some("fleet-addon-system"),
-        "where Turtles installs CAAPF"
+        inside,
+        [turtles_fleet_addon_config()],
+        "Turtles' FleetAddonConfig"
     );
+    // None of them is an object Turtles' chart renders (and helm deletes), or in its namespace.
+    let key = |o: &Value| {
+        (
+            o["kind"].clone(),
+            o["metadata"]["namespace"].clone(),
+            o["metadata"]["name"].clone(),
+        )
+    };
+    for chart in turtles_chart_objects() {
+        assert!(!recipe.iter().any(|o| key(o) == key(&chart)), "{chart}");
+        if chart["kind"] == "Namespace" {
+            let ns = &chart["metadata"]["name"];
+            assert!(
+                !recipe.iter().any(|o| &o["metadata"]["namespace"] == ns),
+                "in {ns}"
+            );
+        }
+    }
+
     assert_eq!(spec["type"], "addon");
     let name = spec["name"].as_str().expect("spec.name");
     assert_ne!(
@@ -405,12 +490,26 @@ fn the_turtles_recipe_matches_the_release_manifests() {
     );
     let label = format!("cluster.x-k8s.io/provider: addon-{name}");
     assert!(components.contains(&label), "the components carry {label}");
+    // Prime's image overrides (keyed by manifest label, or `all`) miss ours: CAAPF_IMAGE would
+    // not survive one, clusterctl substitutes variables before it applies the overrides.
+    let images: serde_json::Map<String, Value> = serde_yaml::from_str(include_str!(
+        "fixtures/turtles/config-prime-images-v0.27.0.yaml"
+    ))
+    .expect("images");
+    assert!(images.contains_key("addon-rancher-fleet"), "the fixture");
+    for key in [format!("addon-{name}"), "all".into()] {
+        assert!(!images.contains_key(&key), "Prime overrides {key}");
+    }
+    // clusterctl's GitHub form (cluster-api v1.13.3 repository_github.go NewGitHubRepository):
+    // https://github.com/<owner>/<repo>/releases/<version or latest>/<file>.
     let version = spec["version"].as_str().expect("version");
     let url = spec["fetchConfig"]["url"]
         .as_str()
         .expect("fetchConfig.url");
+    let path = url.strip_prefix("https://github.com/").unwrap_or_default();
+    let segments: Vec<&str> = path.split('/').collect();
     assert!(
-        url.ends_with(&format!("/{version}/addon-components.yaml")),
+        matches!(segments[..], [_, _, "releases", v, "addon-components.yaml"] if v == version || v == "latest"),
         "{url}"
     );
     for (variable, value) in spec["variables"].as_object().expect("variables") {
@@ -420,28 +519,15 @@ fn the_turtles_recipe_matches_the_release_manifests() {
             "{default} in addon-components.yaml"
         );
     }
-    let turtles_map = turtles_chart_objects()
-        .into_iter()
-        .find(|o| o["kind"] == "ConfigMap")
-        .expect("Turtles' ConfigMap");
-    assert_eq!(
-        spec["additionalManifests"]["name"],
-        turtles_map["metadata"]["name"]
-    );
-    assert_eq!(
-        spec["additionalManifests"]["namespace"],
-        turtles_map["metadata"]["namespace"]
-    );
 
-    // The ExtensionConfig, rewritten as the recipe's `sed`.
-    let extension = read("runtime-extension.yaml").replace("caapf-system", "fleet-addon-system");
-    let objects = documents(&extension);
+    // The release's ExtensionConfig, unchanged, points at the recipe's namespace.
+    let objects = documents(&read("runtime-extension.yaml"));
     let config = objects
         .iter()
         .find(|o| o["kind"] == "ExtensionConfig")
         .expect("ExtensionConfig");
     let service = &config["spec"]["clientConfig"]["service"];
-    assert_eq!(service["namespace"], "fleet-addon-system");
+    assert_eq!(service["namespace"], namespace);
     let service_name = service["name"].as_str().expect("service name");
     assert!(
         components.contains(&format!("name: {service_name}")),
@@ -451,10 +537,10 @@ fn the_turtles_recipe_matches_the_release_manifests() {
         config["metadata"]["annotations"]["runtime.cluster.x-k8s.io/inject-ca-from-secret"]
             .as_str()
             .expect("CA injection");
-    assert!(inject.starts_with("fleet-addon-system/"), "{inject}");
+    assert!(inject.starts_with(&format!("{namespace}/")), "{inject}");
     let binding = objects
         .iter()
         .find(|o| o["kind"] == "ClusterRoleBinding")
         .expect("binding");
-    assert_eq!(binding["subjects"][0]["namespace"], "fleet-addon-system");
+    assert_eq!(binding["subjects"][0]["namespace"], namespace);
 }

@@ -315,8 +315,13 @@ pub fn plan(observed: &Observed, config: &EffectiveConfig) -> Result<Plan> {
         .iter()
         .position(|w| matches!(w, Write::Finalizer { .. }));
     let at = at.map_or(0, |i| i + 1);
+    // The conflict's Event last: sent once every write before it is done, so a failed run
+    // sends it on its retry (the controller keeps what it observed only then), not twice.
+    let (events, conditions): (Vec<Write>, Vec<Write>) =
+        (o.conflict().into_iter()).partition(|w| matches!(w, Write::Event { .. }));
     plan.writes
-        .splice(at..at, o.conflict().into_iter().chain(o.interrupted()));
+        .splice(at..at, conditions.into_iter().chain(o.interrupted()));
+    plan.writes.extend(events);
     Ok(plan)
 }
 

@@ -1425,13 +1425,13 @@ fn turtles_conflicts() {
             vec![format!("apply status {capi}")],
         ),
         (
-            "first removal: put back, reported",
+            "first removal: put back, reported last (a failed write before it sends it on the retry)",
             observed(&defaults, json!({}), None, None),
             vec![
                 format!("add finalizer {capi}"),
                 format!("apply status {capi}"),
-                "event FinalizerRemoved on Cluster c1".into(),
                 format!("apply {fleet}"),
+                "event FinalizerRemoved on Cluster c1".into(),
             ],
         ),
         (
@@ -1439,8 +1439,8 @@ fn turtles_conflicts() {
             observed(&defaults, json!({}), None, None),
             vec![
                 format!("apply status {capi}"),
-                "event FinalizerRemoved on Cluster c1".into(),
                 format!("apply {fleet}"),
+                "event FinalizerRemoved on Cluster c1".into(),
             ],
         ),
         (

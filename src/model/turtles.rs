@@ -1,7 +1,8 @@
 //! Living beside Rancher Turtles (docs/migration.md "Beside Rancher Turtles"), pure.
 //!
-//! - Turtles v0.27.0 removes our finalizer from every CAPI Cluster it imports while its
-//!   `use-caapf` feature gate is false, its default (rancher/turtles v0.27.0
+//! - Turtles from v0.26.1 (Rancher 2.14.x; commit d029c945 "fix: remove addon finalizer")
+//!   removes our finalizer from every CAPI Cluster it imports while its `use-caapf` feature gate
+//!   is false, its default (rancher/turtles v0.26.1 to v0.27.0
 //!   `internal/controllers/import_controller.go` `reconcileExternalFleetManagement`, gate in
 //!   `feature/feature.go`), and Rancher deploys its own agent. Put back each time, the two
 //!   controllers would fight on every change: it is put back [`MAX_FINALIZER_READDS`] times,
@@ -111,7 +112,7 @@ impl Conflict {
                     )
                 };
                 format!(
-                    "Finalizer {fin} was removed by another controller, {done}. Rancher Turtles (v0.27.0 and later) removes it while its use-caapf feature gate is false, its default, and lets Rancher deploy a second Fleet agent: set the rancher-turtles chart value features.use-caapf.enabled=true, then add the finalizer back (docs/migration.md)"
+                    "Finalizer {fin} was removed by another controller, {done}. Rancher Turtles (v0.26.1 and later) removes it while its use-caapf feature gate is false, its default, and lets Rancher deploy a second Fleet agent: set the rancher-turtles chart value features.use-caapf.enabled=true, then add the finalizer back (docs/migration.md)"
                 )
             }
             Conflict::TurtlesFleetIntegration => format!(
@@ -161,14 +162,16 @@ pub fn condition_write(
 pub const TURTLES_API_GROUP: &str = "turtles-capi.cattle.io";
 
 /// The warning due when Turtles is installed (`turtles`) and `config` puts Fleet agents into the
-/// namespace Turtles deletes on every cluster it imports (rancher/turtles v0.18.0 to v0.27.0
-/// `internal/controllers/helpers.go` `removeFleetNamespace`: [`names::DEFAULT_AGENT_NAMESPACE`]).
+/// namespace Turtles deletes, [`names::DEFAULT_AGENT_NAMESPACE`] (rancher/turtles v0.18.0 to
+/// v0.27.0 `internal/controllers/helpers.go` `removeFleetNamespace`): only on clusters whose
+/// Rancher cluster lacks `cluster-api.cattle.io/fleet-namespace-migrated`, which Turtles sets on
+/// every Rancher cluster it creates since v0.18.0, so those it created before and never migrated.
 pub fn agent_namespace_warning(turtles: bool, config: &EffectiveConfig) -> Option<String> {
     let import = config.cluster.as_ref().filter(|_| turtles)?;
     let namespace = import.agent.agent_namespace.as_deref();
     (namespace == Some(names::DEFAULT_AGENT_NAMESPACE)).then(|| {
         format!(
-            "Rancher Turtles is installed and Fleet agents go to namespace {}, which Turtles deletes on the clusters it imports: set spec.cluster.agentNamespace: cattle-fleet-system (docs/migration.md)",
+            "Rancher Turtles is installed and Fleet agents go to namespace {}, which Turtles deletes on imported clusters it created before v0.18.0 and never migrated: set spec.cluster.agentNamespace: cattle-fleet-system (docs/migration.md)",
             names::DEFAULT_AGENT_NAMESPACE
         )
     })

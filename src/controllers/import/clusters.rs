@@ -62,20 +62,20 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
         .writes
         .iter()
         .any(|w| matches!(w, Write::Finalizer { add: true, .. }));
-    for write in &plan.writes {
-        if let Write::Event { reason, .. } = write
-            && [FINALIZER_REMOVED, TURTLES_FLEET_INTEGRATION].contains(reason)
-        {
-            ctx.base
-                .metrics
-                .conflicts
-                .get_or_create(&ReasonLabels { reason })
-                .inc();
-        }
-    }
+    let conflicts: Vec<&'static str> = (plan.writes.iter())
+        .filter_map(|w| match w {
+            Write::Event { reason, .. } => Some(*reason),
+            _ => None,
+        })
+        .filter(|reason| [FINALIZER_REMOVED, TURTLES_FLEET_INTEGRATION].contains(reason))
+        .collect();
     let action = ctx.run(plan).await?;
-    if adds {
-        ctx.finalizers.added(&observed.view.uid);
+    // Only now: a failed run observes the removal again, and its retry reports and counts it.
+    let uid = &observed.view.uid;
+    (ctx.finalizers).keep(uid, observed.conflicts.finalizer, adds);
+    for reason in conflicts {
+        let conflicts = &ctx.base.metrics.conflicts;
+        conflicts.get_or_create(&ReasonLabels { reason }).inc();
     }
     if let Some(Bootstrap::Replace { token_uid, .. }) = observed.import.map(|i| i.bootstrap) {
         ctx.bootstrap_tokens

@@ -242,21 +242,28 @@ impl BootstrapTokens {
 
 impl PerCluster<FinalizerMemory> {
     /// [`FinalizerMemory::observe`] for the Cluster `uid` while the import manages it (`managed`);
-    /// forgotten when it does not.
+    /// forgotten when it does not. Kept only by [`Self::keep`] once the plan ran, so a removal
+    /// whose run failed is seen, reported and counted again on the retry.
     pub(super) fn observe(&self, uid: &str, has: bool, managed: bool) -> (FinalizerMemory, bool) {
         let mut all = self.lock();
         if !managed {
             all.remove(uid);
             return Default::default();
         }
-        let (memory, removed) = all.get(uid).copied().unwrap_or_default().observe(has);
-        all.insert(uid.to_string(), memory);
-        (memory, removed)
+        all.get(uid).copied().unwrap_or_default().observe(has)
     }
 
-    /// We added our finalizer to the Cluster `uid`.
-    pub(super) fn added(&self, uid: &str) {
-        self.lock().entry(uid.to_string()).or_default().on = true;
+    /// Keeps `memory` for the Cluster `uid` after its plan ran (`added`: it added our finalizer).
+    pub(super) fn keep(&self, uid: &str, memory: FinalizerMemory, added: bool) {
+        let memory = FinalizerMemory {
+            on: memory.on || added,
+            ..memory
+        };
+        let mut all = self.lock();
+        match memory == FinalizerMemory::default() {
+            true => all.remove(uid),
+            false => all.insert(uid.to_string(), memory),
+        };
     }
 }
 
