@@ -33,19 +33,8 @@ use crate::names;
 
 /// BeforeClusterDelete.
 pub async fn before_cluster_delete(ctx: &HookContext, cluster: &ClusterInfo) -> HookOutcome {
-    // A Cluster moved into itself (docs/self-managed.md): its Fleet Cluster, token and bootstrap
-    // Secret now serve the self-managed cluster; deleting the source copy keeps them.
-    if crate::model::move_state::is_moved(&cluster.annotations) {
-        return HookOutcome::ok();
-    }
     let config = ctx.base.config();
     let now = Timestamp::now();
-    let decided = teardown::mode(
-        &cluster.annotations,
-        cluster.deleted_at,
-        config.as_deref().map(|c| &c.runtime_extension.teardown),
-        now,
-    );
     let secret_known = ctx
         .bootstrap_secrets
         .known_present(&cluster.namespace, &cluster.name);
@@ -56,7 +45,29 @@ pub async fn before_cluster_delete(ctx: &HookContext, cluster: &ClusterInfo) -> 
         now,
         prepared: plan::prepared_by_hooks(cluster.fleet_agent, secret_known),
     };
-    let outcome = match plan::delete_start(&decided.mode, cluster.fleet_agent, secret_known) {
+    // A Cluster moved into itself (docs/self-managed.md): its Fleet Cluster, token and bootstrap
+    // Secret now serve the self-managed cluster; deleting the source copy keeps them.
+    if crate::model::move_state::is_moved(&cluster.annotations) {
+        let why =
+            "the Cluster moved into itself: its Fleet workloads serve the self-managed cluster";
+        return match steps.end_removal(None, why).await {
+            Err(outcome) => outcome,
+            Ok(()) => HookOutcome::ok(),
+        };
+    }
+    let decided = teardown::mode(
+        &cluster.annotations,
+        cluster.deleted_at,
+        config.as_deref().map(|c| &c.runtime_extension.teardown),
+        now,
+    );
+    let start = plan::delete_start(
+        &decided.mode,
+        cluster.fleet_agent,
+        secret_known,
+        cluster.removing,
+    );
+    let outcome = match start {
         DeleteStart::Answer(answer) => answer,
         DeleteStart::Cleanup { hold_on_error } => held(hold_on_error, steps.cleanup().await),
         DeleteStart::TeardownEnded { hold_on_error } => {
@@ -153,6 +164,34 @@ impl Steps<'_> {
         })
     }
 
+    /// [`Self::cleanup_saying`] `message` for a Cluster not held (any more). A removal that was
+    /// under way (the request's condition says `Removing`, or `fleet` carries its mark) ends
+    /// first with the condition saying [`reason::SKIPPED`] and why, written only where the
+    /// condition exists: Cluster API's `ok-to-delete` after this answer is then not taken for an
+    /// interruption ([`teardown::interrupted`]).
+    async fn not_held(
+        &self,
+        fleet: Option<&FleetCluster>,
+        message: String,
+    ) -> Result<HookOutcome, HookOutcome> {
+        self.end_removal(fleet, &message).await?;
+        self.cleanup_saying(message).await
+    }
+
+    /// Ends a removal under way ([`Self::not_held`]) saying `why`.
+    async fn end_removal(
+        &self,
+        fleet: Option<&FleetCluster>,
+        why: &str,
+    ) -> Result<(), HookOutcome> {
+        let marked = fleet.is_some_and(|f| teardown::started(&teardown::labels_of(f)));
+        if !self.cluster.removing && !marked {
+            return Ok(());
+        }
+        let message = format!("workload removal ended early: {why}");
+        self.report(reason::SKIPPED, &message, false).await
+    }
+
     /// The removal was skipped or timed out: a registered Cluster's condition and a Warning
     /// Event say so; then the cleanup.
     async fn ended(&self, mode: &Mode) -> Result<HookOutcome, HookOutcome> {
@@ -165,14 +204,15 @@ impl Steps<'_> {
             self.ns(),
         )
         .await?;
-        let why = if matches!(mode, Mode::Skipped) {
+        let why = if matches!(mode, Mode::Skipped | Mode::Off) {
             reason::SKIPPED
         } else {
             reason::TIMED_OUT
         };
         // Said for a Cluster Fleet deployed to, and for one whose removal had started (the
         // import controller may have deleted its Fleet Cluster already after a skip).
-        let registered = fleet.as_ref().is_some_and(teardown::is_registered);
+        let registered =
+            self.cluster.removing || fleet.as_ref().is_some_and(teardown::is_registered);
         self.report(why, &message, registered).await?;
         self.cleanup_saying(message).await
     }
@@ -184,21 +224,22 @@ impl Steps<'_> {
         let fleet = get_opt(&fleet_clusters, &fleet_name, "Fleet Cluster", ns).await?;
         let Some(fleet) = fleet else {
             return self
-                .cleanup_saying(format!(
+                .not_held(None, format!(
                     "not held: there is no Fleet Cluster {fleet_key}, so Fleet deployed nothing to the cluster"
                 ))
                 .await;
         };
         if fleet.metadata.deletion_timestamp.is_some() {
             return self
-                .cleanup_saying(format!(
-                    "not held: Fleet Cluster {fleet_key} is being deleted already"
-                ))
+                .not_held(
+                    Some(&fleet),
+                    format!("not held: Fleet Cluster {fleet_key} is being deleted already"),
+                )
                 .await;
         }
         if !teardown::is_registered(&fleet) {
             return self
-                .cleanup_saying(format!(
+                .not_held(Some(&fleet), format!(
                     "not held: the Fleet agent never registered (Fleet Cluster {fleet_key} has no status.agent.lastSeen), so Fleet deployed nothing to the cluster"
                 ))
                 .await;
@@ -214,7 +255,7 @@ impl Steps<'_> {
                     format!(" and {} kept until the cluster is deleted", kept.len())
                 };
                 return self
-                    .cleanup_saying(format!(
+                    .not_held(Some(&fleet), format!(
                         "not held: nothing to remove, Fleet Cluster {fleet_key} has no BundleDeployment but the agent's{kept}"
                     ))
                     .await;

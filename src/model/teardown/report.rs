@@ -170,6 +170,10 @@ pub fn ended_early(mode: &Mode, fleet_key: &str) -> Option<String> {
             "workload removal skipped (Cluster annotation {}: \"true\"): what Fleet deployed through Fleet Cluster {fleet_key} is left on the cluster while its infrastructure is deleted",
             names::SKIP_WORKLOAD_REMOVAL_ANNOTATION
         )),
+        Mode::Off => Some(format!(
+            "workload removal turned off (spec.runtimeExtension.beforeClusterDelete.removeWorkloads or Cluster annotation {}: \"false\") while it was under way: the deletion proceeds, and what Fleet deployed through Fleet Cluster {fleet_key} may be left behind",
+            names::REMOVE_WORKLOADS_ANNOTATION
+        )),
         Mode::Expired { deadline } => Some(format!(
             "workload removal timed out at {} (spec.runtimeExtension.beforeClusterDelete.timeout after the deletion started): the deletion proceeds, and what Fleet deployed through Fleet Cluster {fleet_key} may be left behind",
             rfc3339(*deadline)
@@ -226,6 +230,16 @@ pub fn interrupted(annotations: &capi::StringMap, live: Option<&Value>) -> Optio
             names::CAPI_OK_TO_DELETE_ANNOTATION
         )
     })
+}
+
+/// Whether the Cluster `cluster` (as a hook request carries it, either API version: v1beta1 has
+/// the v1beta2 conditions under `status.v1beta2`) says the removal is under way.
+pub fn removing(cluster: &Value) -> bool {
+    let status = cluster.get("status");
+    [status, status.and_then(|s| s.get("v1beta2"))]
+        .into_iter()
+        .filter_map(|s| capi::live_condition(s, names::WORKLOADS_REMOVED_CONDITION))
+        .any(|c| c.get("reason").and_then(Value::as_str) == Some(reason::REMOVING))
 }
 
 /// The condition for `reason` with `message`.

@@ -745,7 +745,10 @@ fn early_ends_and_annotation_problems_are_said() {
         expired.contains("timed out at 2026-11-23T10:30:00Z"),
         "{expired}"
     );
-    assert_eq!(ended_early(&Mode::Off, "clusters/c1"), None);
+    // Turned off while under way (BeforeClusterDelete routes only such a Cluster here).
+    let off = ended_early(&Mode::Off, "clusters/c1").expect("message");
+    assert!(off.starts_with("workload removal turned off"), "{off}");
+    assert_eq!(ended_early(&Mode::NotDeleting, "clusters/c1"), None);
     assert_eq!(with_problems("done", &[]), "done");
     assert_eq!(
         with_problems("done", &["annotation a: bad".into()]),
@@ -835,5 +838,28 @@ fn ok_to_delete_during_the_removal_is_an_interruption() {
                 "{message}"
             );
         }
+    }
+}
+
+/// The hook request's Cluster says the removal is under way in either API version (v1beta1
+/// carries the v1beta2 conditions under `status.v1beta2`), and only with reason `Removing`.
+#[test]
+fn a_request_says_whether_the_removal_is_under_way() {
+    let with = |reason: &str| json!({"type": "FleetWorkloadsRemoved", "status": "False", "reason": reason});
+    let rows = [
+        (json!({"status": {"conditions": [with("Removing")]}}), true),
+        (
+            json!({"status": {"v1beta2": {"conditions": [with("Removing")]}}}),
+            true,
+        ),
+        (json!({"status": {"conditions": [with("Removed")]}}), false),
+        (
+            json!({"status": {"conditions": [{"type": "Ready", "reason": "Removing"}]}}),
+            false,
+        ),
+        (json!({"metadata": {"name": "c1"}}), false),
+    ];
+    for (cluster, want) in rows {
+        assert_eq!(removing(&cluster), want, "{cluster}");
     }
 }
