@@ -356,15 +356,6 @@ async fn request(h: &Harness, shape: &str, deleted_at: Option<Timestamp>) -> Val
     meta["annotations"] = json!(live.metadata.annotations.clone().unwrap_or_default());
     let deleted = deleted_at.or(live.metadata.deletion_timestamp.map(|t| t.0));
     meta["deletionTimestamp"] = deleted.map_or(Value::Null, |t| json!(rfc3339(t)));
-    // The live conditions, where each version carries the v1beta2 ones.
-    let status = live.body.get("status");
-    if let Some(conditions) = status.as_ref().and_then(|s| s.get("conditions")) {
-        let status = &mut body["cluster"]["status"];
-        match shape {
-            "v1beta1" => status["v1beta2"]["conditions"] = conditions.clone(),
-            _ => status["conditions"] = conditions.clone(),
-        }
-    }
     body
 }
 
@@ -794,7 +785,7 @@ async fn clusters_with_nothing_to_remove_are_never_held() {
         (!has_finalizer(&cluster)).then_some(())
     })
     .await;
-    // One read (the Fleet Cluster), nothing written: the hooks prepared nothing for this
+    // Two reads, nothing written: the hooks prepared nothing for this
     // Cluster (its class does not use the bootstrap). The hook is called with the test's own
     // client, so its requests are told from the running manager's (which may still write the
     // deleted Cluster's status in the same window).
@@ -827,7 +818,12 @@ async fn clusters_with_nothing_to_remove_are_never_held() {
         })
         .map(|r| format!("{:?} {} {}/{}", r.verb, r.resource, r.namespace, r.name))
         .collect();
-    assert_eq!(requests, ["Get clusters clusters/c1"], "{requests:?}");
+    // The Fleet Cluster, then the Cluster (a removal that was under way would end as Skipped).
+    assert_eq!(
+        requests,
+        ["Get clusters clusters/c1", "Get clusters clusters/c1"],
+        "{requests:?}"
+    );
     assert!(condition(&h).await.is_none());
     h.stop().await;
 }
@@ -960,4 +956,55 @@ async fn a_fleet_cluster_deleted_during_the_removal_is_no_interruption() {
             .await
             .is_empty()
     );
+}
+
+/// `removeWorkloads` turned off during the removal (BeforeClusterDelete then answers without a
+/// read): when Cluster API goes on, the import controller says the removal was skipped, not
+/// interrupted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_turned_off_midway_is_skipped_not_interrupted() {
+    let mut h = imported(
+        "cluster: {}\nruntimeExtension: {beforeClusterDelete: {removeWorkloads: true}}",
+        json!({}),
+    )
+    .await;
+    register(&h).await;
+    deploy(&h, &["fleet-agent-c1", "apps-ingress"]).await;
+    delete(&h).await;
+    call(&h, &request(&h, "v1beta2", None).await).await;
+    h.merge_cluster(
+        NS,
+        "c1",
+        json!({"metadata": {"annotations": {(names::REMOVE_WORKLOADS_ANNOTATION): "false"}}}),
+    )
+    .await;
+    assert_proceed(
+        &call(&h, &request(&h, "v1beta2", None).await).await,
+        "nothing to clean up",
+    );
+    h.merge_cluster(
+        NS,
+        "c1",
+        json!({"metadata": {"annotations": {names::CAPI_OK_TO_DELETE_ANNOTATION: ""}}}),
+    )
+    .await;
+    let skipped = eventually("the end is reported", || async {
+        let condition = condition(&h).await?;
+        (condition["reason"] != "Removing").then_some(condition)
+    })
+    .await;
+    assert_eq!(skipped["reason"], "Skipped", "{skipped}");
+    assert!(
+        skipped["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("workload removal turned off")),
+        "{skipped}"
+    );
+    h.stop().await;
+    assert!(
+        events(&h, "FleetWorkloadsRemovalInterrupted")
+            .await
+            .is_empty()
+    );
+    assert_eq!(events(&h, "FleetWorkloadsRemovalSkipped").await.len(), 1);
 }

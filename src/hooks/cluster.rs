@@ -30,8 +30,6 @@ pub struct ClusterInfo {
     pub shape: ClusterShape,
     /// The control plane's `fleetAgent` setting (override over Cluster-level variable).
     pub fleet_agent: FleetAgentSetting,
-    /// Its `FleetWorkloadsRemoved` condition says `Removing` ([`crate::model::teardown::removing`]).
-    pub removing: bool,
 }
 
 impl Deref for ClusterInfo {
@@ -70,7 +68,6 @@ impl ClusterInfo {
             view,
             shape: detect_shape(&cluster["spec"]),
             fleet_agent,
-            removing: crate::model::teardown::removing(cluster),
         })
     }
 

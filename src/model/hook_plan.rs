@@ -690,14 +690,11 @@ pub enum DeleteStart {
 /// provider has something to do for). The hooks prepared something only for a Cluster whose
 /// control plane uses the agent bootstrap (`fleetAgent` enabled) or whose bootstrap Secret is
 /// known to exist; what the import controller created for any other (Fleet Cluster, token) it
-/// removes itself, or the garbage collector does with the Cluster. A removal turned off while
-/// under way (`removing`: the request's condition still says `Removing`) ends as a skipped one,
-/// so that its condition does not read as interrupted ([`teardown::interrupted`]).
+/// removes itself, or the garbage collector does with the Cluster.
 pub fn delete_start(
     mode: &Mode,
     fleet_agent: FleetAgentSetting,
     secret_known_present: bool,
-    removing: bool,
 ) -> DeleteStart {
     let prepared = prepared_by_hooks(fleet_agent, secret_known_present);
     match mode {
@@ -706,9 +703,6 @@ pub fn delete_start(
             deadline: *deadline,
         },
         Mode::Skipped | Mode::Expired { .. } => DeleteStart::TeardownEnded {
-            hold_on_error: prepared,
-        },
-        Mode::Off if removing => DeleteStart::TeardownEnded {
             hold_on_error: prepared,
         },
         Mode::Off | Mode::NotDeleting if prepared => DeleteStart::Cleanup {

@@ -544,29 +544,17 @@ fn before_cluster_delete_reads_only_for_clusters_it_has_something_to_do_for() {
     ];
     for (mode, agent, known, want) in rows {
         assert_eq!(
-            answer(&delete_start(&mode, agent, known, false)),
+            answer(&delete_start(&mode, agent, known)),
             want,
             "{mode:?} {agent:?} secret known: {known}"
         );
     }
     let DeleteStart::Answer(HookOutcome::Success { message }) =
-        delete_start(&Mode::Off, NotUsed, false, false)
+        delete_start(&Mode::Off, NotUsed, false)
     else {
         panic!("answered at once");
     };
     assert!(message.starts_with("nothing to clean up"), "{message}");
-    // removeWorkloads turned off while the removal was under way: it ends as skipped (the
-    // condition says so), not as an interruption.
-    for (agent, hold_on_error) in [(NotUsed, false), (Enabled, true)] {
-        assert_eq!(
-            delete_start(&Mode::Off, agent, false, true),
-            DeleteStart::TeardownEnded { hold_on_error }
-        );
-    }
-    assert!(matches!(
-        delete_start(&Mode::Skipped, NotUsed, false, true),
-        DeleteStart::TeardownEnded { .. }
-    ));
 
     // An error of ours on a Cluster that is not held on errors: proceed, saying so.
     let error = HookOutcome::retry(

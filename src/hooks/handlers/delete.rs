@@ -61,13 +61,7 @@ pub async fn before_cluster_delete(ctx: &HookContext, cluster: &ClusterInfo) -> 
         config.as_deref().map(|c| &c.runtime_extension.teardown),
         now,
     );
-    let start = plan::delete_start(
-        &decided.mode,
-        cluster.fleet_agent,
-        secret_known,
-        cluster.removing,
-    );
-    let outcome = match start {
+    let outcome = match plan::delete_start(&decided.mode, cluster.fleet_agent, secret_known) {
         DeleteStart::Answer(answer) => answer,
         DeleteStart::Cleanup { hold_on_error } => held(hold_on_error, steps.cleanup().await),
         DeleteStart::TeardownEnded { hold_on_error } => {
@@ -165,10 +159,9 @@ impl Steps<'_> {
     }
 
     /// [`Self::cleanup_saying`] `message` for a Cluster not held (any more). A removal that was
-    /// under way (the request's condition says `Removing`, or `fleet` carries its mark) ends
-    /// first with the condition saying [`reason::SKIPPED`] and why, written only where the
-    /// condition exists: Cluster API's `ok-to-delete` after this answer is then not taken for an
-    /// interruption ([`teardown::interrupted`]).
+    /// under way ends first with the condition saying [`reason::SKIPPED`] and why: Cluster API's
+    /// `ok-to-delete` after this answer is then not taken for an interruption
+    /// ([`teardown::interrupted`]).
     async fn not_held(
         &self,
         fleet: Option<&FleetCluster>,
@@ -178,18 +171,20 @@ impl Steps<'_> {
         self.cleanup_saying(message).await
     }
 
-    /// Ends a removal under way ([`Self::not_held`]) saying `why`.
+    /// Ends a removal under way ([`Self::not_held`]) saying `why`: where the live condition says
+    /// `Removing`. Cluster API sends the Cluster without its status (cluster-api v1.11.11-v1.13.5
+    /// `internal/controllers/topology/cluster/cluster_controller.go` `cleanupCluster`), so it is
+    /// read, unless `fleet` shows the removal never started (no teardown mark).
     async fn end_removal(
         &self,
         fleet: Option<&FleetCluster>,
         why: &str,
     ) -> Result<(), HookOutcome> {
-        let marked = fleet.is_some_and(|f| teardown::started(&teardown::labels_of(f)));
-        if !self.cluster.removing && !marked {
+        if fleet.is_some_and(|f| !teardown::started(&teardown::labels_of(f))) {
             return Ok(());
         }
         let message = format!("workload removal ended early: {why}");
-        self.report(reason::SKIPPED, &message, false).await
+        self.report(reason::SKIPPED, &message, (false, true)).await
     }
 
     /// The removal was skipped or timed out: a registered Cluster's condition and a Warning
@@ -204,16 +199,15 @@ impl Steps<'_> {
             self.ns(),
         )
         .await?;
-        let why = if matches!(mode, Mode::Skipped | Mode::Off) {
+        let why = if matches!(mode, Mode::Skipped) {
             reason::SKIPPED
         } else {
             reason::TIMED_OUT
         };
         // Said for a Cluster Fleet deployed to, and for one whose removal had started (the
         // import controller may have deleted its Fleet Cluster already after a skip).
-        let registered =
-            self.cluster.removing || fleet.as_ref().is_some_and(teardown::is_registered);
-        self.report(why, &message, registered).await?;
+        let registered = fleet.as_ref().is_some_and(teardown::is_registered);
+        self.report(why, &message, (registered, false)).await?;
         self.cleanup_saying(message).await
     }
 
@@ -340,11 +334,13 @@ impl Steps<'_> {
     async fn hold(&self, progress: &Progress<'_>) -> Result<HookOutcome, HookOutcome> {
         match teardown::verdict(progress) {
             Verdict::Hold(message) => {
-                self.report(reason::REMOVING, &message, true).await?;
+                self.report(reason::REMOVING, &message, (true, false))
+                    .await?;
                 Ok(HookOutcome::retry(teardown::RETRY_TEARDOWN, message))
             }
             Verdict::Done(message) => {
-                self.report(reason::REMOVED, &message, true).await?;
+                self.report(reason::REMOVED, &message, (true, false))
+                    .await?;
                 tracing::info!(cluster = %self.cluster.name, namespace = %self.ns(), %message,
                     "the Cluster's Fleet workloads are removed");
                 self.cleanup_saying(message).await
@@ -412,12 +408,17 @@ impl Steps<'_> {
     }
 
     /// Reports `reason` and `message` on the Cluster ([`teardown::report`]).
-    async fn report(&self, reason: &str, message: &str, always: bool) -> Result<(), HookOutcome> {
+    async fn report(
+        &self,
+        reason: &str,
+        message: &str,
+        when: (bool, bool),
+    ) -> Result<(), HookOutcome> {
         let api: Api<CapiCluster> = Api::namespaced(self.ctx.base.client.clone(), self.ns());
         let Some(live) = get_opt(&api, &self.cluster.name, "Cluster", self.ns()).await? else {
             return Ok(());
         };
-        let writes = teardown::report(&live, reason, message, always, self.now);
+        let writes = teardown::report(&live, reason, message, when, self.now);
         self.ctx.write(writes).await
     }
 }

@@ -232,16 +232,6 @@ pub fn interrupted(annotations: &capi::StringMap, live: Option<&Value>) -> Optio
     })
 }
 
-/// Whether the Cluster `cluster` (as a hook request carries it, either API version: v1beta1 has
-/// the v1beta2 conditions under `status.v1beta2`) says the removal is under way.
-pub fn removing(cluster: &Value) -> bool {
-    let status = cluster.get("status");
-    [status, status.and_then(|s| s.get("v1beta2"))]
-        .into_iter()
-        .filter_map(|s| capi::live_condition(s, names::WORKLOADS_REMOVED_CONDITION))
-        .any(|c| c.get("reason").and_then(Value::as_str) == Some(reason::REMOVING))
-}
-
 /// The condition for `reason` with `message`.
 pub fn condition<'a>(reason: &'a str, message: &'a str) -> capi::Condition<'a> {
     capi::Condition {
@@ -275,17 +265,21 @@ pub fn event_for(
 }
 
 /// The writes reporting `reason` and `message` on the Cluster `live` ([`report_on`]); none when
-/// the condition is absent and `always` is false.
+/// the condition is absent and `always` is false, or (`removing_only`) does not say
+/// [`reason::REMOVING`] (a removal under way).
 pub fn report(
     live: &CapiCluster,
     reason: &str,
     message: &str,
-    always: bool,
+    (always, removing_only): (bool, bool),
     now: Timestamp,
 ) -> Vec<Write> {
     let status = live.body.get("status");
     let current = capi::live_condition(status.as_ref(), names::WORKLOADS_REMOVED_CONDITION);
-    if current.is_none() && !always {
+    let under_way = current
+        .and_then(|c| c.get("reason"))
+        .and_then(Value::as_str);
+    if (current.is_none() && !always) || (removing_only && under_way != Some(reason::REMOVING)) {
         return Vec::new();
     }
     let (object, regarding) = (ObjectId::observed(live), live.object_ref(&()));

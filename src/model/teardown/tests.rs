@@ -790,20 +790,30 @@ fn the_report_writes_only_changes() {
             .collect()
     };
     let none = cluster(json!([]));
-    assert!(report(&none, reason::REMOVING, "m", false, now).is_empty());
-    let first = report(&none, reason::REMOVING, "m", true, now);
+    assert!(report(&none, reason::REMOVING, "m", (false, false), now).is_empty());
+    let first = report(&none, reason::REMOVING, "m", (true, false), now);
     assert_eq!(kinds(&first), ["condition", "FleetWorkloadsRemoving"]);
     let Write::ApplyStatus { body, .. } = &first[0] else {
         unreachable!()
     };
     let written = cluster(body["status"]["conditions"].clone());
-    assert!(report(&written, reason::REMOVING, "m", false, now).is_empty());
-    let reworded = report(&written, reason::REMOVING, "m2", false, now);
+    assert!(report(&written, reason::REMOVING, "m", (false, false), now).is_empty());
+    let reworded = report(&written, reason::REMOVING, "m2", (false, false), now);
     assert_eq!(kinds(&reworded), ["condition"]);
-    let skipped = report(&written, reason::SKIPPED, "m", false, now);
+    let skipped = report(&written, reason::SKIPPED, "m", (false, false), now);
     assert_eq!(
         kinds(&skipped),
         ["condition", "FleetWorkloadsRemovalSkipped"]
+    );
+    // Only a removal under way is ended early (a Removed one stays).
+    let Write::ApplyStatus { body, .. } = &skipped[0] else {
+        unreachable!()
+    };
+    let ended = cluster(body["status"]["conditions"].clone());
+    assert!(report(&ended, reason::SKIPPED, "m3", (false, true), now).is_empty());
+    assert_eq!(
+        kinds(&report(&written, reason::SKIPPED, "m3", (false, true), now)).len(),
+        2
     );
 }
 
@@ -838,28 +848,5 @@ fn ok_to_delete_during_the_removal_is_an_interruption() {
                 "{message}"
             );
         }
-    }
-}
-
-/// The hook request's Cluster says the removal is under way in either API version (v1beta1
-/// carries the v1beta2 conditions under `status.v1beta2`), and only with reason `Removing`.
-#[test]
-fn a_request_says_whether_the_removal_is_under_way() {
-    let with = |reason: &str| json!({"type": "FleetWorkloadsRemoved", "status": "False", "reason": reason});
-    let rows = [
-        (json!({"status": {"conditions": [with("Removing")]}}), true),
-        (
-            json!({"status": {"v1beta2": {"conditions": [with("Removing")]}}}),
-            true,
-        ),
-        (json!({"status": {"conditions": [with("Removed")]}}), false),
-        (
-            json!({"status": {"conditions": [{"type": "Ready", "reason": "Removing"}]}}),
-            false,
-        ),
-        (json!({"metadata": {"name": "c1"}}), false),
-    ];
-    for (cluster, want) in rows {
-        assert_eq!(removing(&cluster), want, "{cluster}");
     }
 }
