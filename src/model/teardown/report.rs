@@ -217,8 +217,9 @@ pub mod reason {
 /// (kubernetes-sigs/cluster-api v1.11.11 and v1.12.11 `internal/controllers/topology/cluster/
 /// cluster_controller.go` `reconcileDelete` → `internal/hooks/tracking.go` `MarkAsOkToDelete`),
 /// and also when the call failed under `failurePolicy: Ignore` (`internal/runtime/client/
-/// client.go` `CallExtension` turns the error into success) or, from v1.12, when no extension
-/// registers the hook any more. Our answers write the condition before they let a deletion
+/// client.go` `CallExtension` turns the error into success) or when no extension is called
+/// (none registers the hook any more, or its `namespaceSelector` does not match: v1.11.11
+/// `CallAllExtensions` then succeeds). Our answers write the condition before they let a deletion
 /// proceed, so a condition still saying `Removing` means none of them did. Once: the condition
 /// then says [`reason::INTERRUPTED`].
 pub fn interrupted(annotations: &capi::StringMap, live: Option<&Value>) -> Option<String> {
@@ -226,7 +227,7 @@ pub fn interrupted(annotations: &capi::StringMap, live: Option<&Value>) -> Optio
     (live.get("reason").and_then(Value::as_str) == Some(reason::REMOVING)).then(|| {
         let last = live.get("message").and_then(Value::as_str).unwrap_or_default();
         format!(
-            "Cluster API let the deletion proceed ({}) while the Fleet workloads were still being removed (a failed BeforeClusterDelete call under failurePolicy: Ignore, or the extension unregistered): what Fleet deployed may be left behind; last progress: {last}",
+            "Cluster API let the deletion proceed ({}) while the Fleet workloads were still being removed (a failed BeforeClusterDelete call under failurePolicy: Ignore, or the extension unregistered or no longer selecting the namespace): what Fleet deployed may be left behind; last progress: {last}",
             names::CAPI_OK_TO_DELETE_ANNOTATION
         )
     })
