@@ -567,6 +567,13 @@ async fn workloads_are_removed_before_the_infrastructure_and_the_deletion_waits_
         (!has_finalizer(&cluster)).then_some(())
     })
     .await;
+    // A removal that ended with Removed was not interrupted.
+    assert_eq!(condition(&h).await.expect("condition")["reason"], "Removed");
+    assert!(
+        events(&h, "FleetWorkloadsRemovalInterrupted")
+            .await
+            .is_empty()
+    );
     h.merge_cluster(NS, "c1", json!({"metadata": {"finalizers": null}}))
         .await;
     eventually("the Fleet Cluster is garbage-collected", || async {
@@ -695,6 +702,8 @@ async fn the_skip_annotation_and_the_deadline_let_the_deletion_proceed() {
     );
     let warnings = events(&h, "FleetWorkloadsRemovalTimedOut").await;
     assert_eq!(warnings.len(), 1);
+    // kube-runtime's Recorder folds repeats into one Event with a series: none here.
+    assert!(warnings[0].series.is_none(), "{warnings:?}");
     assert_eq!(warnings[0].type_.as_deref(), Some("Warning"));
 
     // The operator skips instead: at the next call, the deletion proceeds.
@@ -776,7 +785,7 @@ async fn clusters_with_nothing_to_remove_are_never_held() {
         (!has_finalizer(&cluster)).then_some(())
     })
     .await;
-    // One read (the Fleet Cluster), nothing written: the hooks prepared nothing for this
+    // Two reads, nothing written: the hooks prepared nothing for this
     // Cluster (its class does not use the bootstrap). The hook is called with the test's own
     // client, so its requests are told from the running manager's (which may still write the
     // deleted Cluster's status in the same window).
@@ -809,7 +818,12 @@ async fn clusters_with_nothing_to_remove_are_never_held() {
         })
         .map(|r| format!("{:?} {} {}/{}", r.verb, r.resource, r.namespace, r.name))
         .collect();
-    assert_eq!(requests, ["Get clusters clusters/c1"], "{requests:?}");
+    // The Fleet Cluster, then the Cluster (a removal that was under way would end as Skipped).
+    assert_eq!(
+        requests,
+        ["Get clusters clusters/c1", "Get clusters clusters/c1"],
+        "{requests:?}"
+    );
     assert!(condition(&h).await.is_none());
     h.stop().await;
 }
@@ -871,6 +885,126 @@ async fn ok_to_delete_during_the_removal_is_reported_once() {
     h.stop().await;
     let warnings = events(&h, "FleetWorkloadsRemovalInterrupted").await;
     assert_eq!(warnings.len(), 1, "{warnings:?}");
+    // kube-runtime's Recorder folds repeats into one Event with a series: said once, not folded.
+    assert!(warnings[0].series.is_none(), "{warnings:?}");
     assert_eq!(warnings[0].type_.as_deref(), Some("Warning"));
     assert_eq!(events(&h, "FleetWorkloadsRemoved").await.len(), 0);
+}
+
+/// The Fleet Cluster deleted during the removal (`kubectl delete namespace` takes it with the
+/// Cluster): the hook lets the deletion go on and says why in the condition first, so Cluster
+/// API's `ok-to-delete` that follows is not taken for an interruption.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_cluster_deleted_during_the_removal_is_no_interruption() {
+    let mut h = imported(
+        "cluster: {}\nruntimeExtension: {beforeClusterDelete: {removeWorkloads: true}}",
+        json!({}),
+    )
+    .await;
+    register(&h).await;
+    deploy(&h, &["fleet-agent-c1", "apps-ingress"]).await;
+    delete(&h).await;
+    assert_hold(
+        &call(&h, &request(&h, "v1beta1", None).await).await,
+        "1 of 1 BundleDeployments left",
+    );
+    wait_drained(&h).await;
+    // Fleet's own cleanup holds the Fleet Cluster while it is deleted.
+    fleet_clusters(&h)
+        .patch(
+            "c1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/fleet-cleanup"]}})),
+        )
+        .await
+        .expect("finalizer");
+    fleet_clusters(&h)
+        .delete("c1", &DeleteParams::default())
+        .await
+        .expect("delete the Fleet Cluster");
+    let answer = call(&h, &request(&h, "v1beta1", None).await).await;
+    assert_proceed(
+        &answer,
+        "Fleet Cluster clusters/c1 is being deleted already",
+    );
+    let ended = condition(&h).await.expect("condition");
+    assert_eq!(ended["reason"], "Skipped", "{ended}");
+    assert_eq!(events(&h, "FleetWorkloadsRemovalSkipped").await.len(), 1);
+
+    // Cluster API marks the Cluster; the import controller sees it (and a later change).
+    h.merge_cluster(
+        NS,
+        "c1",
+        json!({"metadata": {"annotations": {names::CAPI_OK_TO_DELETE_ANNOTATION: ""}}}),
+    )
+    .await;
+    for n in 0..2 {
+        let before = h.reconciles("cluster");
+        h.merge_cluster(
+            NS,
+            "c1",
+            json!({"metadata": {"labels": {"touched": n.to_string()}}}),
+        )
+        .await;
+        h.wait_reconciled_since("the change is seen", "cluster", before)
+            .await;
+    }
+    h.stop().await;
+    assert_eq!(condition(&h).await.expect("condition")["reason"], "Skipped");
+    assert!(
+        events(&h, "FleetWorkloadsRemovalInterrupted")
+            .await
+            .is_empty()
+    );
+}
+
+/// `removeWorkloads` turned off during the removal (BeforeClusterDelete then answers without a
+/// read): when Cluster API goes on, the import controller says the removal was skipped, not
+/// interrupted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_turned_off_midway_is_skipped_not_interrupted() {
+    let mut h = imported(
+        "cluster: {}\nruntimeExtension: {beforeClusterDelete: {removeWorkloads: true}}",
+        json!({}),
+    )
+    .await;
+    register(&h).await;
+    deploy(&h, &["fleet-agent-c1", "apps-ingress"]).await;
+    delete(&h).await;
+    call(&h, &request(&h, "v1beta2", None).await).await;
+    h.merge_cluster(
+        NS,
+        "c1",
+        json!({"metadata": {"annotations": {(names::REMOVE_WORKLOADS_ANNOTATION): "false"}}}),
+    )
+    .await;
+    assert_proceed(
+        &call(&h, &request(&h, "v1beta2", None).await).await,
+        "nothing to clean up",
+    );
+    h.merge_cluster(
+        NS,
+        "c1",
+        json!({"metadata": {"annotations": {names::CAPI_OK_TO_DELETE_ANNOTATION: ""}}}),
+    )
+    .await;
+    let skipped = eventually("the end is reported", || async {
+        let condition = condition(&h).await?;
+        (condition["reason"] != "Removing").then_some(condition)
+    })
+    .await;
+    assert_eq!(skipped["reason"], "Skipped", "{skipped}");
+    assert!(
+        skipped["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("workload removal turned off")),
+        "{skipped}"
+    );
+    h.stop().await;
+    assert!(
+        events(&h, "FleetWorkloadsRemovalInterrupted")
+            .await
+            .is_empty()
+    );
+    assert_eq!(events(&h, "FleetWorkloadsRemovalSkipped").await.len(), 1);
 }

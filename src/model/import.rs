@@ -320,7 +320,7 @@ pub fn plan(observed: &Observed, config: &EffectiveConfig) -> Result<Plan> {
     let (events, conditions): (Vec<Write>, Vec<Write>) =
         (o.conflict().into_iter()).partition(|w| matches!(w, Write::Event { .. }));
     plan.writes
-        .splice(at..at, conditions.into_iter().chain(o.interrupted()));
+        .splice(at..at, conditions.into_iter().chain(o.interrupted(config)));
     plan.writes.extend(events);
     Ok(plan)
 }
@@ -369,21 +369,30 @@ impl Observed {
 
     /// The teardown's condition and Warning Event when Cluster API let a deleting Cluster go
     /// while its workloads were still being removed ([`teardown::interrupted`]), whatever the
-    /// decision (our finalizer may be gone already).
-    fn interrupted(&self) -> Vec<Write> {
+    /// decision (our finalizer may be gone already). A removal turned off meanwhile
+    /// (`removeWorkloads`, whose BeforeClusterDelete answers without a read) says so instead, as
+    /// skipped.
+    fn interrupted(&self, config: &EffectiveConfig) -> Vec<Write> {
         let view = &self.view;
-        let Some(message) = teardown::interrupted(&view.annotations, self.removal.as_ref())
+        let Some(mut message) = teardown::interrupted(&view.annotations, self.removal.as_ref())
             .filter(|_| view.deleting)
         else {
             return vec![];
         };
+        let settings = &config.runtime_extension.teardown;
+        let mode = teardown::mode(&view.annotations, view.deleted_at, Some(settings), self.now);
+        let mut reason = teardown::reason::INTERRUPTED;
+        if let Some(off) = teardown::ended_early(&mode.mode, &self.fleet_name)
+            .filter(|_| mode.mode == teardown::Mode::Off)
+        {
+            (reason, message) = (teardown::reason::SKIPPED, off);
+        }
         let cluster = ObjectId::of::<CapiCluster>(
             Some(&view.namespace),
             &view.name,
             self.cluster_version.as_deref(),
         );
         let live = (self.removal.as_ref(), self.conflicts.generation);
-        let reason = teardown::reason::INTERRUPTED;
         teardown::report_on(cluster, &self.regarding, live, reason, &message, self.now)
     }
 

@@ -632,7 +632,9 @@ pub fn gate_before_bundles(
         });
     }
     let since = step.since.parse::<Timestamp>().unwrap_or(now);
-    if elapsed(since, now) >= settings.timeout {
+    // A start further ahead than the timeout is no clock skew but a broken record: waiting for
+    // it would hold the step for ever.
+    if elapsed(since, now) >= settings.timeout || elapsed(now, since) > settings.timeout {
         return Err(GateAnswer {
             outcome: HookOutcome::success(format!(
                 "the gate of {what} timed out after {:?}; going on without Fleet's bundles",

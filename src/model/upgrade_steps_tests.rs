@@ -876,7 +876,7 @@ fn the_gate_before_the_bundles() {
         Option<i32>,
         Option<&'static str>,
     );
-    let rows: [Row; 11] = [
+    let rows: [Row; 12] = [
         (
             "gate off",
             gate_step(),
@@ -983,9 +983,20 @@ fn the_gate_before_the_bundles() {
             None,
             false,
             None,
-            -700,
+            -500,
             Some(RETRY_LABELS),
             None,
+        ),
+        (
+            "a step begun further ahead than the timeout does not hold for ever",
+            gate_step(),
+            &on,
+            None,
+            false,
+            None,
+            -700,
+            Some(0),
+            Some("timeout"),
         ),
         (
             "settled: the bundles decide",

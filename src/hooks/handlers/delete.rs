@@ -33,19 +33,8 @@ use crate::names;
 
 /// BeforeClusterDelete.
 pub async fn before_cluster_delete(ctx: &HookContext, cluster: &ClusterInfo) -> HookOutcome {
-    // A Cluster moved into itself (docs/self-managed.md): its Fleet Cluster, token and bootstrap
-    // Secret now serve the self-managed cluster; deleting the source copy keeps them.
-    if crate::model::move_state::is_moved(&cluster.annotations) {
-        return HookOutcome::ok();
-    }
     let config = ctx.base.config();
     let now = Timestamp::now();
-    let decided = teardown::mode(
-        &cluster.annotations,
-        cluster.deleted_at,
-        config.as_deref().map(|c| &c.runtime_extension.teardown),
-        now,
-    );
     let secret_known = ctx
         .bootstrap_secrets
         .known_present(&cluster.namespace, &cluster.name);
@@ -56,6 +45,22 @@ pub async fn before_cluster_delete(ctx: &HookContext, cluster: &ClusterInfo) -> 
         now,
         prepared: plan::prepared_by_hooks(cluster.fleet_agent, secret_known),
     };
+    // A Cluster moved into itself (docs/self-managed.md): its Fleet Cluster, token and bootstrap
+    // Secret now serve the self-managed cluster; deleting the source copy keeps them.
+    if crate::model::move_state::is_moved(&cluster.annotations) {
+        let why =
+            "the Cluster moved into itself: its Fleet workloads serve the self-managed cluster";
+        return match steps.end_removal(None, why).await {
+            Err(outcome) => outcome,
+            Ok(()) => HookOutcome::ok(),
+        };
+    }
+    let decided = teardown::mode(
+        &cluster.annotations,
+        cluster.deleted_at,
+        config.as_deref().map(|c| &c.runtime_extension.teardown),
+        now,
+    );
     let outcome = match plan::delete_start(&decided.mode, cluster.fleet_agent, secret_known) {
         DeleteStart::Answer(answer) => answer,
         DeleteStart::Cleanup { hold_on_error } => held(hold_on_error, steps.cleanup().await),
@@ -153,6 +158,35 @@ impl Steps<'_> {
         })
     }
 
+    /// [`Self::cleanup_saying`] `message` for a Cluster not held (any more). A removal that was
+    /// under way ends first with the condition saying [`reason::SKIPPED`] and why: Cluster API's
+    /// `ok-to-delete` after this answer is then not taken for an interruption
+    /// ([`teardown::interrupted`]).
+    async fn not_held(
+        &self,
+        fleet: Option<&FleetCluster>,
+        message: String,
+    ) -> Result<HookOutcome, HookOutcome> {
+        self.end_removal(fleet, &message).await?;
+        self.cleanup_saying(message).await
+    }
+
+    /// Ends a removal under way ([`Self::not_held`]) saying `why`: where the live condition says
+    /// `Removing`. Cluster API sends the Cluster without its status (cluster-api v1.11.11-v1.13.5
+    /// `internal/controllers/topology/cluster/cluster_controller.go` `cleanupCluster`), so it is
+    /// read, unless `fleet` shows the removal never started (no teardown mark).
+    async fn end_removal(
+        &self,
+        fleet: Option<&FleetCluster>,
+        why: &str,
+    ) -> Result<(), HookOutcome> {
+        if fleet.is_some_and(|f| !teardown::started(&teardown::labels_of(f))) {
+            return Ok(());
+        }
+        let message = format!("workload removal ended early: {why}");
+        self.report(reason::SKIPPED, &message, (false, true)).await
+    }
+
     /// The removal was skipped or timed out: a registered Cluster's condition and a Warning
     /// Event say so; then the cleanup.
     async fn ended(&self, mode: &Mode) -> Result<HookOutcome, HookOutcome> {
@@ -173,7 +207,7 @@ impl Steps<'_> {
         // Said for a Cluster Fleet deployed to, and for one whose removal had started (the
         // import controller may have deleted its Fleet Cluster already after a skip).
         let registered = fleet.as_ref().is_some_and(teardown::is_registered);
-        self.report(why, &message, registered).await?;
+        self.report(why, &message, (registered, false)).await?;
         self.cleanup_saying(message).await
     }
 
@@ -184,21 +218,22 @@ impl Steps<'_> {
         let fleet = get_opt(&fleet_clusters, &fleet_name, "Fleet Cluster", ns).await?;
         let Some(fleet) = fleet else {
             return self
-                .cleanup_saying(format!(
+                .not_held(None, format!(
                     "not held: there is no Fleet Cluster {fleet_key}, so Fleet deployed nothing to the cluster"
                 ))
                 .await;
         };
         if fleet.metadata.deletion_timestamp.is_some() {
             return self
-                .cleanup_saying(format!(
-                    "not held: Fleet Cluster {fleet_key} is being deleted already"
-                ))
+                .not_held(
+                    Some(&fleet),
+                    format!("not held: Fleet Cluster {fleet_key} is being deleted already"),
+                )
                 .await;
         }
         if !teardown::is_registered(&fleet) {
             return self
-                .cleanup_saying(format!(
+                .not_held(Some(&fleet), format!(
                     "not held: the Fleet agent never registered (Fleet Cluster {fleet_key} has no status.agent.lastSeen), so Fleet deployed nothing to the cluster"
                 ))
                 .await;
@@ -214,7 +249,7 @@ impl Steps<'_> {
                     format!(" and {} kept until the cluster is deleted", kept.len())
                 };
                 return self
-                    .cleanup_saying(format!(
+                    .not_held(Some(&fleet), format!(
                         "not held: nothing to remove, Fleet Cluster {fleet_key} has no BundleDeployment but the agent's{kept}"
                     ))
                     .await;
@@ -299,11 +334,13 @@ impl Steps<'_> {
     async fn hold(&self, progress: &Progress<'_>) -> Result<HookOutcome, HookOutcome> {
         match teardown::verdict(progress) {
             Verdict::Hold(message) => {
-                self.report(reason::REMOVING, &message, true).await?;
+                self.report(reason::REMOVING, &message, (true, false))
+                    .await?;
                 Ok(HookOutcome::retry(teardown::RETRY_TEARDOWN, message))
             }
             Verdict::Done(message) => {
-                self.report(reason::REMOVED, &message, true).await?;
+                self.report(reason::REMOVED, &message, (true, false))
+                    .await?;
                 tracing::info!(cluster = %self.cluster.name, namespace = %self.ns(), %message,
                     "the Cluster's Fleet workloads are removed");
                 self.cleanup_saying(message).await
@@ -371,12 +408,17 @@ impl Steps<'_> {
     }
 
     /// Reports `reason` and `message` on the Cluster ([`teardown::report`]).
-    async fn report(&self, reason: &str, message: &str, always: bool) -> Result<(), HookOutcome> {
+    async fn report(
+        &self,
+        reason: &str,
+        message: &str,
+        when: (bool, bool),
+    ) -> Result<(), HookOutcome> {
         let api: Api<CapiCluster> = Api::namespaced(self.ctx.base.client.clone(), self.ns());
         let Some(live) = get_opt(&api, &self.cluster.name, "Cluster", self.ns()).await? else {
             return Ok(());
         };
-        let writes = teardown::report(&live, reason, message, always, self.now);
+        let writes = teardown::report(&live, reason, message, when, self.now);
         self.ctx.write(writes).await
     }
 }

@@ -170,6 +170,10 @@ pub fn ended_early(mode: &Mode, fleet_key: &str) -> Option<String> {
             "workload removal skipped (Cluster annotation {}: \"true\"): what Fleet deployed through Fleet Cluster {fleet_key} is left on the cluster while its infrastructure is deleted",
             names::SKIP_WORKLOAD_REMOVAL_ANNOTATION
         )),
+        Mode::Off => Some(format!(
+            "workload removal turned off (spec.runtimeExtension.beforeClusterDelete.removeWorkloads or Cluster annotation {}: \"false\") while it was under way: the deletion proceeds, and what Fleet deployed through Fleet Cluster {fleet_key} may be left behind",
+            names::REMOVE_WORKLOADS_ANNOTATION
+        )),
         Mode::Expired { deadline } => Some(format!(
             "workload removal timed out at {} (spec.runtimeExtension.beforeClusterDelete.timeout after the deletion started): the deletion proceeds, and what Fleet deployed through Fleet Cluster {fleet_key} may be left behind",
             rfc3339(*deadline)
@@ -213,8 +217,9 @@ pub mod reason {
 /// (kubernetes-sigs/cluster-api v1.11.11 and v1.12.11 `internal/controllers/topology/cluster/
 /// cluster_controller.go` `reconcileDelete` → `internal/hooks/tracking.go` `MarkAsOkToDelete`),
 /// and also when the call failed under `failurePolicy: Ignore` (`internal/runtime/client/
-/// client.go` `CallExtension` turns the error into success) or, from v1.12, when no extension
-/// registers the hook any more. Our answers write the condition before they let a deletion
+/// client.go` `CallExtension` turns the error into success) or when no extension is called
+/// (none registers the hook any more, or its `namespaceSelector` does not match: v1.11.11
+/// `CallAllExtensions` then succeeds). Our answers write the condition before they let a deletion
 /// proceed, so a condition still saying `Removing` means none of them did. Once: the condition
 /// then says [`reason::INTERRUPTED`].
 pub fn interrupted(annotations: &capi::StringMap, live: Option<&Value>) -> Option<String> {
@@ -222,7 +227,7 @@ pub fn interrupted(annotations: &capi::StringMap, live: Option<&Value>) -> Optio
     (live.get("reason").and_then(Value::as_str) == Some(reason::REMOVING)).then(|| {
         let last = live.get("message").and_then(Value::as_str).unwrap_or_default();
         format!(
-            "Cluster API let the deletion proceed ({}) while the Fleet workloads were still being removed (a failed BeforeClusterDelete call under failurePolicy: Ignore, or the extension unregistered): what Fleet deployed may be left behind; last progress: {last}",
+            "Cluster API let the deletion proceed ({}) while the Fleet workloads were still being removed (a failed BeforeClusterDelete call under failurePolicy: Ignore, or the extension unregistered or no longer selecting the namespace): what Fleet deployed may be left behind; last progress: {last}",
             names::CAPI_OK_TO_DELETE_ANNOTATION
         )
     })
@@ -261,17 +266,21 @@ pub fn event_for(
 }
 
 /// The writes reporting `reason` and `message` on the Cluster `live` ([`report_on`]); none when
-/// the condition is absent and `always` is false.
+/// the condition is absent and `always` is false, or (`removing_only`) does not say
+/// [`reason::REMOVING`] (a removal under way).
 pub fn report(
     live: &CapiCluster,
     reason: &str,
     message: &str,
-    always: bool,
+    (always, removing_only): (bool, bool),
     now: Timestamp,
 ) -> Vec<Write> {
     let status = live.body.get("status");
     let current = capi::live_condition(status.as_ref(), names::WORKLOADS_REMOVED_CONDITION);
-    if current.is_none() && !always {
+    let under_way = current
+        .and_then(|c| c.get("reason"))
+        .and_then(Value::as_str);
+    if (current.is_none() && !always) || (removing_only && under_way != Some(reason::REMOVING)) {
         return Vec::new();
     }
     let (object, regarding) = (ObjectId::observed(live), live.object_ref(&()));

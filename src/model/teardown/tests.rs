@@ -745,7 +745,10 @@ fn early_ends_and_annotation_problems_are_said() {
         expired.contains("timed out at 2026-11-23T10:30:00Z"),
         "{expired}"
     );
-    assert_eq!(ended_early(&Mode::Off, "clusters/c1"), None);
+    // Turned off while under way (BeforeClusterDelete routes only such a Cluster here).
+    let off = ended_early(&Mode::Off, "clusters/c1").expect("message");
+    assert!(off.starts_with("workload removal turned off"), "{off}");
+    assert_eq!(ended_early(&Mode::NotDeleting, "clusters/c1"), None);
     assert_eq!(with_problems("done", &[]), "done");
     assert_eq!(
         with_problems("done", &["annotation a: bad".into()]),
@@ -787,20 +790,30 @@ fn the_report_writes_only_changes() {
             .collect()
     };
     let none = cluster(json!([]));
-    assert!(report(&none, reason::REMOVING, "m", false, now).is_empty());
-    let first = report(&none, reason::REMOVING, "m", true, now);
+    assert!(report(&none, reason::REMOVING, "m", (false, false), now).is_empty());
+    let first = report(&none, reason::REMOVING, "m", (true, false), now);
     assert_eq!(kinds(&first), ["condition", "FleetWorkloadsRemoving"]);
     let Write::ApplyStatus { body, .. } = &first[0] else {
         unreachable!()
     };
     let written = cluster(body["status"]["conditions"].clone());
-    assert!(report(&written, reason::REMOVING, "m", false, now).is_empty());
-    let reworded = report(&written, reason::REMOVING, "m2", false, now);
+    assert!(report(&written, reason::REMOVING, "m", (false, false), now).is_empty());
+    let reworded = report(&written, reason::REMOVING, "m2", (false, false), now);
     assert_eq!(kinds(&reworded), ["condition"]);
-    let skipped = report(&written, reason::SKIPPED, "m", false, now);
+    let skipped = report(&written, reason::SKIPPED, "m", (false, false), now);
     assert_eq!(
         kinds(&skipped),
         ["condition", "FleetWorkloadsRemovalSkipped"]
+    );
+    // Only a removal under way is ended early (a Removed one stays).
+    let Write::ApplyStatus { body, .. } = &skipped[0] else {
+        unreachable!()
+    };
+    let ended = cluster(body["status"]["conditions"].clone());
+    assert!(report(&ended, reason::SKIPPED, "m3", (false, true), now).is_empty());
+    assert_eq!(
+        kinds(&report(&written, reason::SKIPPED, "m3", (false, true), now)).len(),
+        2
     );
 }
 
