@@ -114,13 +114,9 @@ impl References {
             .values()
             .filter(|object| {
                 object.metadata.namespace.as_deref() == Some(reference.namespace.as_str())
-                    && (object
-                        .body
-                        .get("spec")
-                        .is_some_and(|spec| spec["clusterName"] == reference.name.as_str())
-                        || owning_clusters(&***object)
-                            .iter()
-                            .any(|owner| owner.name == reference.name))
+                    && owning_clusters(object)
+                        .iter()
+                        .any(|owner| owner.name == reference.name)
             })
             .map(|object| serde_json::to_value(&**object))
             .collect::<Result<Vec<_>, _>>();
@@ -288,7 +284,7 @@ impl Filling {
                 let object = Arc::new(object);
                 let before = cache.write().insert(key_of(&object), object.clone());
                 if changed(before.as_deref(), &object) {
-                    owning_clusters(&*object)
+                    owning_clusters(&object)
                 } else {
                     Vec::new()
                 }
@@ -316,7 +312,7 @@ impl Filling {
                 let now = cache.read();
                 for (key, gone) in before {
                     if !now.contains_key(&key) {
-                        owners.extend(owning_clusters(&*gone));
+                        owners.extend(owning_clusters(&gone));
                     }
                 }
                 owners
