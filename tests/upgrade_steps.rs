@@ -941,9 +941,14 @@ async fn a_cluster_without_topology_shows_its_machines_versions() {
                     "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
                         "kind": "DockerMachineTemplate", "name": name}}}}})
     };
-    for (name, version) in [("c1-md-0", "v1.33.5+rke2r1"), ("c1-md-1", "v1.32.9+rke2r1")] {
-        create(&deployments, md(name, "c1", &owner, version)).await;
-    }
+    create(&deployments, md("c1-md-0", "c1", &owner, "v1.33.5+rke2r1")).await;
+    // One without the Cluster's owner reference yet (Cluster API adds it only once the Cluster
+    // is not paused: v1.12.11 machinedeployment_controller.go): found by spec.clusterName.
+    create(
+        &deployments,
+        md("c1-md-1", "c1", &Value::Null, "v1.32.9+rke2r1"),
+    )
+    .await;
     // Another Cluster's MachineDeployment does not count.
     let other = json!([{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "other", "uid": "u-other"}]);
     create(

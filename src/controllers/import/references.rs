@@ -101,10 +101,12 @@ impl References {
         }
     }
 
-    /// The objects of `reference`'s group and kind in its namespace that the Cluster
-    /// `reference.name` owns (Cluster API sets that owner reference on its MachineDeployments:
-    /// cluster-api v1.11.11 `internal/controllers/machinedeployment/machinedeployment_controller.go`
-    /// `reconcile`), from the same caches; `Err`: why they cannot be read.
+    /// The objects of `reference`'s group and kind in its namespace that belong to the Cluster
+    /// `reference.name`: by `spec.clusterName` (required on MachineDeployments: cluster-api
+    /// v1.12.11 `api/core/v1beta2/machinedeployment_types.go`) or its owner reference (added only
+    /// once the Cluster is not paused: `internal/controllers/machinedeployment/
+    /// machinedeployment_controller.go` `reconcile`), from the same caches; `Err`: why they
+    /// cannot be read.
     pub async fn owned_by(&self, reference: &ProviderRef) -> Result<Vec<Value>, String> {
         let cache = self.synced(reference).await?;
         let owned = cache
@@ -112,7 +114,7 @@ impl References {
             .values()
             .filter(|object| {
                 object.metadata.namespace.as_deref() == Some(reference.namespace.as_str())
-                    && owning_clusters(&***object)
+                    && owning_clusters(object)
                         .iter()
                         .any(|owner| owner.name == reference.name)
             })
@@ -282,7 +284,7 @@ impl Filling {
                 let object = Arc::new(object);
                 let before = cache.write().insert(key_of(&object), object.clone());
                 if changed(before.as_deref(), &object) {
-                    owning_clusters(&*object)
+                    owning_clusters(&object)
                 } else {
                     Vec::new()
                 }
@@ -310,7 +312,7 @@ impl Filling {
                 let now = cache.read();
                 for (key, gone) in before {
                     if !now.contains_key(&key) {
-                        owners.extend(owning_clusters(&*gone));
+                        owners.extend(owning_clusters(&gone));
                     }
                 }
                 owners
@@ -355,16 +357,25 @@ pub fn cached_reference(mut object: DynamicObject) -> CompactObject {
     compact
 }
 
-/// CAPI sets an owner reference from the Cluster on its referenced objects.
-fn owning_clusters(object: &impl kube::Resource) -> Vec<ObjectRef<CapiCluster>> {
+/// The Clusters an object belongs to: CAPI's owner reference from the Cluster on its referenced
+/// objects, and a MachineDeployment's `spec.clusterName` (before that owner reference exists).
+fn owning_clusters(object: &CompactObject) -> Vec<ObjectRef<CapiCluster>> {
     let namespace = object.namespace().unwrap_or_default();
-    object
-        .owner_references()
+    let named = object
+        .body
+        .get("spec")
+        .and_then(|spec| spec["clusterName"].as_str().map(String::from));
+    let owners = object.owner_references().iter().filter(|owner| {
+        owner.kind == "Cluster" && owner.api_version.starts_with("cluster.x-k8s.io/")
+    });
+    let mut names: Vec<String> = owners
+        .map(|owner| owner.name.clone())
+        .chain(named)
+        .collect();
+    names.dedup();
+    names
         .iter()
-        .filter(|owner| {
-            owner.kind == "Cluster" && owner.api_version.starts_with("cluster.x-k8s.io/")
-        })
-        .map(|owner| ObjectRef::new(&owner.name).within(&namespace))
+        .map(|name| ObjectRef::new(name).within(&namespace))
         .collect()
 }
 
