@@ -853,6 +853,14 @@ async fn moves_through_every_state_across_restarts() {
     let pending = wait_phase(&h, "c1", Phase::Pending).await;
     assert!(!pending.paused_by_move);
     assert!(!spec_paused(&h, "c1").await);
+    // The Event follows the state write: stopping before it is sent would lose it (a CI run
+    // on 0ab7eaa saw MovePending missing at the end).
+    eventually("the MovePending Event", || async {
+        (event_reasons(&h, "c1").await.iter())
+            .any(|r| r == "MovePending")
+            .then_some(())
+    })
+    .await;
     h.stop().await;
     h.start().await;
 
