@@ -15,6 +15,7 @@ use crate::common;
 use caapf::api::{CapiCluster, RolloutConfig};
 use caapf::hooks::handlers;
 use caapf::hooks::types::Hook;
+use caapf::model::rollout::walk::Strategy;
 use caapf::model::rollout::{Rollout, rollout_strategy};
 use caapf::names;
 use common::fleet_walk::{self, Fleet};
@@ -204,7 +205,7 @@ async fn the_guide_rolls_a_helmop_out_in_three_waves() {
     let printed: Value = serde_yaml::from_str(&printed).expect("printed YAML");
     let strategy = &documents[3]["spec"]["rolloutStrategy"];
     assert_eq!(strategy, &printed["rolloutStrategy"]);
-    let strategy = fleet_walk::strategy(strategy);
+    let strategy = Strategy::from_json(strategy).expect("rolloutStrategy");
 
     let mut h = Harness::new().await;
     h.start().await;
