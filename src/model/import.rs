@@ -702,24 +702,41 @@ impl Observed {
     /// The Events of a Fleet Cluster write that changes what waves show: values that make no
     /// label, and a hold that starts, changes or ends.
     fn rollout_events(&self, live: Option<&FleetCluster>, shown: &rollout::Shown) -> Vec<Write> {
-        let event = |type_, reason, note: String| {
-            Write::event(&self.regarding, type_, reason, "Labelling", note)
+        // The hold is the action: kube-runtime's Recorder folds Events of one type, reason,
+        // action and object into a series that keeps its first note (kube-runtime 3.1.0
+        // `events.rs` `EventKey`), so each hold gets its own.
+        let event = |type_, reason, action, note: String| {
+            Write::event(&self.regarding, type_, reason, action, note)
         };
         let mut events: Vec<Write> = shown
             .problems
             .iter()
-            .map(|p| event(EventType::Warning, "RolloutLabelInvalid", p.clone()))
+            .map(|p| {
+                event(
+                    EventType::Warning,
+                    "RolloutLabelInvalid",
+                    "Labelling",
+                    p.clone(),
+                )
+            })
             .collect();
         let labels = live.and_then(|l| l.metadata.labels.as_ref());
         let was = labels.and_then(|l| l.get(names::ROLLOUT_HOLD_LABEL));
         match (&shown.held, was) {
             (Some(held), was) if was.map(String::as_str) != Some(held.hold.as_str()) => {
                 let note = format!("{}: {}", held.hold.as_str(), held.message);
-                events.push(event(EventType::Normal, "RolloutHeld", note));
+                events.push(event(
+                    EventType::Normal,
+                    "RolloutHeld",
+                    held.hold.as_str(),
+                    note,
+                ));
             }
             (None, Some(was)) => {
                 let note = format!("the {was} hold ended: Fleet may roll out to this cluster");
-                events.push(event(EventType::Normal, "RolloutReleased", note));
+                let hold = rollout::Hold::ALL.into_iter().find(|h| h.as_str() == was);
+                let action = hold.map_or("Labelling", rollout::Hold::as_str);
+                events.push(event(EventType::Normal, "RolloutReleased", action, note));
             }
             _ => {}
         }
