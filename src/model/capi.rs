@@ -100,6 +100,9 @@ pub struct ClusterView {
     /// `internal/hooks/tracking.go`). While an upgrade runs the condition is False (v1.11 reasons
     /// `ControlPlaneUpgradePending`, …; v1.12 `ClusterUpgrading`).
     pub topology_settled: bool,
+    /// Rancher deploys a Fleet agent of its own to it, as the Cluster controller last read
+    /// ([`crate::model::turtles::rancher_deploys_fleet`]; false from the object alone).
+    pub rancher_fleet: bool,
 }
 
 impl ClusterView {
@@ -202,6 +205,7 @@ impl ClusterView {
                 .filter(|v| !v.is_empty())
                 .map(str::to_string),
             topology_settled: topology_settled(metadata, status, &annotations),
+            rancher_fleet: false,
             variables: topology
                 .and_then(|t| t.get("variables"))
                 .and_then(Value::as_array)

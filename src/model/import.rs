@@ -69,8 +69,8 @@ pub enum Decision {
     /// add-ons, the move Bundles stay reported) and no longer owned by the source Cluster, so
     /// deleting the source copy leaves it alone; a deleted source only loses our finalizer.
     Moved,
-    /// Its Fleet Cluster carries Turtles' `fleet-integration` finalizer
-    /// ([`names::TURTLES_FLEET_FINALIZER`]): left to Turtles, our finalizer released, reported.
+    /// Rancher deploys a Fleet agent of its own to it ([`ClusterView::rancher_fleet`]): left to
+    /// Rancher, our finalizer released, reported.
     Turtles,
 }
 
@@ -134,13 +134,7 @@ pub fn import_decision(
             selected: selected && !cluster.deleting,
         };
     }
-    let turtles = live
-        .and_then(|l| l.finalizers.as_ref())
-        .into_iter()
-        .flatten();
-    if (selected || cluster.has_finalizer()) && { turtles }
-        .any(|f| f == names::TURTLES_FLEET_FINALIZER)
-    {
+    if (selected || cluster.has_finalizer()) && cluster.rancher_fleet {
         return Decision::Turtles;
     }
     // Deletion is never held, not even by an invalid configuration, unless the Cluster's
@@ -332,7 +326,7 @@ impl Observed {
         let seen = &self.conflicts;
         let removals = seen.finalizer.removals;
         let conflict = match self.decision {
-            Decision::Turtles => Some(Conflict::TurtlesFleetIntegration),
+            Decision::Turtles => Some(Conflict::RancherFleetAgent),
             Decision::Wait | Decision::Import { .. } if removals > 0 => {
                 Some(Conflict::FinalizerRemoved { removals })
             }
@@ -353,7 +347,7 @@ impl Observed {
             .and_then(Value::as_str);
         let new = conflict.filter(|c| match c {
             Conflict::FinalizerRemoved { .. } => seen.removed_now,
-            Conflict::TurtlesFleetIntegration => live_reason != Some(c.reason()),
+            Conflict::RancherFleetAgent => live_reason != Some(c.reason()),
         });
         let event = new.map(|c| {
             Write::event(
