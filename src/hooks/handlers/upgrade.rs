@@ -182,7 +182,9 @@ async fn step(
 /// The hold of the rollout waves (`spec.cluster.rollout.kubernetesUpgrades`), before the bundle
 /// gates: one LIST of the Clusters that may share the class, only for a Cluster of a later wave
 /// ([`upgrades::wait`]): the namespace the provider watches, else the Cluster's own when its
-/// class is there, else all (a class of another namespace is shared across namespaces).
+/// class is there, else all (a class of another namespace is shared across namespaces). Live: the
+/// Cluster caches are the leader's while every replica serves the hooks, and Cluster API labels no
+/// Cluster with its class (docs/rollout.md).
 async fn wave_wait(
     ctx: &HookContext,
     cluster: &ClusterInfo,
@@ -220,16 +222,14 @@ async fn wave_wait(
         .collect();
     // One GET: the class's release annotation ends the soaks, as it ends the add-on soaks.
     let classes: Api<CapiClusterClass> = Api::namespaced(ctx.base.client.clone(), &class.namespace);
-    let found = get_opt(&classes, &class.name, "ClusterClass", &class.namespace).await;
-    let release = match found {
-        Ok(found) => found.and_then(|c| {
-            c.metadata
-                .annotations?
-                .remove(names::ROLLOUT_RELEASE_ANNOTATION)
-        }),
+    let found = match get_opt(&classes, &class.name, "ClusterClass", &class.namespace).await {
+        Ok(found) => found.and_then(|c| c.metadata.annotations),
         Err(outcome) => return Some(outcome),
     };
-    let released = release.as_deref() == Some("true");
+    let released = found.is_some_and(|a| {
+        a.get(names::ROLLOUT_RELEASE_ANNOTATION)
+            .is_some_and(|v| v == "true")
+    });
     upgrades::wait(rollout, cluster, target, &peers, released, Timestamp::now())
 }
 
