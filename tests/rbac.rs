@@ -72,6 +72,15 @@ fn chart_objects(extra: &[&str]) -> Vec<Value> {
 const ALLOWLIST: &[(&str, &str, &str, &str, &str)] = &[
     (
         "ClusterRole",
+        "management.cattle.io",
+        "clusters",
+        "list",
+        "the Rancher cluster of a Cluster Rancher Turtles imports (its finalizer \
+         capicluster.turtles.cattle.io: src/controllers/import/clusters.rs observe_rancher, \
+         tests/turtles.rs); these scenarios run without Rancher",
+    ),
+    (
+        "ClusterRole",
         "events.k8s.io",
         "events",
         "patch",

@@ -358,7 +358,7 @@ async fn a_removal_whose_run_fails_is_reported_on_the_retry() {
     assert!(message.contains("put back (1 of 3 times)"), "{message}");
 }
 
-/// The manager's writes of CAPI Clusters: (metadata patches, status writes).
+/// The manager's writes of CAPI Clusters that went through: (metadata patches, status writes).
 fn cluster_writes(h: &Harness) -> (usize, usize) {
     let writes = |status: bool| {
         h.sandbox.requests().count(|r| {
@@ -366,6 +366,7 @@ fn cluster_writes(h: &Harness) -> (usize, usize) {
                 && r.group == "cluster.x-k8s.io"
                 && r.resource == "clusters"
                 && r.verb.as_str() == "PATCH"
+                && r.code < 300
                 && (r.subresource == "status") == status
         })
     };
@@ -420,7 +421,8 @@ async fn turtles_stripping_on_every_event_gets_bounded_re_adds_then_nothing() {
     .await;
     let reported = cluster_writes(&h);
     assert_eq!(reported.0 - patches, max, "re-adds");
-    assert_eq!(strips.load(std::sync::atomic::Ordering::SeqCst), max + 1);
+    // A watch event from before a strip landed may be stripped again (a no-op): at least.
+    assert!(strips.load(std::sync::atomic::Ordering::SeqCst) > max);
     assert_eq!(metric(&h, "FinalizerRemoved"), Some((max + 1).to_string()));
 
     // Then nothing: another change is reconciled without a write of the Cluster.

@@ -9,7 +9,7 @@
 //!   then left off and reported.
 //! - Rancher deploys a Fleet agent of its own to a cluster Turtles imported unless Turtles marks
 //!   it externally managed ([`rancher_deploys_fleet`]; Turtles' alpha `fleet-integration`, PR
-//!   #2803, in no release at v0.27.0, works on those Rancher Fleet Clusters): never two agents on
+//!   #2803, is in no release at v0.27.0, and would work with that agent): never two agents on
 //!   one cluster, such a Cluster is left to Rancher ([`crate::model::import::Decision::Turtles`]).
 //!
 //! Both are reported by the condition [`names::FLEET_CONFLICT_CONDITION`] and a Warning Event.
