@@ -100,6 +100,12 @@ pub struct ClusterView {
     /// `internal/hooks/tracking.go`). While an upgrade runs the condition is False (v1.11 reasons
     /// `ControlPlaneUpgradePending`, …; v1.12 `ClusterUpgrading`).
     pub topology_settled: bool,
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
+    /// Our own live conditions: [`names::FLEET_CONFLICT_CONDITION`] ([`crate::model::turtles`])
+    /// and [`names::WORKLOADS_REMOVED_CONDITION`] ([`crate::model::teardown`]).
+    pub conflict: Option<Value>,
+    pub workloads_removed: Option<Value>,
 }
 
 impl ClusterView {
@@ -202,6 +208,10 @@ impl ClusterView {
                 .filter(|v| !v.is_empty())
                 .map(str::to_string),
             topology_settled: topology_settled(metadata, status, &annotations),
+            generation: metadata.get("generation").and_then(Value::as_i64),
+            conflict: live_condition(Some(status), names::FLEET_CONFLICT_CONDITION).cloned(),
+            workloads_removed: live_condition(Some(status), names::WORKLOADS_REMOVED_CONDITION)
+                .cloned(),
             variables: topology
                 .and_then(|t| t.get("variables"))
                 .and_then(Value::as_array)

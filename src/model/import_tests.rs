@@ -595,7 +595,6 @@ fn observed_with_spec(
         now: now(),
         resync: RESYNC,
         conflicts: Default::default(),
-        removal: None,
     }
 }
 
@@ -1386,10 +1385,13 @@ fn turtles_conflicts() {
             removals,
         },
         removed_now,
-        ..Default::default()
     };
     let with = |mut o: Observed, seen: Seen| {
         o.conflicts = seen;
+        o
+    };
+    let conflicting = |mut o: Observed, live: Value| {
+        o.view.conflict = Some(live);
         o
     };
     let live_turtles = json!({"type": "FleetAddonConflict", "status": "True",
@@ -1415,12 +1417,9 @@ fn turtles_conflicts() {
         ),
         (
             "Turtles' Fleet Cluster, already reported: the condition is refreshed, no new Event",
-            with(
+            conflicting(
                 observed(&defaults, json!({}), turtles(), None),
-                Seen {
-                    condition: Some(live_turtles),
-                    ..Default::default()
-                },
+                live_turtles,
             ),
             vec![format!("apply status {capi}")],
         ),
@@ -1450,14 +1449,9 @@ fn turtles_conflicts() {
         ),
         (
             "no conflict (anymore): the condition goes",
-            with(
+            conflicting(
                 observed(&defaults, fin.clone(), None, None),
-                Seen {
-                    condition: Some(
-                        json!({"type": "FleetAddonConflict", "reason": "FinalizerRemoved"}),
-                    ),
-                    ..Default::default()
-                },
+                json!({"type": "FleetAddonConflict", "reason": "FinalizerRemoved"}),
             ),
             vec![format!("apply status {capi}"), format!("apply {fleet}")],
         ),

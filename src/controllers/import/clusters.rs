@@ -23,7 +23,6 @@ use crate::metrics::ReasonLabels;
 use crate::model::agent_manifest::TokenValues;
 use crate::model::agent_patch::SecretFormat;
 use crate::model::agent_settings::Carrier;
-use crate::model::capi;
 use crate::model::capi::{ClusterView, ProviderRef};
 use crate::model::config::{ClusterImport, EffectiveConfig};
 use crate::model::fleet::template_values;
@@ -163,17 +162,11 @@ async fn observe(
         tracing::warn!(cluster = %name, %namespace, removals = finalizer.removals,
             "our finalizer was removed by another controller (Rancher Turtles with use-caapf: false?)");
     }
-    let status = cluster.body.get("status");
-    let conflicts = turtles::Seen {
-        finalizer,
-        removed_now,
-        condition: capi::live_condition(status.as_ref(), names::FLEET_CONFLICT_CONDITION).cloned(),
-        generation: cluster.metadata.generation,
-    };
-    let removal = capi::live_condition(status.as_ref(), names::WORKLOADS_REMOVED_CONDITION);
     Ok(Ok(Observed {
-        conflicts,
-        removal: removal.cloned(),
+        conflicts: turtles::Seen {
+            finalizer,
+            removed_now,
+        },
         cluster_version: cluster.meta().resource_version.clone(),
         regarding: cluster.object_ref(&()),
         token: token.map(|t| t.metadata.clone()),
