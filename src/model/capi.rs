@@ -166,6 +166,7 @@ impl ClusterView {
         let name = str_at(metadata, "name")?.to_string();
         let namespace = str_at(metadata, "namespace")?.to_string();
         let annotations = string_map(metadata.get("annotations"));
+        let generation = metadata.get("generation").and_then(Value::as_i64);
         let topology = spec.get("topology").filter(|t| t.is_object());
         let class = topology.and_then(|t| class_ref(t, &namespace));
         let api_version = api_version
@@ -207,8 +208,8 @@ impl ClusterView {
                 .and_then(|t| str_at(t, "version"))
                 .filter(|v| !v.is_empty())
                 .map(str::to_string),
-            topology_settled: topology_settled(metadata, status, &annotations),
-            generation: metadata.get("generation").and_then(Value::as_i64),
+            topology_settled: topology_settled(generation, status, &annotations),
+            generation,
             conflict: live_condition(Some(status), names::FLEET_CONFLICT_CONDITION).cloned(),
             workloads_removed: live_condition(Some(status), names::WORKLOADS_REMOVED_CONDITION)
                 .cloned(),
@@ -244,18 +245,11 @@ impl ClusterView {
 pub const TOPOLOGY_RECONCILED: &str = "TopologyReconciled";
 
 /// See [`ClusterView::topology_settled`].
-fn topology_settled(metadata: &Value, status: &Value, annotations: &StringMap) -> bool {
-    let generation = metadata.get("generation").and_then(Value::as_i64);
-    let reconciled = status
-        .get("conditions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .any(|c| {
-            str_at(c, "type") == Some(TOPOLOGY_RECONCILED)
-                && str_at(c, "status") == Some("True")
-                && c.get("observedGeneration").and_then(Value::as_i64) == generation
-        });
+fn topology_settled(generation: Option<i64>, status: &Value, annotations: &StringMap) -> bool {
+    let reconciled = live_condition(Some(status), TOPOLOGY_RECONCILED).is_some_and(|c| {
+        str_at(c, "status") == Some("True")
+            && c.get("observedGeneration").and_then(Value::as_i64) == generation
+    });
     let upgrading = annotations
         .get(names::CAPI_PENDING_HOOKS_ANNOTATION)
         .is_some_and(|hooks| hooks.split(',').any(|h| h.trim() == "AfterClusterUpgrade"));
