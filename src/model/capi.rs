@@ -227,6 +227,13 @@ impl ClusterView {
         })
     }
 
+    /// Whether the Cluster owns the object of `meta` (an owner reference with its uid; never
+    /// while its uid is unknown).
+    pub fn owns(&self, meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> bool {
+        let mut owners = meta.owner_references.iter().flatten();
+        !self.uid.is_empty() && owners.any(|owner| owner.uid == self.uid)
+    }
+
     /// Whether the Cluster carries our finalizer.
     pub fn has_finalizer(&self) -> bool {
         self.finalizers.iter().any(|f| f == names::FINALIZER)

@@ -366,14 +366,12 @@ impl Observed {
     /// Moved into itself: the Fleet Cluster now serves the self-managed cluster. Keep it, and
     /// keep the garbage collector from deleting it with the source copy.
     fn moved(&self) -> Vec<Write> {
-        let uid = &self.view.uid;
-        let owned = self.fleet.as_deref().is_some_and(|live| {
-            let owners = live.metadata.owner_references.iter().flatten();
-            !uid.is_empty() && owners.into_iter().any(|o| &o.uid == uid)
-        });
+        let owned = (self.fleet.as_deref()).is_some_and(|live| self.view.owns(&live.metadata));
         let disown = owned.then(|| Write::Modify {
             object: self.fleet_id(),
-            change: Change::Disown { uid: uid.clone() },
+            change: Change::Disown {
+                uid: self.view.uid.clone(),
+            },
             manager: names::FIELD_MANAGER,
         });
         let release = self.finalizer(false).filter(|_| self.view.deleting);
@@ -384,12 +382,7 @@ impl Observed {
     /// never held. The Fleet Cluster is left to the garbage collector when the CAPI Cluster owns
     /// it; the namespace controller takes care of shared objects once the Cluster is gone.
     fn cleanup(&self) -> Vec<Write> {
-        let uid = &self.view.uid;
-        let owned = |live: &&FleetCluster| {
-            let mut owners = live.metadata.owner_references.iter().flatten();
-            owners.any(|o| &o.uid == uid)
-        };
-        let fleet = self.fleet.as_deref().filter(|live| !owned(live));
+        let fleet = (self.fleet.as_deref()).filter(|live| !self.view.owns(&live.metadata));
         let delete_fleet = fleet.map(|_| Write::Delete {
             object: self.fleet_id(),
             live_check: false,
