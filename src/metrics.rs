@@ -165,7 +165,7 @@ impl Metrics {
         let conflicts = Family::<ReasonLabels, Counter>::default();
         registry.register(
             "caapf_import_conflicts",
-            "Conflicts with another controller reported on CAPI Clusters, per reason (FinalizerRemoved, TurtlesFleetIntegration)",
+            "Warning Events published about conflicts with another controller on CAPI Clusters, per reason (FinalizerRemoved, RancherFleetAgent); an Event whose publish failed is not counted",
             conflicts.clone(),
         );
         Self {

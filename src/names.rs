@@ -23,12 +23,8 @@ pub const TURTLES_CLUSTERCLASS_NAME_LABEL: &str = "cluster-api.cattle.io/cluster
 pub const TURTLES_CLUSTERCLASS_NAMESPACE_LABEL: &str =
     "cluster-api.cattle.io/clusterclass-namespace";
 
-/// Finalizer of Turtles' `fleet-integration` controller on the Fleet Clusters it manages
-/// (PR #2803): such a Fleet Cluster is left to Turtles ([`FLEET_CONFLICT_CONDITION`]).
-pub const TURTLES_FLEET_FINALIZER: &str = "fleetcluster.turtles.cattle.io";
-
 /// Condition type on a CAPI Cluster whose import another controller works against (True, reason
-/// `FinalizerRemoved` or `TurtlesFleetIntegration`: `crate::model::turtles`); removed once none does.
+/// `FinalizerRemoved` or `RancherFleetAgent`: `crate::model::turtles`); removed once none does.
 pub const FLEET_CONFLICT_CONDITION: &str = "FleetAddonConflict";
 
 /// Field manager of the [`FLEET_CONFLICT_CONDITION`] condition (owning only that list item).

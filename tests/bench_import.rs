@@ -23,6 +23,10 @@
 //! `BENCH_SANDBOX_ARGS` (extra `kube-sandbox` flags for the runs, e.g. `--no-watch-list`),
 //! `BENCH_SHAPE` (`provisioned`, the default: each Cluster real-shaped, with Cluster API's status
 //! and the KubeadmControlPlane and DockerCluster it references; `minimal`: a bare Cluster).
+//! A mode naming `waves` (e.g. `BENCH_MODES=waves`) gives every Cluster a wave (the topology
+//! variable `wave`, the `rollout-wave` annotation without a topology) and, for that mode, a
+//! FleetAddonConfig with `spec.cluster.rollout` and `variableLabels` ([`waves_config`]); its
+//! import is done when every Fleet Cluster carries its wave label.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -67,7 +71,7 @@ fn shape_is_provisioned() -> bool {
 /// A Cluster with nothing but a name, a label and, for a fifth, a topology; and its status.
 fn minimal_cluster(i: usize, ns: &str) -> (Value, Value) {
     let spec = if i.is_multiple_of(5) {
-        json!({"topology": {"classRef": {"name": "quick-start", "namespace": "classes"}, "version": "v1.35.0"}})
+        json!({"topology": {"classRef": {"name": "quick-start", "namespace": "classes"}, "version": "v1.35.0", "variables": []}})
     } else {
         json!({})
     };
@@ -80,6 +84,35 @@ fn minimal_cluster(i: usize, ns: &str) -> (Value, Value) {
         cluster,
         json!({"initialization": {"controlPlaneInitialized": true}}),
     )
+}
+
+/// The waves of the `waves` mode, and the wave of Cluster `i`.
+const WAVES: [&str; 3] = ["canary", "early", "rest"];
+
+/// Gives `cluster` (number `i`) its wave: the topology variable `wave`, else the annotation.
+fn with_wave(i: usize, cluster: &mut Value) {
+    let wave = WAVES[i % WAVES.len()];
+    match cluster["spec"]["topology"]["variables"].as_array_mut() {
+        Some(variables) => variables.push(json!({"name": "wave", "value": wave})),
+        None => {
+            cluster["metadata"]["annotations"][caapf::names::ROLLOUT_WAVE_ANNOTATION] = json!(wave)
+        }
+    }
+}
+
+/// The FleetAddonConfig of the `waves` mode: the import of the "object absent" regime, with
+/// rollout waves from the topology variable `wave` and that variable as a label.
+fn waves_config() -> Value {
+    json!({
+        "apiVersion": "addons.cluster.x-k8s.io/v1alpha1", "kind": "FleetAddonConfig",
+        "metadata": {"name": "fleet-addon-config"},
+        "spec": {
+            "cluster": {"applyClassGroup": true, "patchResource": true, "setOwnerReferences": true,
+                "variableLabels": ["wave"],
+                "rollout": {"waveVariable": "wave", "waves": WAVES, "soak": "10m", "kubernetesUpgrades": true}},
+            "clusterClass": {"patchResource": true, "setOwnerReferences": true},
+        },
+    })
 }
 
 /// The real-shaped objects one workload cluster is stamped from.
@@ -159,7 +192,7 @@ impl Fixtures {
     }
 }
 
-async fn prepare(dir: &Path, clusters: usize, namespaces: usize) -> Duration {
+async fn prepare(dir: &Path, clusters: usize, namespaces: usize, waves: bool) -> Duration {
     std::fs::create_dir_all(dir.join("snapshot")).expect("snapshot dir");
     let (process, client, _) = sandbox(dir, true).await;
     let started = Instant::now();
@@ -196,11 +229,14 @@ async fn prepare(dir: &Path, clusters: usize, namespaces: usize) -> Duration {
             let ns = namespace_of(i, namespaces);
             let name = format!("c-{i}");
             let api: Api<caapf::api::CapiCluster> = Api::namespaced(client.clone(), &ns);
-            let (cluster, status) = if provisioned {
+            let (mut cluster, status) = if provisioned {
                 fixtures.cluster(i, &ns)
             } else {
                 minimal_cluster(i, &ns)
             };
+            if waves {
+                with_wave(i, &mut cluster);
+            }
             let cluster = serde_json::from_value(cluster).expect("cluster");
             let created = api
                 .create(&PostParams::default(), &cluster)
@@ -328,22 +364,36 @@ struct Run {
     reconciles: ([u64; 3], [u64; 3]),
 }
 
-async fn run_mode(dir: &Path, clusters: usize, namespaces: usize, extra: &[String]) -> Run {
+async fn run_mode(dir: &Path, clusters: usize, namespaces: usize, mode: &[String]) -> Run {
     let (sandbox, client, kubeconfig) = sandbox(dir, false).await;
+    let waves = mode.iter().any(|m| m == "waves");
+    let extra: Vec<String> = mode.iter().filter(|m| *m != "waves").cloned().collect();
+    if waves {
+        let resource = ApiResource::erase::<caapf::api::FleetAddonConfig>(&());
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        let config = serde_json::from_value(waves_config()).expect("FleetAddonConfig");
+        api.create(&PostParams::default(), &config)
+            .await
+            .expect("create FleetAddonConfig");
+    }
     let sandbox_before = sandbox.usage();
     let fleet: Api<fleet_api_rs::fleet_cluster::Cluster> = Api::all(client.clone());
     // A one-item page says how many there are (remainingItemCount) without the sandbox
     // serialising all of them ten times a second, which would compete with the manager.
+    let done = match waves {
+        true => ListParams::default().labels(caapf::names::ROLLOUT_WAVE_LABEL),
+        false => ListParams::default(),
+    };
     let count = || async {
         fleet
-            .list_metadata(&ListParams::default().limit(1))
+            .list_metadata(&done.clone().limit(1))
             .await
             .map(|l| l.items.len() + l.metadata.remaining_item_count.unwrap_or(0) as usize)
             .unwrap_or(0)
     };
     let port = free_port();
     let started = Instant::now();
-    let manager = start_manager(&kubeconfig, port, extra);
+    let manager = start_manager(&kubeconfig, port, &extra);
     wait_for("all Fleet Clusters", || async { count().await == clusters }).await;
     let import = started.elapsed();
     let sandbox_import = sandbox.usage();
@@ -374,7 +424,7 @@ async fn run_mode(dir: &Path, clusters: usize, namespaces: usize, extra: &[Strin
 
     reset_requests(&client).await;
     let restarted = Instant::now();
-    let manager = start_manager(&kubeconfig, port, extra);
+    let manager = start_manager(&kubeconfig, port, &extra);
     wait_for("every Cluster reconciled after the restart", || async {
         reconciles(port, "cluster") >= clusters as u64
     })
@@ -386,10 +436,10 @@ async fn run_mode(dir: &Path, clusters: usize, namespaces: usize, extra: &[Strin
     let restart_manager = manager.stop();
     let sandbox_end = sandbox.stop();
     Run {
-        mode: if extra.is_empty() {
+        mode: if mode.is_empty() {
             "defaults".into()
         } else {
-            extra.join(" ")
+            mode.join(" ")
         },
         import,
         requests,
@@ -429,7 +479,8 @@ async fn import_benchmark() {
     let loadavg = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("load average at start: {}", loadavg().trim());
 
-    let setup = prepare(dir.path(), clusters, namespaces).await;
+    let waves = modes.iter().flatten().any(|m| m == "waves");
+    let setup = prepare(dir.path(), clusters, namespaces, waves).await;
     println!(
         "input: {clusters} {} Clusters in {namespaces} namespaces (a fifth using a ClusterClass from another namespace), prepared in {setup:.1?}",
         if shape_is_provisioned() {

@@ -15,6 +15,7 @@ use crate::common;
 use caapf::api::{CapiCluster, RolloutConfig};
 use caapf::hooks::handlers;
 use caapf::hooks::types::Hook;
+use caapf::model::rollout::walk::Strategy;
 use caapf::model::rollout::{Rollout, rollout_strategy};
 use caapf::names;
 use common::fleet_walk::{self, Fleet};
@@ -204,7 +205,7 @@ async fn the_guide_rolls_a_helmop_out_in_three_waves() {
     let printed: Value = serde_yaml::from_str(&printed).expect("printed YAML");
     let strategy = &documents[3]["spec"]["rolloutStrategy"];
     assert_eq!(strategy, &printed["rolloutStrategy"]);
-    let strategy = fleet_walk::strategy(strategy);
+    let strategy = Strategy::from_json(strategy).expect("rolloutStrategy");
 
     let mut h = Harness::new().await;
     h.start().await;
@@ -517,20 +518,32 @@ async fn the_guide_rolls_a_helmop_out_in_three_waves() {
 
     // status.rollout counts the waves, none held after the release was removed.
     wait_settled(&h).await;
-    // Holds and releases are Events on the Cluster (kube-runtime's Recorder makes one Event
-    // per reason and Cluster, its first note, counting the repeats as a series).
-    eventually(
-        "Events RolloutHeld and RolloutReleased on early-3",
-        || async {
-            let events: Vec<Event> = h.list(NS).await;
-            let on = |e: &Event| e.regarding.as_ref()?.name.clone();
-            let reasons: BTreeSet<&str> = (events.iter())
-                .filter(|e| on(e).as_deref() == Some("early-3"))
-                .filter_map(|e| e.reason.as_deref())
-                .collect();
-            (reasons.contains("RolloutHeld") && reasons.contains("RolloutReleased")).then_some(())
-        },
-    )
+    // Holds and releases are Events on the Cluster, the hold their action: kube-runtime's
+    // Recorder makes one Event per reason, action and Cluster, its first note, counting the
+    // repeats as a series; each hold early-3 went through shows its own note.
+    let held = ["Soaking", "WaveFailing", "Upgrading", "Manual"];
+    eventually("an Event per hold and release on early-3", || async {
+        let events: Vec<Event> = h.list(NS).await;
+        let on_early_3 =
+            |e: &&Event| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("early-3");
+        let notes: BTreeSet<(String, String)> = (events.iter().filter(on_early_3))
+            .filter_map(|e| {
+                let (action, note) = (e.action.clone()?, e.note.as_deref()?);
+                match e.reason.as_deref()? {
+                    "RolloutHeld" => note.starts_with(&format!("{action}: ")),
+                    "RolloutReleased" => note.starts_with(&format!("the {action} hold ended")),
+                    _ => false,
+                }
+                .then(|| (e.reason.clone().unwrap_or_default(), action))
+            })
+            .collect();
+        let has = |reason: &str, action: &str| notes.contains(&(reason.into(), action.into()));
+        (held.iter().all(|a| has("RolloutHeld", a))
+            && ["Upgrading", "Manual"]
+                .iter()
+                .all(|a| has("RolloutReleased", a)))
+        .then_some(())
+    })
     .await;
     h.stop().await;
 }

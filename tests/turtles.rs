@@ -358,22 +358,184 @@ async fn a_removal_whose_run_fails_is_reported_on_the_retry() {
     assert!(message.contains("put back (1 of 3 times)"), "{message}");
 }
 
-/// Turtles' fleet-integration took the Fleet Cluster (its finalizer on it): we release the
-/// Cluster, report it once, and no longer write the Fleet Cluster.
+/// The manager's writes of CAPI Clusters: (metadata patches, status writes).
+fn cluster_writes(h: &Harness) -> (usize, usize) {
+    let writes = |status: bool| {
+        h.sandbox.requests().count(|r| {
+            common::from_manager(r)
+                && r.group == "cluster.x-k8s.io"
+                && r.resource == "clusters"
+                && r.verb.as_str() == "PATCH"
+                && (r.subresource == "status") == status
+        })
+    };
+    (writes(false), writes(true))
+}
+
+/// Plays a real Turtles with `use-caapf: false` (v0.27.0 `import_controller.go`
+/// `reconcileExternalFleetManagement` runs on every reconcile of an imported Cluster): a
+/// concurrent task strips our finalizer whenever a watch event shows it. It is put back
+/// [`caapf::model::turtles::MAX_FINALIZER_READDS`] times, then reported and left: counted
+/// requests, and none after the report (no add-remove loop).
 #[tokio::test]
-async fn a_fleet_cluster_under_turtles_fleet_integration_is_left_alone() {
+async fn turtles_stripping_on_every_event_gets_bounded_re_adds_then_nothing() {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
     let h = imported().await;
-    let fleet_api: kube::Api<FleetCluster> = kube::Api::namespaced(h.client.clone(), NS);
-    let patch = json!({"metadata": {"finalizers": [names::TURTLES_FLEET_FINALIZER]}});
-    fleet_api
-        .patch("c1", &Default::default(), &kube::api::Patch::Merge(patch))
+    let (patches, _) = cluster_writes(&h);
+    let api: kube::Api<CapiCluster> = kube::Api::namespaced(h.client.clone(), NS);
+    let strips = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let stripper = tokio::spawn({
+        let (api, strips) = (api.clone(), strips.clone());
+        async move {
+            let config = watcher::Config::default().fields("metadata.name=c1");
+            let mut events = watcher(api.clone(), config).applied_objects().boxed();
+            while let Some(event) = events.next().await {
+                let Ok(cluster) = event else { continue };
+                if !has_finalizer(&cluster) {
+                    continue;
+                }
+                let kept: Vec<&String> = (cluster.finalizers().iter())
+                    .filter(|f| *f != names::FINALIZER)
+                    .collect();
+                let patch = json!({"metadata": {"finalizers": kept}});
+                let patch = kube::api::Patch::Merge(patch);
+                if api.patch("c1", &Default::default(), &patch).await.is_ok() {
+                    strips.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        }
+    });
+    let max = caapf::model::turtles::MAX_FINALIZER_READDS as usize;
+    eventually("left off and reported", || async {
+        let message = conflict_condition(&h).await?["message"]
+            .as_str()?
+            .to_string();
+        message.contains("left off after 3 re-adds").then_some(())
+    })
+    .await;
+    eventually("every removal reported", || async {
+        (warnings(&h, "FinalizerRemoved").await == max + 1).then_some(())
+    })
+    .await;
+    let reported = cluster_writes(&h);
+    assert_eq!(reported.0 - patches, max, "re-adds");
+    assert_eq!(strips.load(std::sync::atomic::Ordering::SeqCst), max + 1);
+    assert_eq!(metric(&h, "FinalizerRemoved"), Some((max + 1).to_string()));
+
+    // Then nothing: another change is reconciled without a write of the Cluster.
+    let before = h.reconciles("cluster");
+    h.label_cluster(NS, "c1", json!({"env": "prod"})).await;
+    h.wait_reconciled_since("label seen", "cluster", before)
+        .await;
+    h.wait_fleet_cluster("the import goes on", NS, "c1", |f| {
+        f.labels().get("env").is_some_and(|v| v == "prod")
+    })
+    .await;
+    assert_eq!(cluster_writes(&h), reported, "no write after the report");
+    assert_eq!(warnings(&h, "FinalizerRemoved").await, max + 1);
+    stripper.abort();
+}
+
+/// A conflict whose Warning Event the API server refuses (503 on every Event write) is still
+/// on the condition, but not counted: the counter counts the Events published.
+#[tokio::test]
+async fn a_conflict_whose_event_fails_is_not_counted() {
+    use kube_sandbox::{FaultConfig, FaultRule, FaultTarget};
+    let h = imported().await;
+    let rule = FaultRule::fail(FaultTarget::Writes, 1.0, 503).for_resource("events");
+    h.sandbox.set_faults(FaultConfig {
+        rules: vec![rule],
+        ..Default::default()
+    });
+    strip_like_turtles(&h).await;
+    h.wait_finalizer("put back", NS, "c1", true).await;
+    eventually("the Event refused", || async {
+        let refused = h
+            .sandbox
+            .requests()
+            .count(|r| common::from_manager(r) && r.resource == "events" && r.code == 503);
+        (refused > 0).then_some(())
+    })
+    .await;
+    // A later reconcile of the Cluster finished: the one that sent the Event did before.
+    let before = h.reconciles("cluster");
+    h.label_cluster(NS, "c1", json!({"env": "prod"})).await;
+    h.wait_reconciled_since("label seen", "cluster", before)
+        .await;
+    let condition = conflict_condition(&h).await.expect("condition");
+    let message = condition["message"].as_str().expect("message");
+    assert!(message.contains("put back (1 of 3 times)"), "{message}");
+    h.sandbox.set_faults(FaultConfig::default());
+    assert_eq!(warnings(&h, "FinalizerRemoved").await, 0);
+    assert_eq!(metric(&h, "FinalizerRemoved"), None, "not counted");
+}
+
+/// A sandbox serving what Rancher and Turtles add (`fixtures/turtles/crds.yaml`).
+async fn under_rancher() -> Harness {
+    let crds = include_str!("fixtures/turtles/crds.yaml");
+    Harness::with_options(kube_sandbox::SandboxOptions {
+        validate_custom_resources: true,
+        extra_crds: kube_sandbox::crds_from_yaml(crds).expect("CRDs"),
+        ..Default::default()
+    })
+    .await
+}
+
+/// Creates or replaces the Rancher cluster Turtles made for `capi/c1`
+/// (`fixtures/turtles/rancher-cluster-v0.27.0.yaml`), its annotations changed by `annotations`.
+async fn play_rancher_cluster(h: &Harness, annotations: Value) {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+    let gvk = GroupVersionKind::gvk("management.cattle.io", "v3", "Cluster");
+    let resource = ApiResource::from_gvk_with_plural(&gvk, "clusters");
+    let api: kube::Api<DynamicObject> = kube::Api::all_with(h.client.clone(), &resource);
+    let text = include_str!("fixtures/turtles/rancher-cluster-v0.27.0.yaml");
+    let mut body: Value = serde_yaml::from_str(text).expect("fixture");
+    for (key, value) in annotations.as_object().expect("annotations") {
+        body["metadata"]["annotations"][key] = value.clone();
+    }
+    let params = PatchParams::apply("turtles-test").force();
+    api.patch("c-m7kq2", &params, &Patch::Apply(body))
         .await
-        .expect("Turtles' finalizer");
-    h.wait_finalizer("ours released", NS, "c1", false).await;
+        .expect("Rancher cluster");
+}
+
+/// Turtles v0.27.0 with `use-caapf: false` imports `capi/c1` into Rancher: its Rancher cluster
+/// without `provisioning.cattle.io/externally-managed` (so Rancher deploys its own Fleet agent,
+/// rancher/rancher v2.15.0 `fleetcluster.go`), its finalizer on the CAPI Cluster and ours
+/// stripped in the same reconcile. We leave the Cluster to Rancher at once (no re-add), report
+/// it once, and no longer write the Fleet Cluster; with the gate turned on we take it back.
+#[tokio::test]
+async fn a_cluster_rancher_deploys_fleet_to_is_left_alone() {
+    const EXTERNAL: &str = "provisioning.cattle.io/externally-managed";
+    let mut h = under_rancher().await;
+    h.namespace(NS, json!({})).await;
+    h.initialized_cluster(NS, json!({"metadata": {"name": "c1", "labels": {AUTO.0: AUTO.1}},
+        "spec": {"controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "KubeadmControlPlane", "name": "cp"}}}))
+    .await;
+    let config = turtles_fleet_addon_config();
+    h.config(&serde_yaml::to_string(&config["spec"]).expect("spec"))
+        .await;
+    h.start().await;
+    h.wait_finalizer("our finalizer", NS, "c1", true).await;
+    let (patches, _) = cluster_writes(&h);
+
+    play_rancher_cluster(&h, json!({EXTERNAL: null})).await;
+    let turtles = caapf::model::turtles::TURTLES_IMPORT_FINALIZER;
+    h.merge_cluster(NS, "c1", json!({"metadata": {"finalizers": [turtles]}}))
+        .await;
     let condition = eventually("reported", || conflict_condition(&h)).await;
-    assert_eq!(condition["reason"], "TurtlesFleetIntegration");
-    assert_eq!(warnings(&h, "TurtlesFleetIntegration").await, 1);
-    assert_eq!(metric(&h, "TurtlesFleetIntegration").as_deref(), Some("1"));
+    assert_eq!(condition["reason"], "RancherFleetAgent");
+    assert!(
+        condition["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("use-caapf"))
+    );
+    eventually("one Warning Event", || async {
+        (warnings(&h, "RancherFleetAgent").await == 1).then_some(())
+    })
+    .await;
+    assert_eq!(metric(&h, "RancherFleetAgent").as_deref(), Some("1"));
 
     let version = h
         .fleet_cluster(NS, "c1")
@@ -386,12 +548,65 @@ async fn a_fleet_cluster_under_turtles_fleet_integration_is_left_alone() {
         .await;
     let fleet = h.fleet_cluster(NS, "c1").await.expect("kept");
     assert_eq!(fleet.resource_version(), version, "not written");
-    assert!(fleet.labels().get("env").is_none());
-    assert_eq!(
-        warnings(&h, "TurtlesFleetIntegration").await,
-        1,
-        "reported once"
-    );
+    let cluster = h.get::<CapiCluster>(NS, "c1").await.expect("cluster");
+    assert!(!has_finalizer(&cluster), "never put back");
+    assert_eq!(cluster_writes(&h).0, patches, "no finalizer patch");
+    assert_eq!(warnings(&h, "RancherFleetAgent").await, 1, "reported once");
+
+    // `use-caapf: true`: Turtles marks it externally managed (no workspace assigned yet); the
+    // next change of the Cluster brings it back to this provider.
+    play_rancher_cluster(&h, json!({EXTERNAL: "true"})).await;
+    h.label_cluster(NS, "c1", json!({"env": "test"})).await;
+    h.wait_finalizer("ours again", NS, "c1", true).await;
+    eventually("the condition goes", || async {
+        conflict_condition(&h).await.is_none().then_some(())
+    })
+    .await;
+}
+
+/// Turtles v0.27.0 `internal/controllers/helpers.go` `removeFleetNamespace` deletes
+/// `fleet-addon-agent` on the workload cluster, not here: the provider cannot see it, so it
+/// warns at start-up, from its configuration, while Turtles' CRDs are served. The `caapf`
+/// binary runs as a process, its log read.
+#[tokio::test]
+async fn the_agent_namespace_turtles_deletes_is_warned_about_at_start_up() {
+    use common::process::ManagerProcess;
+    const WARNING: &str =
+        "Rancher Turtles is installed and Fleet agents go to namespace fleet-addon-agent";
+    const CHANGED: &str = "effective configuration changed";
+    for (turtles, agent_namespace, warned) in [
+        (true, None, true),
+        (true, Some("cattle-fleet-system"), false),
+        (false, None, false),
+    ] {
+        let h = if turtles {
+            under_rancher().await
+        } else {
+            Harness::new().await
+        };
+        h.namespace("caapf-system", json!({})).await;
+        let spec = match agent_namespace {
+            Some(ns) => format!("cluster: {{agentNamespace: {ns}}}"),
+            None => "cluster: {}".to_string(),
+        };
+        h.config(&spec).await;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kubeconfig = dir.path().join("kubeconfig");
+        h.sandbox.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+        let manager = ManagerProcess::start(&kubeconfig, dir.path(), "caapf-turtles", 0, &[]);
+        // The warning comes before the line that says the configuration was read.
+        let log = eventually("configuration read", || async {
+            let log = std::fs::read_to_string(&manager.log).unwrap_or_default();
+            log.contains(CHANGED).then_some(log)
+        })
+        .await;
+        assert_eq!(
+            log.contains(WARNING),
+            warned,
+            "{turtles} {agent_namespace:?}: {log}"
+        );
+        manager.kill().await;
+    }
 }
 
 /// The recipe of docs/installation.md "Under Rancher Turtles" against the release assets

@@ -3,7 +3,8 @@
 //! `rest`. BeforeClusterUpgrade of a `rest` Cluster (its request as Cluster API v1.12 sends it: a
 //! v1beta1 Cluster with its status blanked, `fromKubernetesVersion`/`toKubernetesVersion`:
 //! cluster-api v1.11.11 `api/runtime/hooks/v1alpha1/lifecyclehooks_types.go`) is held while the
-//! canary is below the version, while it upgrades, and while it soaks; then it goes. Cluster API's
+//! canary is below the version, while it upgrades, and while it soaks; then it goes, or at once
+//! when its ClusterClass carries `rollout-release: "true"`. Cluster API's
 //! conditions are played as its own field manager applies them; `FleetReady` is the manager's.
 
 use crate::common;
@@ -197,5 +198,29 @@ async fn a_later_wave_upgrades_after_the_canary_reached_the_version_and_soaked()
         soaked >= SignedDuration::try_from(SOAK).expect("soak"),
         "released after {soaked:?}"
     );
+
+    // A soak of an hour holds rest-2 until the ClusterClass's release ends it, as it ends the
+    // add-on soaks.
+    h.config("cluster: {patchResource: true, rollout: {waveVariable: wave, waves: [canary, rest], soak: 1h, kubernetesUpgrades: true}}").await;
+    set_version(&h, "rest-2", "v1.33.1").await;
+    let hour = eventually("the hour's soak is read", || async {
+        let response = before_upgrade(&h, "rest-2").await;
+        response.message.contains("m left").then_some(response)
+    })
+    .await;
+    assert_held(&hour, "is soaking: soak 60m left");
+    let class = h.class(NS, "quick-start", json!({})).await;
+    assert_held(&before_upgrade(&h, "rest-2").await, "is soaking");
+    let release = json!({"metadata": {"annotations": {names::ROLLOUT_RELEASE_ANNOTATION: "true"}}});
+    Api::<caapf::api::CapiClusterClass>::namespaced(h.client.clone(), NS)
+        .patch(
+            &class.metadata.name.expect("name"),
+            &PatchParams::default(),
+            &Patch::Merge(release),
+        )
+        .await
+        .expect("release");
+    let released = before_upgrade(&h, "rest-2").await;
+    assert_eq!(retry(&released), 0, "{released:?}");
     h.stop().await;
 }

@@ -76,8 +76,7 @@ impl CachedFleetCluster {
         let mut rest = std::mem::take(&mut fleet.metadata);
         // What the import reads of every cached Fleet Cluster without decoding it: the owner a
         // change maps to, the resourceVersion that tells our own write's echo, the
-        // registration annotation and the finalizers (Turtles' `fleet-integration`) the import
-        // decision reads.
+        // registration annotation and the finalizers.
         let typed = ObjectMeta {
             name: rest.name.take(),
             namespace: rest.namespace.take(),

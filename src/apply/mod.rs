@@ -64,8 +64,8 @@ where
     Ok(api.replace(name, &PostParams::default(), object).await?)
 }
 
-/// Publishes an Event about `regarding` through `recorder`. Failures are logged, not returned:
-/// an Event is never worth failing a reconcile (e.g. the namespace is terminating).
+/// Publishes an Event about `regarding` through `recorder`; whether it was. Failures are logged,
+/// not returned: an Event is never worth failing a reconcile (e.g. the namespace is terminating).
 pub async fn event(
     recorder: &Recorder,
     regarding: &ObjectReference,
@@ -73,7 +73,7 @@ pub async fn event(
     reason: &str,
     action: &str,
     note: String,
-) {
+) -> bool {
     let event = Event {
         type_,
         reason: reason.to_string(),
@@ -81,9 +81,11 @@ pub async fn event(
         action: action.to_string(),
         secondary: None,
     };
-    if let Err(err) = recorder.publish(&event, regarding).await {
+    let published = recorder.publish(&event, regarding).await;
+    if let Err(err) = &published {
         tracing::debug!(%err, reason, object = ?regarding.name, "event not published");
     }
+    published.is_ok()
 }
 
 /// Creates `desired` unless it exists; never updates (CAAPF's `patchResource: false`). Returns

@@ -43,10 +43,16 @@ struct Done {
 impl Target<'_> {
     /// Carries out `plan`'s writes in order, stopping at the first error; then what to do next.
     pub async fn run(&self, plan: Plan) -> Result<Next> {
+        Ok(self.run_reporting(plan).await?.0)
+    }
+
+    /// [`Self::run`], and the reasons of the Events it published (a failed publish is not).
+    pub async fn run_reporting(&self, plan: Plan) -> Result<(Next, Vec<&'static str>)> {
+        let mut published = vec![];
         for write in plan.writes {
-            self.write(write).await?;
+            published.extend(self.write(write).await?);
         }
-        Ok(plan.then)
+        Ok((plan.then, published))
     }
 
     /// [`Self::run`] for a hook: an error is its answer, a retry naming the write that failed
@@ -65,7 +71,8 @@ impl Target<'_> {
         Ok(plan.then)
     }
 
-    async fn write(&self, write: Write) -> Result<()> {
+    /// One write; the reason of the Event it published.
+    async fn write(&self, write: Write) -> Result<Option<&'static str>> {
         let done = match write {
             Write::Event {
                 regarding,
@@ -74,8 +81,8 @@ impl Target<'_> {
                 action,
                 note,
             } => {
-                event(self.recorder, &regarding, type_, reason, action, note).await;
-                return Ok(());
+                let published = event(self.recorder, &regarding, type_, reason, action, note).await;
+                return Ok(published.then_some(reason));
             }
             Write::Apply {
                 object,
@@ -130,7 +137,7 @@ impl Target<'_> {
                 if let (Some(expectations), Some(key)) = (self.expectations, key) {
                     expectations.await_echo(&key);
                 }
-                return Ok(());
+                return Ok(None);
             }
             Write::MergePatch {
                 object,
@@ -186,7 +193,7 @@ impl Target<'_> {
             }
         };
         self.record(&done);
-        Ok(())
+        Ok(None)
     }
 
     /// Logs a write that changed its object and records what it left; returns its key.

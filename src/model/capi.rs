@@ -106,6 +106,9 @@ pub struct ClusterView {
     /// and [`names::WORKLOADS_REMOVED_CONDITION`] ([`crate::model::teardown`]).
     pub conflict: Option<Value>,
     pub workloads_removed: Option<Value>,
+    /// Rancher deploys a Fleet agent of its own to it, as the Cluster controller last read
+    /// ([`crate::model::turtles::rancher_deploys_fleet`]; false from the object alone).
+    pub rancher_fleet: bool,
 }
 
 impl ClusterView {
@@ -213,6 +216,7 @@ impl ClusterView {
             conflict: live_condition(Some(status), names::FLEET_CONFLICT_CONDITION).cloned(),
             workloads_removed: live_condition(Some(status), names::WORKLOADS_REMOVED_CONDITION)
                 .cloned(),
+            rancher_fleet: false,
             variables: topology
                 .and_then(|t| t.get("variables"))
                 .and_then(Value::as_array)

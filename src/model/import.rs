@@ -69,8 +69,8 @@ pub enum Decision {
     /// add-ons, the move Bundles stay reported) and no longer owned by the source Cluster, so
     /// deleting the source copy leaves it alone; a deleted source only loses our finalizer.
     Moved,
-    /// Its Fleet Cluster carries Turtles' `fleet-integration` finalizer
-    /// ([`names::TURTLES_FLEET_FINALIZER`]): left to Turtles, our finalizer released, reported.
+    /// Rancher deploys a Fleet agent of its own to it ([`ClusterView::rancher_fleet`]): left to
+    /// Rancher, our finalizer released, reported.
     Turtles,
 }
 
@@ -134,13 +134,7 @@ pub fn import_decision(
             selected: selected && !cluster.deleting,
         };
     }
-    let turtles = live
-        .and_then(|l| l.finalizers.as_ref())
-        .into_iter()
-        .flatten();
-    if (selected || cluster.has_finalizer()) && { turtles }
-        .any(|f| f == names::TURTLES_FLEET_FINALIZER)
-    {
+    if (selected || cluster.has_finalizer()) && cluster.rancher_fleet {
         return Decision::Turtles;
     }
     // Deletion is never held, not even by an invalid configuration, unless the Cluster's
@@ -333,7 +327,7 @@ impl Observed {
         let seen = &self.conflicts;
         let removals = seen.finalizer.removals;
         let conflict = match self.decision {
-            Decision::Turtles => Some(Conflict::TurtlesFleetIntegration),
+            Decision::Turtles => Some(Conflict::RancherFleetAgent),
             Decision::Wait | Decision::Import { .. } if removals > 0 => {
                 Some(Conflict::FinalizerRemoved { removals })
             }
@@ -349,7 +343,7 @@ impl Observed {
             .and_then(Value::as_str);
         let new = conflict.filter(|c| match c {
             Conflict::FinalizerRemoved { .. } => seen.removed_now,
-            Conflict::TurtlesFleetIntegration => live_reason != Some(c.reason()),
+            Conflict::RancherFleetAgent => live_reason != Some(c.reason()),
         });
         let event = new.map(|c| {
             Write::event(
@@ -662,24 +656,41 @@ impl Observed {
     /// The Events of a Fleet Cluster write that changes what waves show: values that make no
     /// label, and a hold that starts, changes or ends.
     fn rollout_events(&self, live: Option<&FleetCluster>, shown: &rollout::Shown) -> Vec<Write> {
-        let event = |type_, reason, note: String| {
-            Write::event(&self.regarding, type_, reason, "Labelling", note)
+        // The hold is the action: kube-runtime's Recorder folds Events of one type, reason,
+        // action and object into a series that keeps its first note (kube-runtime 3.1.0
+        // `events.rs` `EventKey`), so each hold gets its own.
+        let event = |type_, reason, action, note: String| {
+            Write::event(&self.regarding, type_, reason, action, note)
         };
         let mut events: Vec<Write> = shown
             .problems
             .iter()
-            .map(|p| event(EventType::Warning, "RolloutLabelInvalid", p.clone()))
+            .map(|p| {
+                event(
+                    EventType::Warning,
+                    "RolloutLabelInvalid",
+                    "Labelling",
+                    p.clone(),
+                )
+            })
             .collect();
         let labels = live.and_then(|l| l.metadata.labels.as_ref());
         let was = labels.and_then(|l| l.get(names::ROLLOUT_HOLD_LABEL));
         match (&shown.held, was) {
             (Some(held), was) if was.map(String::as_str) != Some(held.hold.as_str()) => {
                 let note = format!("{}: {}", held.hold.as_str(), held.message);
-                events.push(event(EventType::Normal, "RolloutHeld", note));
+                events.push(event(
+                    EventType::Normal,
+                    "RolloutHeld",
+                    held.hold.as_str(),
+                    note,
+                ));
             }
             (None, Some(was)) => {
                 let note = format!("the {was} hold ended: Fleet may roll out to this cluster");
-                events.push(event(EventType::Normal, "RolloutReleased", note));
+                let hold = rollout::Hold::ALL.into_iter().find(|h| h.as_str() == was);
+                let action = hold.map_or("Labelling", rollout::Hold::as_str);
+                events.push(event(EventType::Normal, "RolloutReleased", action, note));
             }
             _ => {}
         }

@@ -1362,8 +1362,9 @@ fn stranding_agent_changes_are_held_on_a_registered_agent_initiated_cluster() {
     }
 }
 
-/// Beside Rancher Turtles (`model::turtles`): a Fleet Cluster under Turtles' `fleet-integration`
-/// finalizer is left to it (our finalizer released, even while deleting, nothing deleted);
+/// Beside Rancher Turtles (`model::turtles`): a Cluster Rancher deploys a Fleet agent of its own
+/// to is left to it (our finalizer released, even while deleting, its Fleet Cluster neither
+/// written nor deleted);
 /// our finalizer removed by someone else is put back a bounded number of times, each removal
 /// reported, then left off while the import goes on.
 #[test]
@@ -1372,11 +1373,14 @@ fn turtles_conflicts() {
     let defaults = EffectiveConfig::default();
     let fin = json!({"finalizers": [FINALIZER]});
     let deleting = json!({"deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": [FINALIZER]});
-    let turtles = || {
-        Some(fleet_cluster(
-            json!({"metadata": {"name": "c1", "namespace": "ns", "resourceVersion": "9",
-            "finalizers": [names::TURTLES_FLEET_FINALIZER]}}),
-        ))
+    // Rancher's own agent (`ClusterView::rancher_fleet`, read by the Cluster controller).
+    let rancher = |metadata: Value| {
+        let live = json!({"metadata": {"name": "c1", "namespace": "ns", "resourceVersion": "9"}});
+        let mut o = observed(&defaults, metadata, Some(fleet_cluster(live)), None);
+        o.view.rancher_fleet = true;
+        let live = o.fleet.as_deref().map(|f| &f.metadata);
+        o.decision = import_decision(&o.view, &defaults, &StringMap::new(), live, now());
+        o
     };
     let (fleet, capi) = ("fleet.cattle.io/Cluster c1", "cluster.x-k8s.io/Cluster c1");
     let removed = |removals, removed_now| Seen {
@@ -1395,32 +1399,29 @@ fn turtles_conflicts() {
         o
     };
     let live_turtles = json!({"type": "FleetAddonConflict", "status": "True",
-        "reason": "TurtlesFleetIntegration", "observedGeneration": null});
+        "reason": "RancherFleetAgent", "observedGeneration": null});
     let rows: Vec<(&str, Observed, Vec<String>)> = vec![
         (
-            "Turtles' Fleet Cluster: released and reported",
-            observed(&defaults, fin.clone(), turtles(), None),
+            "Rancher's own agent: released and reported",
+            rancher(fin.clone()),
             vec![
                 format!("remove finalizer {capi}"),
                 format!("apply status {capi}"),
-                "event TurtlesFleetIntegration on Cluster c1".into(),
+                "event RancherFleetAgent on Cluster c1".into(),
             ],
         ),
         (
-            "Turtles' Fleet Cluster, deleting: released, not deleted",
-            observed(&defaults, deleting, turtles(), None),
+            "Rancher's own agent, deleting: released, not deleted",
+            rancher(deleting),
             vec![
                 format!("remove finalizer {capi}"),
                 format!("apply status {capi}"),
-                "event TurtlesFleetIntegration on Cluster c1".into(),
+                "event RancherFleetAgent on Cluster c1".into(),
             ],
         ),
         (
-            "Turtles' Fleet Cluster, already reported: the condition is refreshed, no new Event",
-            conflicting(
-                observed(&defaults, json!({}), turtles(), None),
-                live_turtles,
-            ),
+            "Rancher's own agent, already reported: the condition is refreshed, no new Event",
+            conflicting(rancher(json!({})), live_turtles),
             vec![format!("apply status {capi}")],
         ),
         (

@@ -7,9 +7,10 @@
 //!   `feature/feature.go`), and Rancher deploys its own agent. Put back each time, the two
 //!   controllers would fight on every change: it is put back [`MAX_FINALIZER_READDS`] times,
 //!   then left off and reported.
-//! - Turtles' alpha `fleet-integration` gate (PR #2803) manages Fleet Clusters under the
-//!   finalizer [`names::TURTLES_FLEET_FINALIZER`]: never both on one cluster, such a Fleet Cluster
-//!   is left to it ([`crate::model::import::Decision::Turtles`]).
+//! - Rancher deploys a Fleet agent of its own to a cluster Turtles imported unless Turtles marks
+//!   it externally managed ([`rancher_deploys_fleet`]; Turtles' alpha `fleet-integration`, PR
+//!   #2803, in no release at v0.27.0, works on those Rancher Fleet Clusters): never two agents on
+//!   one cluster, such a Cluster is left to Rancher ([`crate::model::import::Decision::Turtles`]).
 //!
 //! Both are reported by the condition [`names::FLEET_CONFLICT_CONDITION`] and a Warning Event.
 
@@ -26,8 +27,8 @@ pub const MAX_FINALIZER_READDS: u32 = 3;
 
 /// Condition and Event reason: our finalizer was removed by another controller.
 pub const FINALIZER_REMOVED: &str = "FinalizerRemoved";
-/// Condition and Event reason: the Fleet Cluster carries Turtles' `fleet-integration` finalizer.
-pub const TURTLES_FLEET_INTEGRATION: &str = "TurtlesFleetIntegration";
+/// Condition and Event reason: Rancher deploys a Fleet agent of its own to the cluster.
+pub const RANCHER_FLEET_AGENT: &str = "RancherFleetAgent";
 
 /// What the import remembers of our finalizer on one Cluster between reconciles (in memory: a
 /// restart forgets, and allows [`MAX_FINALIZER_READDS`] more).
@@ -84,15 +85,15 @@ pub struct Seen {
 pub enum Conflict {
     /// Our finalizer was removed this many times.
     FinalizerRemoved { removals: u32 },
-    /// Its Fleet Cluster is managed by Turtles' `fleet-integration`.
-    TurtlesFleetIntegration,
+    /// Rancher deploys a Fleet agent of its own to it ([`rancher_deploys_fleet`]).
+    RancherFleetAgent,
 }
 
 impl Conflict {
     pub fn reason(&self) -> &'static str {
         match self {
             Conflict::FinalizerRemoved { .. } => FINALIZER_REMOVED,
-            Conflict::TurtlesFleetIntegration => TURTLES_FLEET_INTEGRATION,
+            Conflict::RancherFleetAgent => RANCHER_FLEET_AGENT,
         }
     }
 
@@ -112,9 +113,8 @@ impl Conflict {
                     "Finalizer {fin} was removed by another controller, {done}. Rancher Turtles (v0.26.1 and later) removes it while its use-caapf feature gate is false, its default, and lets Rancher deploy a second Fleet agent: set the rancher-turtles chart value features.use-caapf.enabled=true, then add the finalizer back (docs/migration.md)"
                 )
             }
-            Conflict::TurtlesFleetIntegration => format!(
-                "The Fleet Cluster carries {}: Rancher Turtles' fleet-integration manages it, so this provider leaves it alone and released the Cluster (finalizer {fin}). Run one of the two per cluster (docs/migration.md)",
-                names::TURTLES_FLEET_FINALIZER
+            Conflict::RancherFleetAgent => format!(
+                "Rancher Turtles imported this Cluster and Rancher deploys a Fleet agent of its own to it (its Rancher cluster has spec.fleetWorkspaceName, or lacks the annotation {EXTERNAL_FLEET_ANNOTATION}): this provider leaves it alone and released the Cluster (finalizer {fin}). One Fleet agent per cluster: set the rancher-turtles chart value features.use-caapf.enabled=true for clusters this provider should manage (docs/migration.md)"
             ),
         }
     }
@@ -153,6 +153,32 @@ pub fn condition_write(
         body,
         manager: names::CONFLICT_FIELD_MANAGER,
     })
+}
+
+/// Turtles' finalizer on the CAPI Clusters it imports into Rancher (rancher/turtles v0.27.0
+/// `api/rancher/management/v3/cluster.go` `CapiClusterFinalizer`): only those have a Rancher
+/// cluster to read.
+pub const TURTLES_IMPORT_FINALIZER: &str = "capicluster.turtles.cattle.io";
+/// Turtles' labels naming the CAPI Cluster on the Rancher (`management.cattle.io/v3`) cluster it
+/// creates for it (rancher/turtles v0.27.0 `internal/controllers/helpers.go`).
+pub const RANCHER_OWNER_LABELS: [&str; 2] = [
+    "cluster-api.cattle.io/capi-cluster-owner",
+    "cluster-api.cattle.io/capi-cluster-owner-ns",
+];
+/// What Turtles sets on that Rancher cluster while its `use-caapf` gate is on, and removes while
+/// it is off (v0.27.0 `import_controller.go` `reconcileExternalFleetManagement`).
+pub const EXTERNAL_FLEET_ANNOTATION: &str = "provisioning.cattle.io/externally-managed";
+
+/// Whether Rancher deploys a Fleet agent of its own to the cluster of `rancher_cluster` (a
+/// `management.cattle.io/v3` Cluster, as JSON). rancher/rancher v2.11.0 to v2.15.0
+/// `pkg/controllers/provisioningv2/fleetcluster/fleetcluster.go`: `assignWorkspace` sets
+/// `spec.fleetWorkspaceName` unless the annotation is set to anything but `""` or `false`, and
+/// `createCluster` makes a Fleet Cluster (and so an agent) wherever it is set, annotation or not.
+pub fn rancher_deploys_fleet(rancher_cluster: &Value) -> bool {
+    let workspace = rancher_cluster["spec"]["fleetWorkspaceName"].as_str();
+    let external = rancher_cluster["metadata"]["annotations"][EXTERNAL_FLEET_ANNOTATION].as_str();
+    let external = external.is_some_and(|a| !a.is_empty() && !a.eq_ignore_ascii_case("false"));
+    workspace.is_some_and(|w| !w.is_empty()) || !external
 }
 
 /// The API group of Turtles' CRDs (`CAPIProvider`, `ClusterctlConfig`): Turtles is installed.
@@ -211,6 +237,50 @@ mod tests {
         }
         let never_on = start.observe(false);
         assert_eq!(never_on, (start, false), "a missing finalizer we never saw");
+    }
+
+    /// The Rancher cluster Turtles makes with `use-caapf` on, then as the gate, the user and
+    /// Rancher change it: a Fleet agent of Rancher's own wherever a workspace is assigned or due.
+    #[test]
+    fn rancher_deploys_fleet_unless_externally_managed_and_unassigned() {
+        let text = include_str!("../../tests/fixtures/turtles/rancher-cluster-v0.27.0.yaml");
+        let turtles: Value = serde_yaml::from_str(text).expect("fixture");
+        let external = format!(
+            "/metadata/annotations/{}",
+            EXTERNAL_FLEET_ANNOTATION.replace('/', "~1")
+        );
+        // (annotation, spec.fleetWorkspaceName, Rancher deploys Fleet)
+        let rows = [
+            (Some("true"), None, false),
+            (Some("TRUE"), Some(""), false),
+            (None, None, true),
+            (Some("false"), None, true),
+            (Some(""), None, true),
+            (Some("true"), Some("fleet-default"), true),
+            (None, Some("fleet-default"), true),
+        ];
+        for (i, (annotation, workspace, deploys)) in rows.into_iter().enumerate() {
+            let mut cluster = turtles.clone();
+            match annotation {
+                Some(value) => *cluster.pointer_mut(&external).expect("annotation") = json!(value),
+                None => {
+                    let annotations = cluster["metadata"]["annotations"].as_object_mut();
+                    annotations
+                        .expect("annotations")
+                        .remove(EXTERNAL_FLEET_ANNOTATION);
+                }
+            }
+            if let Some(workspace) = workspace {
+                cluster["spec"]["fleetWorkspaceName"] = json!(workspace);
+            }
+            assert_eq!(rancher_deploys_fleet(&cluster), deploys, "row {i}");
+        }
+        let labels = &turtles["metadata"]["labels"];
+        assert!(RANCHER_OWNER_LABELS.iter().all(|l| labels[l].is_string()));
+        assert_eq!(
+            turtles["metadata"]["finalizers"][0],
+            TURTLES_IMPORT_FINALIZER
+        );
     }
 
     #[test]

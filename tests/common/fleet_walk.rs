@@ -8,31 +8,13 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use caapf::model::rollout::walk::{self, Deployment, PartitionDef, Strategy, Target};
+use caapf::model::rollout::walk::{self, Deployment, Strategy, Target};
 use caapf::names;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
 
 use super::Harness;
-
-/// `rolloutStrategy` as the walk reads it.
-pub fn strategy(value: &Value) -> Strategy {
-    let int_or_string = |v: &Value| serde_json::from_value(v.clone()).ok();
-    let partitions = value["partitions"].as_array().expect("partitions");
-    Strategy {
-        max_unavailable: int_or_string(&value["maxUnavailable"]),
-        max_unavailable_partitions: int_or_string(&value["maxUnavailablePartitions"]),
-        partitions: partitions
-            .iter()
-            .map(|p| PartitionDef {
-                name: p["name"].as_str().expect("name").into(),
-                selector: serde_json::from_value(p["clusterSelector"].clone()).expect("selector"),
-                max_unavailable: int_or_string(&p["maxUnavailable"]),
-            })
-            .collect(),
-    }
-}
 
 pub fn helmops() -> ApiResource {
     ApiResource::from_gvk_with_plural(
@@ -89,13 +71,13 @@ impl Fleet {
             namespace: namespace.into(),
             helmop: helmop.into(),
             strategy,
-            targets: vec![
-                Target {
-                    deployment: Some(deployment),
+            targets: (names.iter())
+                .map(|name| Target {
+                    name: name.clone(),
+                    deployment: Some(deployment.clone()),
                     ..Target::default()
-                };
-                names.len()
-            ],
+                })
+                .collect(),
             written: vec![None; names.len()],
             names,
             id: id.into(),

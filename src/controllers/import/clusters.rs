@@ -33,7 +33,7 @@ use crate::model::import::{
 use crate::model::namespace::NamespaceState;
 use crate::model::plan::Write;
 use crate::model::teardown::is_registered;
-use crate::model::turtles::{self, FINALIZER_REMOVED, TURTLES_FLEET_INTEGRATION};
+use crate::model::turtles::{self, FINALIZER_REMOVED, RANCHER_FLEET_AGENT};
 use crate::model::upgrade_steps;
 use crate::names;
 use crate::{Error, Result};
@@ -61,18 +61,13 @@ async fn reconcile_cluster(cluster: &CapiCluster, ctx: &ImportContext) -> Result
         .writes
         .iter()
         .any(|w| matches!(w, Write::Finalizer { add: true, .. }));
-    let conflicts: Vec<&'static str> = (plan.writes.iter())
-        .filter_map(|w| match w {
-            Write::Event { reason, .. } => Some(*reason),
-            _ => None,
-        })
-        .filter(|reason| [FINALIZER_REMOVED, TURTLES_FLEET_INTEGRATION].contains(reason))
-        .collect();
-    let action = ctx.run(plan).await?;
+    let (action, published) = ctx.run_reporting(plan).await?;
     // Only now: a failed run observes the removal again, and its retry reports and counts it.
     let uid = &observed.view.uid;
     (ctx.finalizers).keep(uid, observed.conflicts.finalizer, adds);
-    for reason in conflicts {
+    // Counted as reported: an Event whose publish failed is logged only, and not counted.
+    let conflicts = published.into_iter();
+    for reason in conflicts.filter(|r| [FINALIZER_REMOVED, RANCHER_FLEET_AGENT].contains(r)) {
         let conflicts = &ctx.base.metrics.conflicts;
         conflicts.get_or_create(&ReasonLabels { reason }).inc();
     }
@@ -101,6 +96,7 @@ async fn observe(
     config: &EffectiveConfig,
     ctx: &ImportContext,
 ) -> Result<std::result::Result<Observed, Action>> {
+    observe_rancher(cluster, ctx).await?;
     let Decided {
         view,
         fleet_name,
@@ -178,6 +174,35 @@ async fn observe(
         fleet,
         import,
     }))
+}
+
+/// Reads whether Rancher deploys a Fleet agent of its own to a Cluster Rancher Turtles imports
+/// (its finalizer [`turtles::TURTLES_IMPORT_FINALIZER`]: no read for any other), from the
+/// Rancher cluster Turtles labelled with its name, and remembers it for every decision of it. A
+/// `management.cattle.io` group that is not served (404) says no.
+async fn observe_rancher(cluster: &CapiCluster, ctx: &ImportContext) -> Result<()> {
+    let (Some(uid), Some(namespace)) = (&cluster.metadata.uid, &cluster.metadata.namespace) else {
+        return Ok(());
+    };
+    let imported = (cluster.finalizers().iter()).any(|f| f == turtles::TURTLES_IMPORT_FINALIZER);
+    let mut rancher_fleet = false;
+    if imported {
+        use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
+        let gvk = GroupVersionKind::gvk("management.cattle.io", "v3", "Cluster");
+        let resource = ApiResource::from_gvk_with_plural(&gvk, "clusters");
+        let api: Api<DynamicObject> = Api::all_with(ctx.base.controllers.clone(), &resource);
+        let [owner, owner_ns] = turtles::RANCHER_OWNER_LABELS;
+        let selector = format!("{owner}={},{owner_ns}={namespace}", cluster.name_any());
+        rancher_fleet = match api.list(&ListParams::default().labels(&selector)).await {
+            Ok(list) => (list.items.iter())
+                .filter_map(|c| serde_json::to_value(c).ok())
+                .any(|c| turtles::rancher_deploys_fleet(&c)),
+            Err(kube::Error::Api(status)) if status.code == 404 => false,
+            Err(err) => return Err(err.into()),
+        };
+    }
+    ctx.rancher_fleet.set(uid, rancher_fleet);
+    Ok(())
 }
 
 /// What an import reads besides: the agent settings with the ClusterClass's annotation from the

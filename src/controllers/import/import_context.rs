@@ -47,6 +47,8 @@ pub struct ImportContext {
     pub bootstrap_tokens: BootstrapTokens,
     /// Our finalizer on each managed Cluster, to tell its removal by someone else.
     pub finalizers: PerCluster<FinalizerMemory>,
+    /// The Clusters Rancher deploys a Fleet agent of its own to ([`ClusterView::rancher_fleet`]).
+    pub rancher_fleet: PerCluster<()>,
     /// The rollout waves of every class, as the status writer last counted them.
     pub rollout_gates: std::sync::RwLock<crate::model::rollout::Gates>,
     /// What the rollout lint read and published of each Bundle.
@@ -71,6 +73,7 @@ impl ImportContext {
             caches_ready,
             bootstrap_tokens: BootstrapTokens::default(),
             finalizers: PerCluster::default(),
+            rancher_fleet: PerCluster::default(),
             rollout_gates: Default::default(),
             bundle_lint: Default::default(),
         }
@@ -103,16 +106,23 @@ impl ImportContext {
     /// ([`Next::Echo`]: wait for the watch event that brings the answer, at most the
     /// expectations' TTL).
     pub async fn run(&self, plan: Plan) -> Result<Action> {
+        Ok(self.run_reporting(plan).await?.0)
+    }
+
+    /// [`Self::run`], and the reasons of the Events it published.
+    pub async fn run_reporting(&self, plan: Plan) -> Result<(Action, Vec<&'static str>)> {
         let target = Target {
             client: &self.base.controllers,
             recorder: &self.base.recorder,
             expectations: Some(&self.expectations),
         };
-        Ok(match target.run(plan).await? {
+        let (next, published) = target.run_reporting(plan).await?;
+        let action = match next {
             Next::AwaitChange => Action::await_change(),
             Next::After(wait) => Action::requeue(wait),
             Next::Echo => Action::requeue(crate::apply::expectations::TTL),
-        })
+        };
+        Ok((action, published))
     }
 
     /// [`Self::decide`] without decoding the Fleet Cluster, for callers that need only the
@@ -136,7 +146,8 @@ impl ImportContext {
         Option<Arc<CachedFleetCluster>>,
         Decision,
     )> {
-        let view = ClusterView::of(cluster)?;
+        let mut view = ClusterView::of(cluster)?;
+        view.rancher_fleet = self.rancher_fleet.lock().contains_key(&view.uid);
         let fleet_name = config.fleet_cluster_name(&view.name);
         let cached = self
             .stores
@@ -159,6 +170,7 @@ impl ImportContext {
         if self.missing_references.is_empty()
             && self.bootstrap_tokens.is_empty()
             && self.finalizers.is_empty()
+            && self.rancher_fleet.is_empty()
         {
             return;
         }
@@ -172,6 +184,7 @@ impl ImportContext {
         self.missing_references.retain(&live);
         self.bootstrap_tokens.retain(&live);
         self.finalizers.retain(&live);
+        self.rancher_fleet.retain(&live);
     }
 }
 
@@ -237,6 +250,17 @@ impl BootstrapTokens {
 
     pub(super) fn followed(&self, uid: &str, token_uid: &str) {
         self.lock().insert(uid.to_string(), token_uid.to_string());
+    }
+}
+
+impl PerCluster<()> {
+    /// Remembers whether the Cluster `uid` is in the set.
+    pub(super) fn set(&self, uid: &str, member: bool) {
+        let mut all = self.lock();
+        match member {
+            true => all.insert(uid.to_string(), ()),
+            false => all.remove(uid),
+        };
     }
 }
 

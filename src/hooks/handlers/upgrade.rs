@@ -15,6 +15,7 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::events::EventType;
 use serde_json::json;
 
+use crate::api::CapiClusterClass;
 use crate::hooks::cluster::ClusterInfo;
 use crate::hooks::handlers::api::{api_retry, bundle_deployments, get_opt, namespace_labels};
 use crate::hooks::hook_context::HookContext;
@@ -181,7 +182,9 @@ async fn step(
 /// The hold of the rollout waves (`spec.cluster.rollout.kubernetesUpgrades`), before the bundle
 /// gates: one LIST of the Clusters that may share the class, only for a Cluster of a later wave
 /// ([`upgrades::wait`]): the namespace the provider watches, else the Cluster's own when its
-/// class is there, else all (a class of another namespace is shared across namespaces).
+/// class is there, else all (a class of another namespace is shared across namespaces). Live: the
+/// Cluster caches are the leader's while every replica serves the hooks, and Cluster API labels no
+/// Cluster with its class (docs/rollout.md).
 async fn wave_wait(
     ctx: &HookContext,
     cluster: &ClusterInfo,
@@ -196,7 +199,8 @@ async fn wave_wait(
         &GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Cluster"),
         "clusters",
     );
-    let own = cluster.class.as_ref()?.namespace == cluster.namespace;
+    let class = cluster.class.as_ref()?;
+    let own = class.namespace == cluster.namespace;
     let scope = ctx.base.flags.watch_namespace();
     let scope = scope.or(own.then_some(cluster.namespace.as_str()));
     let client = ctx.base.client.clone();
@@ -216,7 +220,17 @@ async fn wave_wait(
         .into_iter()
         .filter_map(|c| Peer::from_json(serde_json::to_value(c).ok()?))
         .collect();
-    upgrades::wait(rollout, cluster, target, &peers, Timestamp::now())
+    // One GET: the class's release annotation ends the soaks, as it ends the add-on soaks.
+    let classes: Api<CapiClusterClass> = Api::namespaced(ctx.base.client.clone(), &class.namespace);
+    let found = match get_opt(&classes, &class.name, "ClusterClass", &class.namespace).await {
+        Ok(found) => found.and_then(|c| c.metadata.annotations),
+        Err(outcome) => return Some(outcome),
+    };
+    let released = found.is_some_and(|a| {
+        a.get(names::ROLLOUT_RELEASE_ANNOTATION)
+            .is_some_and(|v| v == "true")
+    });
+    upgrades::wait(rollout, cluster, target, &peers, released, Timestamp::now())
 }
 
 /// The live BundleDeployments of the Fleet Cluster the gate waits for.

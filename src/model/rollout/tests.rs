@@ -2,6 +2,7 @@ use super::walk::{Deployment, PartitionDef, Strategy, Target, agents_apply, limi
 use super::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde_json::json;
 
 fn int(i: i32) -> Option<IntOrString> {
     Some(IntOrString::Int(i))
@@ -53,6 +54,7 @@ fn targets(labels: &[&str], id: &str) -> Vec<Target> {
         .iter()
         .map(|p| Target {
             labels: [("p".to_string(), p.to_string())].into(),
+            name: String::new(),
             paused: false,
             deployment: Some(deployed(id)),
         })
@@ -143,6 +145,64 @@ fn a_partition_no_larger_than_its_max_unavailable_gates_nothing() {
     let s = strategy(&[("canary", int(1)), ("held", int(0))]);
     walk(&s, &mut ts, "v2").unwrap();
     assert_eq!(promoted(&ts), [true, false, false, false]);
+}
+
+/// rancher/fleet v0.16.1 `internal/cmd/controller/target/builder.go:173` sorts the targets by
+/// cluster name before the partitions take them; `partition.go:21-23,40` creates at most
+/// `rolloutStrategy.maxNew` BundleDeployments per walk (`target.go:30` `DefaultMaxNew` 50;
+/// `NewlyCreated` starts at 0 each reconcile, `reconciler/bundle_status.go:15`), in that order.
+#[test]
+fn the_walk_takes_clusters_by_name_and_creates_at_most_max_new() {
+    let many: Vec<String> = (0..51).rev().map(|i| format!("n{i:02}")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let cases: [(&str, &[&str], bool, Value, &[&str]); 5] = [
+        (
+            "the first by name goes",
+            &["b", "a", "c"],
+            true,
+            json!({"maxUnavailable": 1}),
+            &["b", "c"],
+        ),
+        (
+            "maxNew 2: a and b",
+            &["c", "b", "a"],
+            false,
+            json!({"maxNew": 2}),
+            &["c"],
+        ),
+        (
+            "maxNew 0: none",
+            &["a"],
+            false,
+            json!({"maxNew": 0}),
+            &["a"],
+        ),
+        (
+            "maxNew negative: none",
+            &["a"],
+            false,
+            json!({"maxNew": -1}),
+            &["a"],
+        ),
+        ("50 by default", &many, false, json!({}), &["n50"]),
+    ];
+    for (case, names, deployed, mut strategy, behind) in cases {
+        strategy["partitions"] = json!([{"name": "a", "clusterSelector": {}}]);
+        let s = Strategy::from_json(&strategy).unwrap();
+        let mut ts: Vec<Target> = (names.iter())
+            .map(|n| Target {
+                name: n.to_string(),
+                deployment: deployed.then(|| targets(&["a"], "v1").remove(0).deployment.unwrap()),
+                ..Target::default()
+            })
+            .collect();
+        walk(&s, &mut ts, "v2").unwrap();
+        let left: Vec<&str> = (names.iter().zip(promoted(&ts)))
+            .filter(|(_, p)| !p)
+            .map(|(n, _)| *n)
+            .collect();
+        assert_eq!(left, behind, "{case}");
+    }
 }
 
 fn rollout() -> Rollout {
@@ -497,6 +557,7 @@ fn the_printed_strategy_parses_and_holds_the_held() {
     .into_iter()
     .map(|labels| Target {
         labels,
+        name: String::new(),
         paused: false,
         deployment: Some(Deployment {
             deployment: "v1".into(),
@@ -557,6 +618,7 @@ fn a_one_cluster_canary_lets_the_next_wave_start_in_the_same_walk() {
         (waves.iter())
             .map(|w| Target {
                 labels: [(names::ROLLOUT_WAVE_LABEL.to_string(), w.to_string())].into(),
+                name: String::new(),
                 paused: false,
                 deployment: Some(Deployment {
                     deployment: "v1".into(),

@@ -5,7 +5,9 @@
 //! `api/runtime/hooks/v1alpha1/lifecyclehooks_types.go`, `common_types.go`). A Cluster of wave N
 //! is held while a Cluster of an earlier wave of its ClusterClass is below the target version,
 //! still upgrading, or has not been `FleetReady` and `Available` for `soak` since it reached it.
+//! Versions read and compare as Cluster API's: [`parse`], [`reached`].
 
+use std::cmp::Ordering;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
@@ -14,7 +16,6 @@ use serde_json::Value;
 use crate::model::capi::{ClusterView, TOPOLOGY_RECONCILED, live_condition};
 use crate::model::hook_plan::{HookOutcome, RETRY_UPGRADE};
 use crate::model::rollout::{Rollout, class_key};
-use crate::model::version::ChartVersion;
 use crate::names;
 
 /// The longest `retryAfterSeconds` during a soak: asked again when the soak ends, or sooner.
@@ -42,11 +43,14 @@ impl Peer {
 /// an earlier wave among `peers` (any Clusters) at `now`: the retry naming the earlier wave, the
 /// first blocking Cluster (by namespace and name) and what it waits for; `None` lets it go. The
 /// Cluster's [`names::SKIP_UPGRADE_GATE_ANNOTATION`] (`all` or the target) lets it go too.
+/// `released`: the class carries [`names::ROLLOUT_RELEASE_ANNOTATION`] `"true"`, which ends the
+/// soaks (not the rest: the earlier waves must still be upgraded and ready).
 pub fn wait(
     rollout: Option<&Rollout>,
     cluster: &ClusterView,
     target: &str,
     peers: &[Peer],
+    released: bool,
     now: Timestamp,
 ) -> Option<HookOutcome> {
     let rollout = rollout.filter(|r| r.kubernetes_upgrades)?;
@@ -56,7 +60,7 @@ pub fn wait(
     if wave == 0 || class.is_empty() || skip.is_some_and(|s| s.trim() == "all" || s == target) {
         return None;
     }
-    let wanted = ChartVersion::parse(target)?;
+    let wanted = parse(target)?;
     let mut peers: Vec<&Peer> = peers
         .iter()
         .filter(|p| !p.view.deleting && class_key(&p.view) == class)
@@ -68,7 +72,12 @@ pub fn wait(
             .iter()
             .filter(|p| rollout.wave_of(&p.view).0 == earlier)
         {
-            if let Some((what, after)) = blocker(peer, (&wanted, target), rollout.soak, now) {
+            let soak = if released {
+                Duration::ZERO
+            } else {
+                rollout.soak
+            };
+            if let Some((what, after)) = blocker(peer, (&wanted, target), soak, now) {
                 let message = format!(
                     "holding the upgrade to {target}: wave {} waits for {earlier_name}: Cluster {}/{} {what}",
                     rollout.waves[wave], peer.view.namespace, peer.view.name
@@ -83,21 +92,27 @@ pub fn wait(
 /// What `peer` has yet to do before a later wave may upgrade to `target`, and when to ask again.
 fn blocker(
     peer: &Peer,
-    (wanted, target): (&ChartVersion, &str),
+    (wanted, target): (&semver::Version, &str),
     soak: Duration,
     now: Timestamp,
 ) -> Option<(String, i32)> {
-    let version = peer.view.topology_version.as_deref();
-    if version
-        .and_then(ChartVersion::parse)
-        .is_none_or(|v| v < *wanted)
-    {
-        let at = version.unwrap_or("no version");
-        return Some((format!("is at {at}, below {target}"), RETRY_UPGRADE));
+    let version = peer.view.topology_version.as_deref().unwrap_or_default();
+    // Cluster API's webhook refuses such a version, so the peer is broken (its own topology
+    // cannot reconcile either): it holds, as an unavailable one does, rather than let a later
+    // wave go unchecked; the message names the field to fix (or skip the gate on this Cluster).
+    let Some(at) = parse(version) else {
+        let what = format!("has spec.topology.version {version:?}, which is not a version");
+        return Some((what, RETRY_UPGRADE));
+    };
+    match reached(&at, wanted) {
+        Some(Ordering::Less) => {
+            return Some((format!("is at {version}, below {target}"), RETRY_UPGRADE));
+        }
+        None => return Some((format!("is at {version}, not {target}"), RETRY_UPGRADE)),
+        _ => {}
     }
     if !peer.view.topology_settled {
-        let at = version.unwrap_or_default();
-        return Some((format!("is upgrading to {at}"), RETRY_UPGRADE));
+        return Some((format!("is upgrading to {version}"), RETRY_UPGRADE));
     }
     let mut since = None;
     for type_ in [
@@ -126,6 +141,51 @@ fn blocker(
         let after = left.min(MAX_SOAK_RETRY as f64) as i32;
         (format!("is soaking: soak {shown} left"), after)
     })
+}
+
+/// A Kubernetes version as Cluster API reads `spec.topology.version` (its webhook validates it
+/// with blang/semver v4.0.0 `ParseTolerant`, cluster-api v1.11.11 `internal/webhooks/cluster.go`):
+/// spaces and a leading `v` dropped, a missing minor or patch is 0; build metadata kept
+/// (`v1.31.4+rke2r1`, `v1.30.2+k3s1`).
+pub fn parse(text: &str) -> Option<semver::Version> {
+    let bare = text.trim();
+    let bare = bare.strip_prefix('v').unwrap_or(bare);
+    let parts = bare.splitn(3, '.').count();
+    let short = parts < 3 && !bare.contains(['+', '-']);
+    let padded = if short {
+        ".0".repeat(3 - parts)
+    } else {
+        String::new()
+    };
+    semver::Version::parse(&format!("{bare}{padded}")).ok()
+}
+
+/// `at` against `target` as Cluster API's topology compares versions (cluster-api v1.12.11
+/// `util/version/version.go` `Compare` with `WithBuildTags`, used by
+/// `exp/topology/desiredstate/upgrade_plan.go`; v1.11.11 `internal/contract/controlplane.go`):
+/// SemVer precedence, then the build identifiers one by one: numeric ones numerically and below
+/// the others, the others only equal or not. `None`: different builds that do not order
+/// (`+rke2r1` and `+rke2r2`), so `at` has not reached `target`.
+pub fn reached(at: &semver::Version, target: &semver::Version) -> Option<Ordering> {
+    let order = at.cmp_precedence(target);
+    if order != Ordering::Equal {
+        return Some(order);
+    }
+    let a: Vec<&str> = at.build.split('.').filter(|i| !i.is_empty()).collect();
+    let b: Vec<&str> = target.build.split('.').filter(|i| !i.is_empty()).collect();
+    for (x, y) in a.iter().zip(&b) {
+        let order = match (x.parse::<u64>(), y.parse::<u64>()) {
+            (Ok(x), Ok(y)) => x.cmp(&y),
+            (Ok(_), Err(_)) => Ordering::Less,
+            (Err(_), Ok(_)) => Ordering::Greater,
+            _ if x == y => Ordering::Equal,
+            _ => return None,
+        };
+        if order != Ordering::Equal {
+            return Some(order);
+        }
+    }
+    Some(a.len().cmp(&b.len()))
 }
 
 #[cfg(test)]
@@ -344,7 +404,14 @@ mod tests {
                 .into_iter()
                 .filter_map(|p| Peer::from_json(p.clone()))
                 .collect();
-            let got = wait(rollout.as_ref(), &view(cluster), "v1.33.1", &peers, now);
+            let got = wait(
+                rollout.as_ref(),
+                &view(cluster),
+                "v1.33.1",
+                &peers,
+                false,
+                now,
+            );
             assert_eq!(got, want, "{name}");
         }
     }
@@ -364,8 +431,145 @@ mod tests {
             if let Some(skip) = skip {
                 me["metadata"]["annotations"] = json!({names::SKIP_UPGRADE_GATE_ANNOTATION: skip});
             }
-            let got = wait(Some(&rollout(true)), &view(&me), "v1.33.1", &peers, now);
+            let got = wait(
+                Some(&rollout(true)),
+                &view(&me),
+                "v1.33.1",
+                &peers,
+                false,
+                now,
+            );
             assert_eq!(got.is_some(), held, "{skip:?}: {got:?}");
+        }
+    }
+
+    #[test]
+    fn versions_read_and_compare_as_cluster_api_does() {
+        let v = |s: &str| parse(s).unwrap_or_else(|| panic!("{s}"));
+        let parsed = [
+            ("v1.31.4+rke2r1", Some("1.31.4+rke2r1")),
+            (" v1.30.2+k3s1 ", Some("1.30.2+k3s1")),
+            ("v1.31", Some("1.31.0")),
+            ("1", Some("1.0.0")),
+            ("v1.31+rke2r1", None),
+            ("v1.33.x", None),
+            ("", None),
+        ];
+        for (text, want) in parsed {
+            let got = parse(text).map(|v| v.to_string());
+            assert_eq!(got.as_deref(), want, "{text:?}");
+        }
+        use Ordering::*;
+        let compared = [
+            ("v1.31.4+rke2r1", "v1.31.4+rke2r1", Some(Equal)),
+            ("v1.31.4+rke2r1", "v1.31.4+rke2r2", None),
+            ("v1.31.4+rke2r2", "v1.31.5+rke2r1", Some(Less)),
+            ("v1.31.4", "v1.31.4+rke2r1", Some(Less)),
+            ("v1.30.2+k3s1", "v1.30.2", Some(Greater)),
+            ("v1.30.2+k3s1", "v1.30.2+k3s1.1", Some(Less)),
+            ("v1.30.2+2", "v1.30.2+10", Some(Less)),
+            ("v1.30.2+1", "v1.30.2+k3s1", Some(Less)),
+            ("v1.33.0-rc.1", "v1.33.0", Some(Less)),
+        ];
+        for (at, target, want) in compared {
+            assert_eq!(reached(&v(at), &v(target)), want, "{at} vs {target}");
+        }
+    }
+
+    #[test]
+    fn build_metadata_broken_versions_and_the_release() {
+        let now: Timestamp = NOW.parse().expect("now");
+        let soaked = "2026-11-25T10:00:00Z";
+        // Name, the canary's version, the target, released, what the answer says (None: goes).
+        let cases = [
+            (
+                "rke2 at the target",
+                "v1.33.1+rke2r1",
+                "v1.33.1+rke2r1",
+                false,
+                None,
+            ),
+            (
+                "k3s at the target",
+                "v1.30.2+k3s1",
+                "v1.30.2+k3s1",
+                false,
+                None,
+            ),
+            (
+                "rke2 above",
+                "v1.33.2+rke2r1",
+                "v1.33.1+rke2r2",
+                false,
+                None,
+            ),
+            (
+                "another rke2 build",
+                "v1.33.1+rke2r1",
+                "v1.33.1+rke2r2",
+                false,
+                Some("Cluster team-a/canary-1 is at v1.33.1+rke2r1, not v1.33.1+rke2r2"),
+            ),
+            (
+                "below, without build",
+                "v1.33.1",
+                "v1.33.1+rke2r1",
+                false,
+                Some("is at v1.33.1, below v1.33.1+rke2r1"),
+            ),
+            (
+                "not a version",
+                "v1.33.x",
+                "v1.33.1",
+                false,
+                Some(
+                    "Cluster team-a/canary-1 has spec.topology.version \"v1.33.x\", which is not a version",
+                ),
+            ),
+            (
+                "soaking",
+                "v1.33.1",
+                "v1.33.1",
+                false,
+                Some("soak 30s left"),
+            ),
+            ("a release ends the soak", "v1.33.1", "v1.33.1", true, None),
+            (
+                "a release does not skip the version",
+                "v1.32.4",
+                "v1.33.1",
+                true,
+                Some("is at v1.32.4, below v1.33.1"),
+            ),
+        ];
+        for (name, version, target, released, want) in cases {
+            let at = if name.contains("soak") {
+                "2026-11-25T11:00:30Z"
+            } else {
+                soaked
+            };
+            let canary = cluster("canary-1", "quick-start", "canary", version, at);
+            let me = cluster("me", "quick-start", "rest", target, NOW);
+            let peers = [Peer::from_json(canary).expect("peer")];
+            let got = wait(
+                Some(&rollout(true)),
+                &view(&me),
+                target,
+                &peers,
+                released,
+                now,
+            );
+            let message = match &got {
+                Some(HookOutcome::Retry { message, .. }) => Some(message.as_str()),
+                _ => None,
+            };
+            match want {
+                None => assert_eq!(got, None, "{name}"),
+                Some(part) => assert!(
+                    message.is_some_and(|m| m.contains(part)),
+                    "{name}: {message:?}"
+                ),
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Fleet's partition walk, as rancher/fleet v0.16.1 runs it for one Bundle
 //! (`internal/cmd/controller/target/`: `partition.go` `UpdatePartitions`, `rollout.go`
-//! `manualPartition`, `status.go` `limit`, `upToDate`, `isUnavailable`): what the rollout strategy
+//! `manualPartition`, `status.go` `limit`, `upToDate`, `isUnavailable`, `builder.go` `Targets`):
+//! what the rollout strategy
 //! we print does to the clusters we label, so the lint and the guide test play the same rules
 //! Fleet plays. Manual partitions only (the strategy we print always has them).
 
@@ -15,6 +16,8 @@ use kube::core::{Selector, SelectorExt};
 pub struct Strategy {
     pub max_unavailable: Option<IntOrString>,
     pub max_unavailable_partitions: Option<IntOrString>,
+    /// `maxNew`: BundleDeployments created per walk (default 50, `target.go` `DefaultMaxNew`).
+    pub max_new: Option<i64>,
     pub partitions: Vec<PartitionDef>,
 }
 
@@ -49,10 +52,11 @@ impl Deployment {
     }
 }
 
-/// A cluster the Bundle targets: its Fleet Cluster's labels, `spec.paused`, its
+/// A cluster the Bundle targets: its Fleet Cluster's name and labels, `spec.paused`, its
 /// BundleDeployment (none yet: `None`).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Target {
+    pub name: String,
     pub labels: BTreeMap<String, String>,
     pub paused: bool,
     pub deployment: Option<Deployment>,
@@ -75,9 +79,6 @@ pub struct PartitionStatus {
     pub max_unavailable: usize,
     pub unavailable: usize,
 }
-
-/// Fleet's `DefaultMaxNew`: new BundleDeployments created per walk.
-pub const MAX_NEW: usize = 50;
 
 /// `status.go` `limit`: the first set value of `values` for `count` items (default `100%`). An
 /// integer is capped at `count` (negative: 0); a percentage rounds down with a minimum of 1
@@ -112,9 +113,10 @@ pub fn limit(count: usize, values: &[Option<&IntOrString>]) -> Result<usize, Str
 }
 
 /// One run of Fleet's walk for a Bundle whose deployment is now `id` (`UpdatePartitions`):
-/// partitions in order, each taking every target its selector matches (a target may be in
-/// several; one matched by none is never staged); new BundleDeployments for the first
-/// [`MAX_NEW`] targets; every target of a partition staged, and promoted while neither the
+/// partitions in order, each taking every target its selector matches in the order of their
+/// names (`builder.go:173` sorts them; a target may be in several partitions, one matched by
+/// none is never staged); new BundleDeployments for the first `maxNew` targets (`partition.go:21`:
+/// 50 unset, none at most 0); every target of a partition staged, and promoted while neither the
 /// Bundle's nor the partition's `maxUnavailable` is reached (an unavailable one always); the walk
 /// stops once more than `maxUnavailablePartitions` partitions are unavailable (more targets not
 /// up to date or unavailable than its `maxUnavailable`). Returns `status.partitions`.
@@ -133,7 +135,8 @@ pub fn walk(
             })
             .count()
     };
-    let all: Vec<usize> = (0..targets.len()).collect();
+    let mut all: Vec<usize> = (0..targets.len()).collect();
+    all.sort_by(|&a, &b| targets[a].name.cmp(&targets[b].name));
     let mut bundle_unavailable = count(targets, &all);
     let bundle_max = limit(targets.len(), &[strategy.max_unavailable.as_ref()])?;
     let mut partitions = Vec::new();
@@ -167,7 +170,7 @@ pub fn walk(
     for (members, status) in &mut partitions {
         for &i in members.iter() {
             let target = &mut targets[i];
-            if target.deployment.is_none() && created < MAX_NEW {
+            if target.deployment.is_none() && created < strategy.max_new.unwrap_or(50) {
                 created += 1;
                 target.deployment = Some(Deployment::default());
             }
@@ -259,6 +262,7 @@ impl Strategy {
         Ok(Strategy {
             max_unavailable: int_or_string(value, "maxUnavailable")?,
             max_unavailable_partitions: int_or_string(value, "maxUnavailablePartitions")?,
+            max_new: value.get("maxNew").and_then(serde_json::Value::as_i64),
             partitions: partitions.collect::<Result<_, _>>()?,
         })
     }
