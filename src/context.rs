@@ -71,6 +71,16 @@ fn reporter() -> Reporter {
 }
 
 impl Context {
+    /// A `()` at every change of the effective configuration from now on (what re-evaluates
+    /// every object of a controller: `Controller::reconcile_all_on`).
+    pub fn config_changes(&self) -> impl futures::Stream<Item = ()> + Send + 'static {
+        let mut changes = self.config.clone();
+        changes.mark_unchanged();
+        futures::stream::unfold(changes, |mut changes| async move {
+            changes.changed().await.ok()?;
+            Some(((), changes))
+        })
+    }
     pub fn new(
         client: Client,
         flags: ManagerFlags,

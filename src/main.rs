@@ -23,34 +23,19 @@ fn main() -> ExitCode {
         },
         Some(Command::Cleanup) => {
             caapf::telemetry::init(cli.manager.log_format, cli.manager.verbosity);
-            let Some(runtime) = runtime(tokio::runtime::Builder::new_current_thread()) else {
-                return ExitCode::FAILURE;
-            };
-            let result = runtime.block_on(async {
+            print_from(async {
                 let clients = caapf::manager::connect(&cli.manager).await?;
-                caapf::cleanup::run(&clients.controllers).await
-            });
-            match result {
-                Ok(report) => {
-                    println!(
-                        "removed the finalizer from {} Cluster(s), {} ClusterClass(es), {} ClusterGroup(s)",
-                        report.clusters, report.cluster_classes, report.cluster_groups
-                    );
-                    ExitCode::SUCCESS
-                }
-                Err(err) => {
-                    eprintln!("error: {err}");
-                    ExitCode::FAILURE
-                }
-            }
+                let report = caapf::cleanup::run(&clients.controllers).await?;
+                Ok::<_, caapf::Error>(format!(
+                    "removed the finalizer from {} Cluster(s), {} ClusterClass(es), {} ClusterGroup(s)\n",
+                    report.clusters, report.cluster_classes, report.cluster_groups
+                ))
+            })
         }
         Some(Command::MovePreview(args)) => {
             // No logging: stdout is the report (or YAML to pipe), errors go to stderr.
-            let Some(runtime) = runtime(tokio::runtime::Builder::new_current_thread()) else {
-                return ExitCode::FAILURE;
-            };
             eprintln!("{}", caapf::move_preview::EXPERIMENTAL_NOTE);
-            let result = runtime.block_on(async {
+            print_from(async {
                 let (namespace, cluster) = caapf::move_preview::parse_target(&args.cluster)?;
                 let clients = caapf::manager::connect(&cli.manager).await?;
                 let preview =
@@ -60,36 +45,12 @@ fn main() -> ExitCode {
                     PreviewOutput::Text => Ok(caapf::move_preview::render_text(&preview)),
                     PreviewOutput::Yaml => caapf::move_preview::render_yaml(&preview),
                 }
-            });
-            match result {
-                Ok(text) => {
-                    print!("{text}");
-                    ExitCode::SUCCESS
-                }
-                Err(err) => {
-                    eprintln!("error: {err}");
-                    ExitCode::FAILURE
-                }
-            }
+            })
         }
-        Some(Command::RolloutStrategy(args)) => {
-            let Some(runtime) = runtime(tokio::runtime::Builder::new_current_thread()) else {
-                return ExitCode::FAILURE;
-            };
-            let result = runtime.block_on(rollout_strategy(&cli, args.file.as_deref()));
-            match result
-                .and_then(|config| caapf::model::rollout::strategy::for_config(config.as_ref()))
-            {
-                Ok(text) => {
-                    print!("{text}");
-                    ExitCode::SUCCESS
-                }
-                Err(err) => {
-                    eprintln!("error: {err}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Some(Command::RolloutStrategy(args)) => print_from(async {
+            let config = rollout_strategy(&cli, args.file.as_deref()).await?;
+            caapf::model::rollout::strategy::for_config(config.as_ref())
+        }),
         Some(Command::Run(_)) | None => {
             let flags = cli.manager_flags().clone();
             caapf::telemetry::init(flags.log_format, flags.verbosity);
@@ -131,6 +92,26 @@ async fn rollout_strategy(
             caapf::names::CONFIG_NAME
         )
     })
+}
+
+/// Runs an operator subcommand's `work` on a single-threaded runtime: its text on stdout, or
+/// its error on stderr.
+fn print_from<E: std::fmt::Display>(
+    work: impl std::future::Future<Output = Result<String, E>>,
+) -> ExitCode {
+    let Some(runtime) = runtime(tokio::runtime::Builder::new_current_thread()) else {
+        return ExitCode::FAILURE;
+    };
+    match runtime.block_on(work) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("error: {err}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Builds the async runtime, reporting a failure on stderr.

@@ -27,33 +27,23 @@ use crate::{Error, Result};
 
 pub use runner::Target;
 
-/// Server-side applies `body` (forced) to `name` ([`Write::Apply`]).
-async fn apply_json<K>(api: &Api<K>, name: &str, body: &Value, manager: &str) -> Result<K>
+/// Server-side applies `body` (forced) to `name` ([`Write::Apply`]), or (`status`) to its
+/// status subresource: the fields `manager` owns there and nothing else.
+async fn apply_json<K>(
+    api: &Api<K>,
+    name: &str,
+    body: &Value,
+    manager: &str,
+    status: bool,
+) -> Result<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
-    Ok(api
-        .patch(
-            name,
-            &PatchParams::apply(manager).force(),
-            &Patch::Apply(body),
-        )
-        .await?)
-}
-
-/// Server-side applies `body` (forced) to the status subresource of `name`: the fields
-/// `manager` owns there and nothing else.
-async fn apply_status<K>(api: &Api<K>, name: &str, body: &Value, manager: &str) -> Result<K>
-where
-    K: Resource + Clone + DeserializeOwned + Debug,
-{
-    Ok(api
-        .patch_status(
-            name,
-            &PatchParams::apply(manager).force(),
-            &Patch::Apply(body),
-        )
-        .await?)
+    let (params, patch) = (PatchParams::apply(manager).force(), Patch::Apply(body));
+    Ok(match status {
+        true => api.patch_status(name, &params, &patch).await?,
+        false => api.patch(name, &params, &patch).await?,
+    })
 }
 
 /// Creates `object` (no field manager, no retry): for objects one writer alone creates, such as

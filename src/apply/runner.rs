@@ -13,8 +13,8 @@ use serde_json::Value;
 
 use crate::apply::expectations::{Expectations, Key};
 use crate::apply::{
-    CreateOrGet, apply_json, apply_status, create_if_missing, create_or_get, delete_if_exists,
-    event, finalizer, merge_patch, merge_patch_guarded,
+    CreateOrGet, apply_json, create_if_missing, create_or_get, delete_if_exists, event, finalizer,
+    merge_patch, merge_patch_guarded,
 };
 use crate::model::hook_plan::{HookOutcome, api_retry};
 use crate::model::plan::{Next, ObjectId, Plan, Write};
@@ -89,14 +89,15 @@ impl Target<'_> {
                 body,
                 manager,
             } => {
-                let applied = apply_json(&self.api(&object), &object.name, &body, manager).await?;
+                let applied =
+                    apply_json(&self.api(&object), &object.name, &body, manager, false).await?;
                 Done::changed(object, "apply", &applied)
             }
             Write::ApplyStatus {
                 object,
                 body,
                 manager,
-            } => match apply_status(&self.api(&object), &object.name, &body, manager).await {
+            } => match apply_json(&self.api(&object), &object.name, &body, manager, true).await {
                 Ok(applied) => Done::changed(object, "status apply", &applied),
                 // Gone since observed: nothing to report on.
                 Err(Error::Kube(kube::Error::Api(status)))

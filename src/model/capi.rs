@@ -100,6 +100,12 @@ pub struct ClusterView {
     /// `internal/hooks/tracking.go`). While an upgrade runs the condition is False (v1.11 reasons
     /// `ControlPlaneUpgradePending`, …; v1.12 `ClusterUpgrading`).
     pub topology_settled: bool,
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
+    /// Our own live conditions: [`names::FLEET_CONFLICT_CONDITION`] ([`crate::model::turtles`])
+    /// and [`names::WORKLOADS_REMOVED_CONDITION`] ([`crate::model::teardown`]).
+    pub conflict: Option<Value>,
+    pub workloads_removed: Option<Value>,
     /// Rancher deploys a Fleet agent of its own to it, as the Cluster controller last read
     /// ([`crate::model::turtles::rancher_deploys_fleet`]; false from the object alone).
     pub rancher_fleet: bool,
@@ -163,6 +169,7 @@ impl ClusterView {
         let name = str_at(metadata, "name")?.to_string();
         let namespace = str_at(metadata, "namespace")?.to_string();
         let annotations = string_map(metadata.get("annotations"));
+        let generation = metadata.get("generation").and_then(Value::as_i64);
         let topology = spec.get("topology").filter(|t| t.is_object());
         let class = topology.and_then(|t| class_ref(t, &namespace));
         let api_version = api_version
@@ -204,7 +211,11 @@ impl ClusterView {
                 .and_then(|t| str_at(t, "version"))
                 .filter(|v| !v.is_empty())
                 .map(str::to_string),
-            topology_settled: topology_settled(metadata, status, &annotations),
+            topology_settled: topology_settled(generation, status, &annotations),
+            generation,
+            conflict: live_condition(Some(status), names::FLEET_CONFLICT_CONDITION).cloned(),
+            workloads_removed: live_condition(Some(status), names::WORKLOADS_REMOVED_CONDITION)
+                .cloned(),
             rancher_fleet: false,
             variables: topology
                 .and_then(|t| t.get("variables"))
@@ -218,6 +229,13 @@ impl ClusterView {
             name,
             namespace,
         })
+    }
+
+    /// Whether the Cluster owns the object of `meta` (an owner reference with its uid; never
+    /// while its uid is unknown).
+    pub fn owns(&self, meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> bool {
+        let mut owners = meta.owner_references.iter().flatten();
+        !self.uid.is_empty() && owners.any(|owner| owner.uid == self.uid)
     }
 
     /// Whether the Cluster carries our finalizer.
@@ -238,18 +256,11 @@ impl ClusterView {
 pub const TOPOLOGY_RECONCILED: &str = "TopologyReconciled";
 
 /// See [`ClusterView::topology_settled`].
-fn topology_settled(metadata: &Value, status: &Value, annotations: &StringMap) -> bool {
-    let generation = metadata.get("generation").and_then(Value::as_i64);
-    let reconciled = status
-        .get("conditions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .any(|c| {
-            str_at(c, "type") == Some(TOPOLOGY_RECONCILED)
-                && str_at(c, "status") == Some("True")
-                && c.get("observedGeneration").and_then(Value::as_i64) == generation
-        });
+fn topology_settled(generation: Option<i64>, status: &Value, annotations: &StringMap) -> bool {
+    let reconciled = live_condition(Some(status), TOPOLOGY_RECONCILED).is_some_and(|c| {
+        str_at(c, "status") == Some("True")
+            && c.get("observedGeneration").and_then(Value::as_i64) == generation
+    });
     let upgrading = annotations
         .get(names::CAPI_PENDING_HOOKS_ANNOTATION)
         .is_some_and(|hooks| hooks.split(',').any(|h| h.trim() == "AfterClusterUpgrade"));

@@ -109,19 +109,14 @@ impl EffectiveConfig {
         let Some(inherited) = inherited else {
             return own.clone();
         };
-        let (credentials, credentials_field) = match &own.credentials {
-            Some(credentials) => (Some(credentials.clone()), own.credentials_field),
-            None => (inherited.credentials.clone(), inherited.credentials_field),
-        };
-        let (tls, tls_field) = match &own.tls {
-            Some(tls) => (Some(tls.clone()), own.tls_field),
-            None => (inherited.tls.clone(), inherited.tls_field),
-        };
+        // Each setting from where it is set: our own, else the inherited one.
+        let from = |own_set: bool| if own_set { own } else { inherited };
+        let (credentials, tls) = (from(own.credentials.is_some()), from(own.tls.is_some()));
         ChartAccess {
-            credentials,
-            tls,
-            credentials_field,
-            tls_field,
+            credentials: credentials.credentials.clone(),
+            credentials_field: credentials.credentials_field,
+            tls: tls.tls.clone(),
+            tls_field: tls.tls_field,
         }
     }
 }

@@ -654,13 +654,7 @@ pub fn cleanup(cluster: &ClusterView, fleet_cluster: Option<&FleetCluster>) -> V
 /// mark) or the Cluster owns it, and it is not being deleted already. Fleet Clusters the Cluster
 /// does not own (`setOwnerReferences` not set) are kept, as the import controller keeps them.
 pub fn deletes_fleet_cluster(cluster: &ClusterView, fleet_cluster: &FleetCluster) -> bool {
-    let owned = !cluster.uid.is_empty()
-        && fleet_cluster
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|owner| owner.uid == cluster.uid);
+    let owned = cluster.owns(&fleet_cluster.metadata);
     let prepared = fleet::prepared_by_runtime_extension(Some(&fleet_cluster.metadata));
     fleet_cluster.metadata.deletion_timestamp.is_none() && (owned || prepared)
 }

@@ -229,10 +229,8 @@ pub struct Observed {
     pub now: Timestamp,
     /// The periodic resync (`--sync-period`).
     pub resync: Duration,
-    /// What the conflicts with Rancher Turtles are decided from.
+    /// What the conflicts with Rancher Turtles are decided from (with the view's condition).
     pub conflicts: turtles::Seen,
-    /// The live `FleetWorkloadsRemoved` condition ([`teardown::interrupted`]).
-    pub removal: Option<Value>,
 }
 
 /// What an import reads besides the Cluster and its Fleet Cluster.
@@ -313,8 +311,11 @@ pub fn plan(observed: &Observed, config: &EffectiveConfig) -> Result<Plan> {
     // sends it on its retry (the controller keeps what it observed only then), not twice.
     let (events, conditions): (Vec<Write>, Vec<Write>) =
         (o.conflict().into_iter()).partition(|w| matches!(w, Write::Event { .. }));
+    let settings = &config.runtime_extension.teardown;
+    let ids = (o.cluster_id(), &o.regarding, o.fleet_name.as_str());
+    let interrupted = teardown::interrupted_report(&o.view, settings, ids, o.now);
     plan.writes
-        .splice(at..at, conditions.into_iter().chain(o.interrupted(config)));
+        .splice(at..at, conditions.into_iter().chain(interrupted));
     plan.writes.extend(events);
     Ok(plan)
 }
@@ -334,14 +335,9 @@ impl Observed {
             Decision::Ignore if !self.view.deleting => None,
             _ => return vec![],
         };
-        let cluster = ObjectId::of::<CapiCluster>(
-            Some(&self.view.namespace),
-            &self.view.name,
-            self.cluster_version.as_deref(),
-        );
-        let condition = seen.condition.as_ref();
-        let write =
-            turtles::condition_write(cluster, conflict, condition, seen.generation, self.now);
+        let condition = self.view.conflict.as_ref();
+        let (cluster, generation) = (self.cluster_id(), self.view.generation);
+        let write = turtles::condition_write(cluster, conflict, condition, generation, self.now);
         let live_reason = condition
             .and_then(|c| c.get("reason"))
             .and_then(Value::as_str);
@@ -361,46 +357,15 @@ impl Observed {
         write.into_iter().chain(event).collect()
     }
 
-    /// The teardown's condition and Warning Event when Cluster API let a deleting Cluster go
-    /// while its workloads were still being removed ([`teardown::interrupted`]), whatever the
-    /// decision (our finalizer may be gone already). A removal turned off meanwhile
-    /// (`removeWorkloads`, whose BeforeClusterDelete answers without a read) says so instead, as
-    /// skipped.
-    fn interrupted(&self, config: &EffectiveConfig) -> Vec<Write> {
-        let view = &self.view;
-        let Some(mut message) = teardown::interrupted(&view.annotations, self.removal.as_ref())
-            .filter(|_| view.deleting)
-        else {
-            return vec![];
-        };
-        let settings = &config.runtime_extension.teardown;
-        let mode = teardown::mode(&view.annotations, view.deleted_at, Some(settings), self.now);
-        let mut reason = teardown::reason::INTERRUPTED;
-        if let Some(off) = teardown::ended_early(&mode.mode, &self.fleet_name)
-            .filter(|_| mode.mode == teardown::Mode::Off)
-        {
-            (reason, message) = (teardown::reason::SKIPPED, off);
-        }
-        let cluster = ObjectId::of::<CapiCluster>(
-            Some(&view.namespace),
-            &view.name,
-            self.cluster_version.as_deref(),
-        );
-        let live = (self.removal.as_ref(), self.conflicts.generation);
-        teardown::report_on(cluster, &self.regarding, live, reason, &message, self.now)
-    }
-
     /// Moved into itself: the Fleet Cluster now serves the self-managed cluster. Keep it, and
     /// keep the garbage collector from deleting it with the source copy.
     fn moved(&self) -> Vec<Write> {
-        let uid = &self.view.uid;
-        let owned = self.fleet.as_deref().is_some_and(|live| {
-            let owners = live.metadata.owner_references.iter().flatten();
-            !uid.is_empty() && owners.into_iter().any(|o| &o.uid == uid)
-        });
+        let owned = (self.fleet.as_deref()).is_some_and(|live| self.view.owns(&live.metadata));
         let disown = owned.then(|| Write::Modify {
             object: self.fleet_id(),
-            change: Change::Disown { uid: uid.clone() },
+            change: Change::Disown {
+                uid: self.view.uid.clone(),
+            },
             manager: names::FIELD_MANAGER,
         });
         let release = self.finalizer(false).filter(|_| self.view.deleting);
@@ -411,12 +376,7 @@ impl Observed {
     /// never held. The Fleet Cluster is left to the garbage collector when the CAPI Cluster owns
     /// it; the namespace controller takes care of shared objects once the Cluster is gone.
     fn cleanup(&self) -> Vec<Write> {
-        let uid = &self.view.uid;
-        let owned = |live: &&FleetCluster| {
-            let mut owners = live.metadata.owner_references.iter().flatten();
-            owners.any(|o| &o.uid == uid)
-        };
-        let fleet = self.fleet.as_deref().filter(|live| !owned(live));
+        let fleet = (self.fleet.as_deref()).filter(|live| !self.view.owns(&live.metadata));
         let delete_fleet = fleet.map(|_| Write::Delete {
             object: self.fleet_id(),
             live_check: false,
@@ -773,11 +733,9 @@ impl Observed {
 
     /// Adds (`add`) or removes our finalizer, when that changes the Cluster.
     fn finalizer(&self, add: bool) -> Option<Write> {
-        let (namespace, name) = (Some(self.view.namespace.as_str()), &self.view.name);
-        let seen = self.cluster_version.as_deref();
         let allowed = !add || self.conflicts.finalizer.may_add();
         (self.view.has_finalizer() != add && allowed).then(|| Write::Finalizer {
-            object: ObjectId::of::<CapiCluster>(namespace, name, seen),
+            object: self.cluster_id(),
             add,
             finalizers: self.view.finalizers.clone(),
         })
@@ -791,6 +749,12 @@ impl Observed {
             object: self.token_id(),
             live_check: self.token.is_none(),
         }
+    }
+
+    /// The CAPI Cluster, guarded by its cached resourceVersion.
+    fn cluster_id(&self) -> ObjectId {
+        let namespace = Some(self.view.namespace.as_str());
+        ObjectId::of::<CapiCluster>(namespace, &self.view.name, self.cluster_version.as_deref())
     }
 
     fn fleet_id(&self) -> ObjectId {

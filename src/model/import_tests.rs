@@ -595,7 +595,6 @@ fn observed_with_spec(
         now: now(),
         resync: RESYNC,
         conflicts: Default::default(),
-        removal: None,
     }
 }
 
@@ -1390,10 +1389,13 @@ fn turtles_conflicts() {
             removals,
         },
         removed_now,
-        ..Default::default()
     };
     let with = |mut o: Observed, seen: Seen| {
         o.conflicts = seen;
+        o
+    };
+    let conflicting = |mut o: Observed, live: Value| {
+        o.view.conflict = Some(live);
         o
     };
     let live_turtles = json!({"type": "FleetAddonConflict", "status": "True",
@@ -1419,13 +1421,7 @@ fn turtles_conflicts() {
         ),
         (
             "Rancher's own agent, already reported: the condition is refreshed, no new Event",
-            with(
-                rancher(json!({})),
-                Seen {
-                    condition: Some(live_turtles),
-                    ..Default::default()
-                },
-            ),
+            conflicting(rancher(json!({})), live_turtles),
             vec![format!("apply status {capi}")],
         ),
         (
@@ -1454,14 +1450,9 @@ fn turtles_conflicts() {
         ),
         (
             "no conflict (anymore): the condition goes",
-            with(
+            conflicting(
                 observed(&defaults, fin.clone(), None, None),
-                Seen {
-                    condition: Some(
-                        json!({"type": "FleetAddonConflict", "reason": "FinalizerRemoved"}),
-                    ),
-                    ..Default::default()
-                },
+                json!({"type": "FleetAddonConflict", "reason": "FinalizerRemoved"}),
             ),
             vec![format!("apply status {capi}"), format!("apply {fleet}")],
         ),

@@ -78,9 +78,6 @@ pub struct Seen {
     pub finalizer: FinalizerMemory,
     /// Someone else removed it since the last observation.
     pub removed_now: bool,
-    /// The live [`names::FLEET_CONFLICT_CONDITION`] condition, and the Cluster's generation.
-    pub condition: Option<Value>,
-    pub generation: Option<i64>,
 }
 
 /// The conflict a Cluster is in, for its condition (`None`: none).

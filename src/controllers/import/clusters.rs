@@ -23,7 +23,6 @@ use crate::metrics::ReasonLabels;
 use crate::model::agent_manifest::TokenValues;
 use crate::model::agent_patch::SecretFormat;
 use crate::model::agent_settings::Carrier;
-use crate::model::capi;
 use crate::model::capi::{ClusterView, ProviderRef};
 use crate::model::config::{ClusterImport, EffectiveConfig};
 use crate::model::fleet::template_values;
@@ -159,17 +158,11 @@ async fn observe(
         tracing::warn!(cluster = %name, %namespace, removals = finalizer.removals,
             "our finalizer was removed by another controller (Rancher Turtles with use-caapf: false?)");
     }
-    let status = cluster.body.get("status");
-    let conflicts = turtles::Seen {
-        finalizer,
-        removed_now,
-        condition: capi::live_condition(status.as_ref(), names::FLEET_CONFLICT_CONDITION).cloned(),
-        generation: cluster.metadata.generation,
-    };
-    let removal = capi::live_condition(status.as_ref(), names::WORKLOADS_REMOVED_CONDITION);
     Ok(Ok(Observed {
-        conflicts,
-        removal: removal.cloned(),
+        conflicts: turtles::Seen {
+            finalizer,
+            removed_now,
+        },
         cluster_version: cluster.meta().resource_version.clone(),
         regarding: cluster.object_ref(&()),
         token: token.map(|t| t.metadata.clone()),
@@ -224,15 +217,14 @@ async fn observe_import(
     token: Option<&kube::core::PartialObjectMeta<ClusterRegistrationToken>>,
 ) -> Result<ImportInputs> {
     let class = |namespace: &str, name: &str| ctx.stores.class(namespace, name);
-    let annotation = view.class.as_ref().and_then(|c| {
-        let class = class(&c.namespace, &c.name)?;
-        class
-            .annotations()
-            .get(names::AGENT_SETTINGS_ANNOTATION)
-            .cloned()
-    });
+    let own_class = view
+        .class
+        .as_ref()
+        .and_then(|c| class(&c.namespace, &c.name));
+    let class_annotations = own_class.as_deref().map(|c| c.annotations());
+    let annotation = class_annotations.and_then(|a| a.get(names::AGENT_SETTINGS_ANNOTATION));
     let agent = import
-        .agent_settings(view, annotation.as_deref())
+        .agent_settings(view, annotation.map(String::as_str))
         .map_err(|problems| {
             tracing::warn!(cluster = %view.name, namespace = %view.namespace,
                 problems = ?problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
@@ -248,42 +240,30 @@ async fn observe_import(
             }
             Held { problems, classes }
         });
-    let class_annotations = view
-        .class
-        .as_ref()
-        .and_then(|c| class(&c.namespace, &c.name));
-    let rollout = import.rollout.as_ref().map(|_| {
-        let status = cluster
-            .to_json()
-            .ok()
-            .and_then(|mut json| json.get_mut("status").map(serde_json::Value::take));
-        let annotations = class_annotations.as_deref().map(|c| c.annotations());
-        let step = live
-            .and_then(|l| l.metadata.annotations.as_ref())
-            .and_then(|a| a.get(crate::names::UPGRADE_STEP_ANNOTATION));
-        let upgrading = crate::model::upgrade_steps::UpgradeStep::parse(step.map(String::as_str))
-            .is_some_and(|s| s.in_progress());
-        crate::model::rollout::facts(view, annotations, status.as_ref(), upgrading)
-    });
-    let gates = match rollout {
-        Some(_) => ctx
-            .rollout_gates
-            .read()
-            .map(|g| g.clone())
-            .unwrap_or_default(),
-        None => Default::default(),
-    };
     let mut inputs = ImportInputs {
         template_values: BTreeMap::new(),
         unreadable: Vec::new(),
         machines: None,
         bootstrap: Bootstrap::Current,
         agent,
-        rollout: rollout.unwrap_or_default(),
-        gates,
+        rollout: Default::default(),
+        gates: Default::default(),
     };
+    // Held: nothing else is read (nothing is written).
     if inputs.agent.is_err() {
         return Ok(inputs);
+    }
+    let json = cluster.to_json()?;
+    if import.rollout.is_some() {
+        let step = live
+            .and_then(|l| l.metadata.annotations.as_ref())
+            .and_then(|a| a.get(names::UPGRADE_STEP_ANNOTATION));
+        let upgrading = upgrade_steps::UpgradeStep::parse(step.map(String::as_str))
+            .is_some_and(|s| s.in_progress());
+        let status = json.get("status");
+        inputs.rollout = crate::model::rollout::facts(view, class_annotations, status, upgrading);
+        inputs.gates =
+            (ctx.rollout_gates.read()).map_or_else(|_| Default::default(), |g| g.clone());
     }
     let mut objects: [Option<serde_json::Value>; 2] = [None, None];
     let references = [
@@ -314,7 +294,6 @@ async fn observe_import(
         }
     }
     let [control_plane, infrastructure] = objects;
-    let json = cluster.to_json()?;
     inputs.template_values =
         template_values(&json, view, control_plane.as_ref(), infrastructure.as_ref());
     if let Some(control_plane) = control_plane.filter(|_| upgrade_steps::follows_machines(view)) {

@@ -151,31 +151,15 @@ pub async fn reconcile(
 pub fn controller(ctx: Arc<ImportContext>) -> impl std::future::Future<Output = ()> + Send {
     use futures::StreamExt;
     use kube::runtime::controller::{Config, Controller};
-    use kube::runtime::{WatchStreamExt, metadata_watcher, reflector, watcher};
+    use kube::runtime::{WatchStreamExt, reflector, watcher};
     let base = ctx.base.clone();
-    let client = base.controllers.clone();
-    let api: Api<FleetBundle> = match base.flags.watch_namespace() {
-        Some(ns) => Api::namespaced(client, ns),
-        None => Api::all(client),
-    };
     let (reader, writer) = reflector::store();
-    let events = crate::controllers::watch_list::events(
-        "Bundle".to_string(),
-        watcher::Config::default(),
-        move |config| metadata_watcher(api.clone(), config),
-    )
-    .backoff(crate::controllers::watch_backoff::watch_backoff())
-    .reflect(writer)
-    .touched_objects();
-    let mut changes = base.config.clone();
-    changes.mark_unchanged();
-    let config_changes = futures::stream::unfold(changes, |mut changes| async move {
-        changes.changed().await.ok()?;
-        Some(((), changes))
-    });
+    let events = crate::controllers::r#move::bundle_events(&base, watcher::Config::default())
+        .reflect(writer)
+        .touched_objects();
     Controller::for_stream(events, reader)
         .with_config(Config::default().concurrency(2))
-        .reconcile_all_on(config_changes)
+        .reconcile_all_on(base.config_changes())
         .graceful_shutdown_on(base.shutdown.clone().cancelled_owned())
         .run(
             super::import_context::observed(CONTROLLER, reconcile),

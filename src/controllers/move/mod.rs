@@ -86,25 +86,8 @@ pub fn controller(
     clusters: Feed<CapiCluster>,
     store: Store<CapiCluster>,
 ) -> impl Future<Output = ()> + Send {
-    let client = base.controllers.clone();
-    let bundles: Api<FleetBundle> = match base.flags.watch_namespace() {
-        Some(ns) => Api::namespaced(client, ns),
-        None => Api::all(client),
-    };
-    let bundle_events = watch_list::events(
-        "Bundle".to_string(),
-        watcher::Config::default().labels(MOVE_CLUSTER_LABEL),
-        move |config| metadata_watcher(bundles.clone(), config),
-    )
-    .backoff(watch_backoff())
-    .touched_objects();
-    let mut changes = base.config.clone();
-    changes.mark_unchanged();
-    let config_changes = futures::stream::unfold(changes, |mut changes| async move {
-        changes.changed().await.ok()?;
-        Some(((), changes))
-    });
-
+    let labelled = watcher::Config::default().labels(MOVE_CLUSTER_LABEL);
+    let bundle_events = bundle_events(&base, labelled).touched_objects();
     let ctx = Arc::new(MoveContext {
         timeouts: Timeouts {
             unblock: base.flags.move_unblock_timeout,
@@ -120,10 +103,27 @@ pub fn controller(
             let cluster = bundle.labels().get(MOVE_CLUSTER_LABEL)?.clone();
             Some(ObjectRef::<CapiCluster>::new(&cluster).within(&bundle.namespace()?))
         })
-        .reconcile_all_on(config_changes)
+        .reconcile_all_on(base.config_changes())
         .graceful_shutdown_on(base.shutdown.clone().cancelled_owned())
         .run(reconcile, error_policy, ctx)
         .for_each(|_| std::future::ready(()))
+}
+
+/// The metadata watch of the Fleet Bundles `config` selects (in `--namespace` when set), with
+/// the shared watch backoff: the move and rollout lint controllers' feed.
+pub fn bundle_events(
+    base: &Context,
+    config: watcher::Config,
+) -> impl futures::Stream<Item = watcher::Result<watcher::Event<PartialObjectMeta<FleetBundle>>>>
++ Send
++ 'static {
+    let client = base.controllers.clone();
+    let bundles: Api<FleetBundle> = match base.flags.watch_namespace() {
+        Some(ns) => Api::namespaced(client, ns),
+        None => Api::all(client),
+    };
+    let watch = move |config| metadata_watcher(bundles.clone(), config);
+    watch_list::events("Bundle".to_string(), config, watch).backoff(watch_backoff())
 }
 
 /// Reconciles one Cluster through the one reconcile wrapper (metrics, backoff).

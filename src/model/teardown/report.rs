@@ -10,9 +10,10 @@ use serde_json::{Value, json};
 
 use crate::api::CapiCluster;
 use crate::model::capi::{self, event_note};
+use crate::model::config::TeardownSettings;
 use crate::model::plan::{ObjectId, Write};
 use crate::model::teardown::leftovers::{BundleRef, Downstream};
-use crate::model::teardown::mode::Mode;
+use crate::model::teardown::mode::{Mode, mode};
 use crate::names;
 
 /// How long a workload cluster that cannot be reached (behind NAT, no kubeconfig Secret) is
@@ -231,6 +232,32 @@ pub fn interrupted(annotations: &capi::StringMap, live: Option<&Value>) -> Optio
             names::CAPI_OK_TO_DELETE_ANNOTATION
         )
     })
+}
+
+/// The writes of [`interrupted`] for the deleting Cluster `view` (its condition, `cluster`, and
+/// the Warning Event), whatever the import decided (our finalizer may be gone already). A removal
+/// turned off meanwhile (`removeWorkloads`, whose BeforeClusterDelete answers without a read)
+/// says so instead, as skipped.
+pub fn interrupted_report(
+    view: &capi::ClusterView,
+    settings: &TeardownSettings,
+    (cluster, regarding, fleet_key): (ObjectId, &ObjectReference, &str),
+    now: Timestamp,
+) -> Vec<Write> {
+    let removal = view.workloads_removed.as_ref();
+    let Some(mut message) = interrupted(&view.annotations, removal).filter(|_| view.deleting)
+    else {
+        return vec![];
+    };
+    let mode = mode(&view.annotations, view.deleted_at, Some(settings), now).mode;
+    let mut reason = reason::INTERRUPTED;
+    if mode == Mode::Off
+        && let Some(off) = ended_early(&mode, fleet_key)
+    {
+        (reason, message) = (reason::SKIPPED, off);
+    }
+    let live = (removal, view.generation);
+    report_on(cluster, regarding, live, reason, &message, now)
 }
 
 /// The condition for `reason` with `message`.

@@ -70,6 +70,23 @@ where
 }
 
 /// A watch of one kind and its cache, not started yet.
+/// A kind the caches watch: decoded, logged and shared between tasks.
+pub(super) trait Watched:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 pub(super) struct PendingWatch<K: Resource<DynamicType = ()> + Clone + 'static> {
     events: BoxStream<'static, watcher::Result<watcher::Event<K>>>,
     writer: Writer<K>,
@@ -183,16 +200,7 @@ where
     }
 }
 
-impl<K> PendingWatch<K>
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
+impl<K: Watched> PendingWatch<K> {
     pub(super) fn full(
         api: Api<K>,
         config: watcher::Config,
@@ -207,16 +215,7 @@ where
     }
 }
 
-impl<K> PendingWatch<PartialObjectMeta<K>>
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
+impl<K: Watched> PendingWatch<PartialObjectMeta<K>> {
     pub(super) fn metadata(
         api: Api<K>,
         config: watcher::Config,
