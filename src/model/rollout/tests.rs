@@ -155,7 +155,8 @@ fn a_partition_no_larger_than_its_max_unavailable_gates_nothing() {
 fn the_walk_takes_clusters_by_name_and_creates_at_most_max_new() {
     let many: Vec<String> = (0..51).rev().map(|i| format!("n{i:02}")).collect();
     let many: Vec<&str> = many.iter().map(String::as_str).collect();
-    let cases: [(&str, &[&str], bool, Value, &[&str]); 5] = [
+    type Case<'a> = (&'a str, &'a [&'a str], bool, Value, &'a [&'a str]);
+    let cases: [Case; 5] = [
         (
             "the first by name goes",
             &["b", "a", "c"],
