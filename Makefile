@@ -42,7 +42,7 @@ release-manifests:
 playground:
 	hack/playground.sh
 
-## bench: import benchmark as separate processes (BENCH_CLUSTERS, BENCH_NAMESPACES, BENCH_MODES); figures in docs/performance.md
+## bench: import benchmark as separate processes (BENCH_CLUSTERS, BENCH_NAMESPACES, BENCH_MODES, `waves` a mode with rollout waves); figures in docs/performance.md
 bench:
 	$(CARGO) build --release --locked --workspace --bins
 	$(CARGO) test --release --locked --test integration bench_import:: -- --ignored --nocapture

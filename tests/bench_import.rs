@@ -92,7 +92,7 @@ const WAVES: [&str; 3] = ["canary", "early", "rest"];
 /// Gives `cluster` (number `i`) its wave: the topology variable `wave`, else the annotation.
 fn with_wave(i: usize, cluster: &mut Value) {
     let wave = WAVES[i % WAVES.len()];
-    match cluster["spec"]["topology"]["variables"].as_array_mut() {
+    match (cluster.pointer_mut("/spec/topology/variables")).and_then(Value::as_array_mut) {
         Some(variables) => variables.push(json!({"name": "wave", "value": wave})),
         None => {
             cluster["metadata"]["annotations"][caapf::names::ROLLOUT_WAVE_ANNOTATION] = json!(wave)

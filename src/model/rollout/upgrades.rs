@@ -67,16 +67,16 @@ pub fn wait(
         .filter(|p| (&p.view.namespace, &p.view.name) != (&cluster.namespace, &cluster.name))
         .collect();
     peers.sort_by(|a, b| (&a.view.namespace, &a.view.name).cmp(&(&b.view.namespace, &b.view.name)));
+    let soak = if released {
+        Duration::ZERO
+    } else {
+        rollout.soak
+    };
     for (earlier, earlier_name) in rollout.waves[..wave].iter().enumerate() {
         for peer in peers
             .iter()
             .filter(|p| rollout.wave_of(&p.view).0 == earlier)
         {
-            let soak = if released {
-                Duration::ZERO
-            } else {
-                rollout.soak
-            };
             if let Some((what, after)) = blocker(peer, (&wanted, target), soak, now) {
                 let message = format!(
                     "holding the upgrade to {target}: wave {} waits for {earlier_name}: Cluster {}/{} {what}",
@@ -152,11 +152,7 @@ pub fn parse(text: &str) -> Option<semver::Version> {
     let bare = bare.strip_prefix('v').unwrap_or(bare);
     let parts = bare.splitn(3, '.').count();
     let short = parts < 3 && !bare.contains(['+', '-']);
-    let padded = if short {
-        ".0".repeat(3 - parts)
-    } else {
-        String::new()
-    };
+    let padded = ".0".repeat(if short { 3 - parts } else { 0 });
     semver::Version::parse(&format!("{bare}{padded}")).ok()
 }
 
