@@ -1,8 +1,9 @@
 //! The rollout lint (docs/rollout.md): with `spec.cluster.rollout` set, Warning Events on each
 //! Bundle whose `rolloutStrategy` does not work with our waves
 //! ([`crate::model::rollout::strategy::lint`]). Bundles are watched metadata only (their
-//! bodies hold every manifest); a Bundle is read when its generation is new to us, and each
-//! finding is published once per Bundle generation, so Fleet's status writes cost no Event.
+//! bodies hold every manifest), only while waves are configured, and only a new generation
+//! reconciles: Fleet's status writes cost nothing. Each finding is published once per Bundle
+//! generation.
 
 use std::sync::Arc;
 
@@ -146,25 +147,124 @@ pub async fn reconcile(
     ctx.run(plan).await
 }
 
-/// The lint controller: its own metadata watch of the Bundles (in `--namespace` when set), and
-/// every Bundle again when the configuration changes.
-pub fn controller(ctx: Arc<ImportContext>) -> impl std::future::Future<Output = ()> + Send {
+/// Whether `spec.cluster.rollout` is set: the lint runs (and watches Bundles) only then.
+fn configured(config: &Option<Arc<crate::model::config::EffectiveConfig>>) -> bool {
+    config
+        .as_ref()
+        .is_some_and(|c| c.cluster.as_ref().is_some_and(|c| c.rollout.is_some()))
+}
+
+/// Forgets the Bundles that are gone: a deleted one, and after each (re)list every one the
+/// cache no longer holds (a deletion while the watch was down is never seen).
+fn forget_gone(
+    memory: &crate::model::rollout::strategy::LintMemory,
+    event: &kube::runtime::watcher::Event<PartialObjectMeta<FleetBundle>>,
+    cache: &kube::runtime::reflector::Store<PartialObjectMeta<FleetBundle>>,
+) {
+    use kube::runtime::watcher::Event;
+    let mut memory = memory.lock().unwrap_or_else(|e| e.into_inner());
+    match event {
+        Event::Delete(bundle) => drop(memory.remove(&bundle.uid().unwrap_or_default())),
+        Event::InitDone => {
+            let live: std::collections::HashSet<String> =
+                cache.state().iter().filter_map(|b| b.uid()).collect();
+            memory.retain(|uid, _| live.contains(uid));
+        }
+        _ => {}
+    }
+}
+
+/// The lint controller, while `spec.cluster.rollout` is set (none, no Bundle watch): its own
+/// metadata watch of the Bundles (in `--namespace` when set), passing on a new generation only
+/// (Fleet writes Bundle status all the time), and every Bundle again when the configuration
+/// changes.
+pub async fn controller(ctx: Arc<ImportContext>) {
     use futures::StreamExt;
     use kube::runtime::controller::{Config, Controller};
-    use kube::runtime::{WatchStreamExt, reflector, watcher};
+    use kube::runtime::{WatchStreamExt, predicates, reflector, watcher};
     let base = ctx.base.clone();
-    let (reader, writer) = reflector::store();
-    let events = crate::controllers::r#move::bundle_events(&base, watcher::Config::default())
-        .reflect(writer)
-        .touched_objects();
-    Controller::for_stream(events, reader)
-        .with_config(Config::default().concurrency(2))
-        .reconcile_all_on(base.config_changes())
-        .graceful_shutdown_on(base.shutdown.clone().cancelled_owned())
-        .run(
-            super::import_context::observed(CONTROLLER, reconcile),
-            super::import_context::retry(CONTROLLER),
-            ctx,
-        )
-        .for_each(|_| std::future::ready(()))
+    let mut config = base.config.clone();
+    while config.wait_for(configured).await.is_ok() {
+        let (reader, writer) = reflector::store();
+        let (cache, memory) = (reader.clone(), ctx.clone());
+        let events = crate::controllers::r#move::bundle_events(&base, watcher::Config::default())
+            .reflect(writer)
+            .inspect(move |e| {
+                if let Ok(e) = e {
+                    forget_gone(&memory.bundle_lint, e, &cache);
+                }
+            })
+            .touched_objects()
+            .predicate_filter(predicates::generation, Default::default());
+        let lint = Controller::for_stream(events, reader)
+            .with_config(Config::default().concurrency(2))
+            .reconcile_all_on(base.config_changes())
+            .graceful_shutdown_on(base.shutdown.clone().cancelled_owned())
+            .run(
+                super::import_context::observed(CONTROLLER, reconcile),
+                super::import_context::retry(CONTROLLER),
+                ctx.clone(),
+            )
+            .for_each(|_| std::future::ready(()));
+        tokio::select! {
+            () = lint => return,
+            _ = config.wait_for(|c| !configured(c)) => {}
+        }
+        ctx.bundle_lint
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+    base.shutdown.cancelled().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::{ObjectMeta, PartialObjectMetaExt};
+    use kube::runtime::{reflector, watcher::Event};
+
+    /// The lint's memory drops a deleted Bundle, and after a (re)list every Bundle the cache
+    /// no longer holds.
+    #[test]
+    fn forgets_bundles_that_are_gone() {
+        let bundle = |uid: &str| {
+            let meta = ObjectMeta {
+                name: Some(uid.into()),
+                namespace: Some("default".into()),
+                uid: Some(uid.into()),
+                ..ObjectMeta::default()
+            };
+            meta.into_response_partial::<FleetBundle>()
+        };
+        let cases = [
+            (
+                "deleted",
+                &["a", "b"][..],
+                Event::Delete(bundle("b")),
+                &["a", "c"][..],
+            ),
+            ("relisted", &["b"], Event::InitDone, &["b"]),
+            (
+                "applied",
+                &["a", "b"],
+                Event::Apply(bundle("c")),
+                &["a", "b", "c"],
+            ),
+        ];
+        for (case, cached, event, left) in cases {
+            let (cache, mut writer) = reflector::store();
+            for uid in cached {
+                writer.apply_watcher_event(&Event::Apply(bundle(uid)));
+            }
+            let memory = crate::model::rollout::strategy::LintMemory::default();
+            for uid in ["a", "b", "c"] {
+                (memory.lock().unwrap()).insert(uid.into(), Default::default());
+            }
+            forget_gone(&memory, &event, &cache);
+            let mut kept: Vec<String> = memory.lock().unwrap().keys().cloned().collect();
+            kept.sort();
+            assert_eq!(kept, left, "{case}");
+        }
+    }
 }

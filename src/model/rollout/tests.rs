@@ -152,6 +152,7 @@ fn a_partition_no_larger_than_its_max_unavailable_gates_nothing() {
 /// `rolloutStrategy.maxNew` BundleDeployments per walk (`target.go:30` `DefaultMaxNew` 50;
 /// `NewlyCreated` starts at 0 each reconcile, `reconciler/bundle_status.go:15`), in that order.
 #[test]
+#[allow(clippy::type_complexity)]
 fn the_walk_takes_clusters_by_name_and_creates_at_most_max_new() {
     let many: Vec<String> = (0..51).rev().map(|i| format!("n{i:02}")).collect();
     let many: Vec<&str> = many.iter().map(String::as_str).collect();
